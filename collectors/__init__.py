@@ -1,0 +1,1 @@
+"""The services: node agent, collectors, root, probes, detectors, and the `telemetry` CLI."""

@@ -1,0 +1,191 @@
+"""The quantile sketch behind `Summary`: a t-digest, backed by fastdigest.
+
+This is the one module that knows which t-digest implementation is used;
+`Summary` sees only `Sketch`. To swap implementations, rewrite this module
+and keep `tests/test_sketch.py` green.
+
+Why fastdigest (Rust, MIT, pinned in pyproject.toml): measured on the 2-core
+CI machine by `bench/sketch.py`, it ingests and merges two to three orders of
+magnitude faster than the pure-Python `tdigest` package, which cannot serve a
+collector merging thousands of summaries per step.
+
+Accuracy (stated, and checked by tests/test_summary_accuracy.py after a bytes
+round trip at every hop of a 3-tier merge tree): with `max_centroids=200`,
+relative error of p50/p90/p99 <= 0.5 % and of p99.9 <= 1 % on lognormal
+data; rank error <= 1e-3 at every quantile on bimodal data. Exact min and
+max are kept beside the sketch (in `Summary`), not estimated.
+
+Wire form: centroid means (ascending) and weights, implementation-neutral
+(`telemetry.v1.Sketch`). fastdigest has no public constructor from centroid
+arrays except `from_dict` (about 30 us per digest, too slow for a collector),
+so `from_centroids` writes fastdigest's own binary layout (pinned version;
+the layout is checked against `to_dict` by tests/test_sketch.py).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+from fastdigest import TDigest
+from fastdigest import merge_all as _fd_merge_all
+
+DEFAULT_MAX_CENTROIDS = 200
+
+# fastdigest 0.12 binary layout: magic, u32 version, u64 n_centroids,
+# u64 max_centroids, f64 mass, f64 sum, f64 min, f64 max, u64 n_values,
+# 12 reserved bytes, then (f64 mean, f64 weight) per centroid.
+_MAGIC = b"FASTDIG~"
+_HEADER = struct.Struct("<8sIQQddddQ12x")
+_VERSION = 1
+
+
+class Sketch:
+    """A t-digest of finite float values; merge is approximate, never mutates its argument."""
+
+    __slots__ = ("_digest", "_pending", "max_centroids")
+
+    def __init__(self, max_centroids: int = DEFAULT_MAX_CENTROIDS, _digest: TDigest | None = None) -> None:
+        if max_centroids < 2:
+            raise ValueError(f"max_centroids must be >= 2, got {max_centroids}")
+        self.max_centroids = max_centroids
+        self._digest = _digest
+        self._pending: list[float] = []
+
+    # -- ingest ---------------------------------------------------------
+    def add(self, value: float) -> None:
+        """Buffer one finite value; folded into the digest in batches."""
+        self._pending.append(value)
+        if len(self._pending) >= 4096:
+            self._flush()
+
+    def add_many(self, values: np.ndarray) -> None:
+        """Fold an array of finite float64 values."""
+        if values.size == 0:
+            return
+        self._flush()
+        if self._digest is None:
+            self._digest = TDigest.from_values(values, max_centroids=self.max_centroids)
+        else:
+            self._digest.batch_update(values)
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        if self._digest is None:
+            self._digest = TDigest.from_values(pending, max_centroids=self.max_centroids)
+        else:
+            self._digest.batch_update(pending)
+
+    def _get(self) -> TDigest | None:
+        self._flush()
+        return self._digest
+
+    # -- merge ----------------------------------------------------------
+    def merge(self, other: Sketch) -> None:
+        """Fold `other` into self (other is left unchanged)."""
+        self._check_compatible(other)
+        theirs = other._get()
+        if theirs is None:
+            return
+        mine = self._get()
+        if mine is None:
+            self._digest = theirs.copy()
+        else:
+            mine.merge_inplace(theirs)
+
+    @classmethod
+    def merge_all(cls, sketches: Sequence[Sketch], max_centroids: int | None = None) -> Sketch:
+        """A new sketch of all inputs, merged in the order given (t-digest merges depend on order)."""
+        bound = max_centroids if max_centroids is not None else (sketches[0].max_centroids if sketches else DEFAULT_MAX_CENTROIDS)
+        digests = []
+        for sketch in sketches:
+            if sketch.max_centroids != bound:
+                raise ValueError(f"cannot merge sketches with max_centroids {sketch.max_centroids} and {bound}")
+            digest = sketch._get()
+            if digest is not None:
+                digests.append(digest)
+        if not digests:
+            return cls(bound)
+        if len(digests) == 1:
+            return cls(bound, digests[0].copy())
+        return cls(bound, _fd_merge_all(digests, max_centroids=bound))
+
+    def _check_compatible(self, other: Sketch) -> None:
+        if other.max_centroids != self.max_centroids:
+            raise ValueError(f"cannot merge sketches with max_centroids {self.max_centroids} and {other.max_centroids}")
+
+    def copy(self) -> Sketch:
+        digest = self._get()
+        return Sketch(self.max_centroids, None if digest is None else digest.copy())
+
+    # -- queries --------------------------------------------------------
+    @property
+    def weight(self) -> float:
+        digest = self._get()
+        return 0.0 if digest is None else digest.mass()
+
+    def quantiles(self, qs: Sequence[float]) -> list[float]:
+        """Estimated values at cumulative probabilities qs (each in [0, 1]); NaN when empty."""
+        for q in qs:
+            if not 0.0 <= q <= 1.0:
+                raise ValueError(f"quantile must be in [0, 1], got {q}")
+        digest = self._get()
+        if digest is None:
+            return [float("nan")] * len(qs)
+        return [float(v) for v in digest.quantile_vec(list(qs))] if qs else []
+
+    def cdf(self, x: float) -> float:
+        """Estimated fraction of values <= x; NaN when empty."""
+        digest = self._get()
+        if digest is None:
+            return float("nan")
+        return float(digest.cdf(x))
+
+    # -- wire form ------------------------------------------------------
+    def centroids(self) -> tuple[np.ndarray, np.ndarray]:
+        """(means ascending, weights) as float64 arrays."""
+        digest = self._get()
+        if digest is None:
+            empty = np.empty(0, dtype=np.float64)
+            return empty, empty
+        raw = np.frombuffer(digest.to_bytes(), dtype="<f8", offset=_HEADER.size).reshape(-1, 2)
+        return raw[:, 0], raw[:, 1]
+
+    @classmethod
+    def from_centroids(cls, max_centroids: int, means: np.ndarray, weights: np.ndarray, count: int,
+                       total: float, lo: float, hi: float) -> Sketch:
+        """Rebuild from the wire form; raises ValueError on anything malformed.
+
+        count/total/lo/hi are the summary's exact count, sum, min and max, which
+        fastdigest keeps beside its centroids (they bound its extreme quantiles).
+        """
+        if max_centroids < 2:
+            raise ValueError(f"sketch max_centroids must be >= 2, got {max_centroids}")
+        n = means.shape[0]
+        if weights.shape[0] != n:
+            raise ValueError(f"sketch has {n} means but {weights.shape[0]} weights")
+        if n > 2 * max_centroids + 2:
+            raise ValueError(f"sketch has {n} centroids, more than its bound {max_centroids} allows")
+        if n == 0:
+            if count:
+                raise ValueError(f"sketch is empty but the summary counts {count} values")
+            return cls(max_centroids)
+        if not (np.all(np.isfinite(means)) and np.all(np.isfinite(weights))):
+            raise ValueError("sketch centroids must be finite")
+        if np.any(weights <= 0):
+            raise ValueError("sketch weights must be positive")
+        if n > 1 and np.any(np.diff(means) < 0):
+            raise ValueError("sketch means must be ascending")
+        mass = float(weights.sum())
+        if abs(mass - count) > 1e-6 * max(1.0, count):
+            raise ValueError(f"sketch weights sum to {mass} but the summary counts {count} values")
+        if means[0] < lo or means[-1] > hi:
+            raise ValueError("sketch means lie outside the summary's [min, max]")
+        header = _HEADER.pack(_MAGIC, _VERSION, n, max_centroids, mass, total, lo, hi, count)
+        body = np.empty((n, 2), dtype="<f8")
+        body[:, 0] = means
+        body[:, 1] = weights
+        return cls(max_centroids, TDigest.from_bytes(header + body.tobytes()))

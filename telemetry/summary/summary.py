@@ -1,0 +1,470 @@
+"""The mergeable summary of one metric over one window (DESIGN §3).
+
+Guarantees, whatever the merge order or tree shape:
+- exact: count, min/argmin, max/argmax, top-k and bottom-k (value, source)
+  pairs, the sources bitmap, the non-finite count and sources. Ties are broken
+  by the lowest source id, so these come out identical in every order.
+- sum to float rounding (partial sums are combined with `math.fsum`);
+  mean and stddev by the Chan et al. parallel update, which does not cancel
+  catastrophically the way sum-of-squares does.
+- quantiles within the error stated in `telemetry.summary.sketch`.
+- NaN and +-Inf are counted and their sources recorded; they never reach the
+  sketch, min/max, top/bottom or the moments.
+
+A source contributes to a window once: merging two summaries whose sources
+intersect raises `OverlapError` naming the overlap, and changes nothing.
+`merge` never mutates its argument. `merge_all` merges in a fixed order (by
+lowest source id) so the same inputs always give the same bytes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from google.protobuf.message import DecodeError
+from pyroaring import BitMap
+
+from telemetry.summary.sketch import DEFAULT_MAX_CENTROIDS, Sketch
+from telemetry.v1 import summary_pb2
+
+DEFAULT_K = 8
+MAX_SOURCE = 2**32 - 1
+
+
+class OverlapError(ValueError):
+    """Two summaries of one window share sources: merging them would count a source twice."""
+
+    def __init__(self, sources: Iterable[int]) -> None:
+        self.sources: list[int] = sorted(sources)
+        shown = ", ".join(map(str, self.sources[:16])) + (" ..." if len(self.sources) > 16 else "")
+        super().__init__(f"sources already present in this window: {shown} ({len(self.sources)} overlapping)")
+
+
+class Summary:
+    """count/sum/moments/min/max/top-k/bottom-k/t-digest/sources of one metric over one window."""
+
+    __slots__ = (
+        "k", "_count", "_sum", "_mean", "_m2", "_min", "_argmin", "_max", "_argmax",
+        "_top", "_bottom", "_sketch", "_sources", "_nonfinite_count", "_nonfinite_sources",
+        "_first_ns", "_last_ns",
+    )
+
+    def __init__(self, k: int = DEFAULT_K, max_centroids: int = DEFAULT_MAX_CENTROIDS) -> None:
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        self.k = k
+        self._count = 0
+        self._sum = 0.0
+        self._mean = 0.0
+        self._m2 = 0.0
+        self._min = math.inf
+        self._argmin = 0
+        self._max = -math.inf
+        self._argmax = 0
+        self._top: list[tuple[float, int]] = []      # value desc, source asc
+        self._bottom: list[tuple[float, int]] = []   # value asc, source asc
+        self._sketch = Sketch(max_centroids)
+        self._sources = BitMap()
+        self._nonfinite_count = 0
+        self._nonfinite_sources = BitMap()
+        self._first_ns = 0
+        self._last_ns = 0
+
+    # ------------------------------------------------------------------ ingest
+    def add(self, value: float, source: int, time_ns: int | None = None) -> None:
+        """Record one value from one source."""
+        _check_source(source)
+        value = float(value)
+        self._sources.add(source)
+        self._touch(time.time_ns() if time_ns is None else time_ns)
+        if not math.isfinite(value):
+            self._nonfinite_count += 1
+            self._nonfinite_sources.add(source)
+            return
+        self._count += 1
+        self._sum += value
+        delta = value - self._mean
+        self._mean += delta / self._count
+        self._m2 += delta * (value - self._mean)
+        if value < self._min or (value == self._min and source < self._argmin):
+            self._min, self._argmin = value, source
+        if value > self._max or (value == self._max and source < self._argmax):
+            self._max, self._argmax = value, source
+        if self.k:
+            self._top = _keep_top(self._top, [(value, source)], self.k)
+            self._bottom = _keep_bottom(self._bottom, [(value, source)], self.k)
+        self._sketch.add(value)
+
+    def add_many(self, values: np.ndarray | Sequence[float], source: int, time_ns: int | None = None) -> None:
+        """Record many values from one source (the fast path)."""
+        _check_source(source)
+        array = np.asarray(values, dtype=np.float64).ravel()
+        if array.size == 0:
+            return
+        self._sources.add(source)
+        self._touch(time.time_ns() if time_ns is None else time_ns)
+        finite_mask = np.isfinite(array)
+        finite = array if finite_mask.all() else array[finite_mask]
+        bad = array.size - finite.size
+        if bad:
+            self._nonfinite_count += bad
+            self._nonfinite_sources.add(source)
+        if finite.size == 0:
+            return
+        n = finite.size
+        mean = float(finite.mean())
+        m2 = float(np.square(finite - mean).sum())
+        self._combine_moments(n, math.fsum((self._sum, float(finite.sum()))), mean, m2)
+        lo_i, hi_i = int(finite.argmin()), int(finite.argmax())
+        if finite[lo_i] < self._min or (finite[lo_i] == self._min and source < self._argmin):
+            self._min, self._argmin = float(finite[lo_i]), source
+        if finite[hi_i] > self._max or (finite[hi_i] == self._max and source < self._argmax):
+            self._max, self._argmax = float(finite[hi_i]), source
+        if self.k:
+            k = min(self.k, n)
+            top = np.partition(finite, n - k)[n - k:] if k < n else finite
+            bottom = np.partition(finite, k - 1)[:k] if k < n else finite
+            self._top = _keep_top(self._top, [(float(v), source) for v in top], self.k)
+            self._bottom = _keep_bottom(self._bottom, [(float(v), source) for v in bottom], self.k)
+        self._sketch.add_many(finite)
+
+    def _combine_moments(self, n: int, new_sum: float, mean: float, m2: float) -> None:
+        total = self._count + n
+        delta = mean - self._mean
+        self._m2 = self._m2 + m2 + delta * delta * self._count * n / total
+        self._mean = self._mean + delta * n / total
+        self._count = total
+        self._sum = new_sum
+
+    def _touch(self, time_ns: int) -> None:
+        if self._first_ns == 0 or time_ns < self._first_ns:
+            self._first_ns = time_ns
+        if time_ns > self._last_ns:
+            self._last_ns = time_ns
+
+    # ------------------------------------------------------------------- merge
+    def merge(self, other: Summary) -> None:
+        """Fold `other` into self; `other` is never mutated. Raises OverlapError, changing nothing."""
+        self._check_compatible(other)
+        overlap = self._sources & other._sources
+        if overlap:
+            raise OverlapError(overlap)
+        self._absorb([other])
+
+    @classmethod
+    def merge_all(cls, summaries: Sequence[Summary]) -> Summary:
+        """A new summary of all inputs (none mutated), merged in order of lowest source id."""
+        if not summaries:
+            return cls()
+        first = summaries[0]
+        for other in summaries[1:]:
+            first._check_compatible(other)
+        union = BitMap.union(*(s._sources for s in summaries))
+        if len(union) != sum(len(s._sources) for s in summaries):
+            raise OverlapError(_overlapping(summaries))
+        ordered = sorted(summaries, key=_order_key)
+        merged = cls(first.k, first._sketch.max_centroids)
+        merged._absorb(ordered, union)
+        return merged
+
+    def _absorb(self, others: Sequence[Summary], union: BitMap | None = None) -> None:
+        """Fold compatible, source-disjoint summaries into self."""
+        parts = [s for s in ([self, *others] if self._count or self._nonfinite_count or self._sources else others)]
+        counts = np.array([s._count for s in parts], dtype=np.float64)
+        total = counts.sum()
+        if total:
+            means = np.array([s._mean for s in parts])
+            mean = float((counts * means).sum() / total)
+            m2 = float(sum(s._m2 for s in parts) + (counts * np.square(means - mean)).sum())
+            sum_ = math.fsum(s._sum for s in parts)
+        else:
+            mean, m2, sum_ = 0.0, 0.0, 0.0
+        lo, lo_src, hi, hi_src = self._min, self._argmin, self._max, self._argmax
+        for s in others:
+            if s._count:
+                if s._min < lo or (s._min == lo and s._argmin < lo_src):
+                    lo, lo_src = s._min, s._argmin
+                if s._max > hi or (s._max == hi and s._argmax < hi_src):
+                    hi, hi_src = s._max, s._argmax
+        if self.k:
+            self._top = heapq.nsmallest(self.k, (p for s in parts for p in s._top), key=_desc_key)
+            self._bottom = heapq.nsmallest(self.k, (p for s in parts for p in s._bottom))
+        self._sketch = Sketch.merge_all([s._sketch for s in parts], self._sketch.max_centroids)
+        self._count = int(total)
+        self._sum, self._mean, self._m2 = sum_, mean, m2
+        self._min, self._argmin, self._max, self._argmax = lo, lo_src, hi, hi_src
+        self._sources = union if union is not None else BitMap.union(self._sources, *(s._sources for s in others))
+        self._nonfinite_count += sum(s._nonfinite_count for s in others)
+        if any(s._nonfinite_count for s in others):
+            self._nonfinite_sources = BitMap.union(self._nonfinite_sources, *(s._nonfinite_sources for s in others))
+        firsts = [s._first_ns for s in parts if s._first_ns]
+        self._first_ns = min(firsts) if firsts else 0
+        self._last_ns = max(s._last_ns for s in parts)
+
+    def _check_compatible(self, other: Summary) -> None:
+        if not isinstance(other, Summary):
+            raise TypeError(f"cannot merge Summary with {type(other).__name__}")
+        if other.k != self.k:
+            raise ValueError(f"cannot merge summaries with k={self.k} and k={other.k}")
+        if other._sketch.max_centroids != self._sketch.max_centroids:
+            raise ValueError(
+                f"cannot merge summaries with max_centroids={self._sketch.max_centroids} "
+                f"and {other._sketch.max_centroids}")
+
+    def copy(self) -> Summary:
+        return Summary.merge_all([self])
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def count(self) -> int:
+        """Number of finite values."""
+        return self._count
+
+    @property
+    def sum(self) -> float:
+        return self._sum
+
+    @property
+    def mean(self) -> float:
+        return self._mean if self._count else math.nan
+
+    @property
+    def variance(self) -> float:
+        """Population variance of the finite values."""
+        return self._m2 / self._count if self._count else math.nan
+
+    @property
+    def stddev(self) -> float:
+        return math.sqrt(max(self.variance, 0.0)) if self._count else math.nan
+
+    @property
+    def min(self) -> float:
+        return self._min if self._count else math.nan
+
+    @property
+    def argmin(self) -> int | None:
+        """Source of the smallest value (lowest source id on ties); None when empty."""
+        return self._argmin if self._count else None
+
+    @property
+    def max(self) -> float:
+        return self._max if self._count else math.nan
+
+    @property
+    def argmax(self) -> int | None:
+        return self._argmax if self._count else None
+
+    def top(self, k: int | None = None) -> list[tuple[float, int]]:
+        """The k largest (value, source) pairs, value descending then source ascending (k <= self.k)."""
+        return list(self._top[: self._limit(k)])
+
+    def bottom(self, k: int | None = None) -> list[tuple[float, int]]:
+        """The k smallest (value, source) pairs, value ascending then source ascending (k <= self.k)."""
+        return list(self._bottom[: self._limit(k)])
+
+    def _limit(self, k: int | None) -> int:
+        if k is None:
+            return self.k
+        if not 0 <= k <= self.k:
+            raise ValueError(f"this summary keeps {self.k} pairs; asked for {k}")
+        return k
+
+    @property
+    def sources(self) -> BitMap:
+        """Every source that contributed (finite or not): a read-only copy, set-like."""
+        return BitMap(self._sources)
+
+    @property
+    def nonfinite_count(self) -> int:
+        return self._nonfinite_count
+
+    @property
+    def nonfinite_sources(self) -> BitMap:
+        return BitMap(self._nonfinite_sources)
+
+    @property
+    def first_time_ns(self) -> int:
+        return self._first_ns
+
+    @property
+    def last_time_ns(self) -> int:
+        return self._last_ns
+
+    @property
+    def max_centroids(self) -> int:
+        return self._sketch.max_centroids
+
+    def quantile(self, q: float) -> float:
+        """Estimated value at cumulative probability q in [0, 1]; exact min/max at 0 and 1; NaN when empty."""
+        return self.quantiles([q])[0]
+
+    def quantiles(self, qs: Sequence[float]) -> list[float]:
+        values = self._sketch.quantiles(qs)
+        if self._count:
+            # The sketch interpolates; clamp to the exact extremes we hold.
+            values = [self._min if q == 0.0 else self._max if q == 1.0 else min(max(v, self._min), self._max)
+                      for q, v in zip(qs, values)]
+        return values
+
+    def cdf(self, x: float) -> float:
+        """Estimated fraction of finite values <= x; NaN when empty."""
+        if not self._count:
+            return math.nan
+        if x < self._min:
+            return 0.0
+        if x >= self._max:
+            return 1.0
+        return self._sketch.cdf(x)
+
+    def __repr__(self) -> str:
+        return (f"Summary(count={self._count}, mean={self.mean:.6g}, min={self.min:.6g}@{self.argmin}, "
+                f"max={self.max:.6g}@{self.argmax}, sources={len(self._sources)}, nonfinite={self._nonfinite_count})")
+
+    # --------------------------------------------------------------- wire form
+    def to_proto(self) -> summary_pb2.Summary:
+        means, weights = self._sketch.centroids()
+        msg = summary_pb2.Summary(
+            count=self._count, sum=self._sum, mean=self._mean, m2=self._m2, k=self.k,
+            first_time_ns=self._first_ns, last_time_ns=self._last_ns,
+            sources=self._sources.serialize(), nonfinite_count=self._nonfinite_count,
+        )
+        if self._count:
+            msg.min, msg.argmin, msg.max, msg.argmax = self._min, self._argmin, self._max, self._argmax
+            msg.top_values.extend([v for v, _ in self._top])
+            msg.top_sources.extend([s for _, s in self._top])
+            msg.bottom_values.extend([v for v, _ in self._bottom])
+            msg.bottom_sources.extend([s for _, s in self._bottom])
+        if self._nonfinite_count:
+            msg.nonfinite_sources = self._nonfinite_sources.serialize()
+        sketch = msg.sketch
+        sketch.max_centroids = self._sketch.max_centroids
+        sketch.means.extend(means.tolist())
+        sketch.weights.extend(weights.tolist())
+        return msg
+
+    def to_bytes(self) -> bytes:
+        return self.to_proto().SerializeToString()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Summary:
+        """Parse bytes from `to_bytes`; raises ValueError on anything malformed."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"expected bytes, got {type(data).__name__}")
+        try:
+            msg = summary_pb2.Summary.FromString(bytes(data))
+        except DecodeError as exc:
+            raise ValueError(f"malformed summary: not a telemetry.v1.Summary message ({exc})") from None
+        return cls.from_proto(msg)
+
+    @classmethod
+    def from_proto(cls, msg: summary_pb2.Summary) -> Summary:
+        """Build from the wire message; raises ValueError on anything inconsistent."""
+        try:
+            return cls._from_proto(msg)
+        except ValueError as exc:
+            raise ValueError(f"malformed summary: {exc}") from None
+
+    @classmethod
+    def _from_proto(cls, msg: summary_pb2.Summary) -> Summary:
+        out = cls.__new__(cls)
+        out.k = msg.k
+        count = msg.count
+        out._count = count
+        out._sum, out._mean, out._m2 = msg.sum, msg.mean, msg.m2
+        out._sources = _bitmap(msg.sources, "sources")
+        out._nonfinite_count = msg.nonfinite_count
+        out._nonfinite_sources = _bitmap(msg.nonfinite_sources, "nonfinite_sources")
+        out._first_ns, out._last_ns = msg.first_time_ns, msg.last_time_ns
+        if count:
+            out._min, out._argmin, out._max, out._argmax = msg.min, msg.argmin, msg.max, msg.argmax
+            if not (math.isfinite(out._min) and math.isfinite(out._max) and out._min <= out._max):
+                raise ValueError(f"min {out._min} / max {out._max} are not finite and ordered")
+            if not (math.isfinite(out._sum) and math.isfinite(out._mean) and math.isfinite(out._m2) and out._m2 >= 0):
+                raise ValueError("sum, mean and m2 must be finite (m2 >= 0)")
+            if out._argmin not in out._sources or out._argmax not in out._sources:
+                raise ValueError("argmin/argmax must be among the sources")
+        else:
+            out._min, out._argmin, out._max, out._argmax = math.inf, 0, -math.inf, 0
+            if msg.top_values or msg.bottom_values:
+                raise ValueError("an empty summary cannot have top/bottom values")
+        out._top = _pairs(msg.top_values, msg.top_sources, "top")
+        out._bottom = _pairs(msg.bottom_values, msg.bottom_sources, "bottom")
+        expected = min(out.k, count)
+        if len(out._top) != expected or len(out._bottom) != expected:
+            raise ValueError(f"top/bottom must hold min(k, count) = {expected} pairs")
+        if out._top != sorted(out._top, key=_desc_key) or out._bottom != sorted(out._bottom):
+            raise ValueError("top/bottom pairs are not in order")
+        if expected and (out._top[0] != (out._max, out._argmax) or out._bottom[0] != (out._min, out._argmin)):
+            raise ValueError("top/bottom disagree with max/min")
+        if len(out._sources) == 0 and (count or out._nonfinite_count):
+            raise ValueError("values without sources")
+        if (out._nonfinite_count == 0) != (len(out._nonfinite_sources) == 0):
+            raise ValueError("nonfinite_count and nonfinite_sources disagree")
+        if not out._nonfinite_sources.issubset(out._sources):
+            raise ValueError("nonfinite_sources must be among the sources")
+        sketch = msg.sketch
+        out._sketch = Sketch.from_centroids(
+            sketch.max_centroids, np.array(sketch.means, dtype=np.float64),
+            np.array(sketch.weights, dtype=np.float64), count, out._sum, out._min, out._max)
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        """Same fields, same sketch centroids (used by tests; summaries are not hashable)."""
+        if not isinstance(other, Summary):
+            return NotImplemented
+        return self.to_bytes() == other.to_bytes()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _check_source(source: int) -> None:
+    if not isinstance(source, (int, np.integer)) or isinstance(source, bool) or not 0 <= source <= MAX_SOURCE:
+        raise ValueError(f"source must be an integer in [0, 2**32), got {source!r}")
+
+
+def _desc_key(pair: tuple[float, int]) -> tuple[float, int]:
+    return (-pair[0], pair[1])
+
+
+def _keep_top(current: list[tuple[float, int]], new: list[tuple[float, int]], k: int) -> list[tuple[float, int]]:
+    return heapq.nsmallest(k, current + new, key=_desc_key)
+
+
+def _keep_bottom(current: list[tuple[float, int]], new: list[tuple[float, int]], k: int) -> list[tuple[float, int]]:
+    return heapq.nsmallest(k, current + new)
+
+
+def _order_key(summary: Summary) -> tuple[int, int]:
+    """Merge order: by lowest source id; empty summaries first."""
+    sources = summary._sources
+    return (sources.min(), len(sources)) if sources else (-1, 0)
+
+
+def _overlapping(summaries: Sequence[Summary]) -> BitMap:
+    seen, overlap = BitMap(), BitMap()
+    for s in summaries:
+        overlap |= seen & s._sources
+        seen |= s._sources
+    return overlap
+
+
+def _bitmap(data: bytes, name: str) -> BitMap:
+    if not data:
+        return BitMap()
+    try:
+        return BitMap.deserialize(data)
+    except Exception as exc:  # pyroaring raises ValueError or its own errors on corrupt input
+        raise ValueError(f"{name} is not a portable roaring bitmap ({exc})") from None
+
+
+def _pairs(values: Sequence[float], sources: Sequence[int], name: str) -> list[tuple[float, int]]:
+    if len(values) != len(sources):
+        raise ValueError(f"{name} has {len(values)} values but {len(sources)} sources")
+    pairs = list(zip(values, sources))
+    if any(not math.isfinite(v) for v, _ in pairs):
+        raise ValueError(f"{name} values must be finite")
+    return pairs

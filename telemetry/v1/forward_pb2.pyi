@@ -1,0 +1,63 @@
+from telemetry.v1 import summary_pb2 as _summary_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class WindowSummary(_message.Message):
+    __slots__ = ("key", "summary", "expected", "late")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    LATE_FIELD_NUMBER: _ClassVar[int]
+    key: _summary_pb2.WindowKey
+    summary: _summary_pb2.Summary
+    expected: int
+    late: bool
+    def __init__(self, key: _Optional[_Union[_summary_pb2.WindowKey, _Mapping]] = ..., summary: _Optional[_Union[_summary_pb2.Summary, _Mapping]] = ..., expected: _Optional[int] = ..., late: _Optional[bool] = ...) -> None: ...
+
+class SummaryBatch(_message.Message):
+    __slots__ = ("sender_id", "seq", "windows")
+    SENDER_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    sender_id: str
+    seq: int
+    windows: _containers.RepeatedCompositeFieldContainer[WindowSummary]
+    def __init__(self, sender_id: _Optional[str] = ..., seq: _Optional[int] = ..., windows: _Optional[_Iterable[_Union[WindowSummary, _Mapping]]] = ...) -> None: ...
+
+class Rejection(_message.Message):
+    __slots__ = ("index", "key", "overlapping_sources", "reason")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OVERLAPPING_SOURCES_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    key: _summary_pb2.WindowKey
+    overlapping_sources: _containers.RepeatedScalarFieldContainer[int]
+    reason: str
+    def __init__(self, index: _Optional[int] = ..., key: _Optional[_Union[_summary_pb2.WindowKey, _Mapping]] = ..., overlapping_sources: _Optional[_Iterable[int]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("seq", "status", "rejections")
+    class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATUS_UNSPECIFIED: _ClassVar[Ack.Status]
+        RECEIVED: _ClassVar[Ack.Status]
+        DURABLE: _ClassVar[Ack.Status]
+        REJECTED_OVERLAP: _ClassVar[Ack.Status]
+    STATUS_UNSPECIFIED: Ack.Status
+    RECEIVED: Ack.Status
+    DURABLE: Ack.Status
+    REJECTED_OVERLAP: Ack.Status
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REJECTIONS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    status: Ack.Status
+    rejections: _containers.RepeatedCompositeFieldContainer[Rejection]
+    def __init__(self, seq: _Optional[int] = ..., status: _Optional[_Union[Ack.Status, str]] = ..., rejections: _Optional[_Iterable[_Union[Rejection, _Mapping]]] = ...) -> None: ...
