@@ -21,14 +21,54 @@ class WindowSummary(_message.Message):
     def __init__(self, key: _Optional[_Union[_summary_pb2.WindowKey, _Mapping]] = ..., summary: _Optional[_Union[_summary_pb2.Summary, _Mapping]] = ..., expected: _Optional[int] = ..., late: _Optional[bool] = ...) -> None: ...
 
 class SummaryBatch(_message.Message):
-    __slots__ = ("sender_id", "seq", "windows")
+    __slots__ = ("sender_id", "seq", "windows", "ranks", "counters")
     SENDER_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
     sender_id: str
     seq: int
     windows: _containers.RepeatedCompositeFieldContainer[WindowSummary]
-    def __init__(self, sender_id: _Optional[str] = ..., seq: _Optional[int] = ..., windows: _Optional[_Iterable[_Union[WindowSummary, _Mapping]]] = ...) -> None: ...
+    ranks: _containers.RepeatedCompositeFieldContainer[RankStates]
+    counters: Counters
+    def __init__(self, sender_id: _Optional[str] = ..., seq: _Optional[int] = ..., windows: _Optional[_Iterable[_Union[WindowSummary, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[RankStates, _Mapping]]] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ...) -> None: ...
+
+class RankStates(_message.Message):
+    __slots__ = ("job", "alive", "stuck", "dead", "world_size", "host_ranks", "hosts")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    STUCK_FIELD_NUMBER: _ClassVar[int]
+    DEAD_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    HOST_RANKS_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    alive: bytes
+    stuck: bytes
+    dead: bytes
+    world_size: int
+    host_ranks: _containers.RepeatedScalarFieldContainer[int]
+    hosts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job: _Optional[str] = ..., alive: _Optional[bytes] = ..., stuck: _Optional[bytes] = ..., dead: _Optional[bytes] = ..., world_size: _Optional[int] = ..., host_ranks: _Optional[_Iterable[int]] = ..., hosts: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Counters(_message.Message):
+    __slots__ = ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late", "bad_inputs")
+    SDK_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_OVERLAPS_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    RESENT_FIELD_NUMBER: _ClassVar[int]
+    LATE_FIELD_NUMBER: _ClassVar[int]
+    BAD_INPUTS_FIELD_NUMBER: _ClassVar[int]
+    sdk_dropped: int
+    dropped_windows: int
+    rejected_overlaps: int
+    duplicates: int
+    resent: int
+    late: int
+    bad_inputs: int
+    def __init__(self, sdk_dropped: _Optional[int] = ..., dropped_windows: _Optional[int] = ..., rejected_overlaps: _Optional[int] = ..., duplicates: _Optional[int] = ..., resent: _Optional[int] = ..., late: _Optional[int] = ..., bad_inputs: _Optional[int] = ...) -> None: ...
 
 class Rejection(_message.Message):
     __slots__ = ("index", "key", "overlapping_sources", "reason")

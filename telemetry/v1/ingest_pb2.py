@@ -24,17 +24,33 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19telemetry/v1/ingest.proto\x12\x0ctelemetry.v1\".\n\x0cMetricValues\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x0e\n\x06values\x18\x02 \x03(\x01\"o\n\rRankStepBatch\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12+\n\x07metrics\x18\x02 \x03(\x0b\x32\x1a.telemetry.v1.MetricValues\x12\x0e\n\x06\x63losed\x18\x03 \x01(\x08\x12\x13\n\x0b\x65nd_time_ns\x18\x04 \x01(\x03\"_\n\tRankBatch\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12*\n\x05steps\x18\x04 \x03(\x0b\x32\x1b.telemetry.v1.RankStepBatchb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19telemetry/v1/ingest.proto\x12\x0ctelemetry.v1\".\n\x0cMetricValues\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x0e\n\x06values\x18\x02 \x03(\x01\"o\n\rRankStepBatch\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12+\n\x07metrics\x18\x02 \x03(\x0b\x32\x1a.telemetry.v1.MetricValues\x12\x0e\n\x06\x63losed\x18\x03 \x01(\x08\x12\x13\n\x0b\x65nd_time_ns\x18\x04 \x01(\x03\"_\n\tRankBatch\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12*\n\x05steps\x18\x04 \x03(\x0b\x32\x1b.telemetry.v1.RankStepBatch\"\xac\x01\n\tHeartbeat\x12\x0f\n\x07time_ns\x18\x01 \x01(\x03\x12\x14\n\x0c\x63urrent_step\x18\x02 \x01(\x04\x12\x17\n\x0fsteps_completed\x18\x03 \x01(\x04\x12\x31\n\x05\x65xtra\x18\x04 \x03(\x0b\x32\".telemetry.v1.Heartbeat.ExtraEntry\x1a,\n\nExtraEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x8a\x01\n\tRankHello\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x12\n\nworld_size\x18\x03 \x01(\r\x12\x12\n\nlocal_rank\x18\x04 \x01(\r\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x0b\n\x03pid\x18\x06 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\x0f\n\x07\x64ropped\x18\x08 \x01(\x04\"\x97\x01\n\x0bRankMessage\x12(\n\x05hello\x18\x01 \x01(\x0b\x32\x17.telemetry.v1.RankHelloH\x00\x12(\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x17.telemetry.v1.RankBatchH\x00\x12,\n\theartbeat\x18\x03 \x01(\x0b\x32\x17.telemetry.v1.HeartbeatH\x00\x42\x06\n\x04\x62ody\"\x91\x01\n\x07RankAck\x12,\n\x06status\x18\x01 \x01(\x0e\x32\x1c.telemetry.v1.RankAck.Status\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"K\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0e\n\nREGISTERED\x10\x01\x12\x0c\n\x08RECEIVED\x10\x02\x12\x0b\n\x07\x44URABLE\x10\x03\x32G\n\x05\x41gent\x12>\n\x06Stream\x12\x19.telemetry.v1.RankMessage\x1a\x15.telemetry.v1.RankAck(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'telemetry.v1.ingest_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_HEARTBEAT_EXTRAENTRY']._loaded_options = None
+  _globals['_HEARTBEAT_EXTRAENTRY']._serialized_options = b'8\001'
   _globals['_METRICVALUES']._serialized_start=43
   _globals['_METRICVALUES']._serialized_end=89
   _globals['_RANKSTEPBATCH']._serialized_start=91
   _globals['_RANKSTEPBATCH']._serialized_end=202
   _globals['_RANKBATCH']._serialized_start=204
   _globals['_RANKBATCH']._serialized_end=299
+  _globals['_HEARTBEAT']._serialized_start=302
+  _globals['_HEARTBEAT']._serialized_end=474
+  _globals['_HEARTBEAT_EXTRAENTRY']._serialized_start=430
+  _globals['_HEARTBEAT_EXTRAENTRY']._serialized_end=474
+  _globals['_RANKHELLO']._serialized_start=477
+  _globals['_RANKHELLO']._serialized_end=615
+  _globals['_RANKMESSAGE']._serialized_start=618
+  _globals['_RANKMESSAGE']._serialized_end=769
+  _globals['_RANKACK']._serialized_start=772
+  _globals['_RANKACK']._serialized_end=917
+  _globals['_RANKACK_STATUS']._serialized_start=842
+  _globals['_RANKACK_STATUS']._serialized_end=917
+  _globals['_AGENT']._serialized_start=919
+  _globals['_AGENT']._serialized_end=990
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,5 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -37,3 +38,70 @@ class RankBatch(_message.Message):
     seq: int
     steps: _containers.RepeatedCompositeFieldContainer[RankStepBatch]
     def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., seq: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[RankStepBatch, _Mapping]]] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ("time_ns", "current_step", "steps_completed", "extra")
+    class ExtraEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    TIME_NS_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_STEP_FIELD_NUMBER: _ClassVar[int]
+    STEPS_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_FIELD_NUMBER: _ClassVar[int]
+    time_ns: int
+    current_step: int
+    steps_completed: int
+    extra: _containers.ScalarMap[str, float]
+    def __init__(self, time_ns: _Optional[int] = ..., current_step: _Optional[int] = ..., steps_completed: _Optional[int] = ..., extra: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class RankHello(_message.Message):
+    __slots__ = ("job", "rank", "world_size", "local_rank", "host", "pid", "device", "dropped")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    rank: int
+    world_size: int
+    local_rank: int
+    host: str
+    pid: int
+    device: str
+    dropped: int
+    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., local_rank: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., device: _Optional[str] = ..., dropped: _Optional[int] = ...) -> None: ...
+
+class RankMessage(_message.Message):
+    __slots__ = ("hello", "batch", "heartbeat")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    hello: RankHello
+    batch: RankBatch
+    heartbeat: Heartbeat
+    def __init__(self, hello: _Optional[_Union[RankHello, _Mapping]] = ..., batch: _Optional[_Union[RankBatch, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
+
+class RankAck(_message.Message):
+    __slots__ = ("status", "seq")
+    class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATUS_UNSPECIFIED: _ClassVar[RankAck.Status]
+        REGISTERED: _ClassVar[RankAck.Status]
+        RECEIVED: _ClassVar[RankAck.Status]
+        DURABLE: _ClassVar[RankAck.Status]
+    STATUS_UNSPECIFIED: RankAck.Status
+    REGISTERED: RankAck.Status
+    RECEIVED: RankAck.Status
+    DURABLE: RankAck.Status
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    status: RankAck.Status
+    seq: int
+    def __init__(self, status: _Optional[_Union[RankAck.Status, str]] = ..., seq: _Optional[int] = ...) -> None: ...

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from telemetry.v1 import ingest_pb2 as telemetry_dot_v1_dot_ingest__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -22,3 +23,78 @@ if _version_not_supported:
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
+
+
+class AgentStub:
+    """Node agent: ranks stream their metrics to it over a Unix socket.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Stream = channel.stream_stream(
+                '/telemetry.v1.Agent/Stream',
+                request_serializer=telemetry_dot_v1_dot_ingest__pb2.RankMessage.SerializeToString,
+                response_deserializer=telemetry_dot_v1_dot_ingest__pb2.RankAck.FromString,
+                _registered_method=True)
+
+
+class AgentServicer:
+    """Node agent: ranks stream their metrics to it over a Unix socket.
+    """
+
+    def Stream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_AgentServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Stream': grpc.stream_stream_rpc_method_handler(
+                    servicer.Stream,
+                    request_deserializer=telemetry_dot_v1_dot_ingest__pb2.RankMessage.FromString,
+                    response_serializer=telemetry_dot_v1_dot_ingest__pb2.RankAck.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'telemetry.v1.Agent', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('telemetry.v1.Agent', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Agent:
+    """Node agent: ranks stream their metrics to it over a Unix socket.
+    """
+
+    @staticmethod
+    def Stream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/telemetry.v1.Agent/Stream',
+            telemetry_dot_v1_dot_ingest__pb2.RankMessage.SerializeToString,
+            telemetry_dot_v1_dot_ingest__pb2.RankAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -12,9 +12,9 @@ class Sketch(_message.Message):
     MEANS_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     max_centroids: int
-    means: _containers.RepeatedScalarFieldContainer[float]
-    weights: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, max_centroids: _Optional[int] = ..., means: _Optional[_Iterable[float]] = ..., weights: _Optional[_Iterable[float]] = ...) -> None: ...
+    means: bytes
+    weights: bytes
+    def __init__(self, max_centroids: _Optional[int] = ..., means: _Optional[bytes] = ..., weights: _Optional[bytes] = ...) -> None: ...
 
 class Summary(_message.Message):
     __slots__ = ("count", "sum", "mean", "m2", "min", "argmin", "max", "argmax", "k", "top_values", "top_sources", "bottom_values", "bottom_sources", "sketch", "sources", "nonfinite_count", "nonfinite_sources", "first_time_ns", "last_time_ns")
