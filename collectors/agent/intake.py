@@ -1,0 +1,65 @@
+"""What the agent holds before sealing: each rank's values per (job, step, metric), and heartbeats per second.
+
+A rank closes step s when it says so or moves past it; the agent seals a
+step when every local rank that is not dead has closed it, or when the
+step's deadline passes (DESIGN §4). Sealed values become one part per rank
+in the node's window table, held there until durable at the root.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from pyroaring import BitMap
+
+from collectors.common.keys import Key, bucket_of
+from collectors.delivery.windows import Origin, Part
+
+HEARTBEAT_WIDTH_MS = 1000
+HEARTBEAT_GRACE_S = 0.5
+
+
+@dataclass
+class RankValues:
+    values: list[float] = field(default_factory=list)
+    origins: list[Origin] = field(default_factory=list)
+    first_ns: int = 0
+    last_ns: int = 0
+
+
+@dataclass
+class OpenStep:
+    job: str
+    step: int
+    world_size: int
+    deadline: float
+    metrics: dict[str, dict[int, RankValues]] = field(default_factory=dict)
+    closed: BitMap = field(default_factory=BitMap)
+
+    def parts(self) -> list[tuple[Part, int]]:
+        out = []
+        for metric, by_rank in self.metrics.items():
+            key = Key(self.job, metric, self.step)
+            for rank, rv in by_rank.items():
+                raw = (np.asarray(rv.values, dtype=np.float64), rank, rv.first_ns, rv.last_ns)
+                out.append((Part(key, rv.origins, BitMap([rank]), raw=raw), self.world_size))
+        return out
+
+
+@dataclass
+class OpenBeat:
+    key: Key
+    world_size: int
+    values: dict[int, tuple[float, int]] = field(default_factory=dict)  # rank -> (value, time ns); last wins
+
+    def parts(self) -> list[tuple[Part, int]]:
+        return [(Part(self.key, [], BitMap([rank]), raw=(np.array([value]), rank, t, t)), self.world_size)
+                for rank, (value, t) in self.values.items()]
+
+    def due(self, now_ns: int) -> bool:
+        return now_ns >= (self.key.index + self.key.width_ms) * 1_000_000 + HEARTBEAT_GRACE_S * 1e9
+
+
+def beat_key(job: str, metric: str, time_ns: int) -> Key:
+    return Key(job, metric, bucket_of(time_ns, HEARTBEAT_WIDTH_MS), HEARTBEAT_WIDTH_MS)

@@ -1,0 +1,91 @@
+"""A running node agent: the rank-facing Unix socket (and optional loopback TCP), sealing, forwarding."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from telemetry.sdk.env import default_socket
+from collectors.agent.ranks import DEFAULT_STUCK_AFTER_S, RankRegistry
+from collectors.agent.service import AgentService
+from collectors.common.transport import Security, bind, make_server, set_serving
+from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, MetricBudget
+from collectors.delivery.node import Node, Upstream
+from collectors.delivery.outbox import Outbox
+from collectors.delivery.windows import Deadlines
+from telemetry.v1 import ingest_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+@dataclass
+class AgentConfig:
+    parents: list[str]
+    socket: Path | None = None
+    tcp: str | None = None  # e.g. "127.0.0.1:0"
+    node_id: str = ""
+    parent_security: Security | None = None
+    deadline_floor_s: float = 2.0
+    deadline_factor: float = 3.0
+    flush_interval_s: float = 0.02
+    stuck_after_s: float = DEFAULT_STUCK_AFTER_S
+    max_metrics_per_job: int = DEFAULT_MAX_METRICS_PER_JOB
+    retain_s: float = 120.0
+    extra_sockets: list[Path] = field(default_factory=list)
+
+
+class AgentServer:
+    def __init__(self, config: AgentConfig) -> None:
+        if not config.parents:
+            raise ValueError("an agent needs a parent (--parent ADDR)")
+        self.config = config
+        node_id = config.node_id or f"agent-{socket.gethostname()}-{os.getpid()}"
+        self.node = Node(node_id, Deadlines(config.deadline_floor_s, config.deadline_factor),
+                         ack_down=lambda *a, **k: self.service.ack_down(*a, **k), retain_s=config.retain_s)
+        self.node.complete = lambda win: True  # the agent's intake decides when a step is sealed
+        self.upstream = Upstream(self.node, lambda on_ack: Outbox(node_id, config.parents, config.parent_security,
+                                                                  on_ack))
+        self.node.sink = self.upstream
+        self.registry = RankRegistry(config.stuck_after_s)
+        self.service = AgentService(self.node, self.registry, MetricBudget(config.max_metrics_per_job))
+        self.server, self.health = make_server()
+        ingest_pb2_grpc.add_AgentServicer_to_server(self.service, self.server)
+        self.socket_path = config.socket or default_socket()
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.socket_path.exists():
+            self.socket_path.unlink()  # a stale socket from a previous run
+        self.addresses = [bind(self.server, f"unix:{self.socket_path}")]
+        if config.tcp:
+            self.addresses.append(bind(self.server, config.tcp))
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, name="agent-flush", daemon=True)
+
+    def start(self) -> None:
+        self.server.start()
+        os.chmod(self.socket_path, 0o660)
+        set_serving(self.health, "telemetry.v1.Agent")
+        self.upstream.outbox.start()
+        self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.config.flush_interval_s):
+            try:
+                with self.node.lock:
+                    self.service.seal(time.monotonic())
+                self.node.flush()
+            except Exception:
+                log.exception("agent flush failed")
+
+    def stop(self, grace: float = 1.0) -> None:
+        self._stop.set()
+        self._flusher.join(2)
+        self.upstream.outbox.close()
+        self.server.stop(grace).wait(grace + 1)
+        try:
+            self.socket_path.unlink()
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,181 @@
+"""The Agent gRPC service: one stream per rank (hello, batches, heartbeats in; acks out)."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+from pyroaring import BitMap
+
+from collectors.agent.intake import OpenBeat, OpenStep, RankValues, beat_key
+from collectors.agent.ranks import RankInfo, RankRegistry
+from collectors.common.keys import Key
+from collectors.common.validation import BadInput, MetricBudget
+from collectors.delivery.node import Node
+from collectors.delivery.windows import Origin
+from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+_END = object()
+
+
+class AgentService(ingest_pb2_grpc.AgentServicer):
+    def __init__(self, node: Node, registry: RankRegistry, budget: MetricBudget) -> None:
+        self.node = node
+        self.registry = registry
+        self.budget = budget
+        self.steps: dict[tuple[str, int], OpenStep] = {}
+        self.beats: dict[Key, OpenBeat] = {}
+
+    # ------------------------------------------------------------ acks down
+    def ack_down(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None) -> None:
+        stream, seq = origin
+        job, _, rank = stream.rpartition("/")
+        if index is not None:
+            log.error("a single-rank part of %s was refused as a partial overlap; this cannot happen", stream)
+            return
+        link = self.registry.link(job, int(rank))
+        if link is not None:
+            link.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.DURABLE, seq=seq))
+
+    # ------------------------------------------------------------ the stream
+    def Stream(self, request_iterator: Iterator[ingest_pb2.RankMessage],
+               context: grpc.ServicerContext) -> Iterator[ingest_pb2.RankAck]:
+        responses: queue.Queue = queue.Queue()
+        thread = threading.Thread(target=self._consume, args=(request_iterator, responses), daemon=True)
+        thread.start()
+        while True:
+            item = responses.get()
+            if item is _END:
+                return
+            if isinstance(item, BadInput):
+                context.abort(getattr(grpc.StatusCode, item.code), str(item))
+            yield item
+
+    def _consume(self, requests: Iterator[ingest_pb2.RankMessage], responses: queue.Queue) -> None:
+        info: RankInfo | None = None
+        try:
+            for message in requests:
+                which = message.WhichOneof("body")
+                with self.node.lock:
+                    if which == "hello":
+                        info = self._hello(message.hello, responses)
+                    elif info is None:
+                        raise BadInput("INVALID_ARGUMENT", "the first message on a rank stream must be a hello")
+                    elif which == "batch":
+                        self._batch(info, message.batch, responses)
+                    elif which == "heartbeat":
+                        self._heartbeat(info, message.heartbeat)
+        except BadInput as exc:
+            with self.node.lock:
+                self.node.counters["bad_inputs"] += 1
+            log.warning("refused a rank stream: %s", exc)
+            responses.put(exc)
+        except grpc.RpcError:
+            pass
+        finally:
+            with self.node.lock:
+                if info is not None and info.link is responses:
+                    info.link = None
+            responses.put(_END)
+
+    def _hello(self, hello: ingest_pb2.RankHello, responses: queue.Queue) -> RankInfo:
+        info = self.registry.register(hello, responses)
+        if hello.dropped > info.reported_dropped:
+            self.node.counters["sdk_dropped"] += hello.dropped - info.reported_dropped
+            info.reported_dropped = hello.dropped
+        responses.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.REGISTERED, seq=info.last_seq))
+        return info
+
+    def _batch(self, info: RankInfo, batch: ingest_pb2.RankBatch, responses: queue.Queue) -> None:
+        if batch.job and batch.job != info.job:
+            raise BadInput("INVALID_ARGUMENT", f"batch for job {batch.job!r} on a stream registered for {info.job!r}")
+        if batch.rank != info.rank:
+            raise BadInput("INVALID_ARGUMENT", f"batch for rank {batch.rank} on a stream registered for rank {info.rank}")
+        origin = (f"{info.job}/{info.rank}", batch.seq)
+        if batch.seq <= info.last_seq:
+            # A resend of something this agent already holds: it is acked durable when the original is.
+            responses.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.RECEIVED, seq=batch.seq))
+            self.node.durability.settle(origin)
+            return
+        for step_batch in batch.steps:
+            for values in step_batch.metrics:
+                self.budget.admit(info.job, values.metric)
+        now = time.monotonic()
+        highest = 0
+        for step_batch in batch.steps:
+            step = step_batch.step
+            highest = max(highest, step)
+            open_step = self._open_step(info, step, now)
+            stamp = step_batch.end_time_ns or time.time_ns()
+            for values in step_batch.metrics:
+                by_rank = open_step.metrics.setdefault(values.metric, {})
+                rv = by_rank.get(info.rank)
+                if rv is None:
+                    rv = by_rank[info.rank] = RankValues(first_ns=stamp, last_ns=stamp)
+                rv.values.extend(values.values)
+                rv.first_ns, rv.last_ns = min(rv.first_ns, stamp), max(rv.last_ns, stamp)
+                if origin not in rv.origins:
+                    rv.origins.append(origin)
+                    self.node.durability.hold(origin)
+            if step_batch.closed:
+                open_step.closed.add(info.rank)
+        for (job, step), open_step in self.steps.items():
+            if job == info.job and step < highest:
+                open_step.closed.add(info.rank)  # moving on closes earlier steps
+        info.last_seq = batch.seq
+        responses.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.RECEIVED, seq=batch.seq))
+        self.node.durability.settle(origin)
+
+    def _open_step(self, info: RankInfo, step: int, now: float) -> OpenStep:
+        found = self.steps.get((info.job, step))
+        if found is None:
+            deadline = self.node.table.deadlines.for_window(Key(info.job, "", step), now, time.time_ns())
+            found = self.steps[(info.job, step)] = OpenStep(info.job, step, info.world_size, deadline)
+        return found
+
+    def _heartbeat(self, info: RankInfo, beat: ingest_pb2.Heartbeat) -> None:
+        info.last_beat = time.monotonic()
+        info.current_step = beat.current_step
+        stamp = beat.time_ns or time.time_ns()
+        figures = {"progress.current_step": float(beat.current_step),
+                   "progress.steps_completed": float(beat.steps_completed)}
+        for name, value in beat.extra.items():
+            self.budget.admit(info.job, name)
+            figures[name] = value
+        for metric, value in figures.items():
+            key = beat_key(info.job, metric, stamp)
+            open_beat = self.beats.get(key)
+            if open_beat is None:
+                open_beat = self.beats[key] = OpenBeat(key, info.world_size)
+            open_beat.values[info.rank] = (value, stamp)
+
+    # ------------------------------------------------------------ sealing
+    def seal(self, now: float) -> None:
+        """Move finished steps and heartbeat buckets into the node's window table; caller holds the lock."""
+        node = self.node
+        views = self.registry.views(now)
+        node.own_ranks = views
+        for key, open_step in list(self.steps.items()):
+            view = views.get(open_step.job)
+            waiting_for = (view.alive | view.stuck) if view else BitMap()
+            if now >= open_step.deadline or waiting_for.issubset(open_step.closed):
+                del self.steps[key]
+                for part, expected in open_step.parts():
+                    verdict, _ = node.offer(part, expected, preheld=True)
+                    if verdict != "accepted":
+                        node.counters["bad_inputs"] += 1
+                        log.warning("rank %s logged %s for step %d after its contribution was sealed; dropped",
+                                    list(part.sources), part.key.metric, part.key.index)
+        now_ns = time.time_ns()
+        for key, open_beat in list(self.beats.items()):
+            if open_beat.due(now_ns):
+                del self.beats[key]
+                for part, expected in open_beat.parts():
+                    node.offer(part, expected)
+

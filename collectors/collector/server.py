@@ -1,0 +1,115 @@
+"""A running collector (rack/cluster tier) or root: gRPC server, flush loop, and for the root, store and API."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collectors.common.transport import Security, bind, make_server, set_serving
+from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, MetricBudget
+from collectors.delivery.node import Node, Upstream
+from collectors.delivery.outbox import Outbox
+from collectors.delivery.windows import Deadlines
+from collectors.collector.service import CollectorService
+from collectors.root.api import RootApi, serve
+from collectors.root.finalise import Finaliser, root_complete
+from collectors.root.store import Store
+from telemetry.v1 import forward_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CollectorConfig:
+    listen: str = "127.0.0.1:0"
+    parents: list[str] = field(default_factory=list)  # empty: this is the root
+    node_id: str = ""
+    security: Security | None = None
+    parent_security: Security | None = None
+    db: Path | None = None  # root only
+    api: str | None = "127.0.0.1:0"  # root only; None disables
+    deadline_floor_s: float = 3.0
+    deadline_factor: float = 4.0
+    flush_interval_s: float = 0.02
+    max_metrics_per_job: int = DEFAULT_MAX_METRICS_PER_JOB
+    retain_s: float = 300.0
+
+    @property
+    def is_root(self) -> bool:
+        return not self.parents
+
+
+class CollectorServer:
+    def __init__(self, config: CollectorConfig) -> None:
+        self.config = config
+        node_id = config.node_id or f"{'root' if config.is_root else 'collector'}-{socket.gethostname()}"
+        self.service: CollectorService
+        self.node = Node(node_id, Deadlines(config.deadline_floor_s, config.deadline_factor),
+                         ack_down=lambda *a, **k: self.service.ack_down(*a, **k), retain_s=config.retain_s)
+        self.store: Store | None = None
+        self.finaliser: Finaliser | None = None
+        self.api_server = None
+        if config.is_root:
+            self.store = Store(config.db or Path("telemetry-root.db"))
+            self.finaliser = Finaliser(self.store)
+            self.node.sink = self.finaliser
+            self.node.complete = root_complete(self.node)
+            before = lambda key: self.finaliser.reload(self.node, key)  # noqa: E731
+        else:
+            self.upstream = Upstream(self.node, lambda on_ack: Outbox(node_id, config.parents, config.parent_security,
+                                                                      on_ack))
+            self.node.sink = self.upstream
+            before = None
+        self.service = CollectorService(self.node, MetricBudget(config.max_metrics_per_job), before)
+        self.server, self.health = make_server(security=config.security)
+        forward_pb2_grpc.add_CollectorServicer_to_server(self.service, self.server)
+        self.address = bind(self.server, config.listen, config.security)
+        self.api_address: str | None = None
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, name="flush", daemon=True)
+
+    def start(self) -> None:
+        self.server.start()
+        set_serving(self.health, "telemetry.v1.Collector")
+        if not self.config.is_root:
+            self.upstream.outbox.start()
+        elif self.config.api is not None:
+            host, port = self.config.api.rsplit(":", 1)
+            api = RootApi(self.store, self.liveness)  # type: ignore[arg-type]
+            self.api_server = serve(api, host, int(port))
+            self.api_address = f"{host}:{self.api_server.server_address[1]}"
+        self._flusher.start()
+
+    def liveness(self, job: str) -> dict[str, object]:
+        with self.node.lock:
+            view = self.node.ranks(job)
+            counters = self.node.subtree_counters()
+        return {"world_size": view.world_size, "alive": len(view.alive), "stuck": len(view.stuck),
+                "dead": len(view.dead), "stuck_ranks": list(view.stuck)[:1024], "dead_ranks": list(view.dead)[:1024],
+                "counters": counters}
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.config.flush_interval_s):
+            try:
+                self.node.flush()
+            except Exception:
+                log.exception("flush failed")
+
+    def stop(self, grace: float = 1.0) -> None:
+        self._stop.set()
+        self._flusher.join(2)
+        if not self.config.is_root:
+            self.upstream.outbox.close()
+        self.server.stop(grace).wait(grace + 1)
+        if self.api_server is not None:
+            self.api_server.shutdown()
+        if self.store is not None:
+            self.store.close()
+
+    def wait(self) -> None:
+        while not self._stop.is_set():
+            time.sleep(0.5)

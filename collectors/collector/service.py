@@ -1,0 +1,131 @@
+"""The Collector gRPC service: children stream SummaryBatches in, Acks flow back out."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+
+import grpc
+from pyroaring import BitMap
+
+from collectors.common.keys import Key
+from collectors.common.validation import BadInput, MetricBudget, check_job
+from collectors.delivery.node import COUNTER_FIELDS, Node, RankView
+from collectors.delivery.windows import Origin, Part
+from telemetry.summary import Summary
+from telemetry.v1 import forward_pb2, forward_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+_END = object()
+
+
+class CollectorService(forward_pb2_grpc.CollectorServicer):
+    """Accepts child units into a Node; `before_offer` lets the root reload windows it persisted."""
+
+    def __init__(self, node: Node, budget: MetricBudget | None = None,
+                 before_offer: Callable[[Key], None] | None = None) -> None:
+        self.node = node
+        self.budget = budget or MetricBudget()
+        self.before_offer = before_offer
+        self._links: dict[str, queue.Queue] = {}
+        self._links_lock = threading.Lock()
+
+    # Called by the node (under its lock) to answer a child about one of its units.
+    def ack_down(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None) -> None:
+        sender, seq = origin
+        with self._links_lock:
+            link = self._links.get(sender)
+        if link is None:
+            return  # the child resends after it reconnects; the duplicate is then absorbed
+        if index is None:
+            link.put(forward_pb2.Ack(seq=seq, status=forward_pb2.Ack.DURABLE))
+        else:
+            link.put(forward_pb2.Ack(seq=seq, status=forward_pb2.Ack.REJECTED_OVERLAP, rejections=[
+                forward_pb2.Rejection(index=index, overlapping_sources=list(overlap or ()),
+                                      reason="sources already held upstream; split and resend")]))
+
+    def Forward(self, request_iterator: Iterator[forward_pb2.SummaryBatch],
+                context: grpc.ServicerContext) -> Iterator[forward_pb2.Ack]:
+        responses: queue.Queue = queue.Queue()
+        state: dict[str, object] = {}
+        thread = threading.Thread(target=self._consume, args=(request_iterator, responses, state), daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = responses.get()
+                if item is _END:
+                    return
+                if isinstance(item, BadInput):
+                    context.abort(getattr(grpc.StatusCode, item.code), str(item))
+                yield item
+        finally:
+            sender = state.get("sender")
+            with self._links_lock:
+                if sender is not None and self._links.get(sender) is responses:  # type: ignore[arg-type]
+                    del self._links[sender]  # type: ignore[arg-type]
+
+    def _consume(self, requests: Iterator[forward_pb2.SummaryBatch], responses: queue.Queue,
+                 state: dict[str, object]) -> None:
+        try:
+            for batch in requests:
+                sender = state.get("sender")
+                if sender is None:
+                    if not batch.sender_id:
+                        raise BadInput("INVALID_ARGUMENT", "the first batch must name its sender_id")
+                    state["sender"] = sender = batch.sender_id
+                    with self._links_lock:
+                        self._links[batch.sender_id] = responses
+                elif batch.sender_id and batch.sender_id != sender:
+                    raise BadInput("INVALID_ARGUMENT",
+                                   f"sender_id changed from {sender!r} to {batch.sender_id!r} on one stream")
+                self._handle(str(sender), batch, responses)
+        except BadInput as exc:
+            with self.node.lock:
+                self.node.counters["bad_inputs"] += 1
+            log.warning("refused a child stream: %s", exc)
+            responses.put(exc)
+        except grpc.RpcError:
+            pass  # the child went away; it resends whatever is not durable
+        finally:
+            responses.put(_END)
+
+    def _handle(self, sender: str, batch: forward_pb2.SummaryBatch, responses: queue.Queue) -> None:
+        node = self.node
+        origin = (sender, batch.seq)
+        with node.lock:
+            node.child_ranks[sender] = {r.job: RankView.from_proto(r) for r in batch.ranks}
+            node.child_counters[sender] = {name: getattr(batch.counters, name) for name in COUNTER_FIELDS}
+            if batch.seq == 0:
+                responses.put(forward_pb2.Ack(seq=0, status=forward_pb2.Ack.RECEIVED))
+                return
+            rejections = []
+            for index, window in enumerate(batch.windows):
+                rejection = self._offer(origin, index, window)
+                if rejection is not None:
+                    rejections.append(rejection)
+            status = forward_pb2.Ack.REJECTED_OVERLAP if rejections else forward_pb2.Ack.RECEIVED
+            responses.put(forward_pb2.Ack(seq=batch.seq, status=status, rejections=rejections))
+            node.durability.settle(origin)
+
+    def _offer(self, origin: Origin, index: int, window: forward_pb2.WindowSummary) -> forward_pb2.Rejection | None:
+        node = self.node
+        try:
+            key = Key.from_proto(window.key)
+            check_job(key.job)
+            self.budget.admit(key.job, key.metric)
+            summary = Summary.from_proto(window.summary)
+        except (ValueError, BadInput) as exc:
+            node.counters["bad_inputs"] += 1
+            log.warning("refused window %d of %s: %s", index, origin, exc)
+            return forward_pb2.Rejection(index=index, key=window.key, reason=str(exc))
+        if self.before_offer is not None:
+            self.before_offer(key)
+        part = Part(key, [origin], summary._sources, index=index, built=summary)
+        verdict, overlap = node.offer(part, window.expected)
+        if verdict != "overlap":
+            return None
+        return forward_pb2.Rejection(index=index, key=window.key, overlapping_sources=list(overlap or ()),
+                                     reason=f"{len(overlap or ())} of {len(part.sources)} sources already held")

@@ -1,0 +1,1 @@
+"""Pieces every service shares: window keys, input validation, gRPC transport, backoff."""

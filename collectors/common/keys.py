@@ -1,0 +1,43 @@
+"""Window keys (DESIGN §4) as hashable tuples, and their proto form."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from telemetry.v1 import summary_pb2
+
+
+class Key(NamedTuple):
+    """One window: a step window when width_ms == 0 (index = step), else a time bucket starting at index ms."""
+
+    job: str
+    metric: str
+    index: int
+    width_ms: int = 0
+
+    @property
+    def is_step(self) -> bool:
+        return self.width_ms == 0
+
+    def to_proto(self) -> summary_pb2.WindowKey:
+        if self.width_ms:
+            return summary_pb2.WindowKey(job=self.job, metric=self.metric,
+                                         bucket=summary_pb2.TimeBucket(start_ms=self.index, width_ms=self.width_ms))
+        return summary_pb2.WindowKey(job=self.job, metric=self.metric, step=self.index)
+
+    @classmethod
+    def from_proto(cls, msg: summary_pb2.WindowKey) -> Key:
+        which = msg.WhichOneof("window")
+        if which == "step":
+            return cls(msg.job, msg.metric, msg.step, 0)
+        if which == "bucket":
+            if msg.bucket.width_ms <= 0:
+                raise ValueError("time bucket width_ms must be > 0")
+            return cls(msg.job, msg.metric, msg.bucket.start_ms, msg.bucket.width_ms)
+        raise ValueError("window key has neither step nor bucket")
+
+
+def bucket_of(time_ns: int, width_ms: int) -> int:
+    """Start (ms) of the time bucket holding time_ns."""
+    ms = time_ns // 1_000_000
+    return ms - ms % width_ms

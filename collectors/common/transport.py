@@ -1,0 +1,115 @@
+"""gRPC servers and channels between tiers: health checking, optional TLS/mTLS and a bearer token.
+
+Addresses: "unix:/path/to.sock" or "HOST:PORT". Every server gets the
+standard grpc.health.v1 service. With a token, every call must carry
+`authorization: Bearer TOKEN` or is refused with UNAUTHENTICATED.
+"""
+
+from __future__ import annotations
+
+import hmac
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from collectors.common.validation import DEFAULT_MAX_MESSAGE_BYTES
+
+
+@dataclass(frozen=True)
+class Security:
+    """TLS material and token; all optional. Paths are PEM files."""
+
+    cert: Path | None = None        # this side's certificate (server; client too for mTLS)
+    key: Path | None = None
+    ca: Path | None = None          # CA to verify the peer (client: the server; server: clients => mTLS)
+    token: str | None = None
+    server_name: str | None = None  # TLS name override for clients (tests use "localhost")
+
+    @property
+    def tls(self) -> bool:
+        return self.ca is not None or self.cert is not None
+
+
+def _options(max_message_bytes: int) -> list[tuple[str, int]]:
+    return [("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.so_reuseport", 0)]
+
+
+class _TokenInterceptor(grpc.ServerInterceptor):
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+        def deny(request: object, context: grpc.ServicerContext) -> None:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+
+        self._deny = grpc.unary_unary_rpc_method_handler(deny)
+        self._deny_stream = grpc.stream_stream_rpc_method_handler(lambda it, ctx: deny(None, ctx))
+
+    def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
+        if handler_call_details.method.startswith("/grpc.health.v1.Health/"):
+            return continuation(handler_call_details)
+        for key, value in handler_call_details.invocation_metadata or ():
+            if key == "authorization" and hmac.compare_digest(str(value).encode(), self._expected):
+                return continuation(handler_call_details)
+        handler = continuation(handler_call_details)
+        if handler is not None and handler.request_streaming:
+            return self._deny_stream
+        return self._deny
+
+
+def make_server(max_workers: int = 32, security: Security | None = None,
+                max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> tuple[grpc.Server, health.HealthServicer]:
+    interceptors = [_TokenInterceptor(security.token)] if security and security.token else []
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), interceptors=interceptors,
+                         options=_options(max_message_bytes))
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    return server, health_servicer
+
+
+def bind(server: grpc.Server, address: str, security: Security | None = None) -> str:
+    """Bind an address ("unix:PATH" or "HOST:PORT"; port 0 picks one); return the bound address."""
+    if security and security.tls and not address.startswith("unix:"):
+        if security.cert is None or security.key is None:
+            raise ValueError("TLS server needs --tls-cert and --tls-key")
+        creds = grpc.ssl_server_credentials(
+            [(security.key.read_bytes(), security.cert.read_bytes())],
+            root_certificates=security.ca.read_bytes() if security.ca else None,
+            require_client_auth=security.ca is not None)
+        port = server.add_secure_port(address, creds)
+    else:
+        port = server.add_insecure_port(address)
+    if port == 0 and not address.startswith("unix:"):
+        raise OSError(f"could not bind {address}")
+    if address.startswith("unix:"):
+        return address
+    host = address.rsplit(":", 1)[0]
+    return f"{host}:{port}"
+
+
+def set_serving(health_servicer: health.HealthServicer, *services: str) -> None:
+    for name in ("", *services):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+
+def make_channel(address: str, security: Security | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> grpc.Channel:
+    options = _options(max_message_bytes) + [("grpc.keepalive_time_ms", 10_000),
+                                             ("grpc.keepalive_timeout_ms", 5_000)]
+    if security and security.tls and not address.startswith("unix:"):
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=security.ca.read_bytes() if security.ca else None,
+            private_key=security.key.read_bytes() if security.key else None,
+            certificate_chain=security.cert.read_bytes() if security.cert else None)
+        if security.server_name:
+            options.append(("grpc.ssl_target_name_override", security.server_name))
+        return grpc.secure_channel(address, creds, options=options)
+    return grpc.insecure_channel(address, options=options)
+
+
+def call_metadata(security: Security | None) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {security.token}"),) if security and security.token else ()

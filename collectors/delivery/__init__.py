@@ -1,0 +1,1 @@
+"""Delivery (DESIGN §5): windows, overlap rules, durability refcounts, retained and resent units."""

@@ -1,0 +1,204 @@
+"""A node's windows: accept parts, refuse overlaps, absorb duplicates, decide when to seal (DESIGN §4, §5).
+
+Every tier holds, per window, the union of sources it has ever accepted.
+A part whose sources are disjoint from it is merged; a part whose sources
+are all already held is a duplicate delivery (a resend after a crash or
+reconnect): it is absorbed, never counted twice, and acknowledged durable
+once the data it duplicates is; a part that overlaps only partly is
+rejected naming the overlap, and its sender splits it into its own
+constituents, each of which is then wholly new or wholly a duplicate.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from pyroaring import BitMap
+
+from collectors.common.keys import Key
+from telemetry.summary import Summary
+
+Origin = tuple[str, int]
+"""A unit received from below: (sender id, sequence number)."""
+
+
+@dataclass
+class Part:
+    """One accepted piece of a window, kept until durable upstream so it can be resent or split.
+
+    Collectors' parts are child summaries. An agent's parts are one rank's raw
+    values (`raw`): the agent summarises a whole window in one vectorised pass
+    and builds a per-rank summary only when a part must travel alone.
+    """
+
+    key: Key
+    origins: list[Origin]
+    sources: BitMap
+    index: int = 0  # position of this window in the sender's unit, for rejecting it back down
+    built: Summary | None = None
+    raw: tuple[np.ndarray, int, int, int] | None = None  # values, source, first/last time ns
+
+    @property
+    def summary(self) -> Summary:
+        if self.built is None:
+            assert self.raw is not None
+            values, source, first_ns, last_ns = self.raw
+            self.built = Summary.from_arrays(values, np.full(values.shape, source), last_ns, first_time_ns=first_ns)
+        return self.built
+
+
+@dataclass
+class OutPart:
+    """One window of a forwarded unit: the merge of its constituents."""
+
+    key: Key
+    expected: int
+    late: bool
+    summary: Summary
+    constituents: list[Part]
+    absorbed: list[Origin] = field(default_factory=list)
+
+
+@dataclass
+class Window:
+    key: Key
+    expected: int
+    first_seen: float
+    deadline: float
+    sources: BitMap = field(default_factory=BitMap)
+    pending: list[Part] = field(default_factory=list)
+    absorbed: list[Origin] = field(default_factory=list)
+    inflight: dict[int, OutPart] = field(default_factory=dict)
+    sealed: bool = False
+    sealed_at: float = 0.0
+    forwarded: bool = False  # anything sent up already: what follows is a late delta
+
+
+@dataclass
+class Deadlines:
+    """Seal deadlines: max(floor, factor x the job's median step interval); time buckets: end + floor."""
+
+    floor_s: float = 2.0
+    factor: float = 3.0
+    history: int = 32
+    _starts: dict[str, deque[tuple[int, float]]] = field(default_factory=dict)
+
+    def for_window(self, key: Key, now: float, now_wall_ns: int) -> float:
+        if key.width_ms:
+            end_ns = (key.index + key.width_ms) * 1_000_000
+            return now + max(0.0, (end_ns - now_wall_ns) / 1e9) + self.floor_s
+        starts = self._starts.setdefault(key.job, deque(maxlen=self.history))
+        if not starts or key.index > starts[-1][0]:
+            starts.append((key.index, now))
+        return now + max(self.floor_s, self.factor * self.median_step_s(key.job))
+
+    def median_step_s(self, job: str) -> float:
+        starts = self._starts.get(job)
+        if not starts or len(starts) < 3:
+            return 0.0
+        steps = list(starts)
+        intervals = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in zip(steps, steps[1:]) if s1 > s0]
+        return statistics.median(intervals) if intervals else 0.0
+
+
+class WindowTable:
+    """The windows one node holds; not thread-safe (the node's lock guards it)."""
+
+    def __init__(self, deadlines: Deadlines, retain_s: float = 300.0,
+                 max_windows: int = 200_000, on_drop: Callable[[Window], None] | None = None) -> None:
+        self.deadlines = deadlines
+        self.retain_s = retain_s
+        self.max_windows = max_windows
+        self.windows: dict[Key, Window] = {}
+        self._on_drop = on_drop
+
+    def window(self, key: Key, expected: int, now: float | None = None) -> Window:
+        win = self.windows.get(key)
+        if win is None:
+            now = time.monotonic() if now is None else now
+            win = Window(key, expected, now, self.deadlines.for_window(key, now, time.time_ns()))
+            self.windows[key] = win
+            if len(self.windows) > self.max_windows:
+                self._drop_oldest()
+        elif expected > win.expected:
+            win.expected = expected
+        return win
+
+    def offer(self, part: Part, expected: int) -> tuple[str, BitMap | None]:
+        """Accept, absorb or reject one part: returns ("accepted"|"duplicate"|"overlap", overlap)."""
+        win = self.window(part.key, expected)
+        overlap = win.sources & part.sources
+        if not overlap:
+            win.sources |= part.sources
+            win.pending.append(part)
+            return "accepted", None
+        if len(overlap) == len(part.sources):
+            return "duplicate", overlap
+        return "overlap", overlap
+
+    def due(self, now: float, complete: Callable[[Window], bool]) -> list[Window]:
+        """Windows with pending parts that must go now: newly complete, past deadline, or already sealed (late)."""
+        out = []
+        for win in self.windows.values():
+            if not win.pending:
+                continue
+            if win.sealed or now >= win.deadline or complete(win):
+                if not win.sealed:
+                    win.sealed, win.sealed_at = True, now
+                out.append(win)
+        return out
+
+    def expire(self, now: float) -> list[Window]:
+        """Forget settled windows older than retain_s (nothing pending or in flight)."""
+        gone = [key for key, win in self.windows.items()
+                if win.sealed and not win.pending and not win.inflight and not win.absorbed
+                and now - win.sealed_at > self.retain_s]
+        return [self.windows.pop(key) for key in gone]
+
+    def _drop_oldest(self) -> None:
+        oldest = min(self.windows.values(), key=lambda w: w.first_seen)
+        del self.windows[oldest.key]
+        if self._on_drop:
+            self._on_drop(oldest)
+
+
+def merge_parts(parts: list[Part]) -> Summary:
+    if parts and all(p.built is None and p.raw is not None for p in parts):
+        raws = [p.raw for p in parts]
+        values = np.concatenate([r[0] for r in raws])  # type: ignore[index]
+        sources = np.concatenate([np.full(r[0].shape, r[1]) for r in raws])  # type: ignore[index]
+        return Summary.from_arrays(values, sources, max(r[3] for r in raws),  # type: ignore[index]
+                                   first_time_ns=min(r[2] for r in raws))  # type: ignore[index]
+    return Summary.merge_all([p.summary for p in parts])
+
+
+class Durability:
+    """Refcounts of units received from below: acked DURABLE when every unit holding them is durable."""
+
+    def __init__(self, ack: Callable[[Origin], None]) -> None:
+        self._refs: dict[Origin, int] = {}
+        self._ack = ack
+
+    def hold(self, origin: Origin, times: int = 1) -> None:
+        self._refs[origin] = self._refs.get(origin, 0) + times
+
+    def release(self, origin: Origin) -> None:
+        left = self._refs.get(origin, 0) - 1
+        if left > 0:
+            self._refs[origin] = left
+            return
+        self._refs.pop(origin, None)
+        self._ack(origin)
+
+    def settle(self, origin: Origin) -> None:
+        """A unit that holds nothing (all duplicates of durable data, or empty): durable now."""
+        if origin not in self._refs:
+            self._ack(origin)
+
+    def outstanding(self) -> int:
+        return len(self._refs)

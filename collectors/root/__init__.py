@@ -1,0 +1,1 @@
+"""The root: finalises windows, persists them, serves the JSON API (and, later, detectors and /metrics)."""

@@ -1,0 +1,138 @@
+"""The root's HTTP JSON API (loopback by default): jobs, per-step figures, progress.
+
+GET /api/v1/jobs
+GET /api/v1/jobs/{job}/steps?metric=NAME&last=N
+GET /api/v1/jobs/{job}/progress
+GET /healthz
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote, urlparse
+
+from collectors.root.store import Store
+
+log = logging.getLogger(__name__)
+
+MAX_LAST = 10_000
+PROGRESS_METRIC = "progress.current_step"
+
+
+class ApiError(Exception):
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RootApi:
+    """Answers API requests from the store and the root's live view (`live(job)` gives liveness)."""
+
+    def __init__(self, store: Store, live: Callable[[str], dict[str, object]]) -> None:
+        self.store = store
+        self.live = live
+
+    def jobs(self) -> list[dict[str, object]]:
+        with self.store.reader() as db:
+            rows = db.execute("SELECT j.job, j.world_size, (SELECT max(idx) FROM windows w WHERE w.job=j.job "
+                              "AND w.width_ms=0) AS last_step FROM jobs j ORDER BY j.job").fetchall()
+        return [dict(row) for row in rows]
+
+    def steps(self, job: str, metric: str, last: int) -> list[dict[str, object]]:
+        with self.store.reader() as db:
+            rows = db.execute(
+                "SELECT idx AS step, count, expected, missing, mean, stddev, min, argmin, max, argmax, top, "
+                "p50, p90, p99, p999, nonfinite_count, nonfinite_sources, late, sources, last_time_ns, finalised_ns "
+                "FROM windows WHERE job=? AND metric=? AND width_ms=0 ORDER BY idx DESC LIMIT ?",
+                (job, metric, last)).fetchall()
+        out = []
+        for row in reversed(rows):
+            item = dict(row)
+            for name in ("missing", "top", "nonfinite_sources"):
+                item[name] = json.loads(item[name])
+            out.append(item)
+        return out
+
+    def progress(self, job: str) -> dict[str, object]:
+        with self.store.reader() as db:
+            row = db.execute(
+                "SELECT idx, min, max, summary FROM windows WHERE job=? AND metric=? AND width_ms>0 "
+                "ORDER BY idx DESC LIMIT 1", (job, PROGRESS_METRIC)).fetchone()
+            last_step = db.execute("SELECT max(idx) FROM windows WHERE job=? AND width_ms=0", (job,)).fetchone()[0]
+        result: dict[str, object] = {"job": job, "last_finalised_step": last_step}
+        if row is not None:
+            from telemetry.summary import Summary
+            summary = Summary.from_bytes(row["summary"])
+            low = summary.min
+            result.update({
+                "time_ms": row["idx"], "min_step": row["min"], "max_step": row["max"],
+                "ranks_at_min": [s for v, s in summary.bottom() if v == low],
+                "ranks_reporting": len(summary.sources),
+            })
+        result.update(self.live(job))
+        return result
+
+    def handle(self, path: str, query: dict[str, list[str]]) -> object:
+        parts = [unquote(p) for p in path.strip("/").split("/")]
+        if parts == ["healthz"]:
+            return {"ok": True}
+        if parts[:2] != ["api", "v1"] or len(parts) < 3 or parts[2] != "jobs":
+            raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")
+        if len(parts) == 3:
+            return {"jobs": self.jobs()}
+        job = parts[3]
+        if len(parts) == 5 and parts[4] == "steps":
+            metric = query.get("metric", ["step_time"])[0]
+            try:
+                last = int(query.get("last", ["100"])[0])
+            except ValueError:
+                raise ApiError(HTTPStatus.BAD_REQUEST, "last must be an integer") from None
+            if not 1 <= last <= MAX_LAST:
+                raise ApiError(HTTPStatus.BAD_REQUEST, f"last must be in [1, {MAX_LAST}]")
+            return {"job": job, "metric": metric, "steps": self.steps(job, metric, last)}
+        if len(parts) == 5 and parts[4] == "progress":
+            return self.progress(job)
+        raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")
+
+
+def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tuple[str, bytes]]] | None = None
+          ) -> ThreadingHTTPServer:
+    """Start the API on a daemon thread; `extra` maps paths (e.g. /metrics) to (content type, body) makers."""
+    routes = extra or {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            url = urlparse(self.path)
+            try:
+                if url.path in routes:
+                    ctype, body = routes[url.path]()
+                    self._send(HTTPStatus.OK, ctype, body)
+                    return
+                payload = api.handle(url.path, parse_qs(url.query))
+                self._send(HTTPStatus.OK, "application/json", json.dumps(payload).encode())
+            except ApiError as exc:
+                self._send(exc.status, "application/json", json.dumps({"error": str(exc)}).encode())
+            except Exception as exc:  # a bug must answer 500, not kill the server
+                log.exception("API error on %s", self.path)
+                self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "application/json",
+                           json.dumps({"error": f"internal error: {exc}"}).encode())
+
+        def _send(self, status: HTTPStatus, ctype: str, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, fmt: str, *args: object) -> None:
+            log.debug("api: " + fmt, *args)
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="root-api", daemon=True).start()
+    return server

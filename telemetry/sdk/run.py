@@ -1,0 +1,203 @@
+"""`telemetry.init()` and `Run`: what training code calls.
+
+    run = telemetry.init(job="llama-70b")          # RANK, WORLD_SIZE, ... from torchrun
+    with run.step(step):
+        loss = train_step(batch)
+        run.log(step, loss=loss)                   # floats, or tensors (see telemetry.torch)
+    run.close(timeout=10)
+
+`log()` only appends to a bounded in-memory buffer: no I/O, no lock, no
+host-device sync. A background thread batches per step and streams to the
+node agent. If the buffer is full the oldest record is dropped and counted;
+if the agent is down, training goes on.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from telemetry.names import is_metric_name
+from telemetry.sdk.env import default_agent, env_int
+from telemetry.sdk.sender import Identity, Sender
+from telemetry.v1 import ingest_pb2
+
+log = logging.getLogger("telemetry.sdk")
+
+DEFAULT_BUFFER_RECORDS = 100_000
+_VALUES, _CLOSE, _STAGED = 0, 1, 2
+
+
+class Run:
+    """One rank's telemetry session; several may live in one process (the simulator runs many)."""
+
+    def __init__(self, job: str, rank: int, world_size: int, local_rank: int = 0, agent: str | None = None,
+                 device: str = "", buffer_records: int = DEFAULT_BUFFER_RECORDS, flush_interval_s: float = 0.02,
+                 heartbeat_interval_s: float = 1.0, max_backlog_values: int = 1_000_000) -> None:
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        self.job, self.rank, self.world_size, self.local_rank = job, rank, world_size, local_rank
+        self.agent = agent or default_agent()
+        self._records: collections.deque = collections.deque()
+        self._max_records = buffer_records
+        self._known_names: set[str] = set()
+        self.dropped_records = 0
+        self.current_step = 0
+        self.steps_completed = 0
+        self.heartbeat_extras: list[Callable[[], dict[str, float] | None]] = []
+        self._sender = Sender(Identity(job, rank, world_size, local_rank, device), self.agent, self._drain,
+                              self._beat, max_backlog_values, flush_interval_s, heartbeat_interval_s)
+        self._closed = False
+        self._sender.start()
+
+    # ------------------------------------------------------------ training thread
+    def log(self, step: int, **values: Any) -> None:
+        """Record values for `step`. Floats, ints, or tensors (read later, without a sync). Never blocks."""
+        for name in values:
+            if name not in self._known_names:
+                if not is_metric_name(name):
+                    raise ValueError(f"metric name {name!r} must match [a-z0-9_.]{{1,64}}")
+                self._known_names.add(name)
+        if step > self.current_step:
+            self.current_step = step
+        staged = None
+        for value in values.values():
+            if not isinstance(value, (float, int)):
+                staged = _stage(values)
+                break
+        self._append((_STAGED, step, staged) if staged is not None else (_VALUES, step, values))
+
+    @contextmanager
+    def step(self, step: int) -> Iterator[None]:
+        """Times the block as `step_time` (seconds) and closes this rank's contribution to `step` on exit."""
+        if step > self.current_step:
+            self.current_step = step
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._append((_VALUES, step, {"step_time": time.perf_counter() - start}))
+            self._append((_CLOSE, step, time.time_ns()))
+            self.steps_completed += 1
+
+    def end_step(self, step: int) -> None:
+        """Close this rank's contribution to `step` without timing it (what `step()` does on exit)."""
+        self._append((_CLOSE, step, time.time_ns()))
+        self.steps_completed += 1
+
+    def wrap_loader(self, iterable: Iterable) -> Iterator:
+        """Yield from `iterable`, logging the seconds each `next()` waited as `dataloader_wait` for the current step."""
+        iterator = iter(iterable)
+        while True:
+            start = time.perf_counter()
+            try:
+                item = next(iterator)
+            except StopIteration:
+                return
+            self.log(self.current_step, dataloader_wait=time.perf_counter() - start)
+            yield item
+
+    def _append(self, record: tuple) -> None:
+        records = self._records
+        if len(records) >= self._max_records:
+            try:
+                records.popleft()
+                self.dropped_records += 1
+            except IndexError:
+                pass
+        records.append(record)
+
+    # ------------------------------------------------------------ sender thread
+    def _drain(self) -> list[ingest_pb2.RankStepBatch]:
+        """Turn buffered records into per-step batches, in order; stops at a tensor copy still in flight."""
+        records = self._records
+        steps: dict[int, tuple[dict[str, list[float]], list]] = {}
+        while records:
+            kind, step, payload = records[0]
+            if kind == _STAGED:
+                if not payload.ready():
+                    break
+                payload = payload.read()
+                kind = _VALUES
+            records.popleft()
+            metrics, closed = steps.setdefault(step, ({}, []))
+            if kind == _VALUES:
+                for name, value in payload.items():
+                    metrics.setdefault(name, []).append(float(value))
+            else:
+                closed.append(payload)
+        out = []
+        for step in sorted(steps):
+            metrics, closed = steps[step]
+            batch = ingest_pb2.RankStepBatch(step=step, closed=bool(closed), end_time_ns=max(closed, default=0))
+            for name, values in metrics.items():
+                batch.metrics.add(metric=name, values=values)
+            out.append(batch)
+        if self.dropped_records:
+            self._sender.dropped_values += self.dropped_records
+            self.dropped_records = 0
+        return out
+
+    def _beat(self) -> ingest_pb2.Heartbeat:
+        beat = ingest_pb2.Heartbeat(time_ns=time.time_ns(), current_step=self.current_step,
+                                    steps_completed=self.steps_completed)
+        for extra in self.heartbeat_extras:
+            try:
+                figures = extra()
+            except Exception:
+                log.debug("heartbeat extra failed", exc_info=True)
+                continue
+            for name, value in (figures or {}).items():
+                beat.extra[name] = float(value)
+        return beat
+
+    # ------------------------------------------------------------ lifecycle
+    @property
+    def connected(self) -> bool:
+        return self._sender.connected.is_set()
+
+    def wait_connected(self, timeout: float) -> bool:
+        return self._sender.connected.wait(timeout)
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """Flush everything and wait up to `timeout` s until the root holds it durably; True if it did."""
+        if self._closed:
+            return True
+        self._closed = True
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and (self._records or self._sender.unacknowledged()):
+            self._sender.wake()
+            time.sleep(0.01)
+        done = not self._records and not self._sender.unacknowledged()
+        self._sender.stop(max(0.1, deadline - time.monotonic()) + 1.0)
+        return done
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return {"dropped_values": self._sender.dropped_values, "unacknowledged_batches": self._sender.unacknowledged(),
+                "refused_batches": self._sender.refused_batches}
+
+
+def _stage(values: dict[str, Any]):  # type: ignore[no-untyped-def]
+    """Tensors go through telemetry.torch (imported only when a tensor is first logged)."""
+    from telemetry.torch.device_values import stage
+    return stage(values)
+
+
+def init(job: str | None = None, rank: int | None = None, world_size: int | None = None,
+         local_rank: int | None = None, agent: str | None = None, **options: Any) -> Run:
+    """Start telemetry for this rank; every argument defaults from torchrun's environment.
+
+    job: TORCHELASTIC_RUN_ID (else "default"); rank: RANK; world_size: WORLD_SIZE; local_rank: LOCAL_RANK;
+    agent: TELEMETRY_AGENT, else the node agent's default Unix socket.
+    """
+    job = job or os.environ.get("TORCHELASTIC_RUN_ID") or "default"
+    rank = rank if rank is not None else env_int("RANK", 0)
+    world_size = world_size if world_size is not None else env_int("WORLD_SIZE", 1)
+    local_rank = local_rank if local_rank is not None else env_int("LOCAL_RANK", 0)
+    return Run(job, rank, world_size, local_rank, agent, **options)  # type: ignore[arg-type]

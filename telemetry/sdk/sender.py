@@ -1,0 +1,225 @@
+"""The SDK's background thread: batches logged values per step and streams them to the node agent.
+
+Nothing here runs on the training thread. Batches are numbered and kept
+until the agent says they are durable at the root; after a reconnect every
+kept batch is resent (the agent deduplicates). The backlog is bounded: past
+it the oldest batches are dropped, and the number of values dropped is
+counted and reported to the agent in the hello of the next connection.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import queue
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
+
+log = logging.getLogger("telemetry.sdk")
+
+_CLOSE = object()
+RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
+             grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.RESOURCE_EXHAUSTED}
+
+
+@dataclass
+class Identity:
+    job: str
+    rank: int
+    world_size: int
+    local_rank: int
+    device: str = ""
+
+
+@dataclass
+class Kept:
+    seq: int
+    message: ingest_pb2.RankMessage
+    values: int
+
+
+class Sender:
+    """Owns the stream to the agent; `drain` is called on this thread to turn buffered records into batches."""
+
+    def __init__(self, identity: Identity, address: str, drain: Callable[[], list[ingest_pb2.RankStepBatch]],
+                 heartbeat: Callable[[], ingest_pb2.Heartbeat], max_backlog_values: int = 1_000_000,
+                 flush_interval_s: float = 0.02, heartbeat_interval_s: float = 1.0) -> None:
+        self.identity = identity
+        self.address = address
+        self._drain = drain
+        self._heartbeat = heartbeat
+        self.max_backlog_values = max_backlog_values
+        self.flush_interval_s = flush_interval_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self._lock = threading.Lock()
+        self._kept: collections.OrderedDict[int, Kept] = collections.OrderedDict()
+        self._kept_values = 0
+        self._seq = 0
+        self._outgoing: queue.Queue | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.dropped_values = 0
+        self.refused_batches = 0
+        self.connected = threading.Event()
+        self._stream_error: grpc.RpcError | None = None
+        self._thread = threading.Thread(target=self._run, name=f"telemetry-sender-{identity.rank}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def unacknowledged(self) -> int:
+        with self._lock:
+            return len(self._kept)
+
+    def stop(self, timeout: float) -> None:
+        """Stop the thread after one last batch (callers wait for durability first)."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+
+    # ---------------------------------------------------------------- thread
+    def _run(self) -> None:
+        delay = 0.05
+        while not self._stop.is_set():
+            try:
+                self._session()
+                delay = 0.05
+            except grpc.RpcError as exc:
+                code = exc.code() if hasattr(exc, "code") else None
+                if code is not None and code not in RETRYABLE:
+                    log.error("telemetry agent refused this rank's stream: %s: %s", code.name, exc.details())
+                    self._refuse_head()
+                else:
+                    log.debug("telemetry agent stream broke: %s", exc)
+            except Exception:
+                log.exception("telemetry sender error")
+            finally:
+                self.connected.clear()
+                with self._lock:
+                    self._outgoing = None
+            # Keep batching while disconnected, so the training thread's buffer never fills.
+            end = time.monotonic() + delay * (0.5 + 0.5 * _jitter())
+            while not self._stop.is_set() and time.monotonic() < end:
+                self._batch_once()
+                self._wake.wait(min(self.flush_interval_s * 5, max(0.0, end - time.monotonic())))
+                self._wake.clear()
+            delay = min(delay * 2, 2.0)
+        self._batch_once()
+
+    def _refuse_head(self) -> None:
+        """A non-retryable refusal (bad input): drop the oldest kept batch rather than resend it forever."""
+        with self._lock:
+            if self._kept:
+                _, kept = self._kept.popitem(last=False)
+                self._kept_values -= kept.values
+                self.refused_batches += 1
+
+    def _session(self) -> None:
+        channel = grpc.insecure_channel(self.address)
+        try:
+            grpc.channel_ready_future(channel).result(timeout=1.0)
+        except grpc.FutureTimeoutError:
+            channel.close()
+            raise _Unavailable() from None
+        try:
+            stub = ingest_pb2_grpc.AgentStub(channel)
+            outgoing: queue.Queue = queue.Queue()
+            ident = self.identity
+            outgoing.put(ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(
+                job=ident.job, rank=ident.rank, world_size=ident.world_size, local_rank=ident.local_rank,
+                host=socket.gethostname(), pid=os.getpid(), device=ident.device, dropped=self.dropped_values)))
+            with self._lock:
+                for kept in self._kept.values():
+                    outgoing.put(kept.message)
+                self._outgoing = outgoing
+
+            def requests():  # type: ignore[no-untyped-def]
+                while True:
+                    item = outgoing.get()
+                    if item is _CLOSE:
+                        return
+                    yield item
+
+            call = stub.Stream(requests())
+            reader = threading.Thread(target=self._read_acks, args=(call, outgoing), daemon=True)
+            reader.start()
+            last_beat = 0.0
+            while not self._stop.is_set() and reader.is_alive():
+                self._batch_once()
+                now = time.monotonic()
+                if now - last_beat >= self.heartbeat_interval_s:
+                    outgoing.put(ingest_pb2.RankMessage(heartbeat=self._heartbeat()))
+                    last_beat = now
+                self._wake.wait(self.flush_interval_s)
+                self._wake.clear()
+            if self._stop.is_set():
+                self._batch_once()
+            outgoing.put(_CLOSE)
+            if self._stop.is_set():
+                call.cancel()
+            reader.join(1.0)
+            if self._stream_error is not None:
+                error, self._stream_error = self._stream_error, None
+                raise error
+        finally:
+            channel.close()
+
+    def _read_acks(self, call, outgoing: queue.Queue) -> None:  # type: ignore[no-untyped-def]
+        self._stream_error = None
+        try:
+            for ack in call:
+                if ack.status == ingest_pb2.RankAck.REGISTERED:
+                    self.connected.set()
+                elif ack.status == ingest_pb2.RankAck.DURABLE:
+                    with self._lock:
+                        kept = self._kept.pop(ack.seq, None)
+                        if kept is not None:
+                            self._kept_values -= kept.values
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                self._stream_error = exc
+        finally:
+            outgoing.put(_CLOSE)
+
+    def _batch_once(self) -> None:
+        steps = self._drain()
+        if not steps:
+            return
+        values = sum(len(m.values) for s in steps for m in s.metrics)
+        with self._lock:
+            self._seq += 1
+            ident = self.identity
+            message = ingest_pb2.RankMessage(batch=ingest_pb2.RankBatch(
+                job=ident.job, rank=ident.rank, seq=self._seq, steps=steps))
+            self._kept[self._seq] = Kept(self._seq, message, values)
+            self._kept_values += values
+            while self._kept_values > self.max_backlog_values and len(self._kept) > 1:
+                _, oldest = self._kept.popitem(last=False)
+                self._kept_values -= oldest.values
+                self.dropped_values += oldest.values
+            if self._outgoing is not None:
+                self._outgoing.put(message)
+
+
+class _Unavailable(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "agent not reachable"
+
+
+def _jitter() -> float:
+    return random.random()
