@@ -134,8 +134,12 @@ class Summary:
 
     @classmethod
     def from_arrays(cls, values: np.ndarray, sources: np.ndarray, time_ns: int | None = None,
-                    k: int = DEFAULT_K, max_centroids: int = DEFAULT_MAX_CENTROIDS) -> Summary:
-        """A summary of values[i] from sources[i], built in one vectorised pass (the agent's hot path)."""
+                    k: int = DEFAULT_K, max_centroids: int = DEFAULT_MAX_CENTROIDS,
+                    first_time_ns: int | None = None) -> Summary:
+        """A summary of values[i] from sources[i], built in one vectorised pass (the agent's hot path).
+
+        time_ns is the latest time of the values (default: now); first_time_ns the earliest (default: time_ns).
+        """
         values = np.asarray(values, dtype=np.float64).ravel()
         sources = np.asarray(sources, dtype=np.int64).ravel()
         if values.shape != sources.shape:
@@ -146,7 +150,8 @@ class Summary:
         if sources.min() < 0 or sources.max() > MAX_SOURCE:
             raise ValueError("sources must be integers in [0, 2**32)")
         stamp = time.time_ns() if time_ns is None else time_ns
-        out._first_ns = out._last_ns = stamp
+        out._last_ns = stamp
+        out._first_ns = stamp if first_time_ns is None else min(first_time_ns, stamp)
         out._sources = BitMap(sources.tolist())
         finite_mask = np.isfinite(values)
         if not finite_mask.all():
