@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+import faulthandler
+import json
+import logging
+import signal
+import sys
+import threading
+import tomllib
+from pathlib import Path
+from typing import Any
+
 import click
 
 from telemetry import __version__
@@ -13,6 +23,231 @@ def main() -> None:
     """Hierarchical, mergeable telemetry for large distributed PyTorch training runs.
 
     Ranks log through the SDK to a node agent; agents forward per-step
-    summaries up a tree of collectors; the root finalises each step, detects
-    stragglers, spikes, NaNs and hangs, and serves Prometheus and a JSON API.
+    summaries up a tree of collectors; the root finalises each step and
+    serves a JSON API (and Prometheus metrics).
     """
+
+
+def _load_config(ctx: click.Context, _param: click.Parameter, path: str | None) -> str | None:
+    """--config FILE.toml: keys are option names (dashes or underscores); the command line wins."""
+    if path is None:
+        return None
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc}") from None
+    defaults = {key.replace("-", "_"): value for key, value in data.items()}
+    known = {p.name for p in ctx.command.params}
+    unknown = sorted(set(defaults) - known)
+    if unknown:
+        raise click.BadParameter(f"{path}: unknown keys {', '.join(unknown)}")
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return path
+
+
+config_option = click.option("--config", type=click.Path(dir_okay=False), callback=_load_config, is_eager=True,
+                             expose_value=False, help="TOML file of option defaults (e.g. /etc/telemetry/agent.toml).")
+
+
+def _security(prefix: str, cert: str | None, key: str | None, ca: str | None, token: str | None,
+              server_name: str | None = None):  # type: ignore[no-untyped-def]
+    from collectors.common.transport import Security
+    if not any((cert, key, ca, token)):
+        return None
+    return Security(Path(cert) if cert else None, Path(key) if key else None, Path(ca) if ca else None,
+                    token, server_name)
+
+
+def _token(value: str | None, file: str | None) -> str | None:
+    if file:
+        return Path(file).read_text().strip()
+    return value
+
+
+def _serve_until_signal(server: Any, ready: dict[str, Any]) -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    print(json.dumps({"ready": True, **ready}), flush=True)
+    stop.wait()
+    server.stop()
+
+
+def _logging(verbose: int) -> None:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID` dumps every thread's stack
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+parent_options = [
+    click.option("--parent", "parents", multiple=True, help="Parent collector address (HOST:PORT or unix:PATH)."),
+    click.option("--fallback-parent", "fallbacks", multiple=True, help="Used when the parent does not answer."),
+    click.option("--parent-ca", type=click.Path(exists=True), help="CA to verify the parent (enables TLS)."),
+    click.option("--parent-cert", type=click.Path(exists=True), help="Client certificate for mTLS to the parent."),
+    click.option("--parent-key", type=click.Path(exists=True), help="Client key for mTLS to the parent."),
+    click.option("--parent-token", envvar="TELEMETRY_PARENT_TOKEN", help="Bearer token for the parent."),
+    click.option("--parent-token-file", type=click.Path(exists=True), help="File holding the parent's token."),
+    click.option("--parent-server-name", help="TLS name to expect from the parent (default: its host)."),
+]
+
+
+def with_options(options):  # type: ignore[no-untyped-def]
+    def decorate(func):  # type: ignore[no-untyped-def]
+        for option in reversed(options):
+            func = option(func)
+        return func
+    return decorate
+
+
+@main.command()
+@config_option
+@click.option("--socket", "socket_path", type=click.Path(), help="Unix socket ranks connect to "
+              "[default: /run/telemetry/agent.sock, else a per-user runtime dir].")
+@click.option("--tcp", help="Also listen on this loopback TCP address, e.g. 127.0.0.1:7400.")
+@click.option("--id", "node_id", default="", help="This agent's id in the tree [default: agent-HOST-PID].")
+@with_options(parent_options)
+@click.option("--deadline-floor", type=float, default=2.0, show_default=True,
+              help="Seconds a step may wait for a slow local rank (at least).")
+@click.option("--deadline-factor", type=float, default=3.0, show_default=True,
+              help="Deadline as a multiple of the job's median step time, when larger than the floor.")
+@click.option("--stuck-after", type=float, default=10.0, show_default=True,
+              help="Seconds without a heartbeat before a live rank counts as stuck.")
+@click.option("--max-metrics", type=int, default=256, show_default=True, help="Distinct metric names per job.")
+@click.option("-v", "--verbose", count=True)
+def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple[str, ...], fallbacks: tuple[str, ...],
+          parent_ca: str | None, parent_cert: str | None, parent_key: str | None, parent_token: str | None,
+          parent_token_file: str | None, parent_server_name: str | None, deadline_floor: float,
+          deadline_factor: float, stuck_after: float, max_metrics: int, verbose: int) -> None:
+    """Run the node agent: ranks on this host stream to it; it forwards sealed step summaries to --parent."""
+    from collectors.agent.server import AgentConfig, AgentServer
+    _logging(verbose)
+    if not parents:
+        raise click.UsageError("an agent needs --parent ADDR (its rack collector, or the root)")
+    security = _security("parent", parent_cert, parent_key, parent_ca, _token(parent_token, parent_token_file),
+                         parent_server_name)
+    server = AgentServer(AgentConfig(
+        parents=[*parents, *fallbacks], socket=Path(socket_path) if socket_path else None, tcp=tcp,
+        node_id=node_id, parent_security=security, deadline_floor_s=deadline_floor,
+        deadline_factor=deadline_factor, stuck_after_s=stuck_after, max_metrics_per_job=max_metrics))
+    _serve_until_signal(server, {"role": "agent", "id": server.node.node_id, "addresses": server.addresses})
+
+
+@main.command()
+@config_option
+@click.option("--listen", default="127.0.0.1:7500", show_default=True, help="gRPC address children connect to "
+              "(port 0 picks a free one).")
+@click.option("--id", "node_id", default="", help="This collector's id in the tree.")
+@with_options(parent_options)
+@click.option("--tls-cert", type=click.Path(exists=True), help="Serve TLS with this certificate.")
+@click.option("--tls-key", type=click.Path(exists=True), help="Key for --tls-cert.")
+@click.option("--tls-client-ca", type=click.Path(exists=True), help="Require client certificates from this CA (mTLS).")
+@click.option("--token", envvar="TELEMETRY_TOKEN", help="Require this bearer token from children.")
+@click.option("--token-file", type=click.Path(exists=True), help="File holding the token children must send.")
+@click.option("--db", type=click.Path(), default="telemetry-root.db", show_default=True,
+              help="Root only: SQLite file of finalised windows.")
+@click.option("--api", default="127.0.0.1:7600", show_default=True,
+              help="Root only: HTTP JSON API address (loopback by default).")
+@click.option("--deadline-floor", type=float, default=None,
+              help="Seconds a window may wait for slow children [default: 3 (collector), 4 (root)].")
+@click.option("--deadline-factor", type=float, default=4.0, show_default=True,
+              help="Deadline as a multiple of the job's median step time, when larger than the floor.")
+@click.option("--max-metrics", type=int, default=256, show_default=True, help="Distinct metric names per job.")
+@click.option("-v", "--verbose", count=True)
+def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tuple[str, ...],
+              parent_ca: str | None, parent_cert: str | None, parent_key: str | None, parent_token: str | None,
+              parent_token_file: str | None, parent_server_name: str | None, tls_cert: str | None,
+              tls_key: str | None, tls_client_ca: str | None, token: str | None, token_file: str | None, db: str,
+              api: str, deadline_floor: float | None, deadline_factor: float, max_metrics: int, verbose: int) -> None:
+    """Run a collector (rack or cluster tier); with no --parent it is the root (store, API)."""
+    from collectors.collector.server import CollectorConfig, CollectorServer
+    _logging(verbose)
+    if bool(tls_cert) != bool(tls_key):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    security = _security("", tls_cert, tls_key, tls_client_ca, _token(token, token_file))
+    parent_security = _security("parent", parent_cert, parent_key, parent_ca,
+                                _token(parent_token, parent_token_file), parent_server_name)
+    is_root = not parents
+    floor = deadline_floor if deadline_floor is not None else (4.0 if is_root else 3.0)
+    server = CollectorServer(CollectorConfig(
+        listen=listen, parents=[*parents, *fallbacks], node_id=node_id, security=security,
+        parent_security=parent_security, db=Path(db), api=api, deadline_floor_s=floor,
+        deadline_factor=deadline_factor, max_metrics_per_job=max_metrics))
+    ready = {"role": "root" if is_root else "collector", "id": server.node.node_id, "address": server.address}
+    server.start()
+    ready["api"] = server.api_address
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(json.dumps({"ready": True, **ready}), flush=True)
+    stop.wait()
+    server.stop()
+
+
+@main.command()
+@click.option("--ranks", type=click.IntRange(1, 1_000_000), default=64, show_default=True, help="World size.")
+@click.option("--ranks-per-node", type=click.IntRange(1, 64), default=8, show_default=True)
+@click.option("--nodes-per-rack", type=click.IntRange(1, 1024), default=4, show_default=True)
+@click.option("--steps", type=click.IntRange(1), default=30, show_default=True)
+@click.option("--step-interval", type=click.FloatRange(0.01), default=0.5, show_default=True,
+              help="Seconds between steps.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--job", default="sim", show_default=True)
+@click.option("--inject", "injects", multiple=True, metavar="KIND:key=value,...",
+              help="straggler:rank=R,from=S,factor=F | spike:step=S,factor=F | nan:rank=R,step=S | "
+                   "hang:rank=R,step=S | dead:rank=R,step=S (repeatable).")
+@click.option("--chaos", is_flag=True, help="SIGKILL and restart a rack collector, an agent and the root mid-run.")
+@click.option("--truth", "truth_path", type=click.Path(dir_okay=False), help="Write every logged value (JSON lines).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run's report (JSON).")
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="Check the root's steps against the ground truth; exit 1 on any mismatch.")
+@click.option("--workdir", type=click.Path(file_okay=False), help="Keep sockets, logs and the root's DB here.")
+def sim(ranks: int, ranks_per_node: int, nodes_per_rack: int, steps: int, step_interval: float, seed: int, job: str,
+        injects: tuple[str, ...], chaos: bool, truth_path: str | None, report_path: str | None, verify: bool,
+        workdir: str | None) -> None:
+    """Simulate a training job on a real local tree (root, racks, one agent per node) over loopback gRPC."""
+    from rich.console import Console
+
+    from collectors.sim.model import parse_injection
+    from collectors.sim.orchestrate import SimConfig, Simulation
+    from collectors.sim.verify import compare
+    try:
+        injections = [parse_injection(text) for text in injects]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--inject") from None
+    for inj in injections:
+        if "rank" in inj.args and inj["rank"] >= ranks:
+            raise click.BadParameter(f"{inj.kind}: rank {int(inj['rank'])} >= --ranks {ranks}", param_hint="--inject")
+    console = Console(stderr=True)
+    config = SimConfig(ranks=ranks, ranks_per_node=ranks_per_node, nodes_per_rack=nodes_per_rack, steps=steps,
+                       step_interval=step_interval, seed=seed, job=job, injections=injections,
+                       inject_texts=list(injects), chaos=chaos, workdir=Path(workdir) if workdir else None)
+    with console.status("starting") as status:
+        simulation = Simulation(config, progress=lambda msg: status.update(msg))
+        report = simulation.run()
+    if truth_path:
+        shutil_copy(report["truth_file"], truth_path)
+    problems = compare(report["metrics"], Path(report["truth_file"]), ranks) if verify else []
+    report["verification"] = {"checked": verify, "problems": problems[:200], "problem_count": len(problems)}
+    if report_path:
+        Path(report_path).write_text(json.dumps(report, indent=1))
+    latency = report["latency_ms"]
+    console.print(f"{ranks} ranks, {steps} steps: {len(report['metrics']['step_time'])} step_time windows finalised; "
+                  f"latency p50 {latency['p50']} ms, p99 {latency['p99']} ms; delivery {report['delivery']}")
+    if verify:
+        console.print(f"verification: {'OK' if not problems else f'{len(problems)} problems'}")
+        for line in problems[:20]:
+            console.print(f"  {line}")
+    if not workdir:
+        simulation.cleanup()
+    if problems:
+        sys.exit(1)
+
+
+def shutil_copy(src: str, dst: str) -> None:
+    import shutil
+    shutil.copyfile(src, dst)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""What simulated ranks log, and the faults that can be injected (`--inject KIND:key=value,...`)."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+METRICS = ("step_time", "loss", "grad_norm", "mfu", "dataloader_wait")
+
+_KINDS = {
+    "straggler": {"rank": int, "from": int, "factor": float},
+    "spike": {"step": int, "factor": float},
+    "nan": {"rank": int, "step": int},
+    "hang": {"rank": int, "step": int},
+    "dead": {"rank": int, "step": int},
+}
+_DEFAULTS = {"straggler": {"factor": 3.0}, "spike": {"factor": 5.0}}
+
+
+@dataclass(frozen=True)
+class Injection:
+    kind: str
+    args: dict[str, float] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> float:
+        return self.args[name]
+
+
+def parse_injection(text: str) -> Injection:
+    """'straggler:rank=3,from=20,factor=2.5' -> Injection; raises ValueError saying what is wrong."""
+    kind, _, rest = text.partition(":")
+    if kind not in _KINDS:
+        raise ValueError(f"unknown injection {kind!r}; choose from {', '.join(_KINDS)}")
+    args: dict[str, float] = dict(_DEFAULTS.get(kind, {}))
+    for item in filter(None, rest.split(",")):
+        name, eq, value = item.partition("=")
+        if not eq or name not in _KINDS[kind]:
+            raise ValueError(f"{kind}: unknown or malformed argument {item!r}; takes {', '.join(_KINDS[kind])}")
+        try:
+            args[name] = _KINDS[kind][name](value)
+        except ValueError:
+            raise ValueError(f"{kind}: {name}={value!r} is not a number") from None
+    missing = [name for name in _KINDS[kind] if name not in args]
+    if missing:
+        raise ValueError(f"{kind}: missing {', '.join(missing)}")
+    return Injection(kind, args)
+
+
+class RankModel:
+    """Deterministic values for one rank: the same seed, rank and step always give the same figures."""
+
+    def __init__(self, rank: int, seed: int, injections: list[Injection], base_step_s: float = 0.1) -> None:
+        self.rank = rank
+        self.seed = seed
+        self.injections = injections
+        self.base_step_s = base_step_s
+
+    def values(self, step: int) -> dict[str, float]:
+        rng = random.Random(hash((self.seed, self.rank, step)) & 0xFFFFFFFF)
+        step_time = self.base_step_s * math.exp(rng.gauss(0.0, 0.05))
+        loss = 4.0 * math.exp(-step / 300.0) + 1.5 + rng.gauss(0.0, 0.02)
+        values = {
+            "step_time": step_time,
+            "loss": loss,
+            "grad_norm": 1.0 + abs(rng.gauss(0.0, 0.1)),
+            "mfu": 0.45 + rng.gauss(0.0, 0.005),
+            "dataloader_wait": 0.002 * math.exp(rng.gauss(0.0, 0.3)),
+        }
+        for inj in self.injections:
+            if inj.kind == "straggler" and inj["rank"] == self.rank and step >= inj["from"]:
+                values["step_time"] *= inj["factor"]
+            elif inj.kind == "spike" and inj["step"] == step:
+                values["loss"] *= inj["factor"]
+                values["grad_norm"] *= inj["factor"]
+            elif inj.kind == "nan" and inj["rank"] == self.rank and inj["step"] == step:
+                values["loss"] = float("nan")
+        return values
+
+    def stops_at(self) -> tuple[int, str] | None:
+        """(step, how) this rank stops at: 'hang' (alive, never enters), 'dead' (exits), 'blocked' (enters, never ends)."""
+        for inj in self.injections:
+            if inj.kind in ("hang", "dead"):
+                if inj["rank"] == self.rank:
+                    return int(inj["step"]), inj.kind
+                return int(inj["step"]), "blocked"
+        return None

@@ -1,0 +1,235 @@
+"""Start a real tree (root, racks, one agent per node) on loopback, drive simulated ranks, report.
+
+With chaos, a non-root collector and an agent are SIGKILLed at random
+moments and restarted on the same address, and the root is killed and
+restarted once; nothing that a retained buffer held may be lost or counted
+twice, which `verify.compare` checks against the ground truth.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from collectors.sim.model import METRICS, Injection
+from collectors.sim.procs import Proc, free_port, python_module
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SimConfig:
+    ranks: int = 64
+    ranks_per_node: int = 8
+    nodes_per_rack: int = 4
+    steps: int = 30
+    step_interval: float = 0.5
+    seed: int = 0
+    job: str = "sim"
+    injections: list[Injection] = field(default_factory=list)
+    inject_texts: list[str] = field(default_factory=list)
+    chaos: bool = False
+    workdir: Path | None = None
+    hang_observe_s: float = 12.0  # how long to keep hung ranks alive after the hang step
+    settle_timeout_s: float = 90.0
+    root_api_port: int = 0
+    agent_deadline_floor: float = 2.0
+    collector_deadline_floor: float = 3.0
+    root_deadline_floor: float = 4.0
+
+
+class Simulation:
+    def __init__(self, config: SimConfig, progress: Callable[[str], None] = lambda msg: None) -> None:
+        self.config = config
+        self.progress = progress
+        self.own_workdir = config.workdir is None
+        self.workdir = Path(config.workdir or tempfile.mkdtemp(prefix="telemetry-sim-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.logs = self.workdir / "logs"
+        self.logs.mkdir(exist_ok=True)
+        self.root: Proc | None = None
+        self.racks: list[Proc] = []
+        self.agents: list[Proc] = []
+        self.rank_hosts: list[Proc] = []
+        self.chaos_log: list[dict] = []
+        self.api = ""
+
+    # ------------------------------------------------------------------ tree
+    def start_tree(self) -> None:
+        c = self.config
+        nodes = -(-c.ranks // c.ranks_per_node)
+        racks = -(-nodes // c.nodes_per_rack)
+        root_port = free_port()
+        api_port = c.root_api_port or free_port()
+        self.root = Proc("root", python_module(
+            "collectors.cli", "collector", "--id", "root", "--listen", f"127.0.0.1:{root_port}",
+            "--db", str(self.workdir / "root.db"), "--api", f"127.0.0.1:{api_port}",
+            "--deadline-floor", str(c.root_deadline_floor)), self.logs).start()
+        self.api = f"http://127.0.0.1:{api_port}"
+        root_addr = self.root.ready["address"]
+        for r in range(racks):
+            port = free_port()
+            self.racks.append(Proc(f"rack{r}", python_module(
+                "collectors.cli", "collector", "--id", f"rack{r}", "--listen", f"127.0.0.1:{port}",
+                "--parent", root_addr, "--deadline-floor", str(c.collector_deadline_floor)), self.logs).start())
+        for n in range(nodes):
+            rack = self.racks[n // c.nodes_per_rack]
+            self.agents.append(Proc(f"agent{n}", python_module(
+                "collectors.cli", "agent", "--id", f"agent{n}", "--socket", str(self.workdir / f"agent{n}.sock"),
+                "--parent", rack.ready["address"], "--deadline-floor", str(c.agent_deadline_floor)),
+                self.logs).start())
+        self.progress(f"tree up: root, {racks} racks, {nodes} agents")
+
+    def start_ranks(self, start_at: float) -> None:
+        c = self.config
+        dead = {int(i["rank"]) for i in c.injections if i.kind == "dead"}
+        for n, agent in enumerate(self.agents):
+            ranks = [r for r in range(n * c.ranks_per_node, min(c.ranks, (n + 1) * c.ranks_per_node))]
+            groups = [[r for r in ranks if r not in dead]] + [[r] for r in ranks if r in dead]
+            for g, group in enumerate(g for g in groups if g):
+                name = f"ranks{n}" + (f"-{group[0]}" if group[0] in dead else "")
+                argv = python_module(
+                    "collectors.sim.ranks", "--job", c.job, "--ranks", ",".join(map(str, group)),
+                    "--world-size", str(c.ranks), "--ranks-per-node", str(c.ranks_per_node),
+                    "--agent", f"unix:{self.workdir / f'agent{n}.sock'}", "--steps", str(c.steps),
+                    "--interval", str(c.step_interval), "--start", repr(start_at), "--seed", str(c.seed),
+                    "--truth", str(self.workdir / f"{name}.truth"), "--hold", str(c.hang_observe_s + 3600))
+                for text in c.inject_texts:
+                    argv += ["--inject", text]
+                self.rank_hosts.append(Proc(name, argv, self.logs, ready_line=False).start())
+
+    # ------------------------------------------------------------------ chaos
+    # Runs on the main thread: PR_SET_PDEATHSIG kills a child when the *thread* that started it ends.
+    def _chaos_plan(self, start_at: float, end_at: float) -> list[tuple[float, str, float]]:
+        rng = random.Random(self.config.seed + 7919)
+        span = max(1.0, end_at - start_at)
+        plan = [(start_at + span * rng.uniform(0.15, 0.85), kind, rng.uniform(0.3, 1.0))
+                for kind in ("rack", "agent", "rack", "agent")]
+        plan.append((start_at + span * rng.uniform(0.3, 0.7), "root", rng.uniform(0.3, 1.0)))
+        self._chaos_rng = rng
+        return sorted(plan)
+
+    def _chaos_tick(self, plan: list[tuple[float, str, float]], down: list[tuple[float, Proc]]) -> None:
+        now = time.time()
+        for restart_at, proc in list(down):
+            if now >= restart_at:
+                proc.start()
+                down.remove((restart_at, proc))
+        while plan and now >= plan[0][0]:
+            when, kind, pause = plan.pop(0)
+            pool = {"rack": self.racks, "agent": self.agents, "root": [self.root]}[kind]
+            target = self._chaos_rng.choice([p for p in pool if p is not None and p.alive()] or [None])
+            if target is None:
+                continue
+            self.progress(f"chaos: SIGKILL {target.name}")
+            target.kill()
+            down.append((now + pause, target))
+            self.chaos_log.append({"time": now, "killed": target.name, "down_s": round(pause, 3)})
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> dict:
+        c = self.config
+        try:
+            self.start_tree()
+            start_at = time.time() + 2.0 + c.ranks / 200.0
+            self.start_ranks(start_at)
+            end_at = start_at + c.steps * c.step_interval
+            self._wait_steps(start_at, end_at)
+            if any(i.kind in ("hang", "dead") for i in c.injections):
+                self._sleep_progress(c.hang_observe_s, "observing the hang")
+            for host in self.rank_hosts:
+                (self.workdir / f"{host.name}.stop").touch()
+            self._wait_ranks()
+            self._settle()
+            return self.report()
+        finally:
+            self.shutdown()
+
+    def _wait_steps(self, start_at: float, end_at: float) -> None:
+        c = self.config
+        plan = self._chaos_plan(start_at, end_at) if c.chaos else []
+        down: list[tuple[float, Proc]] = []
+        while time.time() < end_at + c.step_interval or down:
+            step = int((time.time() - start_at) / c.step_interval) + 1
+            self.progress(f"step {max(0, min(step, c.steps))}/{c.steps}")
+            self._chaos_tick(plan, down)
+            time.sleep(0.05)
+
+    def _sleep_progress(self, seconds: float, what: str) -> None:
+        end = time.time() + seconds
+        while time.time() < end:
+            self.progress(f"{what}: {end - time.time():.0f} s")
+            time.sleep(min(1.0, end - time.time()) if end > time.time() else 0)
+
+    def _wait_ranks(self) -> None:
+        deadline = time.time() + self.config.settle_timeout_s
+        for host in self.rank_hosts:
+            while host.alive() and time.time() < deadline:
+                self.progress(f"waiting for {host.name} to deliver everything")
+                time.sleep(0.2)
+            if host.alive():
+                log.warning("%s did not finish; killing it", host.name)
+                host.kill()
+
+    def _settle(self) -> None:
+        """Wait until the root has finalised every step it will (its deadlines are a few seconds)."""
+        deadline = time.time() + self.config.root_deadline_floor + 6
+        last = None
+        while time.time() < deadline:
+            current = self.fetch(f"/api/v1/jobs/{self.config.job}/steps?metric=loss&last=1")
+            if current == last and current and current.get("steps"):
+                break
+            last = current
+            time.sleep(1.0)
+
+    def fetch(self, path: str) -> dict:
+        try:
+            with urllib.request.urlopen(self.api + path, timeout=10) as reply:
+                return json.load(reply)
+        except OSError:
+            return {}
+
+    # ------------------------------------------------------------------ report
+    def report(self) -> dict:
+        c = self.config
+        steps = {m: self.fetch(f"/api/v1/jobs/{c.job}/steps?metric={m}&last={c.steps + 5}").get("steps", [])
+                 for m in METRICS}
+        progress = self.fetch(f"/api/v1/jobs/{c.job}/progress")
+        latencies = [(row["finalised_ns"] - row["last_time_ns"]) / 1e6 for row in steps["step_time"]
+                     if not row["late"] and not row["missing"] and row["last_time_ns"]]
+        counters = progress.get("counters", {})
+        truth = self.workdir / "truth.jsonl"
+        with truth.open("w") as out:
+            for host in self.rank_hosts:
+                part = self.workdir / f"{host.name}.truth"
+                if part.exists():
+                    out.write(part.read_text())
+        return {
+            "world_size": c.ranks, "job": c.job, "steps": c.steps, "seed": c.seed, "chaos": c.chaos,
+            "injections": c.inject_texts, "metrics": steps, "progress": progress,
+            "delivery": {name: counters.get(name, 0) for name in
+                         ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late",
+                          "bad_inputs")},
+            "latency_ms": {"p50": float(np.percentile(latencies, 50)) if latencies else None,
+                           "p99": float(np.percentile(latencies, 99)) if latencies else None,
+                           "samples": len(latencies)},
+            "chaos_log": self.chaos_log, "truth_file": str(truth), "workdir": str(self.workdir),
+        }
+
+    def shutdown(self) -> None:
+        for proc in [*self.rank_hosts, *self.agents, *self.racks, *([self.root] if self.root else [])]:
+            proc.stop()
+
+    def cleanup(self) -> None:
+        if self.own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)

@@ -1,0 +1,92 @@
+"""Child processes that never outlive the simulator: PDEATHSIG, a ready line on stdout, kill on exit."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Proc:
+    """One service process; `start()` waits for its JSON ready line (or its exit, which is an error)."""
+
+    def __init__(self, name: str, argv: list[str], log_dir: Path, ready_line: bool = True) -> None:
+        self.name, self.argv, self.log_dir, self.ready_line = name, argv, log_dir, ready_line
+        self.popen: subprocess.Popen | None = None
+        self.ready: dict = {}
+        self.restarts = 0
+
+    def start(self, timeout: float = 30.0) -> Proc:
+        log = open(self.log_dir / f"{self.name}.log", "ab")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.popen = subprocess.Popen(self.argv, stdout=subprocess.PIPE if self.ready_line else log, stderr=log,
+                                      stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent, env=env)
+        log.close()
+        if self.ready_line:
+            self.ready = self._read_ready(timeout)
+        return self
+
+    def _read_ready(self, timeout: float) -> dict:
+        assert self.popen is not None and self.popen.stdout is not None
+        deadline = time.monotonic() + timeout
+        buffer = b""
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.popen.stdout], [], [], 0.1)
+            if ready:
+                chunk = os.read(self.popen.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                buffer += chunk
+                if b"\n" in buffer:
+                    return json.loads(buffer.split(b"\n", 1)[0])
+            if self.popen.poll() is not None:
+                break
+        self.kill()
+        tail = (self.log_dir / f"{self.name}.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"{self.name} did not start: {tail}")
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(5)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+
+    def restart(self) -> None:
+        self.kill()
+        self.restarts += 1
+        self.start()
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]

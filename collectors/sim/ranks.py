@@ -1,0 +1,116 @@
+"""One simulated host's ranks: each a thread with its own real SDK `Run`, on a shared step clock.
+
+Run as `python -m collectors.sim.ranks ...` by the orchestrator. Writes every
+value logged to a truth file (JSON lines) so the root's figures can be
+checked exactly. Ranks that a `dead` injection kills live in a process of
+their own, which exits at that step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import threading
+import time
+from pathlib import Path
+
+import telemetry
+from collectors.sim.model import RankModel, parse_injection
+
+
+def _encode(value: float) -> float | str:
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+def run_rank(args: argparse.Namespace, rank: int, truth: list[str], lock: threading.Lock, done: threading.Event) -> None:
+    model = RankModel(rank, args.seed, [parse_injection(t) for t in args.inject])
+    run = telemetry.init(job=args.job, rank=rank, world_size=args.world_size, local_rank=rank % args.ranks_per_node,
+                         agent=args.agent)
+    stop = model.stops_at()
+    lines = []
+    try:
+        for step in range(1, args.steps + 1):
+            target = args.start + (step - 1) * args.interval
+            delay = target - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            if stop is not None and step >= stop[0]:
+                how = stop[1]
+                if how == "dead":
+                    # This rank has a process of its own: record what it logged, then die abruptly.
+                    _flush_truth(truth, lines, lock)
+                    args.truth.write_text("".join(line + "\n" for line in truth))
+                    os._exit(17)
+                if how == "blocked" and step == stop[0]:
+                    value = model.values(step)["loss"]
+                    run.log(step, loss=value)
+                    lines.append(json.dumps({"rank": rank, "step": step, "metric": "loss", "value": _encode(value)}))
+                run.current_step = step if how == "blocked" else step - 1
+                break
+            values = model.values(step)
+            run.log(step, **values)
+            run.end_step(step)
+            for metric, value in values.items():
+                lines.append(json.dumps({"rank": rank, "step": step, "metric": metric, "value": _encode(value)}))
+        if stop is not None:
+            done.wait(args.hold)  # hung or blocked: stay alive (heartbeating) until told to stop
+    finally:
+        _flush_truth(truth, lines, lock)
+        ok = run.close(timeout=args.close_timeout)
+        if not ok:
+            print(json.dumps({"rank": rank, "undelivered": run.stats}), flush=True)
+
+
+def _flush_truth(truth: list[str], lines: list[str], lock: threading.Lock) -> None:
+    with lock:
+        truth.extend(lines)
+    lines.clear()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="simulated ranks of one host (used by `telemetry sim`)")
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--ranks", required=True, help="comma-separated rank ids")
+    parser.add_argument("--world-size", type=int, required=True)
+    parser.add_argument("--ranks-per-node", type=int, default=8)
+    parser.add_argument("--agent", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--interval", type=float, required=True)
+    parser.add_argument("--start", type=float, required=True, help="wall time of step 1")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--inject", action="append", default=[])
+    parser.add_argument("--truth", type=Path, required=True)
+    parser.add_argument("--hold", type=float, default=3600.0)
+    parser.add_argument("--close-timeout", type=float, default=60.0)
+    args = parser.parse_args(argv)
+    truth: list[str] = []
+    lock = threading.Lock()
+    done = threading.Event()
+    stop_file = args.truth.with_suffix(".stop")
+
+    def watch_stop() -> None:
+        while not done.is_set():
+            if stop_file.exists():
+                done.set()
+            time.sleep(0.1)
+
+    threading.Thread(target=watch_stop, daemon=True).start()
+    threads = [threading.Thread(target=run_rank, args=(args, int(r), truth, lock, done), daemon=True)
+               for r in args.ranks.split(",")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    done.set()
+    args.truth.write_text("\n".join(truth) + ("\n" if truth else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
