@@ -1,0 +1,168 @@
+"""NIC / InfiniBand probe on a generated sysfs tree (a real temporary directory)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from collectors.probes import METRIC_NAME_RE, NicProbe, parse_port_state, parse_rate_gbps
+from collectors.probes.nic import IB_COUNTERS, NET_STAT_COUNTERS
+
+
+def write_nic(root: Path, name: str, counters: dict[str, int], carrier_changes: int = 0, operstate: str = "up") -> None:
+    base = root / "class" / "net" / name
+    (base / "statistics").mkdir(parents=True, exist_ok=True)
+    for c in NET_STAT_COUNTERS:
+        (base / "statistics" / c).write_text(f"{counters.get(c, 0)}\n")
+    (base / "carrier_changes").write_text(f"{carrier_changes}\n")
+    (base / "operstate").write_text(operstate + "\n")
+
+
+def write_ib(
+    root: Path,
+    dev: str,
+    port: int,
+    counters: dict[str, int],
+    state: str = "4: ACTIVE",
+    phys: str = "5: LinkUp",
+    rate: str = "200 Gb/sec (4X HDR)",
+) -> None:
+    base = root / "class" / "infiniband" / dev / "ports" / str(port)
+    (base / "counters").mkdir(parents=True, exist_ok=True)
+    for c in IB_COUNTERS:
+        (base / "counters" / c).write_text(f"{counters.get(c, 0)}\n")
+    (base / "state").write_text(state + "\n")
+    (base / "phys_state").write_text(phys + "\n")
+    (base / "rate").write_text(rate + "\n")
+
+
+def by_key(readings):
+    out = {}
+    for r in readings:
+        key = (r.device, r.metric)
+        assert key not in out, f"duplicate reading {key}"
+        out[key] = r.value
+    return out
+
+
+def test_deltas_between_samples(tmp_path: Path) -> None:
+    write_nic(tmp_path, "lo", {"rx_errors": 5})
+    write_nic(tmp_path, "eth0", {"rx_errors": 10, "tx_errors": 1, "rx_dropped": 100, "tx_dropped": 0}, carrier_changes=2)
+    write_nic(tmp_path, "ib0", {}, operstate="down")
+    write_ib(tmp_path, "mlx5_0", 1, {"symbol_error": 3, "link_downed": 0, "port_rcv_errors": 7})
+    write_ib(tmp_path, "mlx5_1", 1, {}, state="1: DOWN", phys="3: Disabled", rate="10 Gb/sec (4X SDR)")
+
+    probe = NicProbe(tmp_path)
+    first = by_key(probe.sample())
+    assert not any(k[0] == "lo" for k in first), "lo must be skipped"
+    assert not any(k[1].endswith("_delta") for k in first), "first sample has no deltas"
+    assert first[("eth0", "nic.rx_errors_total")] == 10
+    assert first[("eth0", "nic.carrier_changes_total")] == 2
+    assert first[("eth0", "nic.up")] == 1 and first[("ib0", "nic.up")] == 0
+    assert first[("mlx5_0/1", "ib.symbol_error_total")] == 3
+    assert first[("mlx5_0/1", "ib.port_state")] == 4 and first[("mlx5_0/1", "ib.port_active")] == 1
+    assert first[("mlx5_0/1", "ib.phys_state")] == 5
+    assert first[("mlx5_0/1", "ib.rate_gbps")] == 200.0
+    assert first[("mlx5_1/1", "ib.port_state")] == 1 and first[("mlx5_1/1", "ib.port_active")] == 0
+    assert first[("mlx5_1/1", "ib.rate_gbps")] == 10.0
+
+    # Counters move; one resets (driver reload): its delta is the new value.
+    write_nic(tmp_path, "eth0", {"rx_errors": 13, "tx_errors": 1, "rx_dropped": 150, "tx_dropped": 4}, carrier_changes=3)
+    write_ib(tmp_path, "mlx5_0", 1, {"symbol_error": 10, "link_downed": 1, "port_rcv_errors": 2, "port_xmit_discards": 9})
+    second = by_key(probe.sample())
+    assert second[("eth0", "nic.rx_errors_delta")] == 3
+    assert second[("eth0", "nic.tx_errors_delta")] == 0
+    assert second[("eth0", "nic.rx_dropped_delta")] == 50
+    assert second[("eth0", "nic.tx_dropped_delta")] == 4
+    assert second[("eth0", "nic.carrier_changes_delta")] == 1
+    assert second[("eth0", "nic.rx_errors_total")] == 13
+    assert second[("mlx5_0/1", "ib.symbol_error_delta")] == 7
+    assert second[("mlx5_0/1", "ib.link_downed_delta")] == 1
+    assert second[("mlx5_0/1", "ib.link_error_recovery_delta")] == 0
+    assert second[("mlx5_0/1", "ib.port_rcv_errors_delta")] == 2  # 7 -> 2: reset, count the 2 since
+    assert second[("mlx5_0/1", "ib.port_xmit_discards_delta")] == 9
+    assert second[("mlx5_1/1", "ib.symbol_error_delta")] == 0
+
+    third = by_key(probe.sample())
+    assert third[("mlx5_0/1", "ib.symbol_error_delta")] == 0
+    assert third[("eth0", "nic.rx_errors_delta")] == 0
+
+    for r in probe.sample():
+        assert METRIC_NAME_RE.match(r.metric), r.metric
+        assert r.gpu is None
+
+
+def test_devices_come_and_go(tmp_path: Path) -> None:
+    write_nic(tmp_path, "eth0", {"rx_errors": 1})
+    probe = NicProbe(tmp_path)
+    probe.sample()
+    write_ib(tmp_path, "mlx5_0", 1, {"symbol_error": 4})
+    s = by_key(probe.sample())
+    assert s[("mlx5_0/1", "ib.symbol_error_total")] == 4
+    assert ("mlx5_0/1", "ib.symbol_error_delta") not in s, "a new port starts without a delta"
+    # The port goes away and comes back with a lower count: no bogus delta from stale history.
+    import shutil
+
+    shutil.rmtree(tmp_path / "class" / "infiniband" / "mlx5_0")
+    assert not any(r.device == "mlx5_0/1" for r in probe.sample())
+    write_ib(tmp_path, "mlx5_0", 1, {"symbol_error": 1})
+    s = by_key(probe.sample())
+    assert s[("mlx5_0/1", "ib.symbol_error_total")] == 1
+    assert ("mlx5_0/1", "ib.symbol_error_delta") not in s
+
+
+def test_exclude_patterns_and_missing_tree(tmp_path: Path) -> None:
+    for name in ("eth0", "veth12ab", "docker0"):
+        write_nic(tmp_path, name, {})
+    probe = NicProbe(tmp_path, exclude=("lo", "veth*", "docker*"))
+    assert probe.interfaces() == ["eth0"]
+    assert NicProbe(tmp_path / "nonexistent").sample() == []
+
+
+def test_unreadable_counter_skipped_and_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    write_nic(tmp_path, "eth0", {"rx_errors": 1})
+    bad = tmp_path / "class" / "net" / "eth0" / "statistics" / "tx_errors"
+    bad.unlink()
+    bad.mkdir()  # reading a directory fails with an OSError, like a driver refusing a counter
+    (tmp_path / "class" / "net" / "eth0" / "carrier_changes").write_text("garbage\n")
+    probe = NicProbe(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="collectors.probes.nic"):
+        for _ in range(3):
+            s = by_key(probe.sample())
+    assert ("eth0", "nic.tx_errors_total") not in s
+    assert ("eth0", "nic.carrier_changes_total") not in s
+    assert s[("eth0", "nic.rx_errors_total")] == 1
+    msgs = [r.getMessage() for r in caplog.records]
+    assert sum("tx_errors" in m for m in msgs) == 1
+    assert sum("carrier_changes" in m for m in msgs) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("200 Gb/sec (4X HDR)\n", 200.0),
+        ("400 Gb/sec (4X NDR)", 400.0),
+        ("2.5 Gb/sec (1X SDR)", 2.5),
+        ("100 Gb/sec (2X HDR)", 100.0),
+        ("garbage", None),
+        ("", None),
+    ],
+)
+def test_parse_rate(text: str, expected: float | None) -> None:
+    assert parse_rate_gbps(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("4: ACTIVE\n", (4, "ACTIVE")),
+        ("1: DOWN", (1, "DOWN")),
+        ("2: INIT", (2, "INIT")),
+        ("5: LinkUp", (5, "LINKUP")),
+        ("ACTIVE", None),
+    ],
+)
+def test_parse_state(text: str, expected: tuple[int, str] | None) -> None:
+    assert parse_port_state(text) == expected
