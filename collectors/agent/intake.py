@@ -14,7 +14,7 @@ import numpy as np
 from pyroaring import BitMap
 
 from collectors.common.keys import Key, bucket_of
-from collectors.delivery.windows import Origin, Part
+from collectors.delivery.windows import Origin, Part, RawValues
 
 HEARTBEAT_WIDTH_MS = 1000
 HEARTBEAT_GRACE_S = 0.5
@@ -38,12 +38,20 @@ class OpenStep:
     closed: BitMap = field(default_factory=BitMap)
 
     def parts(self) -> list[tuple[Part, int]]:
+        """One part per metric holding every local rank's values (split per rank only if ever needed)."""
         out = []
         for metric, by_rank in self.metrics.items():
-            key = Key(self.job, metric, self.step)
+            values: list[float] = []
+            sources: list[int] = []
+            origins: list[Origin] = []
             for rank, rv in by_rank.items():
-                raw = (np.asarray(rv.values, dtype=np.float64), rank, rv.first_ns, rv.last_ns)
-                out.append((Part(key, rv.origins, BitMap([rank]), raw=raw), self.world_size))
+                values.extend(rv.values)
+                sources.extend([rank] * len(rv.values))
+                origins.extend(rv.origins)
+            raw = RawValues(np.array(values, dtype=np.float64), np.array(sources, dtype=np.int64),
+                            min(rv.first_ns for rv in by_rank.values()), max(rv.last_ns for rv in by_rank.values()),
+                            {rank: rv.origins for rank, rv in by_rank.items()})
+            out.append((Part(Key(self.job, metric, self.step), origins, BitMap(by_rank), raw=raw), self.world_size))
         return out
 
 
@@ -54,8 +62,11 @@ class OpenBeat:
     values: dict[int, tuple[float, int]] = field(default_factory=dict)  # rank -> (value, time ns); last wins
 
     def parts(self) -> list[tuple[Part, int]]:
-        return [(Part(self.key, [], BitMap([rank]), raw=(np.array([value]), rank, t, t)), self.world_size)
-                for rank, (value, t) in self.values.items()]
+        ranks = list(self.values)
+        times = [t for _, t in self.values.values()]
+        raw = RawValues(np.array([v for v, _ in self.values.values()], dtype=np.float64),
+                        np.array(ranks, dtype=np.int64), min(times), max(times), {})
+        return [(Part(self.key, [], BitMap(ranks), raw=raw), self.world_size)]
 
     def due(self, now_ns: int) -> bool:
         return now_ns >= (self.key.index + self.key.width_ms) * 1_000_000 + HEARTBEAT_GRACE_S * 1e9

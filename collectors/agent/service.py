@@ -108,23 +108,29 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
                 self.budget.admit(info.job, values.metric)
         now = time.monotonic()
         highest = 0
+        rank = info.rank
+        hold = self.node.durability.hold
         for step_batch in batch.steps:
             step = step_batch.step
             highest = max(highest, step)
             open_step = self._open_step(info, step, now)
             stamp = step_batch.end_time_ns or time.time_ns()
+            metrics = open_step.metrics
             for values in step_batch.metrics:
-                by_rank = open_step.metrics.setdefault(values.metric, {})
-                rv = by_rank.get(info.rank)
+                by_rank = metrics.get(values.metric)
+                if by_rank is None:
+                    by_rank = metrics[values.metric] = {}
+                rv = by_rank.get(rank)
                 if rv is None:
-                    rv = by_rank[info.rank] = RankValues(first_ns=stamp, last_ns=stamp)
-                rv.values.extend(values.values)
-                rv.first_ns, rv.last_ns = min(rv.first_ns, stamp), max(rv.last_ns, stamp)
-                if origin not in rv.origins:
+                    rv = by_rank[rank] = RankValues(first_ns=stamp, last_ns=stamp)
+                elif stamp > rv.last_ns:
+                    rv.last_ns = stamp
+                rv.values += values.values
+                if not rv.origins or rv.origins[-1] != origin:
                     rv.origins.append(origin)
-                    self.node.durability.hold(origin)
+                    hold(origin)
             if step_batch.closed:
-                open_step.closed.add(info.rank)
+                open_step.closed.add(rank)
         for (job, step), open_step in self.steps.items():
             if job == info.job and step < highest:
                 open_step.closed.add(info.rank)  # moving on closes earlier steps
@@ -167,11 +173,16 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             if now >= open_step.deadline or waiting_for.issubset(open_step.closed):
                 del self.steps[key]
                 for part, expected in open_step.parts():
-                    verdict, _ = node.offer(part, expected, preheld=True)
-                    if verdict != "accepted":
-                        node.counters["bad_inputs"] += 1
-                        log.warning("rank %s logged %s for step %d after its contribution was sealed; dropped",
-                                    list(part.sources), part.key.metric, part.key.index)
+                    win = node.table.windows.get(part.key)
+                    # A rank that logs into a step after its contribution was sealed must not take the
+                    # other ranks' late values down with it: offer rank by rank then.
+                    pieces = (part.split() or [part]) if win is not None and win.sources & part.sources else [part]
+                    for piece in pieces:
+                        verdict, _ = node.offer(piece, expected, preheld=True)
+                        if verdict != "accepted":
+                            node.counters["bad_inputs"] += 1
+                            log.warning("rank %s logged %s for step %d after its contribution was sealed; "
+                                        "dropped", list(piece.sources), piece.key.metric, piece.key.index)
         now_ns = time.time_ns()
         for key, open_beat in list(self.beats.items()):
             if open_beat.due(now_ns):

@@ -243,9 +243,12 @@ class Upstream:
             log.error("parent refused %s: %s", out.key, rejection.reason)
             node.release_all([out])
             return
-        if len(out.constituents) > 1 and win is not None:
+        constituents = out.constituents
+        if len(constituents) == 1:
+            constituents = constituents[0].split() or constituents  # an agent's raw part splits per rank
+        if len(constituents) > 1 and win is not None:
             # Resend each constituent alone: each is wholly new or wholly a duplicate upstream.
-            singles = [OutPart(out.key, out.expected, True, part.summary, [part]) for part in out.constituents]
+            singles = [OutPart(out.key, out.expected, True, part.summary, [part]) for part in constituents]
             singles[0].absorbed = out.absorbed
             self._send(node, [(win, single) for single in singles], time.monotonic())
             return

@@ -31,9 +31,10 @@ Origin = tuple[str, int]
 class Part:
     """One accepted piece of a window, kept until durable upstream so it can be resent or split.
 
-    Collectors' parts are child summaries. An agent's parts are one rank's raw
-    values (`raw`): the agent summarises a whole window in one vectorised pass
-    and builds a per-rank summary only when a part must travel alone.
+    Collectors' parts are child summaries. An agent's part holds its ranks'
+    raw values for one window (`raw`): summarised in one vectorised pass, and
+    split into one part per rank only if the parent refuses it as a partial
+    overlap (which needs a crash upstream).
     """
 
     key: Key
@@ -41,15 +42,39 @@ class Part:
     sources: BitMap
     index: int = 0  # position of this window in the sender's unit, for rejecting it back down
     built: Summary | None = None
-    raw: tuple[np.ndarray, int, int, int] | None = None  # values, source, first/last time ns
+    raw: RawValues | None = None
 
     @property
     def summary(self) -> Summary:
         if self.built is None:
             assert self.raw is not None
-            values, source, first_ns, last_ns = self.raw
-            self.built = Summary.from_arrays(values, np.full(values.shape, source), last_ns, first_time_ns=first_ns)
+            raw = self.raw
+            self.built = Summary.from_arrays(raw.values, raw.sources, raw.last_ns, first_time_ns=raw.first_ns)
         return self.built
+
+    def split(self) -> list[Part]:
+        """One part per source, when this part can be split here (an agent's raw values); else []."""
+        if self.raw is None or len(self.sources) < 2:
+            return []
+        raw = self.raw
+        out = []
+        for source in self.sources:
+            mask = raw.sources == source
+            values = raw.values[mask]
+            origins = raw.origins_by_source.get(source, [])
+            out.append(Part(self.key, origins, BitMap([source]), self.index,
+                            raw=RawValues(values, raw.sources[mask], raw.first_ns, raw.last_ns,
+                                          {source: origins})))
+        return out
+
+
+@dataclass
+class RawValues:
+    values: np.ndarray
+    sources: np.ndarray
+    first_ns: int
+    last_ns: int
+    origins_by_source: dict[int, list[Origin]]
 
 
 @dataclass
@@ -87,6 +112,7 @@ class Deadlines:
     factor: float = 3.0
     history: int = 32
     _starts: dict[str, deque[tuple[int, float]]] = field(default_factory=dict)
+    _medians: dict[str, float] = field(default_factory=dict)
 
     def for_window(self, key: Key, now: float, now_wall_ns: int) -> float:
         if key.width_ms:
@@ -95,11 +121,15 @@ class Deadlines:
         starts = self._starts.setdefault(key.job, deque(maxlen=self.history))
         if not starts or key.index > starts[-1][0]:
             starts.append((key.index, now))
-        return now + max(self.floor_s, self.factor * self.median_step_s(key.job))
+            self._medians[key.job] = self._median(starts)
+        return now + max(self.floor_s, self.factor * self._medians.get(key.job, 0.0))
 
     def median_step_s(self, job: str) -> float:
-        starts = self._starts.get(job)
-        if not starts or len(starts) < 3:
+        return self._medians.get(job, 0.0)
+
+    @staticmethod
+    def _median(starts: deque[tuple[int, float]]) -> float:
+        if len(starts) < 3:
             return 0.0
         steps = list(starts)
         intervals = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in zip(steps, steps[1:]) if s1 > s0]
@@ -116,6 +146,8 @@ class WindowTable:
         self.max_windows = max_windows
         self.windows: dict[Key, Window] = {}
         self._on_drop = on_drop
+        self._pending: set[Key] = set()  # windows with parts not yet shipped
+        self._settling: deque[Key] = deque()  # sealed windows, oldest first, for expiry
 
     def window(self, key: Key, expected: int, now: float | None = None) -> Window:
         win = self.windows.get(key)
@@ -136,6 +168,7 @@ class WindowTable:
         if not overlap:
             win.sources |= part.sources
             win.pending.append(part)
+            self._pending.add(part.key)
             return "accepted", None
         if len(overlap) == len(part.sources):
             return "duplicate", overlap
@@ -144,36 +177,53 @@ class WindowTable:
     def due(self, now: float, complete: Callable[[Window], bool]) -> list[Window]:
         """Windows with pending parts that must go now: newly complete, past deadline, or already sealed (late)."""
         out = []
-        for win in self.windows.values():
-            if not win.pending:
+        for key in list(self._pending):
+            win = self.windows.get(key)
+            if win is None or not win.pending:
+                self._pending.discard(key)
                 continue
             if win.sealed or now >= win.deadline or complete(win):
                 if not win.sealed:
                     win.sealed, win.sealed_at = True, now
+                    self._settling.append(key)
+                self._pending.discard(key)
                 out.append(win)
         return out
 
+    def mark_pending(self, win: Window) -> None:
+        """Parts were put back into a window (a resend); ship it at the next flush."""
+        if win.pending:
+            self._pending.add(win.key)
+
     def expire(self, now: float) -> list[Window]:
-        """Forget settled windows older than retain_s (nothing pending or in flight)."""
-        gone = [key for key, win in self.windows.items()
-                if win.sealed and not win.pending and not win.inflight and not win.absorbed
-                and now - win.sealed_at > self.retain_s]
-        return [self.windows.pop(key) for key in gone]
+        """Forget settled windows sealed more than retain_s ago (nothing pending or in flight)."""
+        gone = []
+        for _ in range(len(self._settling)):
+            key = self._settling[0]
+            win = self.windows.get(key)
+            if win is None:
+                self._settling.popleft()
+                continue
+            if now - win.sealed_at <= self.retain_s:
+                break
+            self._settling.popleft()
+            if win.pending or win.inflight or win.absorbed:
+                self._settling.append(key)  # not settled yet: look again later
+                continue
+            gone.append(self.windows.pop(key))
+        return gone
 
     def _drop_oldest(self) -> None:
-        oldest = min(self.windows.values(), key=lambda w: w.first_seen)
+        oldest = next(iter(self.windows.values()))  # dicts keep insertion order: the first is the oldest
         del self.windows[oldest.key]
+        self._pending.discard(oldest.key)
         if self._on_drop:
             self._on_drop(oldest)
 
 
 def merge_parts(parts: list[Part]) -> Summary:
-    if parts and all(p.built is None and p.raw is not None for p in parts):
-        raws = [p.raw for p in parts]
-        values = np.concatenate([r[0] for r in raws])  # type: ignore[index]
-        sources = np.concatenate([np.full(r[0].shape, r[1]) for r in raws])  # type: ignore[index]
-        return Summary.from_arrays(values, sources, max(r[3] for r in raws),  # type: ignore[index]
-                                   first_time_ns=min(r[2] for r in raws))  # type: ignore[index]
+    if len(parts) == 1:
+        return parts[0].summary
     return Summary.merge_all([p.summary for p in parts])
 
 
