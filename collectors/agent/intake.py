@@ -65,7 +65,7 @@ class OpenBeat:
         ranks = list(self.values)
         times = [t for _, t in self.values.values()]
         raw = RawValues(np.array([v for v, _ in self.values.values()], dtype=np.float64),
-                        np.array(ranks, dtype=np.int64), min(times), max(times), {})
+                        np.array(ranks, dtype=np.int64), min(times), max(times), {rank: [] for rank in ranks})
         return [(Part(self.key, [], BitMap(ranks), raw=raw), self.world_size)]
 
     def due(self, now_ns: int) -> bool:

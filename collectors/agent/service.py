@@ -188,5 +188,13 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             if open_beat.due(now_ns):
                 del self.beats[key]
                 for part, expected in open_beat.parts():
-                    node.offer(part, expected)
+                    win = node.table.windows.get(part.key)
+                    if win is not None and win.sources & part.sources:
+                        # A beat delivered after its second was sealed: the rank's value for that
+                        # second is already counted; only ranks new to the bucket go on.
+                        pieces = [p for p in (part.split() or [part]) if not (p.sources & win.sources)]
+                    else:
+                        pieces = [part]
+                    for piece in pieces:
+                        node.offer(piece, expected)
 

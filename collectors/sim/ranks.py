@@ -31,7 +31,7 @@ def _encode(value: float) -> float | str:
 def run_rank(args: argparse.Namespace, rank: int, truth: list[str], lock: threading.Lock, done: threading.Event) -> None:
     model = RankModel(rank, args.seed, [parse_injection(t) for t in args.inject])
     run = telemetry.init(job=args.job, rank=rank, world_size=args.world_size, local_rank=rank % args.ranks_per_node,
-                         agent=args.agent)
+                         agent=args.agent, flush_interval_s=args.flush_interval)
     stop = model.stops_at()
     lines = []
     try:
@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--truth", type=Path, required=True)
     parser.add_argument("--hold", type=float, default=3600.0)
     parser.add_argument("--close-timeout", type=float, default=60.0)
+    parser.add_argument("--flush-interval", type=float, default=0.05,
+                        help="SDK batching interval; many simulated ranks share two cores")
     args = parser.parse_args(argv)
     truth: list[str] = []
     lock = threading.Lock()
