@@ -8,7 +8,9 @@ import logging
 import signal
 import sys
 import threading
+import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +51,7 @@ config_option = click.option("--config", type=click.Path(dir_okay=False), callba
                              expose_value=False, help="TOML file of option defaults (e.g. /etc/telemetry/agent.toml).")
 
 
-def _security(prefix: str, cert: str | None, key: str | None, ca: str | None, token: str | None,
+def _security(cert: str | None, key: str | None, ca: str | None, token: str | None,
               server_name: str | None = None):  # type: ignore[no-untyped-def]
     from collectors.common.transport import Security
     if not any((cert, key, ca, token)):
@@ -64,13 +66,23 @@ def _token(value: str | None, file: str | None) -> str | None:
     return value
 
 
-def _serve_until_signal(server: Any, ready: dict[str, Any]) -> None:
+def _serve(server: Any, describe: Callable[[], dict[str, Any]]) -> None:
+    """Start, announce readiness (a JSON line on stdout, and READY=1 to systemd), ping the watchdog while
+    the flush loop is ticking, and stop cleanly on SIGTERM/SIGINT."""
+    from collectors.agent.sdnotify import Notifier, WatchdogPinger
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     server.start()
+    ready = describe()
     print(json.dumps({"ready": True, **ready}), flush=True)
+    notifier = Notifier()
+    notifier.ready(f"{ready['role']} listening")
+    pinger = WatchdogPinger(notifier, healthy=lambda: time.monotonic() - server.last_tick < 10.0)
+    pinger.start()
     stop.wait()
+    notifier.stopping()
+    pinger.stop()
     server.stop()
 
 
@@ -124,13 +136,13 @@ def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple
     _logging(verbose)
     if not parents:
         raise click.UsageError("an agent needs --parent ADDR (its rack collector, or the root)")
-    security = _security("parent", parent_cert, parent_key, parent_ca, _token(parent_token, parent_token_file),
+    security = _security(parent_cert, parent_key, parent_ca, _token(parent_token, parent_token_file),
                          parent_server_name)
     server = AgentServer(AgentConfig(
         parents=[*parents, *fallbacks], socket=Path(socket_path) if socket_path else None, tcp=tcp,
         node_id=node_id, parent_security=security, deadline_floor_s=deadline_floor,
         deadline_factor=deadline_factor, stuck_after_s=stuck_after, max_metrics_per_job=max_metrics))
-    _serve_until_signal(server, {"role": "agent", "id": server.node.node_id, "addresses": server.addresses})
+    _serve(server, lambda: {"role": "agent", "id": server.node.node_id, "addresses": server.addresses})
 
 
 @main.command()
@@ -164,8 +176,8 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
     _logging(verbose)
     if bool(tls_cert) != bool(tls_key):
         raise click.UsageError("--tls-cert and --tls-key go together")
-    security = _security("", tls_cert, tls_key, tls_client_ca, _token(token, token_file))
-    parent_security = _security("parent", parent_cert, parent_key, parent_ca,
+    security = _security(tls_cert, tls_key, tls_client_ca, _token(token, token_file))
+    parent_security = _security(parent_cert, parent_key, parent_ca,
                                 _token(parent_token, parent_token_file), parent_server_name)
     is_root = not parents
     floor = deadline_floor if deadline_floor is not None else (4.0 if is_root else 3.0)
@@ -173,15 +185,8 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
         listen=listen, parents=[*parents, *fallbacks], node_id=node_id, security=security,
         parent_security=parent_security, db=Path(db), api=api, deadline_floor_s=floor,
         deadline_factor=deadline_factor, max_metrics_per_job=max_metrics))
-    ready = {"role": "root" if is_root else "collector", "id": server.node.node_id, "address": server.address}
-    server.start()
-    ready["api"] = server.api_address
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    print(json.dumps({"ready": True, **ready}), flush=True)
-    stop.wait()
-    server.stop()
+    _serve(server, lambda: {"role": "root" if is_root else "collector", "id": server.node.node_id,
+                            "address": server.address, "api": server.api_address})
 
 
 @main.command()

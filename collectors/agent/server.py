@@ -62,6 +62,7 @@ class AgentServer:
         if config.tcp:
             self.addresses.append(bind(self.server, config.tcp))
         self._stop = threading.Event()
+        self.last_tick = time.monotonic()  # the flush loop's heartbeat, for the systemd watchdog
         self._flusher = threading.Thread(target=self._flush_loop, name="agent-flush", daemon=True)
 
     def start(self) -> None:
@@ -73,6 +74,7 @@ class AgentServer:
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(self.config.flush_interval_s):
+            self.last_tick = time.monotonic()
             try:
                 with self.node.lock:
                     self.service.seal(time.monotonic())

@@ -70,6 +70,7 @@ class CollectorServer:
         self.address = bind(self.server, config.listen, config.security)
         self.api_address: str | None = None
         self._stop = threading.Event()
+        self.last_tick = time.monotonic()  # the flush loop's heartbeat, for the systemd watchdog
         self._flusher = threading.Thread(target=self._flush_loop, name="flush", daemon=True)
 
     def start(self) -> None:
@@ -94,6 +95,7 @@ class CollectorServer:
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(self.config.flush_interval_s):
+            self.last_tick = time.monotonic()
             try:
                 self.node.flush()
             except Exception:
