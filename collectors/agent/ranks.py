@@ -45,6 +45,7 @@ class RankRegistry:
     def __init__(self, stuck_after_s: float = DEFAULT_STUCK_AFTER_S) -> None:
         self.stuck_after_s = stuck_after_s
         self.ranks: dict[tuple[str, int], RankInfo] = {}
+        self.changed = False  # a rank registered since the last views()
 
     def register(self, hello, link: queue.Queue) -> RankInfo:  # type: ignore[no-untyped-def]
         check_job(hello.job)
@@ -68,6 +69,7 @@ class RankRegistry:
         info = RankInfo(hello.job, hello.rank, hello.world_size, hello.local_rank, hello.host, hello.pid,
                         hello.device, link)
         self.ranks[key] = info
+        self.changed = True
         return info
 
     def views(self, now: float | None = None) -> dict[str, RankView]:

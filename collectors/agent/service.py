@@ -22,6 +22,7 @@ from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
 log = logging.getLogger(__name__)
 
 _END = object()
+LIVENESS_EVERY_S = 0.5
 
 
 class AgentService(ingest_pb2_grpc.AgentServicer):
@@ -31,6 +32,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         self.budget = budget
         self.steps: dict[tuple[str, int], OpenStep] = {}
         self.beats: dict[Key, OpenBeat] = {}
+        self._views_at = 0.0
 
     # ------------------------------------------------------------ acks down
     def ack_down(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None) -> None:
@@ -165,8 +167,10 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
     def seal(self, now: float) -> None:
         """Move finished steps and heartbeat buckets into the node's window table; caller holds the lock."""
         node = self.node
-        views = self.registry.views(now)
-        node.own_ranks = views
+        if now - self._views_at >= LIVENESS_EVERY_S or self.registry.changed:
+            node.own_ranks = self.registry.views(now)  # reads /proc per rank: not on every flush
+            self._views_at, self.registry.changed = now, False
+        views = node.own_ranks
         for key, open_step in list(self.steps.items()):
             view = views.get(open_step.job)
             waiting_for = (view.alive | view.stuck) if view else BitMap()
