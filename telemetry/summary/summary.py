@@ -210,6 +210,8 @@ class Summary:
         union = BitMap.union(*(s._sources for s in summaries))
         if len(union) != sum(len(s._sources) for s in summaries):
             raise OverlapError(_overlapping(summaries))
+        if len(summaries) == 1:
+            return first.copy()
         ordered = sorted(summaries, key=_order_key)
         merged = cls(first.k, first._sketch.max_centroids)
         merged._absorb(ordered, union)
@@ -260,7 +262,14 @@ class Summary:
                 f"and {other._sketch.max_centroids}")
 
     def copy(self) -> Summary:
-        return Summary.merge_all([self])
+        """An independent summary with identical fields (and identical bytes)."""
+        out = Summary.__new__(Summary)
+        for name in Summary.__slots__:
+            setattr(out, name, getattr(self, name))
+        out._top, out._bottom = list(self._top), list(self._bottom)
+        out._sketch = self._sketch.copy()
+        out._sources, out._nonfinite_sources = BitMap(self._sources), BitMap(self._nonfinite_sources)
+        return out
 
     # ----------------------------------------------------------------- queries
     @property
