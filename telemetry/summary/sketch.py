@@ -32,6 +32,7 @@ from fastdigest import TDigest
 from fastdigest import merge_all as _fd_merge_all
 
 DEFAULT_MAX_CENTROIDS = 200
+MAX_CENTROIDS_BOUND = 100_000  # refuse absurd bounds from the wire (memory)
 
 # fastdigest 0.12 binary layout: magic, u32 version, u64 n_centroids,
 # u64 max_centroids, f64 mass, f64 sum, f64 min, f64 max, u64 n_values,
@@ -162,8 +163,8 @@ class Sketch:
         count/total/lo/hi are the summary's exact count, sum, min and max, which
         fastdigest keeps beside its centroids (they bound its extreme quantiles).
         """
-        if max_centroids < 2:
-            raise ValueError(f"sketch max_centroids must be >= 2, got {max_centroids}")
+        if not 2 <= max_centroids <= MAX_CENTROIDS_BOUND:
+            raise ValueError(f"sketch max_centroids must be in [2, {MAX_CENTROIDS_BOUND}], got {max_centroids}")
         n = means.shape[0]
         if weights.shape[0] != n:
             raise ValueError(f"sketch has {n} means but {weights.shape[0]} weights")

@@ -89,7 +89,7 @@ class Summary:
         self._sum += value
         delta = value - self._mean
         self._mean += delta / self._count
-        self._m2 += delta * (value - self._mean)
+        self._m2 = max(0.0, self._m2 + delta * (value - self._mean))
         if value < self._min or (value == self._min and source < self._argmin):
             self._min, self._argmin = value, source
         if value > self._max or (value == self._max and source < self._argmax):
@@ -179,7 +179,7 @@ class Summary:
     def _combine_moments(self, n: int, new_sum: float, mean: float, m2: float) -> None:
         total = self._count + n
         delta = mean - self._mean
-        self._m2 = self._m2 + m2 + delta * delta * self._count * n / total
+        self._m2 = max(0.0, self._m2 + m2 + delta * delta * self._count * n / total)
         self._mean = self._mean + delta * n / total
         self._count = total
         self._sum = new_sum
@@ -220,13 +220,17 @@ class Summary:
     def _absorb(self, others: Sequence[Summary], union: BitMap | None = None) -> None:
         """Fold compatible, source-disjoint summaries into self."""
         parts = [s for s in ([self, *others] if self._count or self._nonfinite_count or self._sources else others)]
-        counts = np.array([s._count for s in parts], dtype=np.float64)
+        valued = [s for s in parts if s._count]
+        counts = np.array([s._count for s in valued], dtype=np.float64)
         total = counts.sum()
-        if total:
-            means = np.array([s._mean for s in parts])
+        if len(valued) == 1:
+            only = valued[0]
+            mean, m2, sum_ = only._mean, only._m2, only._sum
+        elif total:
+            means = np.array([s._mean for s in valued])
             mean = float((counts * means).sum() / total)
-            m2 = float(sum(s._m2 for s in parts) + (counts * np.square(means - mean)).sum())
-            sum_ = math.fsum(s._sum for s in parts)
+            m2 = float(sum(s._m2 for s in valued) + (counts * np.square(means - mean)).sum())
+            sum_ = math.fsum(s._sum for s in valued)
         else:
             mean, m2, sum_ = 0.0, 0.0, 0.0
         lo, lo_src, hi, hi_src = self._min, self._argmin, self._max, self._argmax
@@ -434,16 +438,25 @@ class Summary:
         out._first_ns, out._last_ns = msg.first_time_ns, msg.last_time_ns
         if count:
             out._min, out._argmin, out._max, out._argmax = msg.min, msg.argmin, msg.max, msg.argmax
-            if not (math.isfinite(out._min) and math.isfinite(out._max) and out._min <= out._max):
-                raise ValueError(f"min {out._min} / max {out._max} are not finite and ordered")
-            if not (math.isfinite(out._sum) and math.isfinite(out._mean) and math.isfinite(out._m2) and out._m2 >= 0):
-                raise ValueError("sum, mean and m2 must be finite (m2 >= 0)")
+            lo, hi = out._min, out._max
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+                raise ValueError(f"min {lo} / max {hi} are not finite and ordered")
+            if not (math.isfinite(out._sum) and math.isfinite(out._mean) and math.isfinite(out._m2)):
+                raise ValueError("sum, mean and m2 must be finite")
+            slack = 1e-9 * max(1.0, abs(lo), abs(hi))
+            if not lo - slack <= out._mean <= hi + slack:
+                raise ValueError(f"mean {out._mean} lies outside [min, max] = [{lo}, {hi}]")
+            span = hi - lo  # float arithmetic: overflows to inf, never raises
+            if not -slack * slack <= out._m2 <= span * span * count * (1 + 1e-9) + slack * slack * count:
+                raise ValueError(f"m2 {out._m2} is impossible for {count} values in [{lo}, {hi}]")
             if out._argmin not in out._sources or out._argmax not in out._sources:
                 raise ValueError("argmin/argmax must be among the sources")
         else:
             out._min, out._argmin, out._max, out._argmax = math.inf, 0, -math.inf, 0
             if msg.top_values or msg.bottom_values:
                 raise ValueError("an empty summary cannot have top/bottom values")
+            if out._sum != 0.0 or out._mean != 0.0 or out._m2 != 0.0:
+                raise ValueError("a summary without finite values must have sum, mean and m2 of 0")
         out._top = _pairs(msg.top_values, msg.top_sources, "top")
         out._bottom = _pairs(msg.bottom_values, msg.bottom_sources, "bottom")
         expected = min(out.k, count)
@@ -451,14 +464,24 @@ class Summary:
             raise ValueError(f"top/bottom must hold min(k, count) = {expected} pairs")
         if out._top != sorted(out._top, key=_desc_key) or out._bottom != sorted(out._bottom):
             raise ValueError("top/bottom pairs are not in order")
-        if expected and (out._top[0] != (out._max, out._argmax) or out._bottom[0] != (out._min, out._argmin)):
-            raise ValueError("top/bottom disagree with max/min")
+        if expected:
+            if out._top[0] != (out._max, out._argmax) or out._bottom[0] != (out._min, out._argmin):
+                raise ValueError("top/bottom disagree with max/min")
+            if out._top[-1][0] < out._min or out._bottom[-1][0] > out._max:
+                raise ValueError("top/bottom values lie outside [min, max]")
+            if not BitMap(msg.top_sources).issubset(out._sources) or not BitMap(msg.bottom_sources).issubset(
+                    out._sources):
+                raise ValueError("top/bottom sources must be among the sources")
         if len(out._sources) == 0 and (count or out._nonfinite_count):
             raise ValueError("values without sources")
         if (out._nonfinite_count == 0) != (len(out._nonfinite_sources) == 0):
             raise ValueError("nonfinite_count and nonfinite_sources disagree")
+        if out._nonfinite_count < len(out._nonfinite_sources):
+            raise ValueError("fewer non-finite values than sources that sent them")
         if not out._nonfinite_sources.issubset(out._sources):
             raise ValueError("nonfinite_sources must be among the sources")
+        if out._first_ns > out._last_ns:
+            raise ValueError("first_time_ns is after last_time_ns")
         sketch = msg.sketch
         out._sketch = Sketch.from_centroids(
             sketch.max_centroids, _doubles(sketch.means, "sketch.means"), _doubles(sketch.weights, "sketch.weights"),
