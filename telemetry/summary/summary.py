@@ -219,17 +219,17 @@ class Summary:
 
     def _absorb(self, others: Sequence[Summary], union: BitMap | None = None) -> None:
         """Fold compatible, source-disjoint summaries into self."""
-        parts = [s for s in ([self, *others] if self._count or self._nonfinite_count or self._sources else others)]
+        parts = [self, *others] if self._count or self._nonfinite_count or self._sources else list(others)
         valued = [s for s in parts if s._count]
-        counts = np.array([s._count for s in valued], dtype=np.float64)
-        total = counts.sum()
+        total = sum(s._count for s in valued)
         if len(valued) == 1:
             only = valued[0]
             mean, m2, sum_ = only._mean, only._m2, only._sum
         elif total:
-            means = np.array([s._mean for s in valued])
-            mean = float((counts * means).sum() / total)
-            m2 = float(sum(s._m2 for s in valued) + (counts * np.square(means - mean)).sum())
+            # Chan et al.: combine (count, mean, M2) without the cancellation of sum-of-squares.
+            # Plain Python: a merge combines tens of parts, where numpy's per-call cost dominates.
+            mean = math.fsum(s._count * s._mean for s in valued) / total
+            m2 = math.fsum(s._m2 + s._count * (s._mean - mean) * (s._mean - mean) for s in valued)
             sum_ = math.fsum(s._sum for s in valued)
         else:
             mean, m2, sum_ = 0.0, 0.0, 0.0
@@ -241,10 +241,12 @@ class Summary:
                 if s._max > hi or (s._max == hi and s._argmax < hi_src):
                     hi, hi_src = s._max, s._argmax
         if self.k:
-            self._top = heapq.nsmallest(self.k, (p for s in parts for p in s._top), key=_desc_key)
-            self._bottom = heapq.nsmallest(self.k, (p for s in parts for p in s._bottom))
+            # (-value, source) orders as "value descending, source ascending" with no key function.
+            top = heapq.nsmallest(self.k, [(-v, src) for s in parts for v, src in s._top])
+            self._top = [(-v, src) for v, src in top]
+            self._bottom = heapq.nsmallest(self.k, [p for s in parts for p in s._bottom])
         self._sketch = Sketch.merge_all([s._sketch for s in parts], self._sketch.max_centroids)
-        self._count = int(total)
+        self._count = total
         self._sum, self._mean, self._m2 = sum_, mean, m2
         self._min, self._argmin, self._max, self._argmax = lo, lo_src, hi, hi_src
         self._sources = union if union is not None else BitMap.union(self._sources, *(s._sources for s in others))
@@ -462,15 +464,17 @@ class Summary:
         expected = min(out.k, count)
         if len(out._top) != expected or len(out._bottom) != expected:
             raise ValueError(f"top/bottom must hold min(k, count) = {expected} pairs")
-        if out._top != sorted(out._top, key=_desc_key) or out._bottom != sorted(out._bottom):
+        top, bottom = out._top, out._bottom
+        if any(_desc_key(a) > _desc_key(b) for a, b in zip(top, top[1:])) or any(
+                a > b for a, b in zip(bottom, bottom[1:])):
             raise ValueError("top/bottom pairs are not in order")
         if expected:
             if out._top[0] != (out._max, out._argmax) or out._bottom[0] != (out._min, out._argmin):
                 raise ValueError("top/bottom disagree with max/min")
             if out._top[-1][0] < out._min or out._bottom[-1][0] > out._max:
                 raise ValueError("top/bottom values lie outside [min, max]")
-            if not BitMap(msg.top_sources).issubset(out._sources) or not BitMap(msg.bottom_sources).issubset(
-                    out._sources):
+            sources = out._sources
+            if not all(src in sources for _, src in top) or not all(src in sources for _, src in bottom):
                 raise ValueError("top/bottom sources must be among the sources")
         if len(out._sources) == 0 and (count or out._nonfinite_count):
             raise ValueError("values without sources")
