@@ -32,6 +32,7 @@ from fastdigest import TDigest
 from fastdigest import merge_all as _fd_merge_all
 
 DEFAULT_MAX_CENTROIDS = 200
+FOLD_BATCH = 256  # folds held before compressing (memory bound: 256 digests)
 MAX_CENTROIDS_BOUND = 100_000  # refuse absurd bounds from the wire (memory)
 
 # fastdigest 0.12 binary layout: magic, u32 version, u64 n_centroids,
@@ -45,7 +46,7 @@ _VERSION = 1
 class Sketch:
     """A t-digest of finite float values; merge is approximate, never mutates its argument."""
 
-    __slots__ = ("_digest", "_pending", "max_centroids")
+    __slots__ = ("_digest", "_pending", "_folds", "max_centroids")
 
     def __init__(self, max_centroids: int = DEFAULT_MAX_CENTROIDS, _digest: TDigest | None = None) -> None:
         if max_centroids < 2:
@@ -53,6 +54,9 @@ class Sketch:
         self.max_centroids = max_centroids
         self._digest = _digest
         self._pending: list[float] = []
+        # Digests merged in one at a time, compressed together later: recompressing after every
+        # single fold loses mid-quantile accuracy (measured: p50 rank error 3.6e-3 vs 5e-4).
+        self._folds: list[TDigest] = []
 
     # -- ingest ---------------------------------------------------------
     def add(self, value: float) -> None:
@@ -82,6 +86,10 @@ class Sketch:
 
     def _get(self) -> TDigest | None:
         self._flush()
+        if self._folds:
+            folds, self._folds = self._folds, []
+            parts = folds if self._digest is None else [self._digest, *folds]
+            self._digest = _fd_merge_all(parts, max_centroids=self.max_centroids)
         return self._digest
 
     # -- merge ----------------------------------------------------------
@@ -91,11 +99,9 @@ class Sketch:
         theirs = other._get()
         if theirs is None:
             return
-        mine = self._get()
-        if mine is None:
-            self._digest = theirs.copy()
-        else:
-            mine.merge_inplace(theirs)
+        self._folds.append(theirs.copy())
+        if len(self._folds) >= FOLD_BATCH:
+            self._get()
 
     @classmethod
     def merge_all(cls, sketches: Sequence[Sketch], max_centroids: int | None = None) -> Sketch:
@@ -180,7 +186,8 @@ class Sketch:
             raise ValueError("sketch weights must be positive and finite")
         if n > 1 and not (means[1:] >= means[:-1]).all():
             raise ValueError("sketch means must be ascending")
-        if not (lo <= means[0] and means[-1] <= hi):
+        slack = 1e-9 * max(1.0, abs(lo), abs(hi))  # a centroid's mean is a rounded weighted average
+        if not (lo - slack <= means[0] and means[-1] <= hi + slack):
             raise ValueError("sketch means lie outside the summary's [min, max]")
         mass = float(weights.sum())
         if not abs(mass - count) <= 1e-6 * max(1.0, count):

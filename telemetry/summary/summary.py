@@ -245,7 +245,11 @@ class Summary:
             top = heapq.nsmallest(self.k, [(-v, src) for s in parts for v, src in s._top])
             self._top = [(-v, src) for v, src in top]
             self._bottom = heapq.nsmallest(self.k, [p for s in parts for p in s._bottom])
-        self._sketch = Sketch.merge_all([s._sketch for s in parts], self._sketch.max_centroids)
+        if parts and parts[0] is self:
+            for other in others:  # folds are deferred and compressed together (see Sketch.merge)
+                self._sketch.merge(other._sketch)
+        else:
+            self._sketch = Sketch.merge_all([s._sketch for s in parts], self._sketch.max_centroids)
         self._count = total
         self._sum, self._mean, self._m2 = sum_, mean, m2
         self._min, self._argmin, self._max, self._argmax = lo, lo_src, hi, hi_src
