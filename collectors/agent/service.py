@@ -14,7 +14,7 @@ from pyroaring import BitMap
 from collectors.agent.intake import OpenBeat, OpenStep, RankValues, beat_key
 from collectors.agent.ranks import RankInfo, RankRegistry
 from collectors.common.keys import Key
-from collectors.common.validation import BadInput, MetricBudget
+from collectors.common.validation import BadInput, MetricBudget, check_size
 from collectors.delivery.node import Node
 from collectors.delivery.windows import Origin
 from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 _END = object()
 LIVENESS_EVERY_S = 0.5
+MAX_STEP = 2**63 - 1  # the root stores steps as SQLite integers
 
 
 class AgentService(ingest_pb2_grpc.AgentServicer):
@@ -63,6 +64,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         info: RankInfo | None = None
         try:
             for message in requests:
+                check_size(message)
                 which = message.WhichOneof("body")
                 with self.node.lock:
                     if which == "hello":
@@ -78,8 +80,11 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
                 self.node.counters["bad_inputs"] += 1
             log.warning("refused a rank stream: %s", exc)
             responses.put(exc)
-        except grpc.RpcError:
-            pass
+        except grpc.RpcError as exc:
+            if _code(exc) == grpc.StatusCode.RESOURCE_EXHAUSTED:  # e.g. a message over the size limit
+                with self.node.lock:
+                    self.node.counters["bad_inputs"] += 1
+                log.warning("a rank stream was cut: %s", exc)
         finally:
             with self.node.lock:
                 if info is not None and info.link is responses:
@@ -105,9 +110,18 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             responses.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.RECEIVED, seq=batch.seq))
             self.node.durability.settle(origin)
             return
-        for step_batch in batch.steps:
-            for values in step_batch.metrics:
-                self.budget.admit(info.job, values.metric)
+        try:
+            for step_batch in batch.steps:
+                if step_batch.step > MAX_STEP:
+                    raise BadInput("INVALID_ARGUMENT", f"step {step_batch.step} is beyond 2**63-1")
+                for values in step_batch.metrics:
+                    self.budget.admit(info.job, values.metric)
+        except BadInput as exc:
+            # Name the refused batch first, so the SDK drops exactly it and resends the rest when it
+            # reconnects; then end the stream with the status (counted once, by _consume).
+            info.last_seq = batch.seq
+            responses.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.REFUSED, seq=batch.seq, reason=str(exc)))
+            raise
         now = time.monotonic()
         highest = 0
         rank = info.rank
@@ -202,3 +216,9 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
                     for piece in pieces:
                         node.offer(piece, expected)
 
+
+def _code(exc: grpc.RpcError) -> grpc.StatusCode | None:
+    try:
+        return exc.code()
+    except Exception:  # the server-side iterator's error may carry no code
+        return None

@@ -11,7 +11,7 @@ import grpc
 from pyroaring import BitMap
 
 from collectors.common.keys import Key
-from collectors.common.validation import BadInput, MetricBudget, check_job
+from collectors.common.validation import BadInput, MetricBudget, check_job, check_size
 from collectors.delivery.node import COUNTER_FIELDS, Node, RankView
 from collectors.delivery.windows import Origin, Part
 from telemetry.summary import Summary
@@ -20,6 +20,7 @@ from telemetry.v1 import forward_pb2, forward_pb2_grpc
 log = logging.getLogger(__name__)
 
 _END = object()
+MAX_INDEX = 2**63 - 1  # the root stores window indexes as SQLite integers
 
 
 class CollectorService(forward_pb2_grpc.CollectorServicer):
@@ -31,6 +32,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         self.budget = budget or MetricBudget()
         self.before_offer = before_offer
         self._links: dict[str, queue.Queue] = {}
+        self._shapes: dict[str, tuple[int, int]] = {}  # per job: the (k, max_centroids) every part must share
         self._links_lock = threading.Lock()
 
     # Called by the node (under its lock) to answer a child about one of its units.
@@ -71,6 +73,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                  state: dict[str, object]) -> None:
         try:
             for batch in requests:
+                check_size(batch)
                 sender = state.get("sender")
                 if sender is None:
                     if not batch.sender_id:
@@ -87,8 +90,12 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 self.node.counters["bad_inputs"] += 1
             log.warning("refused a child stream: %s", exc)
             responses.put(exc)
-        except grpc.RpcError:
-            pass  # the child went away; it resends whatever is not durable
+        except grpc.RpcError as exc:
+            # The child went away (it resends whatever is not durable), or sent a message over the limit.
+            if _code(exc) == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                with self.node.lock:
+                    self.node.counters["bad_inputs"] += 1
+                log.warning("a child stream was cut: %s", exc)
         finally:
             responses.put(_END)
 
@@ -116,7 +123,13 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             key = Key.from_proto(window.key)
             check_job(key.job)
             self.budget.admit(key.job, key.metric)
+            if key.index > MAX_INDEX:
+                raise ValueError(f"window index {key.index} is beyond 2**63-1")
             summary = Summary.from_proto(window.summary)
+            shape = self._shapes.setdefault(key.job, (summary.k, summary.max_centroids))
+            if (summary.k, summary.max_centroids) != shape:
+                raise ValueError(f"summary has k={summary.k}, max_centroids={summary.max_centroids}; "
+                                 f"job {key.job!r} uses k={shape[0]}, max_centroids={shape[1]}")
         except (ValueError, BadInput) as exc:
             node.counters["bad_inputs"] += 1
             log.warning("refused window %d of %s: %s", index, origin, exc)
@@ -129,3 +142,10 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             return None
         return forward_pb2.Rejection(index=index, key=window.key, overlapping_sources=list(overlap or ()),
                                      reason=f"{len(overlap or ())} of {len(part.sources)} sources already held")
+
+
+def _code(exc: grpc.RpcError) -> grpc.StatusCode | None:
+    try:
+        return exc.code()
+    except Exception:  # the server-side iterator's error may carry no code
+        return None

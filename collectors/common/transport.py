@@ -17,6 +17,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from collectors.common.validation import DEFAULT_MAX_MESSAGE_BYTES
 
+HARD_CAP_FACTOR = 4
+
 
 @dataclass(frozen=True)
 class Security:
@@ -34,7 +36,9 @@ class Security:
 
 
 def _options(max_message_bytes: int) -> list[tuple[str, int]]:
-    return [("grpc.max_receive_message_length", max_message_bytes),
+    # gRPC's own cap is 4x the limit: the services check the limit themselves, so that an oversized
+    # message is refused with a message saying so and is counted (gRPC's refusal is invisible to them).
+    return [("grpc.max_receive_message_length", HARD_CAP_FACTOR * max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.so_reuseport", 0)]
 

@@ -41,3 +41,9 @@ class MetricBudget:
             raise BadInput("RESOURCE_EXHAUSTED",
                            f"job {job!r} already has {self.limit} distinct metrics; refusing {metric!r}")
         names.add(metric)
+
+
+def check_size(message, limit: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:  # type: ignore[no-untyped-def]
+    size = message.ByteSize()
+    if size > limit:
+        raise BadInput("RESOURCE_EXHAUSTED", f"message of {size} bytes is larger than the {limit}-byte limit")

@@ -180,6 +180,7 @@ class Upstream:
                  liveness_every_s: float = 1.0) -> None:
         self.node = node
         self.outbox = outbox_factory(self._on_ack)
+        self.outbox.on_drop = self._on_drop
         self.liveness_every_s = liveness_every_s
         self._last_sent = 0.0
 
@@ -196,6 +197,18 @@ class Upstream:
 
     def forget(self, keys: list) -> None:
         """Nothing to do: units are retained by the outbox until durable."""
+
+    def _on_drop(self, unit: Unit) -> None:
+        """The outbox overflowed and let this unit go: count its windows, and stop holding what it held."""
+        node = self.node
+        with node.lock:
+            outs = [out for out in unit.payload if out is not None]  # type: ignore[attr-defined]
+            node.counters["dropped_windows"] += len(outs)
+            for out in outs:
+                win = node.table.windows.get(out.key)
+                if win is not None:
+                    win.inflight.pop(unit.seq, None)
+            node.release_all(outs)
 
     def _send(self, node: Node, parts: list[tuple[Window, OutPart]], now: float) -> None:
         message = forward_pb2.SummaryBatch()

@@ -45,7 +45,7 @@ class Outbox:
         self.parents = parents
         self.security = security
         self._on_ack = on_ack
-        self._on_drop = on_drop
+        self.on_drop = on_drop
         self.max_units = max_units
         self.connect_timeout_s = connect_timeout_s
         self._lock = threading.Lock()
@@ -81,8 +81,8 @@ class Outbox:
         for lost in dropped:
             self.dropped_units += 1
             log.warning("outbox full: dropped unit %d (%d windows)", lost.seq, len(lost.message.windows))
-            if self._on_drop:
-                self._on_drop(lost)
+            if self.on_drop:
+                self.on_drop(lost)
         return unit
 
     def forget(self, seq: int) -> Unit | None:

@@ -7,12 +7,15 @@ a resend of something already persisted is recognised as a duplicate.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from pyroaring import BitMap
 
 from collectors.common.keys import Key
 from telemetry.summary import Summary
@@ -52,10 +55,14 @@ def _num(value: float) -> float | None:
 def figures(summary: Summary, expected: int) -> dict[str, object]:
     """The scalar figures served per window (the API's per-step fields)."""
     sources = summary.sources
-    missing = [r for r in range(expected) if r not in sources][:MISSING_LISTED] if expected else []
+    missing = BitMap()
+    if expected:
+        missing.add_range(0, expected)
+        missing -= sources
+    listed = list(itertools.islice(missing, MISSING_LISTED))
     p50, p90, p99, p999 = summary.quantiles(QUANTILES)
     return {
-        "count": summary.count, "sources": len(sources), "missing": missing,
+        "count": summary.count, "sources": len(sources), "missing": listed,
         "mean": _num(summary.mean), "stddev": _num(summary.stddev),
         "min": _num(summary.min), "argmin": summary.argmin, "max": _num(summary.max), "argmax": summary.argmax,
         "top": [[v, s] for v, s in summary.top()],

@@ -58,6 +58,7 @@ class Run:
     # ------------------------------------------------------------ training thread
     def log(self, step: int, **values: Any) -> None:
         """Record values for `step`. Floats, ints, or tensors (read later, without a sync). Never blocks."""
+        _check_step(step)
         for name in values:
             if name not in self._known_names:
                 if not is_metric_name(name):
@@ -75,6 +76,7 @@ class Run:
     @contextmanager
     def step(self, step: int) -> Iterator[None]:
         """Times the block as `step_time` (seconds) and closes this rank's contribution to `step` on exit."""
+        _check_step(step)
         if step > self.current_step:
             self.current_step = step
         start = time.perf_counter()
@@ -87,6 +89,7 @@ class Run:
 
     def end_step(self, step: int) -> None:
         """Close this rank's contribution to `step` without timing it (what `step()` does on exit)."""
+        _check_step(step)
         self._append((_CLOSE, step, time.time_ns()))
         self.steps_completed += 1
 
@@ -181,6 +184,16 @@ class Run:
     def stats(self) -> dict[str, int]:
         return {"dropped_values": self._sender.dropped_values, "unacknowledged_batches": self._sender.unacknowledged(),
                 "refused_batches": self._sender.refused_batches}
+
+
+MAX_STEP = 2**63 - 1  # steps are stored as SQLite integers at the root
+
+
+def _check_step(step: int) -> None:
+    if type(step) is not int:  # noqa: E721 (bool and numpy ints are refused too: say int(step))
+        raise TypeError(f"step must be an int, got {type(step).__name__}")
+    if not 0 <= step <= MAX_STEP:
+        raise ValueError(f"step must be in [0, 2**63), got {step}")
 
 
 def _stage(values: dict[str, Any]):  # type: ignore[no-untyped-def]

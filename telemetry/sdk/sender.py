@@ -69,6 +69,7 @@ class Sender:
         self._stop = threading.Event()
         self.dropped_values = 0
         self.refused_batches = 0
+        self.refused = False  # the agent refused this rank: nothing is sent any more
         self.connected = threading.Event()
         self._stream_error: grpc.RpcError | None = None
         self._thread = threading.Thread(target=self._run, name=f"telemetry-sender-{identity.rank}", daemon=True)
@@ -98,11 +99,15 @@ class Sender:
                 delay = 0.05
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
-                if code is not None and code not in RETRYABLE:
-                    log.error("telemetry agent refused this rank's stream: %s: %s", code.name, exc.details())
-                    self._refuse_head()
-                else:
-                    log.debug("telemetry agent stream broke: %s", exc)
+                if code is not None and code not in RETRYABLE and not self.connected.is_set():
+                    # The agent refused this rank itself (e.g. rank >= world size): nothing will ever be
+                    # delivered, so stop and count everything as dropped rather than retry forever.
+                    log.error("telemetry agent refused this rank: %s: %s; telemetry is off for it",
+                              code.name, exc.details())
+                    self._give_up()
+                    return
+                log.log(logging.WARNING if code not in RETRYABLE else logging.DEBUG,
+                        "telemetry agent stream ended: %s", exc)
             except Exception:
                 log.exception("telemetry sender error")
             finally:
@@ -118,13 +123,18 @@ class Sender:
             delay = min(delay * 2, 2.0)
         self._batch_once()
 
-    def _refuse_head(self) -> None:
-        """A non-retryable refusal (bad input): drop the oldest kept batch rather than resend it forever."""
+    def _give_up(self) -> None:
         with self._lock:
-            if self._kept:
-                _, kept = self._kept.popitem(last=False)
-                self._kept_values -= kept.values
-                self.refused_batches += 1
+            self.dropped_values += self._kept_values
+            self.refused_batches += len(self._kept)
+            self._kept.clear()
+            self._kept_values = 0
+        self.refused = True
+        while not self._stop.is_set():  # keep draining so the training thread's buffer never fills
+            dropped = sum(len(m.values) for s in self._drain() for m in s.metrics)
+            self.dropped_values += dropped
+            self._wake.wait(0.5)
+            self._wake.clear()
 
     def _session(self) -> None:
         channel = grpc.insecure_channel(self.address)
@@ -182,11 +192,15 @@ class Sender:
             for ack in call:
                 if ack.status == ingest_pb2.RankAck.REGISTERED:
                     self.connected.set()
-                elif ack.status == ingest_pb2.RankAck.DURABLE:
+                elif ack.status in (ingest_pb2.RankAck.DURABLE, ingest_pb2.RankAck.REFUSED):
                     with self._lock:
                         kept = self._kept.pop(ack.seq, None)
                         if kept is not None:
                             self._kept_values -= kept.values
+                            if ack.status == ingest_pb2.RankAck.REFUSED:
+                                self.refused_batches += 1
+                                self.dropped_values += kept.values
+                                log.error("telemetry agent refused batch %d: %s", ack.seq, ack.reason)
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 self._stream_error = exc

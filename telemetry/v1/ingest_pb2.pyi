@@ -89,19 +89,23 @@ class RankMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[RankHello, _Mapping]] = ..., batch: _Optional[_Union[RankBatch, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
 
 class RankAck(_message.Message):
-    __slots__ = ("status", "seq")
+    __slots__ = ("status", "seq", "reason")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[RankAck.Status]
         REGISTERED: _ClassVar[RankAck.Status]
         RECEIVED: _ClassVar[RankAck.Status]
         DURABLE: _ClassVar[RankAck.Status]
+        REFUSED: _ClassVar[RankAck.Status]
     STATUS_UNSPECIFIED: RankAck.Status
     REGISTERED: RankAck.Status
     RECEIVED: RankAck.Status
     DURABLE: RankAck.Status
+    REFUSED: RankAck.Status
     STATUS_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     status: RankAck.Status
     seq: int
-    def __init__(self, status: _Optional[_Union[RankAck.Status, str]] = ..., seq: _Optional[int] = ...) -> None: ...
+    reason: str
+    def __init__(self, status: _Optional[_Union[RankAck.Status, str]] = ..., seq: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
