@@ -1,0 +1,231 @@
+"""Shared pieces for the aggregation-tree tests (issue 3): in-process servers, bounded waits, the root's API.
+
+Not a test module: the tests import it by name (pytest puts tests/ on sys.path).
+Every server binds port 0 (or a Unix socket under the test's tmp_path) and is
+stopped by the fixture that made it, so nothing outlives a test.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from collectors.agent.server import AgentConfig, AgentServer
+from collectors.collector.server import CollectorConfig, CollectorServer
+from collectors.common.keys import Key
+from telemetry import Summary
+from telemetry.v1 import forward_pb2, forward_pb2_grpc
+
+# Short deadlines keep the tests quick; complete windows seal at once anyway.
+FAST_AGENT = {"deadline_floor_s": 0.5, "flush_interval_s": 0.01}
+FAST_COLLECTOR = {"deadline_floor_s": 0.8, "flush_interval_s": 0.01}
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "") -> Any:
+    """Poll until predicate() is truthy; return its value, or fail the test naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def make_root(db: Path, **options: Any) -> CollectorServer:
+    config = CollectorConfig(db=db, node_id=options.pop("node_id", "root"), **{**FAST_COLLECTOR, **options})
+    server = CollectorServer(config)
+    server.start()
+    return server
+
+
+def make_collector(parents: list[str], node_id: str, **options: Any) -> CollectorServer:
+    server = CollectorServer(CollectorConfig(parents=parents, node_id=node_id, **{**FAST_COLLECTOR, **options}))
+    server.start()
+    return server
+
+
+def make_agent(parents: list[str], sock: Path, node_id: str, **options: Any) -> AgentServer:
+    server = AgentServer(AgentConfig(parents=parents, socket=sock, node_id=node_id, **{**FAST_AGENT, **options}))
+    server.start()
+    return server
+
+
+def stop_all(*servers: Any) -> None:
+    for server in servers:
+        if server is None:
+            continue
+        try:
+            server.stop(0.2)
+        except Exception:  # a server a test already stopped
+            pass
+
+
+def api_get(api_address: str, path: str) -> tuple[int, Any]:
+    """GET from the root's JSON API: (HTTP status, decoded JSON body)."""
+    try:
+        with urllib.request.urlopen(f"http://{api_address}{path}", timeout=10) as reply:
+            return reply.status, json.load(reply)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def steps(api_address: str, job: str, metric: str, last: int = 1000) -> list[dict]:
+    status, body = api_get(api_address, f"/api/v1/jobs/{job}/steps?metric={metric}&last={last}")
+    assert status == 200, body
+    return body["steps"]
+
+
+def counters(server: CollectorServer) -> dict[str, int]:
+    with server.node.lock:
+        return server.node.subtree_counters()
+
+
+def health_status(address: str, service: str = "", credentials: grpc.ChannelCredentials | None = None,
+                  options: list | None = None) -> int:
+    channel = (grpc.secure_channel(address, credentials, options=options or []) if credentials
+               else grpc.insecure_channel(address))
+    with channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
+
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+
+
+# ---------------------------------------------------------------- raw gRPC children and parents
+
+
+def summary_of(values: dict[int, float] | dict[int, list[float]]) -> Summary:
+    """A summary of {source: value or [values]}."""
+    vals, srcs = [], []
+    for source, value in values.items():
+        for v in (value if isinstance(value, list) else [value]):
+            vals.append(float(v))
+            srcs.append(source)
+    return Summary.from_arrays(np.array(vals, dtype=np.float64), np.array(srcs, dtype=np.int64))
+
+
+def window(job: str, metric: str, step: int, values: dict, expected: int = 0,
+           late: bool = False) -> forward_pb2.WindowSummary:
+    return forward_pb2.WindowSummary(key=Key(job, metric, step).to_proto(), summary=summary_of(values).to_proto(),
+                                     expected=expected, late=late)
+
+
+class RawChild:
+    """A hand-driven child on a Forward stream: send SummaryBatches one by one, read the Acks."""
+
+    def __init__(self, address: str, sender_id: str, metadata: tuple = (), channel: grpc.Channel | None = None):
+        self.sender_id = sender_id
+        self.channel = channel or grpc.insecure_channel(address)
+        self._requests: queue.Queue = queue.Queue()
+        self.acks: queue.Queue = queue.Queue()
+        self.error: grpc.RpcError | None = None
+        self.seq = 0
+        stub = forward_pb2_grpc.CollectorStub(self.channel)
+        self.call = stub.Forward(iter(self._requests.get, None), metadata=metadata)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.send(forward_pb2.SummaryBatch(sender_id=sender_id, seq=0))
+
+    def _read(self) -> None:
+        try:
+            for ack in self.call:
+                self.acks.put(ack)
+        except grpc.RpcError as exc:
+            self.error = exc
+        finally:
+            self.acks.put(None)
+
+    def send(self, batch: forward_pb2.SummaryBatch) -> None:
+        self._requests.put(batch)
+
+    def batch(self, *windows: forward_pb2.WindowSummary, seq: int | None = None) -> int:
+        """Send a numbered batch of windows; returns its seq."""
+        if seq is None:
+            self.seq += 1
+            seq = self.seq
+        self.send(forward_pb2.SummaryBatch(sender_id=self.sender_id, seq=seq, windows=list(windows)))
+        return seq
+
+    def ack(self, timeout: float = 10.0) -> forward_pb2.Ack | None:
+        """The next Ack; None once the stream ended (see .error)."""
+        try:
+            return self.acks.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no ack within {timeout} s") from None
+
+    def ack_for(self, seq: int, status: int, timeout: float = 10.0) -> forward_pb2.Ack:
+        """Skip acks until one for `seq` with `status` arrives."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ack = self.ack(max(0.01, deadline - time.monotonic()))
+            if ack is None:
+                raise AssertionError(f"stream ended before ack {seq}: {self.error}")
+            if ack.seq == seq and ack.status == status:
+                return ack
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self.call.cancel()
+        self.channel.close()
+
+
+class FakeParent(forward_pb2_grpc.CollectorServicer):
+    """A parent that records every batch; acks RECEIVED, and DURABLE too when `durable` is set."""
+
+    def __init__(self, durable: bool = True) -> None:
+        self.durable = durable
+        self.batches: list[forward_pb2.SummaryBatch] = []
+        self.lock = threading.Lock()
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        forward_pb2_grpc.add_CollectorServicer_to_server(self, self.server)
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.address = f"127.0.0.1:{port}"
+        self.server.start()
+
+    def Forward(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        for batch in request_iterator:
+            with self.lock:
+                self.batches.append(batch)
+            yield forward_pb2.Ack(seq=batch.seq, status=forward_pb2.Ack.RECEIVED)
+            if self.durable and batch.seq:
+                yield forward_pb2.Ack(seq=batch.seq, status=forward_pb2.Ack.DURABLE)
+
+    def seqs(self) -> list[int]:
+        with self.lock:
+            return [b.seq for b in self.batches]
+
+    def stop(self, grace: float = 0.2) -> None:
+        self.server.stop(grace).wait(grace + 1)
+
+
+def dead_address() -> str:
+    """A loopback address nobody listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def spawn_root(workdir: Path, deadline_floor: float = 0.8):  # type: ignore[no-untyped-def]
+    """A root in a process of its own (`telemetry collector`), for tests that may wedge it: kill it after."""
+    from collectors.sim.procs import Proc, free_port, python_module
+    api_port = free_port()
+    proc = Proc("root", python_module("collectors.cli", "collector", "--id", "root", "--listen", "127.0.0.1:0",
+                                      "--db", str(workdir / "root.db"), "--api", f"127.0.0.1:{api_port}",
+                                      "--deadline-floor", str(deadline_floor)), workdir)
+    return proc.start()
