@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 import time
 from collections.abc import Iterator
 
@@ -14,14 +13,15 @@ from pyroaring import BitMap
 from collectors.agent.intake import OpenBeat, OpenStep, RankValues, beat_key
 from collectors.agent.ranks import RankInfo, RankRegistry
 from collectors.common.keys import Key
+from collectors.common.streams import answer
 from collectors.common.validation import BadInput, MetricBudget, check_size
 from collectors.delivery.node import Node
 from collectors.delivery.windows import Origin
+from telemetry.streams import END
 from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-_END = object()
 LIVENESS_EVERY_S = 0.5
 MAX_STEP = 2**63 - 1  # the root stores steps as SQLite integers
 
@@ -49,16 +49,8 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
     # ------------------------------------------------------------ the stream
     def Stream(self, request_iterator: Iterator[ingest_pb2.RankMessage],
                context: grpc.ServicerContext) -> Iterator[ingest_pb2.RankAck]:
-        responses: queue.Queue = queue.Queue()
-        thread = threading.Thread(target=self._consume, args=(request_iterator, responses), daemon=True)
-        thread.start()
-        while True:
-            item = responses.get()
-            if item is _END:
-                return
-            if isinstance(item, BadInput):
-                context.abort(getattr(grpc.StatusCode, item.code), str(item))
-            yield item
+        responses, _ = answer(request_iterator, context, self._consume)
+        yield from responses
 
     def _consume(self, requests: Iterator[ingest_pb2.RankMessage], responses: queue.Queue) -> None:
         info: RankInfo | None = None
@@ -89,7 +81,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             with self.node.lock:
                 if info is not None and info.link is responses:
                     info.link = None
-            responses.put(_END)
+            responses.put(END)
 
     def _hello(self, hello: ingest_pb2.RankHello, responses: queue.Queue) -> RankInfo:
         info = self.registry.register(hello, responses)

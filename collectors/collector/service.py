@@ -11,15 +11,16 @@ import grpc
 from pyroaring import BitMap
 
 from collectors.common.keys import Key
+from collectors.common.streams import answer
 from collectors.common.validation import BadInput, MetricBudget, check_job, check_size
 from collectors.delivery.node import COUNTER_FIELDS, Node, RankView
 from collectors.delivery.windows import Origin, Part
 from telemetry.summary import Summary
+from telemetry.streams import END
 from telemetry.v1 import forward_pb2, forward_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-_END = object()
 MAX_INDEX = 2**63 - 1  # the root stores window indexes as SQLite integers
 
 
@@ -51,18 +52,11 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
 
     def Forward(self, request_iterator: Iterator[forward_pb2.SummaryBatch],
                 context: grpc.ServicerContext) -> Iterator[forward_pb2.Ack]:
-        responses: queue.Queue = queue.Queue()
         state: dict[str, object] = {}
-        thread = threading.Thread(target=self._consume, args=(request_iterator, responses, state), daemon=True)
-        thread.start()
+        stream, responses = answer(request_iterator, context,
+                                   lambda requests, answers: self._consume(requests, answers, state))
         try:
-            while True:
-                item = responses.get()
-                if item is _END:
-                    return
-                if isinstance(item, BadInput):
-                    context.abort(getattr(grpc.StatusCode, item.code), str(item))
-                yield item
+            yield from stream
         finally:
             sender = state.get("sender")
             with self._links_lock:
@@ -97,7 +91,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                     self.node.counters["bad_inputs"] += 1
                 log.warning("a child stream was cut: %s", exc)
         finally:
-            responses.put(_END)
+            responses.put(END)
 
     def _handle(self, sender: str, batch: forward_pb2.SummaryBatch, responses: queue.Queue) -> None:
         node = self.node

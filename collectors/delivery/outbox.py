@@ -18,12 +18,10 @@ import grpc
 
 from collectors.common.backoff import Backoff
 from collectors.common.transport import Security, call_metadata, make_channel
+from telemetry.streams import END, until_end
 from telemetry.v1 import forward_pb2, forward_pb2_grpc
 
 log = logging.getLogger(__name__)
-
-_CLOSE = object()
-
 
 @dataclass
 class Unit:
@@ -101,7 +99,7 @@ class Outbox:
         self._stop.set()
         with self._lock:
             if self._queue is not None:
-                self._queue.put(_CLOSE)
+                self._queue.put(END)
             call = self._call
         if call is not None:
             call.cancel()
@@ -149,14 +147,7 @@ class Outbox:
             self.connections += 1
             self.connected_to = address
 
-        def requests():  # type: ignore[no-untyped-def]
-            while True:
-                item = outgoing.get()
-                if item is _CLOSE:
-                    return
-                yield item
-
-        call = stub.Forward(requests(), metadata=call_metadata(self.security))
+        call = stub.Forward(until_end(outgoing), metadata=call_metadata(self.security))
         with self._lock:
             self._call = call
         try:
@@ -168,7 +159,7 @@ class Outbox:
                 if unit is not None:
                     self._on_ack(unit, ack)
         finally:
-            outgoing.put(_CLOSE)
+            outgoing.put(END)
 
 
 def _describe(exc: grpc.RpcError) -> str:

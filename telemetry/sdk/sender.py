@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import grpc
 
+from telemetry.streams import END, until_end
 from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
 
 log = logging.getLogger("telemetry.sdk")
 
-_CLOSE = object()
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
              grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.RESOURCE_EXHAUSTED}
 
@@ -99,9 +99,11 @@ class Sender:
                 delay = 0.05
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
-                if code is not None and code not in RETRYABLE and not self.connected.is_set():
+                permanent = code is not None and code not in RETRYABLE and code != grpc.StatusCode.ALREADY_EXISTS
+                if permanent and not self.connected.is_set():
                     # The agent refused this rank itself (e.g. rank >= world size): nothing will ever be
                     # delivered, so stop and count everything as dropped rather than retry forever.
+                    # (ALREADY_EXISTS is retried: the rank's previous process may still be exiting.)
                     log.error("telemetry agent refused this rank: %s: %s; telemetry is off for it",
                               code.name, exc.details())
                     self._give_up()
@@ -155,14 +157,7 @@ class Sender:
                     outgoing.put(kept.message)
                 self._outgoing = outgoing
 
-            def requests():  # type: ignore[no-untyped-def]
-                while True:
-                    item = outgoing.get()
-                    if item is _CLOSE:
-                        return
-                    yield item
-
-            call = stub.Stream(requests())
+            call = stub.Stream(until_end(outgoing))
             reader = threading.Thread(target=self._read_acks, args=(call, outgoing), daemon=True)
             reader.start()
             last_beat = 0.0
@@ -176,7 +171,7 @@ class Sender:
                 self._wake.clear()
             if self._stop.is_set():
                 self._batch_once()
-            outgoing.put(_CLOSE)
+            outgoing.put(END)
             if self._stop.is_set():
                 call.cancel()
             reader.join(1.0)
@@ -205,7 +200,7 @@ class Sender:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 self._stream_error = exc
         finally:
-            outgoing.put(_CLOSE)
+            outgoing.put(END)
 
     def _batch_once(self) -> None:
         steps = self._drain()
