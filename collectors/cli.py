@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from collectors.common.lifetime import die_with_parent
 from telemetry import __version__
 
 
@@ -28,6 +29,7 @@ def main() -> None:
     summaries up a tree of collectors; the root finalises each step and
     serves a JSON API (and Prometheus metrics).
     """
+    die_with_parent()
 
 
 def _load_config(ctx: click.Context, _param: click.Parameter, path: str | None) -> str | None:
@@ -126,11 +128,25 @@ def with_options(options):  # type: ignore[no-untyped-def]
 @click.option("--stuck-after", type=float, default=10.0, show_default=True,
               help="Seconds without a heartbeat before a live rank counts as stuck.")
 @click.option("--max-metrics", type=int, default=256, show_default=True, help="Distinct metric names per job.")
+@click.option("--gpu-probe/--no-gpu-probe", default=True, show_default=True,
+              help="Sample every GPU with NVML (without NVML, a driver or a GPU: one log line, then off).")
+@click.option("--nic-probe/--no-nic-probe", default=True, show_default=True,
+              help="Sample NIC and InfiniBand error counters, port state and rate from sysfs.")
+@click.option("--probe-interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="Seconds between hardware samples (their windows are 1 s time buckets).")
+@click.option("--sysfs-root", type=click.Path(file_okay=False), default="/sys", show_default=True,
+              help="Where the NIC probe reads class/net and class/infiniband.")
+@click.option("--nic-exclude", multiple=True, default=("lo", "veth*", "docker*", "virbr*"), show_default=True,
+              help="Interface name patterns the NIC probe skips (repeatable; replaces the default).")
+@click.option("--nvlink-every", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Read the NVLink error counters on every Nth sample only.")
 @click.option("-v", "--verbose", count=True)
 def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple[str, ...], fallbacks: tuple[str, ...],
           parent_ca: str | None, parent_cert: str | None, parent_key: str | None, parent_token: str | None,
           parent_token_file: str | None, parent_server_name: str | None, deadline_floor: float,
-          deadline_factor: float, stuck_after: float, max_metrics: int, verbose: int) -> None:
+          deadline_factor: float, stuck_after: float, max_metrics: int, gpu_probe: bool, nic_probe: bool,
+          probe_interval: float, sysfs_root: str, nic_exclude: tuple[str, ...], nvlink_every: int,
+          verbose: int) -> None:
     """Run the node agent: ranks on this host stream to it; it forwards sealed step summaries to --parent."""
     from collectors.agent.server import AgentConfig, AgentServer
     _logging(verbose)
@@ -141,7 +157,9 @@ def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple
     server = AgentServer(AgentConfig(
         parents=[*parents, *fallbacks], socket=Path(socket_path) if socket_path else None, tcp=tcp,
         node_id=node_id, parent_security=security, deadline_floor_s=deadline_floor,
-        deadline_factor=deadline_factor, stuck_after_s=stuck_after, max_metrics_per_job=max_metrics))
+        deadline_factor=deadline_factor, stuck_after_s=stuck_after, max_metrics_per_job=max_metrics,
+        gpu_probe=gpu_probe, nic_probe=nic_probe, probe_interval_s=probe_interval, sysfs_root=sysfs_root,
+        nic_exclude=tuple(nic_exclude), nvlink_every=nvlink_every))
     _serve(server, lambda: {"role": "agent", "id": server.node.node_id, "addresses": server.addresses})
 
 

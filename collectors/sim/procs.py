@@ -1,8 +1,7 @@
-"""Child processes that never outlive the simulator: PDEATHSIG, a ready line on stdout, kill on exit."""
+"""Child processes that never outlive the simulator: PDEATHSIG (armed by the child), a ready line, kill on exit."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import select
@@ -13,15 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
-
+from collectors.common.lifetime import PARENT_ENV
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -40,9 +31,10 @@ class Proc:
 
     def start(self, timeout: float = 30.0) -> Proc:
         log = open(self.log_dir / f"{self.name}.log", "ab")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # The child arms PDEATHSIG itself (collectors.common.lifetime): no preexec_fn in a threaded parent.
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
         self.popen = subprocess.Popen(self.argv, stdout=subprocess.PIPE if self.ready_line else log, stderr=log,
-                                      stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent, env=env)
+                                      stdin=subprocess.DEVNULL, env=env)
         log.close()
         if self.ready_line:
             self.ready = self._read_ready(timeout)

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import telemetry
+from collectors.common.lifetime import die_with_parent
 from collectors.sim.model import RankModel, parse_injection
 
 
@@ -74,6 +75,7 @@ def _flush_truth(truth: list[str], lines: list[str], lock: threading.Lock) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()
     parser = argparse.ArgumentParser(description="simulated ranks of one host (used by `telemetry sim`)")
     parser.add_argument("--job", required=True)
     parser.add_argument("--ranks", required=True, help="comma-separated rank ids")

@@ -139,47 +139,43 @@ class Sender:
             self._wake.clear()
 
     def _session(self) -> None:
-        channel = grpc.insecure_channel(self.address)
+        channel = shared_channel(self.address)
         try:
             grpc.channel_ready_future(channel).result(timeout=1.0)
         except grpc.FutureTimeoutError:
-            channel.close()
             raise _Unavailable() from None
-        try:
-            stub = ingest_pb2_grpc.AgentStub(channel)
-            outgoing: queue.Queue = queue.Queue()
-            ident = self.identity
-            outgoing.put(ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(
-                job=ident.job, rank=ident.rank, world_size=ident.world_size, local_rank=ident.local_rank,
-                host=socket.gethostname(), pid=os.getpid(), device=ident.device, dropped=self.dropped_values)))
-            with self._lock:
-                for kept in self._kept.values():
-                    outgoing.put(kept.message)
-                self._outgoing = outgoing
+        stub = ingest_pb2_grpc.AgentStub(channel)
+        outgoing: queue.Queue = queue.Queue()
+        ident = self.identity
+        outgoing.put(ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(
+            job=ident.job, rank=ident.rank, world_size=ident.world_size, local_rank=ident.local_rank,
+            host=socket.gethostname(), pid=os.getpid(), device=ident.device, dropped=self.dropped_values)))
+        with self._lock:
+            for kept in self._kept.values():
+                outgoing.put(kept.message)
+            self._outgoing = outgoing
 
-            call = stub.Stream(until_end(outgoing))
-            reader = threading.Thread(target=self._read_acks, args=(call, outgoing), daemon=True)
-            reader.start()
-            last_beat = 0.0
-            while not self._stop.is_set() and reader.is_alive():
-                self._batch_once()
-                now = time.monotonic()
-                if now - last_beat >= self.heartbeat_interval_s:
-                    outgoing.put(ingest_pb2.RankMessage(heartbeat=self._heartbeat()))
-                    last_beat = now
-                self._wake.wait(self.flush_interval_s)
-                self._wake.clear()
-            if self._stop.is_set():
-                self._batch_once()
-            outgoing.put(END)
-            if self._stop.is_set():
-                call.cancel()
-            reader.join(1.0)
-            if self._stream_error is not None:
-                error, self._stream_error = self._stream_error, None
-                raise error
-        finally:
-            channel.close()
+        call = stub.Stream(until_end(outgoing))
+        reader = threading.Thread(target=self._read_acks, args=(call, outgoing), daemon=True)
+        reader.start()
+        last_beat = 0.0
+        while not self._stop.is_set() and reader.is_alive():
+            self._batch_once()
+            now = time.monotonic()
+            if now - last_beat >= self.heartbeat_interval_s:
+                outgoing.put(ingest_pb2.RankMessage(heartbeat=self._heartbeat()))
+                last_beat = now
+            self._wake.wait(self.flush_interval_s)
+            self._wake.clear()
+        if self._stop.is_set():
+            self._batch_once()
+        outgoing.put(END)
+        if self._stop.is_set():
+            call.cancel()
+        reader.join(1.0)
+        if self._stream_error is not None:
+            error, self._stream_error = self._stream_error, None
+            raise error
 
     def _read_acks(self, call, outgoing: queue.Queue) -> None:  # type: ignore[no-untyped-def]
         self._stream_error = None
@@ -220,6 +216,21 @@ class Sender:
                 self.dropped_values += oldest.values
             if self._outgoing is not None:
                 self._outgoing.put(message)
+
+
+_channels: dict[str, grpc.Channel] = {}
+_channels_lock = threading.Lock()
+
+
+def shared_channel(address: str) -> grpc.Channel:
+    """One channel per agent address per process, never closed: every Run in the process multiplexes its
+    stream over it and gRPC reconnects it by itself. (A channel per Run, created and closed on each retry,
+    made gRPC's poller fail with EBADF when many Runs in one process reconnected at once.)"""
+    with _channels_lock:
+        channel = _channels.get(address)
+        if channel is None:
+            channel = _channels[address] = grpc.insecure_channel(address)
+        return channel
 
 
 class _Unavailable(grpc.RpcError):
