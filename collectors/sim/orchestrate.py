@@ -40,6 +40,8 @@ class SimConfig:
     inject_texts: list[str] = field(default_factory=list)
     chaos: bool = False
     workdir: Path | None = None
+    ranks_per_process: int = 32  # simulated ranks share processes: 2 cores cannot host an interpreter per node
+    sdk_flush_interval: float = 0.1
     hang_observe_s: float = 12.0  # how long to keep hung ranks alive after the hang step
     settle_timeout_s: float = 90.0
     root_api_port: int = 0
@@ -62,6 +64,7 @@ class Simulation:
         self.agents: list[Proc] = []
         self.rank_hosts: list[Proc] = []
         self.chaos_log: list[dict] = []
+        self.start_file = self.workdir / "start"
         self.api = ""
 
     # ------------------------------------------------------------------ tree
@@ -90,23 +93,27 @@ class Simulation:
                 self.logs).start())
         self.progress(f"tree up: root, {racks} racks, {nodes} agents")
 
-    def start_ranks(self, start_at: float) -> None:
+    def start_ranks(self) -> None:
+        """Start the rank hosts (several nodes' ranks to a process) and wait until every rank is connected."""
         c = self.config
         dead = {int(i["rank"]) for i in c.injections if i.kind == "dead"}
-        for n, agent in enumerate(self.agents):
-            ranks = [r for r in range(n * c.ranks_per_node, min(c.ranks, (n + 1) * c.ranks_per_node))]
+        per_process = max(c.ranks_per_node, c.ranks_per_process)
+        for first in range(0, c.ranks, per_process):
+            ranks = list(range(first, min(c.ranks, first + per_process)))
             groups = [[r for r in ranks if r not in dead]] + [[r] for r in ranks if r in dead]
-            for g, group in enumerate(g for g in groups if g):
-                name = f"ranks{n}" + (f"-{group[0]}" if group[0] in dead else "")
+            for group in (g for g in groups if g):
+                name = f"ranks{first}" + (f"-{group[0]}" if group[0] in dead else "")
                 argv = python_module(
                     "collectors.sim.ranks", "--job", c.job, "--ranks", ",".join(map(str, group)),
                     "--world-size", str(c.ranks), "--ranks-per-node", str(c.ranks_per_node),
-                    "--agent", f"unix:{self.workdir / f'agent{n}.sock'}", "--steps", str(c.steps),
-                    "--interval", str(c.step_interval), "--start", repr(start_at), "--seed", str(c.seed),
-                    "--truth", str(self.workdir / f"{name}.truth"), "--hold", str(c.hang_observe_s + 3600))
+                    "--agent", f"unix:{self.workdir}/agent{{node}}.sock", "--steps", str(c.steps),
+                    "--interval", str(c.step_interval), "--start-file", str(self.start_file), "--seed", str(c.seed),
+                    "--truth", str(self.workdir / f"{name}.truth"), "--hold", str(c.hang_observe_s + 3600),
+                    "--flush-interval", str(c.sdk_flush_interval))
                 for text in c.inject_texts:
                     argv += ["--inject", text]
-                self.rank_hosts.append(Proc(name, argv, self.logs, ready_line=False).start())
+                self.progress(f"starting {name} ({len(group)} ranks)")
+                self.rank_hosts.append(Proc(name, argv, self.logs).start(timeout=180))
 
     # ------------------------------------------------------------------ chaos
     # Runs on the main thread: PR_SET_PDEATHSIG kills a child when the *thread* that started it ends.
@@ -141,8 +148,9 @@ class Simulation:
         c = self.config
         try:
             self.start_tree()
-            start_at = time.time() + 2.0 + c.ranks / 200.0
-            self.start_ranks(start_at)
+            self.start_ranks()
+            start_at = time.time() + 1.0
+            self.start_file.write_text(repr(start_at))
             end_at = start_at + c.steps * c.step_interval
             self._wait_steps(start_at, end_at)
             if any(i.kind in ("hang", "dead") for i in c.injections):

@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -29,15 +30,31 @@ def _encode(value: float) -> float | str:
     return value
 
 
-def run_rank(args: argparse.Namespace, rank: int, truth: list[str], lock: threading.Lock, done: threading.Event) -> None:
+def start_time(path: Path, done: threading.Event) -> float:
+    """Step 1's wall time, which the simulator writes once every rank of every host is connected."""
+    while not done.is_set():
+        try:
+            return float(path.read_text())
+        except (FileNotFoundError, ValueError):
+            time.sleep(0.05)
+    return time.time()
+
+
+def run_rank(args: argparse.Namespace, rank: int, truth: list[str], lock: threading.Lock, done: threading.Event,
+             connected: threading.Semaphore) -> None:
     model = RankModel(rank, args.seed, [parse_injection(t) for t in args.inject])
+    agent = args.agent.format(node=rank // args.ranks_per_node)
     run = telemetry.init(job=args.job, rank=rank, world_size=args.world_size, local_rank=rank % args.ranks_per_node,
-                         agent=args.agent, flush_interval_s=args.flush_interval)
+                         agent=agent, flush_interval_s=args.flush_interval)
     stop = model.stops_at()
     lines = []
     try:
+        if not run.wait_connected(args.connect_timeout):
+            print(json.dumps({"rank": rank, "not_connected_after_s": args.connect_timeout}), file=sys.stderr, flush=True)
+        connected.release()
+        start = start_time(args.start_file, done)
         for step in range(1, args.steps + 1):
-            target = args.start + (step - 1) * args.interval
+            target = start + (step - 1) * args.interval
             delay = target - time.time()
             if delay > 0:
                 time.sleep(delay)
@@ -65,7 +82,7 @@ def run_rank(args: argparse.Namespace, rank: int, truth: list[str], lock: thread
         _flush_truth(truth, lines, lock)
         ok = run.close(timeout=args.close_timeout)
         if not ok:
-            print(json.dumps({"rank": rank, "undelivered": run.stats}), flush=True)
+            print(json.dumps({"rank": rank, "undelivered": run.stats}), file=sys.stderr, flush=True)
 
 
 def _flush_truth(truth: list[str], lines: list[str], lock: threading.Lock) -> None:
@@ -81,10 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", required=True, help="comma-separated rank ids")
     parser.add_argument("--world-size", type=int, required=True)
     parser.add_argument("--ranks-per-node", type=int, default=8)
-    parser.add_argument("--agent", required=True)
+    parser.add_argument("--agent", required=True, help="agent address; {node} is replaced by rank // ranks-per-node")
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--interval", type=float, required=True)
-    parser.add_argument("--start", type=float, required=True, help="wall time of step 1")
+    parser.add_argument("--start-file", type=Path, required=True,
+                        help="file the simulator writes step 1's wall time into once all ranks are connected")
+    parser.add_argument("--connect-timeout", type=float, default=120.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--inject", action="append", default=[])
     parser.add_argument("--truth", type=Path, required=True)
@@ -105,10 +124,15 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.1)
 
     threading.Thread(target=watch_stop, daemon=True).start()
-    threads = [threading.Thread(target=run_rank, args=(args, int(r), truth, lock, done), daemon=True)
-               for r in args.ranks.split(",")]
+    ranks = [int(r) for r in args.ranks.split(",")]
+    connected = threading.Semaphore(0)
+    threads = [threading.Thread(target=run_rank, args=(args, r, truth, lock, done, connected), daemon=True)
+               for r in ranks]
     for thread in threads:
         thread.start()
+    for _ in ranks:
+        connected.acquire()
+    print(json.dumps({"ready": True, "ranks": len(ranks)}), flush=True)  # the simulator waits for this line
     for thread in threads:
         thread.join()
     done.set()
