@@ -211,6 +211,8 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
 @click.option("--ranks", type=click.IntRange(1, 1_000_000), default=64, show_default=True, help="World size.")
 @click.option("--ranks-per-node", type=click.IntRange(1, 64), default=8, show_default=True)
 @click.option("--nodes-per-rack", type=click.IntRange(1, 1024), default=4, show_default=True)
+@click.option("--ranks-per-process", type=click.IntRange(1), default=32, show_default=True,
+              help="Simulated ranks per process (threads, each with its own SDK Run).")
 @click.option("--steps", type=click.IntRange(1), default=30, show_default=True)
 @click.option("--step-interval", type=click.FloatRange(0.01), default=0.5, show_default=True,
               help="Seconds between steps.")
@@ -225,8 +227,8 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Check the root's steps against the ground truth; exit 1 on any mismatch.")
 @click.option("--workdir", type=click.Path(file_okay=False), help="Keep sockets, logs and the root's DB here.")
-def sim(ranks: int, ranks_per_node: int, nodes_per_rack: int, steps: int, step_interval: float, seed: int, job: str,
-        injects: tuple[str, ...], chaos: bool, truth_path: str | None, report_path: str | None, verify: bool,
+def sim(ranks: int, ranks_per_node: int, nodes_per_rack: int, ranks_per_process: int, steps: int,
+        step_interval: float, seed: int, job: str, injects: tuple[str, ...], chaos: bool, truth_path: str | None, report_path: str | None, verify: bool,
         workdir: str | None) -> None:
     """Simulate a training job on a real local tree (root, racks, one agent per node) over loopback gRPC."""
     from rich.console import Console
@@ -242,7 +244,8 @@ def sim(ranks: int, ranks_per_node: int, nodes_per_rack: int, steps: int, step_i
         if "rank" in inj.args and inj["rank"] >= ranks:
             raise click.BadParameter(f"{inj.kind}: rank {int(inj['rank'])} >= --ranks {ranks}", param_hint="--inject")
     console = Console(stderr=True)
-    config = SimConfig(ranks=ranks, ranks_per_node=ranks_per_node, nodes_per_rack=nodes_per_rack, steps=steps,
+    config = SimConfig(ranks=ranks, ranks_per_node=ranks_per_node, nodes_per_rack=nodes_per_rack,
+                       ranks_per_process=ranks_per_process, steps=steps,
                        step_interval=step_interval, seed=seed, job=job, injections=injections,
                        inject_texts=list(injects), chaos=chaos, workdir=Path(workdir) if workdir else None)
     with console.status("starting") as status:
