@@ -1,28 +1,68 @@
-"""The ranks registered with this agent, and whether each is alive, stuck or dead."""
+"""The ranks registered with this agent, and whether each is alive, stuck or dead.
+
+Liveness comes from ``/proc`` (collectors/probes/process.py) and heartbeats:
+
+* **dead**: the pid is gone, is a zombie, or now belongs to another process
+  (its start time in ``/proc/PID/stat`` changed: the pid was reused). With the
+  exit status when the kernel shows it: our own child (see ``reap``), or a
+  zombie of the same user (or any, as root) before its parent reaps it.
+  Dead is final for that registration; a new hello registers afresh.
+* **stuck**: the process is alive but sent no heartbeat for ``stuck_after_s``
+  (SIGSTOPped, hung in a collective or in the driver: the process state letter
+  tells which, e.g. ``T`` stopped, ``D`` uninterruptible, ``S`` sleeping).
+* **alive**: otherwise.
+
+The verdicts travel upstream in the RankStates the agent sends with every unit
+(``node.own_ranks``); the process state, exit status and transitions are logged
+here and kept on each ``RankInfo`` (``RankRegistry.details()``); an exit status,
+once known, also goes up as a ``rank.exit_status`` time-bucket value of the job
+(see ``drain_exits`` and docs/hardware.md).
+"""
 
 from __future__ import annotations
 
-import os
+import collections
+import logging
 import queue
+import signal
 import time
 from dataclasses import dataclass, field
 
 from collectors.common.validation import BadInput, check_job
 from collectors.delivery.node import RankView
+from collectors.probes.process import ProcessStatus, classify, process_status
+
+log = logging.getLogger(__name__)
 
 DEFAULT_STUCK_AFTER_S = 10.0
+#: Jobs named with this prefix hold a host's own hardware windows (collectors/agent/hardware.py);
+#: no rank may register one.
+HOST_JOB_PREFIX = "_host:"
+MAX_PENDING_EXITS = 4096
 
 
 def pid_alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie."""
+    """True while the process exists and is not a zombie (never reaps; unreadable counts as alive)."""
+    return _status(pid, reap=False).alive
+
+
+def _status(pid: int, reap: bool) -> ProcessStatus:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            state = stat.read().rsplit(b")", 1)[1].split()[0]
-        return state not in (b"Z", b"X")
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    except PermissionError:
-        return True
+        return process_status(pid, reap=reap)
+    except OSError:  # e.g. /proc mounted with hidepid and a permission error: assume alive, state unknown
+        return ProcessStatus(True, None, None)
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "exit status not visible"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}"
+    return f"exit code {code}"
 
 
 @dataclass
@@ -39,16 +79,53 @@ class RankInfo:
     last_seq: int = 0
     reported_dropped: int = 0
     current_step: int = 0
+    # Liveness detail, refreshed by RankRegistry.views():
+    verdict: str = "alive"  # "alive" | "stuck" | "dead"
+    state: str | None = None  # the /proc/PID/stat state letter last seen (kept once dead); None: gone/unreadable
+    exit_status: int | None = None  # exit code, or -N for signal N; None until visible
+    start_ticks: int | None = None  # the process's start time at registration (pid reuse check)
+    verdict_since: float = field(default_factory=time.monotonic)
+    exit_reported: bool = False
+
+
+@dataclass(frozen=True)
+class RankLiveness:
+    """What the agent knows about one rank's process (RankRegistry.details())."""
+
+    job: str
+    rank: int
+    pid: int
+    host: str
+    device: str
+    verdict: str
+    state: str | None
+    exit_status: int | None
+    seconds_since_heartbeat: float
+    seconds_in_verdict: float
+    current_step: int
 
 
 class RankRegistry:
-    def __init__(self, stuck_after_s: float = DEFAULT_STUCK_AFTER_S) -> None:
+    """Ranks by (job, rank). Not thread-safe: callers hold the node's lock.
+
+    reap: reap ranks that are this process's own children (``waitpid``) so their exit status is
+    known. Off by default: a rank is normally someone else's child (torchrun's, a test's Popen),
+    and reaping it here would take the status from its real parent. Zombies of the same user
+    show their exit status without reaping.
+    """
+
+    def __init__(self, stuck_after_s: float = DEFAULT_STUCK_AFTER_S, reap: bool = False) -> None:
         self.stuck_after_s = stuck_after_s
+        self.reap = reap
         self.ranks: dict[tuple[str, int], RankInfo] = {}
         self.changed = False  # a rank registered since the last views()
+        self._exits: collections.deque[tuple[RankInfo, int]] = collections.deque(maxlen=MAX_PENDING_EXITS)
 
     def register(self, hello, link: queue.Queue) -> RankInfo:  # type: ignore[no-untyped-def]
         check_job(hello.job)
+        if hello.job.startswith(HOST_JOB_PREFIX):
+            raise BadInput("INVALID_ARGUMENT", f"job names starting with {HOST_JOB_PREFIX!r} are reserved "
+                                               "for the agents' host hardware windows")
         if hello.world_size == 0:
             raise BadInput("INVALID_ARGUMENT", "world_size must be >= 1")
         if hello.rank >= hello.world_size:
@@ -59,34 +136,106 @@ class RankRegistry:
                                                    f"rank {hello.rank} says {hello.world_size}")
         key = (hello.job, hello.rank)
         existing = self.ranks.get(key)
-        if existing is not None and existing.pid != hello.pid and existing.link is not None and pid_alive(existing.pid):
+        if (existing is not None and existing.pid != hello.pid and existing.link is not None
+                and self._process_alive(existing)):
             raise BadInput("ALREADY_EXISTS", f"rank {hello.rank} of job {hello.job!r} is already registered "
                                              f"by live pid {existing.pid}")
+        now = time.monotonic()
         if existing is not None and existing.pid == hello.pid:
             existing.link = link
-            existing.last_beat = time.monotonic()
+            existing.last_beat = now
+            if existing.verdict == "dead":  # the same process talks again: it was not dead after all
+                self._set_verdict(existing, "alive", now)
             return existing
         info = RankInfo(hello.job, hello.rank, hello.world_size, hello.local_rank, hello.host, hello.pid,
                         hello.device, link)
+        status = _status(info.pid, self.reap)
+        info.start_ticks, info.state = status.start_ticks, status.state
         self.ranks[key] = info
         self.changed = True
         return info
 
     def views(self, now: float | None = None) -> dict[str, RankView]:
+        """Refresh every rank's liveness from /proc and heartbeats; the ranks of each job by verdict."""
         now = time.monotonic() if now is None else now
         views: dict[str, RankView] = {}
         for info in self.ranks.values():
+            self._refresh(info, now)
             view = views.setdefault(info.job, RankView())
             view.world_size = max(view.world_size, info.world_size)
             view.hosts[info.rank] = info.host
-            if not pid_alive(info.pid):
-                view.dead.add(info.rank)
-            elif now - info.last_beat > self.stuck_after_s:
-                view.stuck.add(info.rank)
-            else:
-                view.alive.add(info.rank)
+            getattr(view, info.verdict).add(info.rank)
         return views
+
+    def details(self, job: str | None = None, now: float | None = None) -> list[RankLiveness]:
+        """Each rank's liveness as of the last views() (call views() first for a fresh reading)."""
+        now = time.monotonic() if now is None else now
+        return [RankLiveness(i.job, i.rank, i.pid, i.host, i.device, i.verdict, i.state, i.exit_status,
+                             now - i.last_beat, now - i.verdict_since, i.current_step)
+                for i in sorted(self.ranks.values(), key=lambda i: (i.job, i.rank))
+                if job is None or i.job == job]
+
+    def drain_exits(self) -> list[tuple[RankInfo, int]]:
+        """(rank, exit status) for each dead rank whose exit status became known since the last call."""
+        out = list(self._exits)
+        self._exits.clear()
+        return out
 
     def link(self, job: str, rank: int) -> queue.Queue | None:
         info = self.ranks.get((job, rank))
         return None if info is None else info.link
+
+    # ------------------------------------------------------------ liveness
+    def _process_alive(self, info: RankInfo) -> bool:
+        if info.verdict == "dead":
+            return False
+        status = _status(info.pid, self.reap)
+        return status.alive and not _reused(info, status)
+
+    def _refresh(self, info: RankInfo, now: float) -> None:
+        if info.verdict == "dead":
+            if info.exit_status is None:  # it may still become visible (a zombie not yet reaped)
+                status = _status(info.pid, self.reap)
+                if not status.alive and not _reused(info, status) and status.exit_status is not None:
+                    self._exited(info, status.exit_status)
+            return
+        status = _status(info.pid, self.reap)
+        if status.alive and _reused(info, status):
+            status = ProcessStatus(False, None, None)  # our process is gone; another one has its pid
+        info.state = status.state
+        verdict = classify(status.alive, now - info.last_beat, self.stuck_after_s)
+        if verdict == info.verdict:
+            return
+        if verdict == "dead" and status.exit_status is not None:
+            info.exit_status = status.exit_status
+        self._set_verdict(info, verdict, now)
+        if info.exit_status is not None:
+            self._exited(info, info.exit_status, logged=True)
+
+    def _exited(self, info: RankInfo, code: int, logged: bool = False) -> None:
+        info.exit_status = code
+        if not info.exit_reported:
+            info.exit_reported = True
+            self._exits.append((info, code))
+            if not logged:
+                log.warning("rank %d of job %r (pid %d), dead: %s", info.rank, info.job, info.pid,
+                            describe_exit(code))
+
+    def _set_verdict(self, info: RankInfo, verdict: str, now: float) -> None:
+        before, info.verdict, info.verdict_since = info.verdict, verdict, now
+        who = f"rank {info.rank} of job {info.job!r} (pid {info.pid}, host {info.host or '?'})"
+        if verdict == "stuck":
+            log.warning("%s is stuck: alive (process state %s) but no heartbeat for %.1f s", who,
+                        info.state or "?", now - info.last_beat)
+        elif verdict == "dead":
+            log.warning("%s is dead (was %s): %s, %s", who, before,
+                        "process gone" if info.state is None else f"process state {info.state}",
+                        describe_exit(info.exit_status))
+        else:
+            log.info("%s is alive again (was %s)", who, before)
+
+
+def _reused(info: RankInfo, status: ProcessStatus) -> bool:
+    """The pid now names a different process than the one that registered."""
+    return (info.start_ticks is not None and status.start_ticks is not None
+            and status.start_ticks != info.start_ticks)

@@ -9,8 +9,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from telemetry.sdk.env import default_socket
+from collectors.agent.hardware import DEFAULT_NIC_EXCLUDE, DEFAULT_PROBE_INTERVAL_S, HardwareSampler, offer_exits
 from collectors.agent.ranks import DEFAULT_STUCK_AFTER_S, RankRegistry
 from collectors.agent.service import AgentService
 from collectors.common.transport import Security, bind, make_server, set_serving
@@ -36,6 +38,18 @@ class AgentConfig:
     max_metrics_per_job: int = DEFAULT_MAX_METRICS_PER_JOB
     retain_s: float = 120.0
     extra_sockets: list[Path] = field(default_factory=list)
+    # Hardware probes (collectors/agent/hardware.py, docs/hardware.md). Off unless asked for here;
+    # `telemetry agent` turns both on by default.
+    gpu_probe: bool = False
+    nic_probe: bool = False
+    probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S
+    sysfs_root: str | Path = "/sys"
+    nic_exclude: tuple[str, ...] = DEFAULT_NIC_EXCLUDE
+    nvlink_every: int = 1
+    xid_wait_ms: int = 500
+    nvml: Any = None  # replaces the pynvml module (tests: collectors.probes.nvml_double.FakeNvml)
+    host_id: str = ""  # names the host's pseudo-job _host:<host_id> [default: node_id if given, else hostname]
+    reap_rank_children: bool = False  # waitpid() ranks that are this process's children (see RankRegistry)
 
 
 class AgentServer:
@@ -50,7 +64,9 @@ class AgentServer:
         self.upstream = Upstream(self.node, lambda on_ack: Outbox(node_id, config.parents, config.parent_security,
                                                                   on_ack))
         self.node.sink = self.upstream
-        self.registry = RankRegistry(config.stuck_after_s)
+        self.registry = RankRegistry(config.stuck_after_s, reap=config.reap_rank_children)
+        self.host_id = config.host_id or config.node_id or socket.gethostname()
+        self.hardware: HardwareSampler | None = None
         self.service = AgentService(self.node, self.registry, MetricBudget(config.max_metrics_per_job))
         self.server, self.health = make_server()
         ingest_pb2_grpc.add_AgentServicer_to_server(self.service, self.server)
@@ -71,6 +87,15 @@ class AgentServer:
         set_serving(self.health, "telemetry.v1.Agent")
         self.upstream.outbox.start()
         self._flusher.start()
+        config = self.config
+        if config.gpu_probe or config.nic_probe:
+            self.hardware = HardwareSampler.open(
+                self.node, self.registry, host_id=self.host_id, gpu_probe=config.gpu_probe,
+                nic_probe=config.nic_probe, interval_s=config.probe_interval_s, sysfs_root=config.sysfs_root,
+                nic_exclude=config.nic_exclude, nvml=config.nvml, nvlink_every=config.nvlink_every,
+                xid_wait_ms=config.xid_wait_ms)
+            if self.hardware is not None:
+                self.hardware.start()
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(self.config.flush_interval_s):
@@ -78,11 +103,14 @@ class AgentServer:
             try:
                 with self.node.lock:
                     self.service.seal(time.monotonic())
+                    offer_exits(self.node, self.registry)  # exit statuses seal() just learned of
                 self.node.flush()
             except Exception:
                 log.exception("agent flush failed")
 
     def stop(self, grace: float = 1.0) -> None:
+        if self.hardware is not None:
+            self.hardware.stop()
         self._stop.set()
         self._flusher.join(2)
         self.upstream.outbox.close()

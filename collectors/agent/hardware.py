@@ -1,0 +1,396 @@
+"""The agent's hardware sampler: GPU (NVML) and NIC/InfiniBand (sysfs) readings into 1-second windows.
+
+A daemon thread calls ``sample()`` on the GPU probe (when ``open_gpu_probe()``
+found one) and on the NIC probe every ``interval_s`` (1 s by default), drains
+the GPU probe's events (XIDs, lost GPUs: each is logged, and each XID also
+becomes a ``gpu.xid_code`` value), and offers the readings to the agent's
+window table as time-bucket parts, exactly as heartbeats are offered
+(``node.offer(Part(...))`` of raw values, under ``node.lock``). From there they
+travel like every other window: forwarded, merged, retained until the root has
+persisted them.
+
+Which window and which source (the source-id scheme; docs/hardware.md says why):
+
+* A reading of a GPU that a live (or stuck) rank registered on this agent uses
+  (``RankInfo.device`` is that GPU's NVML UUID, with or without ``GPU-``; failing
+  that a bare index ``3`` or ``cuda:3``, taken as the NVML index) goes to
+  ``Key(job, metric, bucket, 1000)`` of that rank's job, with the **rank** as
+  its source and the job's world size as ``expected``. Every host's ranks merge
+  into one job-wide window per metric and second: ``argmax`` of
+  ``gpu.temperature_celsius`` is the rank on the hottest GPU of the whole job.
+  Two ranks on one GPU both get its reading.
+* Every other reading (a GPU no live rank uses, every NIC and IB port) goes to
+  the host's own pseudo-job ``_host:<host id>`` (the agent's ``--id`` when one
+  was given, else the hostname) with a host-local device id as its source:
+  the NVML index for a GPU, the kernel's ifindex (``/sys/class/net/IF/ifindex``,
+  what ``ip link`` prints) for a NIC, a first-seen ordinal for an IB port (logged
+  when assigned). ``expected`` is 0 there (no world to be missing from).
+
+Rank ids and device ids never share a window: no rank can register a job named
+``_host:...`` (RankRegistry refuses it), and each host has its own pseudo-job,
+so two hosts' ``gpu0`` never meet in one sources bitmap.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pyroaring import BitMap
+
+from collectors.agent.intake import HEARTBEAT_WIDTH_MS
+from collectors.agent.ranks import HOST_JOB_PREFIX, RankInfo, RankRegistry
+from collectors.common.keys import Key, bucket_of
+from collectors.delivery.node import Node
+from collectors.delivery.windows import Part, RawValues
+from collectors.probes import HardwareEvent, NicProbe, Reading, open_gpu_probe
+from collectors.probes.gpu import XID_DESCRIPTIONS, GpuProbe
+
+log = logging.getLogger(__name__)
+
+WIDTH_MS = HEARTBEAT_WIDTH_MS  # hardware windows are the same 1 s buckets as heartbeats
+DEFAULT_PROBE_INTERVAL_S = 1.0
+DEFAULT_NIC_EXCLUDE = ("lo", "veth*", "docker*", "virbr*")
+NIC_FALLBACK_BASE = 1 << 24  # NIC source ids when an interface's ifindex cannot be read
+_JOB_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
+_INDEX = re.compile(r"(?:cuda:)?(\d+)")
+
+
+def host_job(host_id: str) -> str:
+    """The pseudo-job a host's own hardware windows live under: ``_host:<host_id>`` (a valid job name)."""
+    return (HOST_JOB_PREFIX + _JOB_UNSAFE.sub("_", host_id or "unknown"))[:128]
+
+
+def offer_values(node: Node, key: Key, values: dict[int, list[float]], expected: int,
+                 first_ns: int, last_ns: int) -> str:
+    """Offer {source: [values]} as one raw part of window ``key``; the caller holds ``node.lock``.
+
+    A part whose sources the window already holds (a resend cannot happen here; a wall clock that
+    stepped back, or a second death report in one second, can) is cut down to its new sources.
+    """
+    sources: list[int] = []
+    flat: list[float] = []
+    for source, vals in values.items():
+        flat.extend(vals)
+        sources.extend([source] * len(vals))
+    raw = RawValues(np.array(flat, dtype=np.float64), np.array(sources, dtype=np.int64), first_ns, last_ns,
+                    {source: [] for source in values})
+    part = Part(key, [], BitMap(values), raw=raw)
+    win = node.table.windows.get(key)
+    if win is not None and win.sources & part.sources:
+        pieces = [p for p in (part.split() or [part]) if not (p.sources & win.sources)]
+        if not pieces:
+            return "duplicate"
+        for piece in pieces:
+            node.offer(piece, expected)
+        return "partial"
+    verdict, _ = node.offer(part, expected)
+    return verdict
+
+
+@dataclass
+class _Bucket:
+    key: Key
+    expected: int
+    first_ns: int
+    last_ns: int
+    values: dict[int, list[float]] = field(default_factory=dict)
+
+
+@dataclass
+class SamplerStats:
+    samples: int = 0
+    readings: int = 0
+    events: int = 0
+    offered_windows: int = 0
+    not_accepted: int = 0
+    cpu_s: float = 0.0  # this thread's CPU time in sample_once (time.thread_time)
+    last_sample_s: float = 0.0  # wall seconds the last sample took
+
+
+class HardwareSampler:
+    """Samples the probes every ``interval_s`` on a daemon thread and offers the readings as windows."""
+
+    def __init__(self, node: Node, registry: RankRegistry, *, host_id: str, gpu: GpuProbe | None = None,
+                 nic: NicProbe | None = None, interval_s: float = DEFAULT_PROBE_INTERVAL_S) -> None:
+        if interval_s <= 0:
+            raise ValueError("the probe interval must be > 0")
+        self.node = node
+        self.registry = registry
+        self.gpu = gpu
+        self.nic = nic
+        self.interval_s = float(interval_s)
+        self.host_job = host_job(host_id)
+        self.stats = SamplerStats()
+        self._open: dict[Key, _Bucket] = {}
+        self._floor_ms = 0  # no bucket may start before this one (the last one offered ended here)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._uuids: dict[str, int] = {}
+        if gpu is not None:
+            for info in gpu.gpus:
+                if info.uuid:
+                    self._uuids[_norm_uuid(info.uuid)] = info.index
+        self._gpu_indexes = {info.index for info in gpu.gpus} if gpu is not None else set()
+        self._gpu_names = {info.index: f"{info.device} ({info.uuid or 'no uuid'})"
+                           for info in (gpu.gpus if gpu is not None else [])}
+        self._device_cache: dict[str, int | None] = {}
+        self._mapped: set[tuple[str, int, int, str]] = set()  # (job, rank, pid, device) already logged
+        self._nic_ids: dict[str, int] = {}
+        self._nic_used: set[int] = set()
+        self._ib_ids: dict[str, int] = {}
+
+    @classmethod
+    def open(cls, node: Node, registry: RankRegistry, *, host_id: str, gpu_probe: bool = True,
+             nic_probe: bool = True, interval_s: float = DEFAULT_PROBE_INTERVAL_S, sysfs_root: str | Path = "/sys",
+             nic_exclude: Iterable[str] = DEFAULT_NIC_EXCLUDE, nvml: Any = None, nvlink_every: int = 1,
+             xid_wait_ms: int = 500) -> HardwareSampler | None:
+        """Open the enabled probes; None when neither is enabled or available (the agent runs without)."""
+        gpu = None
+        if gpu_probe:
+            # open_gpu_probe logs the one line that says why when there is no NVML, driver or GPU.
+            gpu = open_gpu_probe(nvml=nvml, nvlink_every=nvlink_every, xid_wait_ms=xid_wait_ms)
+        else:
+            log.info("GPU probe off (--no-gpu-probe)")
+        nic = NicProbe(sysfs_root, exclude=tuple(nic_exclude)) if nic_probe else None
+        if gpu is None and nic is None:
+            log.info("hardware sampler not started: no probe enabled or available")
+            return None
+        sampler = cls(node, registry, host_id=host_id, gpu=gpu, nic=nic, interval_s=interval_s)
+        log.info("hardware sampler: every %g s; GPU probe %s; NIC probe %s; host windows under job %r",
+                 interval_s, f"on ({len(gpu.gpus)} GPU(s))" if gpu is not None else "off",
+                 f"on ({sysfs_root})" if nic is not None else "off", sampler.host_job)
+        return sampler
+
+    # ------------------------------------------------------------ thread
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="agent-hardware", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop sampling and close the probes (the GPU probe's XID thread stops within ~xid_wait_ms)."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():  # e.g. an NVML call hung in the driver: leave it, it is a daemon thread
+                log.warning("hardware sampler did not stop within %.1f s; probes left open", timeout)
+                return
+        for probe in (self.gpu, self.nic):
+            if probe is not None:
+                try:
+                    probe.close()
+                except Exception:  # noqa: BLE001 - closing must never take the agent's stop down
+                    log.exception("closing the %s probe failed", probe.name)
+
+    def _run(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.wait(max(0.0, next_t - time.monotonic())):
+            started = time.monotonic()
+            next_t += self.interval_s
+            if next_t <= started:  # fell behind (a slow sample, a suspended VM): skip, do not burst
+                next_t = started + self.interval_s
+            next_wall_ns = time.time_ns() + int((next_t - time.monotonic()) * 1e9)
+            try:
+                self.sample_once(next_wall_ns=next_wall_ns)
+            except Exception:  # noqa: BLE001 - a bug here must not stop the sampling for good
+                log.exception("hardware sample failed")
+
+    # ------------------------------------------------------------ one sample
+    def sample_once(self, now_ns: int | None = None, next_wall_ns: int | None = None) -> int:
+        """Sample every probe once and offer what is due; returns the number of readings.
+
+        Buckets are offered as soon as no later sample can fall into them: at once when the next
+        sample (at ``next_wall_ns``, default now + interval) lies in a later bucket, which is always
+        the case at the default 1 s; otherwise at the first sample in a later bucket.
+        """
+        cpu0, wall0 = time.thread_time(), time.monotonic()
+        gpu_readings: list[Reading] = self.gpu.sample() if self.gpu is not None else []
+        events: list[HardwareEvent] = self.gpu.drain_events() if self.gpu is not None else []
+        lost = self._lost_gpus() if self.gpu is not None else set()
+        nic_readings: list[Reading] = self.nic.sample() if self.nic is not None else []
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        if next_wall_ns is None:
+            next_wall_ns = now_ns + int(self.interval_s * 1e9)
+        start_ms = max(bucket_of(now_ns, WIDTH_MS), self._floor_ms)  # a wall clock stepping back stays put
+        with self.node.lock:
+            owners = self._gpu_owners() if self.gpu is not None else {}
+            for r in gpu_readings:
+                self._add_gpu(owners, r.metric, r.gpu, r.value, start_ms, now_ns)
+            for index in sorted(self._gpu_indexes):
+                self._add_gpu(owners, "gpu.lost", index, 1.0 if index in lost else 0.0, start_ms, now_ns)
+            for ev in events:
+                if ev.kind == "xid" and ev.gpu is not None:
+                    self._add_gpu(owners, "gpu.xid_code", ev.gpu, float(ev.code), start_ms, now_ns)
+            for r in nic_readings:
+                self._add(self.host_job, r.metric, self._nic_source(r.device), 0, r.value, start_ms, now_ns)
+            self._offer_due(start_ms, next_wall_ns)
+            names = {ev.gpu: self._owner_names(owners, ev.gpu) for ev in events}
+        for ev in events:
+            self._log_event(ev, names.get(ev.gpu, ""))
+        stats = self.stats
+        stats.samples += 1
+        stats.readings += len(gpu_readings) + len(nic_readings)
+        stats.events += len(events)
+        stats.cpu_s += time.thread_time() - cpu0
+        stats.last_sample_s = time.monotonic() - wall0
+        return len(gpu_readings) + len(nic_readings)
+
+    def flush(self) -> None:
+        """Offer every open bucket now (e.g. before a test reads the windows)."""
+        with self.node.lock:
+            self._offer_due(1 << 62, 1 << 62)
+
+    def _add_gpu(self, owners: dict[int, list[RankInfo]], metric: str, index: int | None, value: float,
+                 start_ms: int, now_ns: int) -> None:
+        ranks = owners.get(index) if index is not None else None
+        if ranks:
+            for info in ranks:
+                self._add(info.job, metric, info.rank, info.world_size, value, start_ms, now_ns)
+        else:
+            self._add(self.host_job, metric, index if index is not None else 0, 0, value, start_ms, now_ns)
+
+    def _add(self, job: str, metric: str, source: int, expected: int, value: float, start_ms: int,
+             now_ns: int) -> None:
+        key = Key(job, metric, start_ms, WIDTH_MS)
+        bucket = self._open.get(key)
+        if bucket is None:
+            bucket = self._open[key] = _Bucket(key, expected, now_ns, now_ns)
+        elif now_ns > bucket.last_ns:
+            bucket.last_ns = now_ns
+        bucket.expected = max(bucket.expected, expected)
+        bucket.values.setdefault(source, []).append(value)
+
+    def _offer_due(self, start_ms: int, next_wall_ns: int) -> None:
+        """Offer buckets before ``start_ms``, and those the next sample (at next_wall_ns) cannot reach."""
+        next_ms = next_wall_ns // 1_000_000
+        for key, bucket in list(self._open.items()):
+            end_ms = key.index + key.width_ms
+            if key.index < start_ms or end_ms <= next_ms:
+                del self._open[key]
+                self._floor_ms = max(self._floor_ms, end_ms)
+                verdict = offer_values(self.node, key, bucket.values, bucket.expected, bucket.first_ns,
+                                       bucket.last_ns)
+                self.stats.offered_windows += 1
+                if verdict != "accepted":
+                    self.stats.not_accepted += 1
+                    log.debug("hardware window %s: %s", key, verdict)
+
+    # ------------------------------------------------------------ sources
+    def _gpu_owners(self) -> dict[int, list[RankInfo]]:
+        """GPU index -> the live or stuck ranks registered on this agent that use it (caller holds the lock)."""
+        owners: dict[int, list[RankInfo]] = {}
+        for info in self.registry.ranks.values():
+            if info.verdict == "dead":
+                continue
+            index = self._gpu_of(info.device)
+            mark = (info.job, info.rank, info.pid, info.device)
+            if mark not in self._mapped:
+                self._mapped.add(mark)
+                if index is not None:
+                    log.info("rank %d of job %r uses %s: its readings go to job %r with source %d",
+                             info.rank, info.job, self._gpu_names.get(index, f"gpu{index}"), info.job, info.rank)
+                else:
+                    log.info("rank %d of job %r reported device %r, which names no GPU here; GPU readings stay "
+                             "under %r", info.rank, info.job, info.device, self.host_job)
+            if index is not None:
+                owners.setdefault(index, []).append(info)
+        return owners
+
+    def _gpu_of(self, device: str) -> int | None:
+        """The NVML index a rank's reported device names: by UUID, else a bare (CUDA) index."""
+        if device in self._device_cache:
+            return self._device_cache[device]
+        text = device.strip()
+        index = self._uuids.get(_norm_uuid(text)) if text else None
+        if index is None:
+            m = _INDEX.fullmatch(text)
+            if m and int(m.group(1)) in self._gpu_indexes:
+                index = int(m.group(1))
+        if len(self._device_cache) < 4096:
+            self._device_cache[device] = index
+        return index
+
+    def _owner_names(self, owners: dict[int, list[RankInfo]], index: int | None) -> str:
+        ranks = owners.get(index) if index is not None else None
+        if not ranks:
+            return f"no rank on it; window job {self.host_job!r}, source {index}"
+        return ", ".join(f"rank {i.rank} of job {i.job!r}" for i in ranks)
+
+    def _lost_gpus(self) -> set[int]:
+        assert self.gpu is not None
+        return {index for index, fields in self.gpu.disabled_fields().items() if "*" in fields}
+
+    def _nic_source(self, device: str) -> int:
+        """ifindex for a network interface, a first-seen ordinal for an IB port (``mlx5_0/1``)."""
+        if "/" in device:
+            sid = self._ib_ids.get(device)
+            if sid is None:
+                sid = self._ib_ids[device] = len(self._ib_ids)
+                log.info("IB port %s is source %d of ib.* windows in job %r", device, sid, self.host_job)
+            return sid
+        sid = self._nic_ids.get(device)
+        if sid is None:
+            sid = self._ifindex(device)
+            if sid is None or sid in self._nic_used:
+                sid = NIC_FALLBACK_BASE + len(self._nic_ids)
+            self._nic_ids[device] = sid
+            self._nic_used.add(sid)
+            log.info("interface %s is source %d of nic.* windows in job %r", device, sid, self.host_job)
+        return sid
+
+    def _ifindex(self, ifname: str) -> int | None:
+        assert self.nic is not None
+        try:
+            with open(os.path.join(str(self.nic.root), "class", "net", ifname, "ifindex"), "rb") as f:
+                value = int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+        return value if 0 < value < NIC_FALLBACK_BASE else None
+
+    # ------------------------------------------------------------ events
+    def _log_event(self, ev: HardwareEvent, who: str) -> None:
+        gpu = self._gpu_names.get(ev.gpu, ev.device) if ev.gpu is not None else ev.device
+        if ev.kind == "xid":
+            meaning = XID_DESCRIPTIONS.get(ev.code)
+            log.warning("XID %d on %s of %s%s (%s)", ev.code, gpu, socket.gethostname(),
+                        f": {meaning}" if meaning else "", who)
+        elif ev.kind == "gpu_lost":
+            log.error("%s of %s is lost: %s (%s)", gpu, socket.gethostname(), ev.detail, who)
+        else:
+            log.warning("hardware event %s on %s: %s (%s)", ev.kind, gpu, ev.detail, who)
+
+
+def _norm_uuid(text: str) -> str:
+    text = text.strip().lower()
+    return text[4:] if text.startswith("gpu-") else text
+
+
+def offer_exits(node: Node, registry: RankRegistry, now_ns: int | None = None) -> int:
+    """Offer each newly known exit status as a ``rank.exit_status`` value of its job (source: the rank).
+
+    The caller holds ``node.lock``. Returns how many were offered.
+    """
+    exits = registry.drain_exits()
+    if not exits:
+        return 0
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    start_ms = bucket_of(now_ns, WIDTH_MS)
+    by_job: dict[str, tuple[int, dict[int, list[float]]]] = {}
+    for info, code in exits:
+        world, values = by_job.setdefault(info.job, (info.world_size, {}))
+        values.setdefault(info.rank, []).append(float(code))
+    for job, (world, values) in by_job.items():
+        offer_values(node, Key(job, "rank.exit_status", start_ms, WIDTH_MS), values, world, now_ns, now_ns)
+    return len(exits)
