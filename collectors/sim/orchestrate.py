@@ -89,7 +89,9 @@ class Simulation:
             rack = self.racks[n // c.nodes_per_rack]
             self.agents.append(Proc(f"agent{n}", python_module(
                 "collectors.cli", "agent", "--id", f"agent{n}", "--socket", str(self.workdir / f"agent{n}.sock"),
-                "--parent", rack.ready["address"], "--deadline-floor", str(c.agent_deadline_floor)),
+                "--parent", rack.ready["address"], "--deadline-floor", str(c.agent_deadline_floor),
+                # Every simulated agent shares this one host: its hardware would be sampled once per agent.
+                "--no-gpu-probe", "--no-nic-probe"),
                 self.logs).start())
         self.progress(f"tree up: root, {racks} racks, {nodes} agents")
 
