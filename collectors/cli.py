@@ -140,12 +140,14 @@ def with_options(options):  # type: ignore[no-untyped-def]
               help="Interface name patterns the NIC probe skips (repeatable; replaces the default).")
 @click.option("--nvlink-every", type=click.IntRange(min=1), default=1, show_default=True,
               help="Read the NVLink error counters on every Nth sample only.")
+@click.option("--host-id", default="", help="Name of this host's hardware pseudo-job _host:NAME "
+              "[default: the hostname]. Give each agent its own when several share one machine (simulations).")
 @click.option("-v", "--verbose", count=True)
 def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple[str, ...], fallbacks: tuple[str, ...],
           parent_ca: str | None, parent_cert: str | None, parent_key: str | None, parent_token: str | None,
           parent_token_file: str | None, parent_server_name: str | None, deadline_floor: float,
           deadline_factor: float, stuck_after: float, max_metrics: int, gpu_probe: bool, nic_probe: bool,
-          probe_interval: float, sysfs_root: str, nic_exclude: tuple[str, ...], nvlink_every: int,
+          probe_interval: float, sysfs_root: str, nic_exclude: tuple[str, ...], nvlink_every: int, host_id: str,
           verbose: int) -> None:
     """Run the node agent: ranks on this host stream to it; it forwards sealed step summaries to --parent."""
     from collectors.agent.server import AgentConfig, AgentServer
@@ -159,7 +161,7 @@ def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple
         node_id=node_id, parent_security=security, deadline_floor_s=deadline_floor,
         deadline_factor=deadline_factor, stuck_after_s=stuck_after, max_metrics_per_job=max_metrics,
         gpu_probe=gpu_probe, nic_probe=nic_probe, probe_interval_s=probe_interval, sysfs_root=sysfs_root,
-        nic_exclude=tuple(nic_exclude), nvlink_every=nvlink_every))
+        nic_exclude=tuple(nic_exclude), nvlink_every=nvlink_every, host_id=host_id))
     _serve(server, lambda: {"role": "agent", "id": server.node.node_id, "addresses": server.addresses})
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import select
+import socket
 import subprocess
 import sys
 import time
@@ -79,7 +80,7 @@ def tree(tmp_path_factory):
     nv.gpus[3].temperature = 83  # rank 1's GPU is the hot one
     root = make_root(tmp / "root.db")
     agent = make_agent([root.address], tmp / "a.sock", "agent0", gpu_probe=True, nic_probe=True, nvml=nv,
-                       sysfs_root=sysfs, probe_interval_s=0.25, xid_wait_ms=50)
+                       sysfs_root=sysfs, probe_interval_s=0.25, xid_wait_ms=50, host_id="node-a")
     address = f"unix:{agent.socket_path}"
     runs = [telemetry.Run(JOB, 0, 2, local_rank=0, agent=address, device=nv.gpus[2].uuid.decode(),
                           heartbeat_interval_s=0.2),  # by NVML UUID
@@ -115,8 +116,8 @@ def test_gpu_readings_go_to_the_job_with_the_rank_as_source(tree):
 
 def test_unused_gpus_stay_under_the_host_pseudo_job(tree):
     root = tree["root"]
-    host = host_job("agent0")
-    assert host == "_host:agent0"
+    host = host_job("node-a")
+    assert host == "_host:node-a" == tree["agent"].hardware.host_job
 
     def unused_only():
         return [s for _, s in windows(root, host, "gpu.temperature_celsius") if list(s.sources) == [0, 1]]
@@ -130,7 +131,7 @@ def test_unused_gpus_stay_under_the_host_pseudo_job(tree):
 
 def test_nic_and_ib_deltas_reach_the_root_exactly(tree):
     root, sysfs = tree["root"], tree["sysfs"]
-    host = host_job("agent0")
+    host = host_job("node-a")
     wait_for(lambda: windows(root, host, "nic.rx_errors_delta"), WAIT, what="a first nic delta window")
     write_nic(sysfs, "eth0", ifindex=2, rx_errors=17)  # +7
     write_ib(sysfs, "mlx5_0", 1, symbol_error=8)  # +5
@@ -167,7 +168,7 @@ def test_an_xid_is_a_metric_of_the_rank_and_a_log_line(tree, caplog):
 
 def test_a_lost_gpu_is_flagged_under_its_owner(tree):
     root, nv = tree["root"], tree["nv"]
-    host = host_job("agent0")
+    host = host_job("node-a")
     nv.gpus[1].fail["nvmlDeviceGetTemperatureV"] = pynvml.NVML_ERROR_GPU_IS_LOST  # an unused GPU
     flagged = wait_for(lambda: [s for _, s in windows(root, host, "gpu.lost") if s.max == 1.0], WAIT,
                        what="gpu.lost = 1 for gpu1")
@@ -188,6 +189,7 @@ def test_no_gpu_one_log_line_and_everything_else_works(tmp_path, caplog):
         assert len(gpu_lines) == 1 and gpu_lines[0].levelno == logging.WARNING, [r.getMessage() for r in gpu_lines]
         assert "GPU probe disabled" in gpu_lines[0].getMessage()
         assert agent.hardware is None  # no probe left: no sampler thread
+        assert agent.host_id == socket.gethostname(), "the pseudo-job is named after the host the ranks report"
         run = telemetry.Run("nogpu", 0, 1, agent=f"unix:{agent.socket_path}")
         for step in (1, 2):
             with run.step(step):
@@ -242,11 +244,11 @@ def test_cli_agent_options_and_the_example_config_reach_the_agent(monkeypatch):
     assert config.nic_exclude == ("lo", "veth*", "docker*", "virbr*")
     result = CliRunner().invoke(cli.main, ["agent", "--parent", "x:1", "--no-gpu-probe", "--no-nic-probe",
                                            "--probe-interval", "0.5", "--sysfs-root", "/tmp/s", "--nic-exclude",
-                                           "eth9", "--nvlink-every", "4"])
+                                           "eth9", "--nvlink-every", "4", "--host-id", "sim-node-3"])
     assert result.exit_code == 0, result.output
     config = seen["config"]
     assert (config.gpu_probe, config.nic_probe, config.probe_interval_s, config.sysfs_root, config.nic_exclude,
-            config.nvlink_every) == (False, False, 0.5, "/tmp/s", ("eth9",), 4)
+            config.nvlink_every, config.host_id) == (False, False, 0.5, "/tmp/s", ("eth9",), 4, "sim-node-3")
 
 
 # ---------------------------------------------------------------- the sampler on its own

@@ -20,8 +20,9 @@ Which window and which source (the source-id scheme; docs/hardware.md says why):
   ``gpu.temperature_celsius`` is the rank on the hottest GPU of the whole job.
   Two ranks on one GPU both get its reading.
 * Every other reading (a GPU no live rank uses, every NIC and IB port) goes to
-  the host's own pseudo-job ``_host:<host id>`` (the agent's ``--id`` when one
-  was given, else the hostname) with a host-local device id as its source:
+  the host's own pseudo-job ``_host:<host id>`` (the hostname, which is also what
+  the ranks' hellos report as their host, so the root can tie the two; ``--host-id``
+  overrides it) with a host-local device id as its source:
   the NVML index for a GPU, the kernel's ifindex (``/sys/class/net/IF/ifindex``,
   what ``ip link`` prints) for a NIC, a first-seen ordinal for an IB port (logged
   when assigned). ``expected`` is 0 there (no world to be missing from).
@@ -131,7 +132,7 @@ class HardwareSampler:
         self.interval_s = float(interval_s)
         self.host_job = host_job(host_id)
         self.stats = SamplerStats()
-        self._open: dict[Key, _Bucket] = {}
+        self._open: dict[tuple[str, str, int], _Bucket] = {}  # (job, metric, bucket start ms)
         self._floor_ms = 0  # no bucket may start before this one (the last one offered ended here)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -263,22 +264,29 @@ class HardwareSampler:
 
     def _add(self, job: str, metric: str, source: int, expected: int, value: float, start_ms: int,
              now_ns: int) -> None:
-        key = Key(job, metric, start_ms, WIDTH_MS)
-        bucket = self._open.get(key)
+        ident = (job, metric, start_ms)  # a plain tuple: building a Key per reading costs more than the rest
+        bucket = self._open.get(ident)
         if bucket is None:
-            bucket = self._open[key] = _Bucket(key, expected, now_ns, now_ns)
-        elif now_ns > bucket.last_ns:
-            bucket.last_ns = now_ns
-        bucket.expected = max(bucket.expected, expected)
-        bucket.values.setdefault(source, []).append(value)
+            bucket = self._open[ident] = _Bucket(Key(job, metric, start_ms, WIDTH_MS), expected, now_ns, now_ns)
+        else:
+            if now_ns > bucket.last_ns:
+                bucket.last_ns = now_ns
+            if expected > bucket.expected:
+                bucket.expected = expected
+        values = bucket.values.get(source)
+        if values is None:
+            bucket.values[source] = [value]
+        else:
+            values.append(value)
 
     def _offer_due(self, start_ms: int, next_wall_ns: int) -> None:
         """Offer buckets before ``start_ms``, and those the next sample (at next_wall_ns) cannot reach."""
         next_ms = next_wall_ns // 1_000_000
-        for key, bucket in list(self._open.items()):
+        for ident, bucket in list(self._open.items()):
+            key = bucket.key
             end_ms = key.index + key.width_ms
             if key.index < start_ms or end_ms <= next_ms:
-                del self._open[key]
+                del self._open[ident]
                 self._floor_ms = max(self._floor_ms, end_ms)
                 verdict = offer_values(self.node, key, bucket.values, bucket.expected, bucket.first_ns,
                                        bucket.last_ns)

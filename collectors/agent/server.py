@@ -48,7 +48,7 @@ class AgentConfig:
     nvlink_every: int = 1
     xid_wait_ms: int = 500
     nvml: Any = None  # replaces the pynvml module (tests: collectors.probes.nvml_double.FakeNvml)
-    host_id: str = ""  # names the host's pseudo-job _host:<host_id> [default: node_id if given, else hostname]
+    host_id: str = ""  # the host's pseudo-job is _host:<host_id> [default: the hostname, as the ranks report it]
     reap_rank_children: bool = False  # waitpid() ranks that are this process's children (see RankRegistry)
 
 
@@ -65,7 +65,7 @@ class AgentServer:
                                                                   on_ack))
         self.node.sink = self.upstream
         self.registry = RankRegistry(config.stuck_after_s, reap=config.reap_rank_children)
-        self.host_id = config.host_id or config.node_id or socket.gethostname()
+        self.host_id = config.host_id or socket.gethostname()
         self.hardware: HardwareSampler | None = None
         self.service = AgentService(self.node, self.registry, MetricBudget(config.max_metrics_per_job))
         self.server, self.health = make_server()
