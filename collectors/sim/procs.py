@@ -29,7 +29,7 @@ class Proc:
         self.ready: dict = {}
         self.restarts = 0
 
-    def start(self, timeout: float = 30.0) -> Proc:
+    def start(self, timeout: float = 120.0) -> Proc:
         log = open(self.log_dir / f"{self.name}.log", "ab")
         # The child arms PDEATHSIG itself (collectors.common.lifetime): no preexec_fn in a threaded parent.
         env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
