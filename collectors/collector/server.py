@@ -78,11 +78,15 @@ class CollectorServer:
         set_serving(self.health, "telemetry.v1.Collector")
         if not self.config.is_root:
             self.upstream.outbox.start()
-        elif self.config.api is not None:
-            host, port = self.config.api.rsplit(":", 1)
-            api = RootApi(self.store, self.liveness)  # type: ignore[arg-type]
-            self.api_server = serve(api, host, int(port))
-            self.api_address = f"{host}:{self.api_server.server_address[1]}"
+        else:
+            from collectors.root.wiring import attach
+            self.wiring = attach(self)  # detectors, events table, /metrics (config: $TELEMETRY_DETECTORS)
+            if self.config.api is not None:
+                host, port = self.config.api.rsplit(":", 1)
+                api = RootApi(self.store, self.liveness)  # type: ignore[arg-type]
+                api.events = self.wiring.events_endpoint  # GET /api/v1/jobs/{job}/events
+                self.api_server = serve(api, host, int(port), extra=self.wiring.routes)
+                self.api_address = f"{host}:{self.api_server.server_address[1]}"
         self._flusher.start()
 
     def liveness(self, job: str) -> dict[str, object]:

@@ -3,6 +3,7 @@
 GET /api/v1/jobs
 GET /api/v1/jobs/{job}/steps?metric=NAME&last=N
 GET /api/v1/jobs/{job}/progress
+GET /api/v1/jobs/{job}/events?status=open|closed&kind=K&since_id=N&last=N (when detectors are attached)
 GET /healthz
 """
 
@@ -36,6 +37,7 @@ class RootApi:
     def __init__(self, store: Store, live: Callable[[str], dict[str, object]]) -> None:
         self.store = store
         self.live = live
+        self.events: Callable[[str, dict[str, list[str]]], object] | None = None  # set by root.wiring
 
     def jobs(self) -> list[dict[str, object]]:
         with self.store.reader() as db:
@@ -97,6 +99,8 @@ class RootApi:
             return {"job": job, "metric": metric, "steps": self.steps(job, metric, last)}
         if len(parts) == 5 and parts[4] == "progress":
             return self.progress(job)
+        if len(parts) == 5 and parts[4] == "events" and self.events is not None:
+            return self.events(job, query)
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")
 
 

@@ -1,0 +1,111 @@
+"""Data-loader stall: ranks waiting on their input pipeline for a large fraction of the step.
+
+Pairs each step's `dataloader_wait` and `step_time` windows (whichever is finalised second triggers
+the check). The fraction is the worst rank's wait over the median step time (in a synchronous job
+one rank waiting on data holds every rank back). A step is stalled when the fraction is above
+`fraction` (default 0.25) and, once the run has a baseline (its median fraction over the last
+`baseline_steps` normal steps), above `baseline_factor` x that baseline too; raised after
+`consecutive` stalled steps, closed after `clear_steps` normal ones. Names the ranks whose wait is
+above the threshold (top-k).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from collectors.detectors.base import Baseline, Detector, distinct, event_time, fnum, p50
+from collectors.root.store import Row
+from telemetry.summary import Summary
+
+
+@dataclass
+class DataloaderStallConfig:
+    enabled: bool = True
+    metric: str = "dataloader_wait"
+    step_metric: str = "step_time"
+    fraction: float = 0.25
+    consecutive: int = 3
+    clear_steps: int = 2
+    baseline_steps: int = 50
+    baseline_factor: float = 2.0
+    min_baseline: int = 5
+    top: int = 5
+    severity: str = "warning"
+
+
+@dataclass
+class _State:
+    streak: int = 0
+    start: int | None = None
+    start_time: float = 0.0
+    clean: int = 0
+    last_step: int = -1
+
+
+class DataloaderStallDetector(Detector):
+    kind = "dataloader_stall"
+
+    def __init__(self, events, context=None, config: DataloaderStallConfig | None = None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(events, context)
+        self.config = config or DataloaderStallConfig()
+        self.metrics = frozenset({self.config.metric, self.config.step_metric})
+        self._pending: dict[str, OrderedDict[int, dict[str, Row]]] = {}
+        self._state: dict[str, _State] = {}
+        self._baseline: dict[str, Baseline] = {}
+
+    def observe(self, row: Row) -> None:
+        if row.late or not row.key.is_step:
+            return
+        job, step = row.key.job, row.key.index
+        pending = self._pending.setdefault(job, OrderedDict())
+        pair = pending.setdefault(step, {})
+        pair[row.key.metric] = row
+        while len(pending) > 64:
+            pending.popitem(last=False)
+        if len(pair) < 2:
+            return
+        del pending[step]
+        self._judge(job, step, pair[self.config.metric], pair[self.config.step_metric].summary)
+
+    def _judge(self, job: str, step: int, wait_row: Row, step_time: Summary) -> None:
+        c, wait = self.config, wait_row.summary
+        state = self._state.setdefault(job, _State())
+        if step <= state.last_step or not wait.count or not step_time.count:
+            return
+        state.last_step = step
+        median_step = p50(step_time)
+        if not (median_step > 0 and math.isfinite(wait.max)):
+            return
+        frac = wait.max / median_step
+        baseline = self._baseline.setdefault(job, Baseline(c.baseline_steps))
+        threshold = c.fraction
+        if len(baseline) >= c.min_baseline:
+            threshold = max(c.fraction, c.baseline_factor * baseline.median())
+        if frac <= threshold:
+            baseline.add(frac)
+            state.streak, state.start = 0, None
+            state.clean += 1
+            if state.clean >= c.clear_steps and self.is_open(job):
+                self.clear(job, step=step)
+            return
+        state.clean = 0
+        if state.streak == 0:
+            state.start, state.start_time = step, event_time(wait_row)
+        state.streak += 1
+        if state.streak < c.consecutive and not self.is_open(job):
+            return
+        cut = threshold * median_step
+        ranks = distinct(wait.top(), lambda v: v > cut, c.top) or [wait.argmax]
+        event = self.events.get_open(self.kind, job)
+        detail = {
+            "summary": f"rank {ranks[0]} waited {wait.max:.3g} s for data in a {median_step:.3g} s step "
+                       f"({frac:.0%})",
+            "fraction": fnum(frac, 4), "threshold": fnum(threshold, 4), "wait_max_s": fnum(wait.max),
+            "wait_mean_s": fnum(wait.mean), "step_time_p50_s": fnum(median_step),
+            "mean_fraction": fnum(wait.mean / step_time.mean, 4) if step_time.mean else None,
+            "steps": state.streak, "top": [[fnum(v), r] for v, r in wait.top(c.top)],
+        }
+        self.raise_(job, step=state.start if event is None else step, ranks=ranks, detail=detail,
+                    severity=c.severity, time=state.start_time)

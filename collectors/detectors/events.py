@@ -1,0 +1,390 @@
+"""Events the detectors raise, their lifecycle, their table in the root's SQLite file, and where they go.
+
+An event is `{kind, job, step, time, ranks, hosts, detail, severity}` plus its lifecycle: it is *opened*
+the first time a detector raises it, *updated* (same row, same id) while the condition holds, and
+*closed* when the condition clears. Identity is (job, kind, key): `key` separates independent events
+of one kind in one job (a hardware rule name, for instance); most detectors use "". So a straggler
+that lasts 500 steps is one event, updated 500 times, not 500 events.
+
+Every change is written to the `events` table of the root's database (its own connection; the file
+is already in WAL mode) and handed to the sinks: callables `sink(action, event)` with action one of
+"open", "update", "close". `WebhookSink` POSTs JSON; `GrafanaAnnotationSink` posts Grafana
+annotations (a region from open to close). Sinks never block a detector: each has a bounded queue
+and a thread of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import sqlite3
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SEVERITIES = ("info", "warning", "critical")
+KINDS = ("straggler", "loss_spike", "nonfinite", "hang", "mfu_drop", "dataloader_stall", "hardware")
+MAX_LISTED_RANKS = 64  # ranks named on one event (the detail may say how many there were in all)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job TEXT NOT NULL, kind TEXT NOT NULL, key TEXT NOT NULL,
+    status TEXT NOT NULL,              -- open | closed
+    severity TEXT NOT NULL,
+    step INTEGER, last_step INTEGER,   -- where it started; the latest step it was updated at
+    time REAL NOT NULL,                -- unix seconds the condition started
+    updated REAL NOT NULL, closed REAL,
+    updates INTEGER NOT NULL,
+    ranks TEXT NOT NULL, hosts TEXT NOT NULL, detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_job ON events (job, id);
+CREATE INDEX IF NOT EXISTS events_open ON events (status) WHERE status = 'open';
+"""
+
+
+@dataclass
+class Event:
+    kind: str
+    job: str
+    step: int | None
+    time: float
+    ranks: list[int]
+    hosts: list[str]
+    detail: dict[str, Any]
+    severity: str
+    key: str = ""
+    id: int | None = None
+    status: str = "open"
+    last_step: int | None = None
+    updated: float = 0.0
+    closed: float | None = None
+    updates: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Sink = Callable[[str, Event], None]
+
+
+def _json_default(value: object) -> object:
+    try:
+        return float(value)  # numpy scalars and the like
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, default=_json_default, allow_nan=False, separators=(",", ":"))
+
+
+def clean(value: Any) -> Any:
+    """JSON-safe copy: NaN/inf become None (SQLite and strict JSON readers refuse them)."""
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    return value
+
+
+class EventLog:
+    """Opens, updates and closes events; persists every change; feeds the sinks. Thread-safe."""
+
+    def __init__(self, db_path: Path | str | None = None, sinks: Iterable[Sink] = (),
+                 clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.sinks: list[Sink] = list(sinks)
+        self._lock = threading.RLock()
+        target = str(db_path) if db_path is not None else ":memory:"
+        self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None, timeout=10.0)
+        self._db.row_factory = sqlite3.Row
+        if db_path is not None:
+            self._db.execute("PRAGMA journal_mode=WAL")  # already on for the root's file; harmless
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._open: dict[tuple[str, str, str], Event] = {}
+        self._totals: dict[tuple[str, str], int] = {}
+        self._closed = False
+        for row in self._db.execute("SELECT * FROM events WHERE status='open'"):
+            event = _from_row(row)
+            self._open[(event.job, event.kind, event.key)] = event
+        for job, kind, n in self._db.execute("SELECT job, kind, count(*) FROM events GROUP BY job, kind"):
+            self._totals[(job, kind)] = n
+
+    # ------------------------------------------------------------------ lifecycle
+    def raise_(self, kind: str, job: str, *, step: int | None, ranks: Iterable[int] = (),
+               hosts: Iterable[str] = (), detail: dict[str, Any] | None = None, severity: str = "warning",
+               key: str = "", time: float | None = None) -> tuple[Event, bool]:
+        """Open the event (job, kind, key), or update it if it is open. Returns (event, opened)."""
+        if severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, got {severity!r}")
+        now = self.clock()
+        ranks = sorted({int(r) for r in ranks})[:MAX_LISTED_RANKS]
+        hosts = sorted({str(h) for h in hosts if h})
+        detail = clean(dict(detail or {}))
+        with self._lock:
+            current = self._open.get((job, kind, key))
+            if current is None:
+                event = Event(kind, job, step, now if time is None else time, ranks, hosts, detail, severity, key,
+                              last_step=step, updated=now)
+                self._insert(event)
+                self._open[(job, kind, key)] = event
+                self._totals[(job, kind)] = self._totals.get((job, kind), 0) + 1
+                action = "open"
+            else:
+                event = current
+                changed = (ranks != event.ranks or hosts != event.hosts or detail != event.detail
+                           or severity != event.severity or (step is not None and step != event.last_step))
+                if not changed:
+                    return event, False
+                event.ranks, event.hosts, event.detail = ranks, hosts, detail
+                event.severity = _worse(event.severity, severity)
+                if step is not None:
+                    event.last_step = step if event.last_step is None else max(event.last_step, step)
+                event.updated = now
+                event.updates += 1
+                self._write(event)
+                action = "update"
+        self._emit(action, event)
+        return event, action == "open"
+
+    def clear(self, kind: str, job: str, key: str = "", *, step: int | None = None,
+              detail: dict[str, Any] | None = None) -> Event | None:
+        """Close the event (job, kind, key) if it is open; returns it, or None."""
+        with self._lock:
+            event = self._open.pop((job, kind, key), None)
+            if event is None:
+                return None
+            now = self.clock()
+            event.status, event.closed, event.updated = "closed", now, now
+            if step is not None:
+                event.detail = {**event.detail, "cleared_at_step": step}
+            if detail:
+                event.detail = {**event.detail, **clean(detail)}
+            self._write(event)
+        self._emit("close", event)
+        return event
+
+    def get_open(self, kind: str, job: str, key: str = "") -> Event | None:
+        with self._lock:
+            return self._open.get((job, kind, key))
+
+    def open_events(self, job: str | None = None, kind: str | None = None) -> list[Event]:
+        with self._lock:
+            return [e for (j, k, _), e in self._open.items() if (job is None or j == job)
+                    and (kind is None or k == kind)]
+
+    def active_counts(self) -> dict[tuple[str, str], int]:
+        counts: dict[tuple[str, str], int] = {}
+        with self._lock:
+            for (job, kind, _), _event in self._open.items():
+                counts[(job, kind)] = counts.get((job, kind), 0) + 1
+        return counts
+
+    def totals(self) -> dict[tuple[str, str], int]:
+        """Events ever opened, per (job, kind), since the database was created."""
+        with self._lock:
+            return dict(self._totals)
+
+    def jobs(self) -> set[str]:
+        with self._lock:
+            return {job for job, _ in self._totals}
+
+    def query(self, job: str | None = None, *, kind: str | None = None, status: str | None = None,
+              since_id: int = 0, limit: int = 100) -> list[dict[str, Any]]:
+        """Stored events, oldest first (the newest `limit` of those matching)."""
+        clauses, args = ["id > ?"], [since_id]
+        for column, value in (("job", job), ("kind", kind), ("status", status)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                args.append(value)
+        sql = f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY id DESC LIMIT ?"
+        with self._lock:
+            rows = self._db.execute(sql, (*args, limit)).fetchall()
+        return [_from_row(row).to_dict() for row in reversed(rows)]
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._db.close()
+
+    # ------------------------------------------------------------------ storage
+    def _insert(self, event: Event) -> None:
+        cursor = self._db.execute(
+            "INSERT INTO events (job, kind, key, status, severity, step, last_step, time, updated, closed, updates, "
+            "ranks, hosts, detail) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (event.job, event.kind, event.key, event.status, event.severity, event.step, event.last_step,
+             event.time, event.updated, event.closed, event.updates, _dumps(event.ranks), _dumps(event.hosts),
+             _dumps(event.detail)))
+        event.id = cursor.lastrowid
+
+    def _write(self, event: Event) -> None:
+        self._db.execute(
+            "UPDATE events SET status=?, severity=?, last_step=?, updated=?, closed=?, updates=?, ranks=?, hosts=?, "
+            "detail=? WHERE id=?",
+            (event.status, event.severity, event.last_step, event.updated, event.closed, event.updates,
+             _dumps(event.ranks), _dumps(event.hosts), _dumps(event.detail), event.id))
+
+    def _emit(self, action: str, event: Event) -> None:
+        for sink in self.sinks:
+            try:
+                sink(action, event)
+            except Exception:
+                log.exception("event sink %r failed", sink)
+
+
+def _worse(a: str, b: str) -> str:
+    return a if SEVERITIES.index(a) >= SEVERITIES.index(b) else b
+
+
+def _from_row(row: sqlite3.Row) -> Event:
+    return Event(kind=row["kind"], job=row["job"], step=row["step"], time=row["time"],
+                 ranks=json.loads(row["ranks"]), hosts=json.loads(row["hosts"]), detail=json.loads(row["detail"]),
+                 severity=row["severity"], key=row["key"], id=row["id"], status=row["status"],
+                 last_step=row["last_step"], updated=row["updated"], closed=row["closed"], updates=row["updates"])
+
+
+# ---------------------------------------------------------------------- sinks
+class _QueuedSink:
+    """Runs deliveries on a daemon thread behind a bounded queue; drops (and counts) when full."""
+
+    def __init__(self, name: str, actions: Iterable[str], max_queue: int = 1000) -> None:
+        self.actions = frozenset(actions)
+        self.queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(max_queue)
+        self.dropped = 0
+        self.failed = 0
+        self.sent = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def __call__(self, action: str, event: Event) -> None:
+        if action not in self.actions:
+            return
+        try:
+            self.queue.put_nowait((action, event.to_dict()))
+        except queue.Full:
+            self.dropped += 1
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            try:
+                if item is None:
+                    return
+                try:
+                    self.deliver(*item)
+                    self.sent += 1
+                except Exception as exc:
+                    self.failed += 1
+                    log.warning("%s: could not deliver %s of event %s: %s", type(self).__name__, item[0],
+                                item[1].get("id"), exc)
+            finally:
+                self.queue.task_done()
+
+    def deliver(self, action: str, event: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until the queue is empty (for tests and shutdown)."""
+        deadline = time.monotonic() + timeout
+        while self.queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not self.queue.unfinished_tasks
+
+    def stop(self) -> None:
+        try:
+            self.queue.put_nowait(None)
+        except queue.Full:
+            pass
+
+
+class WebhookSink(_QueuedSink):
+    """POSTs `{"action": "open"|"update"|"close", "event": {...}}` as JSON to a URL (urllib, no retries)."""
+
+    def __init__(self, url: str, actions: Iterable[str] = ("open", "close"), timeout_s: float = 5.0,
+                 headers: dict[str, str] | None = None) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
+        super().__init__("event-webhook", actions)
+
+    def deliver(self, action: str, event: dict[str, Any]) -> None:
+        body = _dumps({"action": action, "event": event}).encode()
+        request = urllib.request.Request(self.url, data=body, headers=self.headers, method="POST")
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
+            reply.read()
+
+
+
+class GrafanaAnnotationSink(_QueuedSink):
+    """Posts each event as a Grafana annotation (grafana-client): created on open, its end set on close.
+
+    Tags: "telemetry", the kind, "job:<job>", the severity. Annotations are organisation-wide (no
+    dashboard id), so every dashboard that shows annotations with the tag "telemetry" shows them.
+    """
+
+    def __init__(self, url: str, token: str | None, actions: Iterable[str] = ("open", "close"),
+                 api: Any = None, timeout_s: float = 5.0) -> None:
+        if api is None:
+            from grafana_client import GrafanaApi  # optional dependency: only when this sink is configured
+            api = GrafanaApi.from_url(url, credential=token, timeout=timeout_s)
+        self.api = api
+        self.annotation_ids: dict[int, int] = {}
+        super().__init__("event-grafana", actions)
+
+    def deliver(self, action: str, event: dict[str, Any]) -> None:
+        tags = ["telemetry", event["kind"], f"job:{event['job']}", event["severity"]]
+        text = describe(event)
+        start_ms = int(event["time"] * 1000)
+        if action == "open" or event["id"] not in self.annotation_ids:
+            end_ms = int(event["closed"] * 1000) if event.get("closed") else None
+            reply = self.api.annotations.add_annotation(time_from=start_ms, time_to=end_ms, tags=tags, text=text)
+            if isinstance(reply, dict) and "id" in reply:
+                self.annotation_ids[event["id"]] = int(reply["id"])
+            return
+        end_ms = int((event.get("closed") or event["updated"]) * 1000)
+        self.api.annotations.partial_update_annotation(self.annotation_ids[event["id"]], time_from=start_ms,
+                                                       time_to=end_ms, tags=tags, text=text)
+        if action == "close":
+            self.annotation_ids.pop(event["id"], None)
+
+
+
+def describe(event: dict[str, Any]) -> str:
+    """One line a person reads: what, where, which ranks."""
+    ranks = event.get("ranks") or []
+    shown = ", ".join(map(str, ranks[:8])) + (" ..." if len(ranks) > 8 else "")
+    where = f" step {event['step']}" if event.get("step") is not None else ""
+    who = f" ranks [{shown}]" if ranks else ""
+    hosts = event.get("hosts") or []
+    on = f" on {', '.join(hosts[:4])}" if hosts else ""
+    summary = event.get("detail", {}).get("summary", "")
+    return f"[{event['severity']}] {event['kind']} in {event['job']}{where}:{who}{on} {summary}".rstrip()
+
+
+@dataclass
+class SinkConfig:
+    webhook_url: str | None = None
+    webhook_actions: list[str] = field(default_factory=lambda: ["open", "close"])
+    grafana_url: str | None = None
+    grafana_token: str | None = None
+
+
+def make_sinks(config: SinkConfig) -> list[Sink]:
+    sinks: list[Sink] = []
+    if config.webhook_url:
+        sinks.append(WebhookSink(config.webhook_url, config.webhook_actions))
+    if config.grafana_url:
+        sinks.append(GrafanaAnnotationSink(config.grafana_url, config.grafana_token))
+    return sinks

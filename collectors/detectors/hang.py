@@ -1,0 +1,243 @@
+"""Hang: a step still missing ranks past its deadline, or no step progress for T seconds.
+
+Two rules, one event per job (they update the same event; `detail.reasons` says which hold):
+
+- `missing_past_deadline`: a step window was finalised without some ranks (the root seals it only
+  when its deadline has passed) and, `grace_s` later, no late delta has brought them. A missing rank
+  whose heartbeat (the `progress.current_step` time buckets) already shows it past that step is not
+  hung (its data was late or lost), so it is not named.
+- `no_progress`: the job's latest finalised step has not moved for T = max(`no_progress_floor_s`,
+  `no_progress_factor` x the median step interval) while some rank is still alive or stuck (a job
+  whose ranks have all exited has ended, not hung).
+
+The ranks behind are the missing ranks, and (for no progress) the ranks at the progress minimum when
+ranks disagree (bottom-k of the heartbeat bucket, exact), the ranks whose `collective.last_enqueued`
+is behind when ranks send it, and the dead and stuck ranks. Each is told apart with the agents'
+liveness: `state` "dead" (its process is gone) or "stuck" (its process is alive but it does not
+progress); `liveness` is the agent's own word: "alive" (heartbeating), "stuck" (alive, silent for
+longer than the agent's --stuck-after), "dead", or "unknown". `cause` is "dead" when any rank behind
+is dead, else "stuck". The event closes when no rule holds any more.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyroaring import BitMap
+
+from collectors.detectors.base import Detector, fnum
+from collectors.root.store import Row
+from telemetry.summary import Summary
+
+MAX_TRACKED = 4096  # incomplete windows remembered per job
+PROGRESS = "progress.current_step"
+COLLECTIVE = "collective.last_enqueued"
+
+
+@dataclass
+class HangConfig:
+    enabled: bool = True
+    grace_s: float = 2.0
+    no_progress_floor_s: float = 60.0
+    no_progress_factor: float = 10.0
+    check_interval_s: float = 0.5
+    progress_metric: str = PROGRESS
+    collective_metric: str = COLLECTIVE
+    top: int = 8
+    severity: str = "critical"
+
+
+@dataclass
+class _Incomplete:
+    missing: BitMap
+    since: float
+    deadline_wall: float
+
+
+@dataclass
+class _Job:
+    max_step: int = -1
+    last_advance: float = 0.0
+    last_advance_wall: float = 0.0
+    starts: deque = field(default_factory=lambda: deque(maxlen=33))
+    incomplete: dict[tuple[int, str], _Incomplete] = field(default_factory=dict)
+    progress: Summary | None = None
+    progress_bucket: int = -1
+    collective: Summary | None = None
+    collective_bucket: int = -1
+
+
+def _values_of(summary: Summary | None, ranks: list[int]) -> dict[int, float | None]:
+    """What the bucket says for each rank: its value when among the bottom-k, else None (unknown)."""
+    if summary is None:
+        return {}
+    exact = {}
+    for value, source in summary.bottom():
+        exact.setdefault(source, value)
+    return {r: exact.get(r) for r in ranks}
+
+
+class HangDetector(Detector):
+    kind = "hang"
+
+    def __init__(self, events, context=None, config: HangConfig | None = None,  # type: ignore[no-untyped-def]
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        super().__init__(events, context)
+        self.config = config or HangConfig()
+        self.clock, self.wall = clock, wall
+        self._jobs: dict[str, _Job] = {}
+
+    def wants(self, row: Row) -> bool:
+        return row.key.is_step or row.key.metric in (self.config.progress_metric, self.config.collective_metric)
+
+    def jobs(self) -> list[str]:
+        return list(self._jobs)
+
+    def observe(self, row: Row) -> None:
+        job, index, s = row.key.job, row.key.index, row.summary
+        state = self._jobs.setdefault(job, _Job(last_advance=self.clock(), last_advance_wall=self.wall()))
+        if not row.key.is_step:
+            if row.key.metric == self.config.progress_metric and index >= state.progress_bucket:
+                state.progress, state.progress_bucket = s, index
+            elif row.key.metric == self.config.collective_metric and index >= state.collective_bucket:
+                state.collective, state.collective_bucket = s, index
+            return
+        now = self.clock()
+        if index > state.max_step:
+            state.max_step, state.last_advance, state.last_advance_wall = index, now, self.wall()
+            state.starts.append((index, now))
+        key = (index, row.key.metric)
+        missing = BitMap()
+        if row.expected:
+            missing.add_range(0, row.expected)
+            missing -= s.sources
+        if not missing:
+            state.incomplete.pop(key, None)
+            return
+        found = state.incomplete.get(key)
+        if found is not None:
+            found.missing = missing
+        elif not row.late:
+            state.incomplete[key] = _Incomplete(missing, now, row.finalised_ns / 1e9)
+            while len(state.incomplete) > MAX_TRACKED:
+                state.incomplete.pop(min(state.incomplete))
+
+    def median_interval(self, job: str) -> float:
+        starts = list(self._jobs[job].starts)
+        gaps = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in zip(starts, starts[1:]) if s1 > s0]
+        return statistics.median(gaps) if gaps else 0.0
+
+    def no_progress_after(self, job: str) -> float:
+        c = self.config
+        return max(c.no_progress_floor_s, c.no_progress_factor * self.median_interval(job))
+
+    def check(self, live: dict[str, dict]) -> None:
+        """Judge every job; `live[job]` is the root's liveness view (CollectorServer.liveness)."""
+        now = self.clock()
+        for job in list(self._jobs):
+            self._check(job, now, live.get(job, {}))
+
+    def _check(self, job: str, now: float, live: dict) -> None:
+        c, state = self.config, self._jobs[job]
+        dead = set(live.get("dead_ranks", []))
+        stuck = set(live.get("stuck_ranks", []))
+        alive_count = int(live.get("alive", 0) or 0)
+        reasons: list[str] = []
+        behind: dict[int, int] = {}  # rank -> the step it is missing (or the step it is at)
+        missing_steps: dict[int, list[int]] = {}
+        deadline_wall = None
+        progress = state.progress
+        bottom_max = progress.bottom()[-1][0] if progress is not None and progress.bottom() else None
+        for (step, _metric), inc in sorted(state.incomplete.items()):
+            if now - inc.since < c.grace_s:
+                continue
+            named = []
+            ranks = list(inc.missing)[:1024]
+            known = _values_of(progress, ranks)
+            for rank in ranks:
+                at = known.get(rank)
+                if at is None and progress is not None and rank in progress.sources and bottom_max is not None:
+                    at = bottom_max  # among the sources but above the bottom-k: at least this far
+                if at is not None and at > step:
+                    continue  # its heartbeat shows it moved on: late or lost data, not a hang
+                named.append(rank)
+                behind[rank] = min(step, behind.get(rank, step))
+            if named:
+                missing_steps.setdefault(step, [])
+                missing_steps[step] = sorted(set(missing_steps[step]) | set(named))
+                deadline_wall = inc.deadline_wall if deadline_wall is None else min(deadline_wall, inc.deadline_wall)
+        if missing_steps:
+            reasons.append("missing_past_deadline")
+        quiet_s = now - state.last_advance
+        threshold_s = self.no_progress_after(job)
+        ended = bool(live) and alive_count == 0 and not stuck
+        progress_view = self._progress_view(progress)
+        collective_view = self._collective_view(state.collective)
+        if state.max_step >= 0 and quiet_s > threshold_s and not ended:
+            reasons.append("no_progress")
+            if progress_view and progress_view["min_step"] < progress_view["max_step"]:
+                for rank in progress_view["ranks_at_min"]:
+                    behind.setdefault(rank, int(progress_view["min_step"]))
+            for rank in (collective_view or {}).get("ranks_behind", []):
+                behind.setdefault(rank, state.max_step + 1)
+            for rank in dead | stuck:
+                behind.setdefault(rank, state.max_step + 1)
+        if not reasons:
+            if self.is_open(job):
+                self.clear(job, step=state.max_step)
+            return
+        ranks = sorted(behind)
+        hosts = self.context.hosts_of(job)
+        currents = _values_of(progress, ranks[: 4 * c.top])
+        listed = []
+        for rank in ranks[: 4 * c.top]:
+            liveness = "dead" if rank in dead else "stuck" if rank in stuck else "alive" if live else "unknown"
+            listed.append({"rank": rank, "host": hosts.get(rank), "state": "dead" if rank in dead else "stuck",
+                           "liveness": liveness, "missing_step": behind[rank],
+                           "current_step": None if currents.get(rank) is None else int(currents[rank])})
+        dead_named = [r for r in ranks if r in dead]
+        stuck_named = [r for r in ranks if r not in dead]
+        first_step = min(missing_steps) if missing_steps else state.max_step + 1
+        event = self.events.get_open(self.kind, job)
+        wall = self.wall()
+        if event is None:
+            detected_at = wall
+            after = wall - deadline_wall if deadline_wall is not None else None
+        else:
+            detected_at = event.detail.get("detected_at", wall)
+            after = event.detail.get("detected_after_deadline_s")
+        start = deadline_wall if deadline_wall is not None else wall
+        cause = "dead" if dead_named else "stuck"
+        detail = {
+            "summary": f"step {first_step}: ranks {ranks[:8]} behind ({cause}"
+                       f"{'; dead ' + str(dead_named[:8]) if dead_named else ''})",
+            "reasons": reasons, "cause": cause, "ranks": listed, "dead": dead_named[:64], "stuck": stuck_named[:64],
+            "missing": {str(s): r[:64] for s, r in sorted(missing_steps.items())[:8]},
+            "progress": progress_view, "collective": collective_view,
+            "last_step": state.max_step, "no_progress_s": round(quiet_s), "no_progress_threshold_s":
+                fnum(threshold_s, 3), "deadline_time": fnum(deadline_wall, 3) if deadline_wall else None,
+            "detected_at": fnum(detected_at, 3), "detected_after_deadline_s": fnum(after, 3) if after is not None else None,
+        }
+        self.events.raise_(self.kind, job, step=first_step if event is None else None, ranks=ranks,
+                           hosts=sorted({hosts[r] for r in ranks if r in hosts}), detail=detail,
+                           severity=c.severity, time=start)
+
+    def _progress_view(self, progress: Summary | None) -> dict | None:
+        if progress is None or not progress.count:
+            return None
+        low = progress.min
+        return {"min_step": int(low), "max_step": int(progress.max), "argmin": progress.argmin,
+                "ranks_at_min": sorted({s for v, s in progress.bottom() if v == low}),
+                "bottom": [[int(v), s] for v, s in progress.bottom(min(self.config.top, progress.k))],
+                "ranks_reporting": len(progress.sources)}
+
+    def _collective_view(self, collective: Summary | None) -> dict | None:
+        if collective is None or not collective.count:
+            return None
+        high = collective.max
+        return {"min_enqueued": int(collective.min), "max_enqueued": int(high), "argmin": collective.argmin,
+                "ranks_behind": sorted({s for v, s in collective.bottom() if v < high})}

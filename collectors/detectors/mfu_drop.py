@@ -1,0 +1,122 @@
+"""MFU drop: model FLOPs utilisation down against the run's own baseline, and staying down.
+
+The job's MFU per step is the mean over ranks. The baseline is the median of the last
+`baseline_steps` normal steps (at least `min_baseline` of them before anything is judged).
+
+- step change (default): MFU below (1 - drop) x baseline for `sustain` consecutive steps (10 % for 20
+  steps); the event's step is the first of them;
+- slope (off unless `slope_window` > 0): the least-squares line through the last `slope_window` steps
+  loses more than `drop` x baseline over that window.
+
+Closes after `clear_steps` steps back above (1 - drop / 2) x baseline. Names the ranks below the
+threshold among the bottom-k (Summary.bottom) when the drop is on a few ranks; none when all dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from collectors.detectors.base import Baseline, Detector, distinct, event_time, fnum
+from collectors.root.store import Row
+
+
+@dataclass
+class MfuDropConfig:
+    enabled: bool = True
+    metric: str = "mfu"
+    drop: float = 0.10
+    sustain: int = 20
+    clear_steps: int = 3
+    baseline_steps: int = 50
+    min_baseline: int = 10
+    slope_window: int = 0
+    top: int = 5
+    severity: str = "warning"
+
+
+@dataclass
+class _State:
+    streak: int = 0
+    start: int | None = None
+    start_time: float = 0.0
+    recovered: int = 0
+    last_step: int = -1
+    values: deque | None = None
+
+
+def _slope(points: list[tuple[int, float]]) -> float:
+    n = len(points)
+    mx = sum(p[0] for p in points) / n
+    my = sum(p[1] for p in points) / n
+    sxx = sum((p[0] - mx) ** 2 for p in points)
+    if sxx == 0:
+        return 0.0
+    return sum((p[0] - mx) * (p[1] - my) for p in points) / sxx
+
+
+class MfuDropDetector(Detector):
+    kind = "mfu_drop"
+
+    def __init__(self, events, context=None, config: MfuDropConfig | None = None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(events, context)
+        self.config = config or MfuDropConfig()
+        self.metrics = frozenset({self.config.metric})
+        self._state: dict[str, _State] = {}
+        self._baseline: dict[str, Baseline] = {}
+
+    def observe(self, row: Row) -> None:
+        if row.late or not row.key.is_step:
+            return
+        c, job, step, s = self.config, row.key.job, row.key.index, row.summary
+        state = self._state.setdefault(job, _State(values=deque(maxlen=max(2, c.slope_window))))
+        if step <= state.last_step or not s.count or not math.isfinite(s.mean):
+            return
+        state.last_step = step
+        value = s.mean
+        baseline = self._baseline.setdefault(job, Baseline(c.baseline_steps))
+        assert state.values is not None
+        state.values.append((step, value))
+        if len(baseline) < c.min_baseline:
+            baseline.add(value)
+            return
+        ref = baseline.median()
+        if not ref > 0:
+            baseline.add(value)
+            return
+        threshold = (1.0 - c.drop) * ref
+        low = value < threshold
+        rule = "step_change"
+        slope_loss = None
+        if not low and c.slope_window and len(state.values) >= c.slope_window:
+            slope_loss = -_slope(list(state.values)) * (c.slope_window - 1)
+            if slope_loss > c.drop * ref:
+                low, rule = True, "slope"
+        if not low:
+            state.streak, state.start = 0, None
+            if value >= (1.0 - c.drop / 2) * ref:
+                baseline.add(value)
+                state.recovered += 1
+                if state.recovered >= c.clear_steps and self.is_open(job):
+                    self.clear(job, step=step)
+            return
+        state.recovered = 0
+        if state.streak == 0:
+            state.start, state.start_time = step, event_time(row)
+        state.streak += 1
+        needed = c.sustain if rule == "step_change" else 1
+        if state.streak < needed and not self.is_open(job):
+            return
+        drop = 1.0 - value / ref
+        ranks = [] if s.max < threshold else distinct(s.bottom(), lambda v: v < threshold, c.top)
+        event = self.events.get_open(self.kind, job)
+        detail = {
+            "summary": f"MFU {value:.3g} vs baseline {ref:.3g} ({drop:.0%} lower) for {state.streak} steps",
+            "mfu": fnum(value), "baseline": fnum(ref), "relative_drop": fnum(drop, 4), "threshold": fnum(threshold),
+            "rule": rule, "steps": state.streak, "min": fnum(s.min), "argmin": s.argmin,
+            "slope_loss": fnum(slope_loss) if slope_loss is not None else None,
+            "opened_by": event.detail.get("opened_by", rule) if event is not None else rule,
+        }
+        self.raise_(job, step=state.start if event is None else step, ranks=ranks, detail=detail,
+                    severity=c.severity, time=state.start_time)

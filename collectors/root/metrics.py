@@ -1,0 +1,363 @@
+"""The root's Prometheus exposition (`/metrics`): the panels' figures per job, events, delivery, hardware.
+
+One `CollectorRegistry` per root (never the process-global one), holding one custom collector whose
+`collect()` builds every family from the latest finalised windows kept in memory (no database read
+per scrape). Labels are bounded: `job`, `stat` (p50|p90|p99|max|min|mean), `position` (1..5 of the
+top-k), `kind` (the event kinds), `state` (alive|stuck|dead), `metric` (metric names, which the root
+already caps per job); never a label per rank: ranks are *values* (`..._rank` gauges).
+
+Every name and its meaning: docs/metrics.md. Prometheus must scrape this with `honor_labels: true`,
+or its own `job` target label renames ours to `exported_job` (docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from collectors.delivery.node import COUNTER_FIELDS
+from collectors.detectors.events import KINDS as EVENT_KINDS
+from collectors.root.store import Row
+from telemetry.summary import Summary
+
+STATS = ("p50", "p90", "p99", "max", "min", "mean")
+TOP_POSITIONS = 5
+
+# step metric -> (family name, help); others are exported as telemetry_metric{job,metric,stat}
+STEP_METRICS = {
+    "step_time": ("telemetry_step_time_seconds", "Step time across ranks, latest finalised step"),
+    "loss": ("telemetry_loss", "Training loss across ranks, latest finalised step"),
+    "grad_norm": ("telemetry_grad_norm", "Gradient norm across ranks, latest finalised step"),
+    "mfu": ("telemetry_mfu_ratio", "Model FLOPs utilisation (0..1) across ranks, latest finalised step"),
+    "dataloader_wait": ("telemetry_dataloader_wait_seconds",
+                        "Time ranks waited for their data loader, latest finalised step"),
+}
+PROGRESS = "progress.current_step"
+HOST_JOB_PREFIX = "_host:"  # the agents' pseudo-jobs for a host's own hardware
+HARDWARE_PREFIXES = ("gpu.", "nic.", "ib.")
+HW_STATS = ("max", "mean", "min")
+# counters summed into one family each, so a panel needs no regex over names (which PromQL cannot add up
+# after increase() drops __name__)
+AGGREGATES = {
+    "telemetry_network_errors": (
+        "NIC and InfiniBand error counters (rx/tx errors, carrier changes, symbol errors, link downs and "
+        "recoveries, receive errors, transmit discards) summed over devices since the root started.",
+        frozenset({"nic.rx_errors_delta", "nic.tx_errors_delta", "nic.carrier_changes_delta",
+                   "ib.symbol_error_delta", "ib.link_downed_delta", "ib.link_error_recovery_delta",
+                   "ib.port_rcv_errors_delta", "ib.port_xmit_discards_delta"})),
+    "telemetry_gpu_nvlink_errors": (
+        "NVLink CRC flit/data, replay and recovery error counters summed over links and GPUs since the root "
+        "started.",
+        frozenset({"gpu.nvlink_crc_flit_errors_delta", "gpu.nvlink_crc_data_errors_delta",
+                   "gpu.nvlink_replay_errors_delta", "gpu.nvlink_recovery_errors_delta"})),
+}
+MAX_STEPS_REMEMBERED = 512  # per (job, metric), for counting late non-finite values once
+
+
+def _stats(summary: Summary) -> dict[str, float]:
+    p50, p90, p99 = summary.quantiles([0.5, 0.9, 0.99])
+    return {"p50": p50, "p90": p90, "p99": p99, "max": summary.max, "min": summary.min, "mean": summary.mean}
+
+
+def hardware_family(metric: str) -> tuple[str, bool] | None:
+    """'gpu.temperature_celsius' -> ('telemetry_gpu_temperature_celsius', False) (a gauge);
+    'gpu.xid_errors_delta' -> ('telemetry_gpu_xid_errors', True) (a counter, exposed with _total);
+    the probes' own running totals ('..._total') -> None (the deltas are summed instead)."""
+    if not metric.startswith(HARDWARE_PREFIXES) or metric.endswith("_total"):
+        return None
+    name = "telemetry_" + metric.replace(".", "_")
+    if metric.endswith("_delta"):
+        return name[: -len("_delta")], True
+    return name, False
+
+
+@dataclass
+class _Latest:
+    index: int
+    summary: Summary
+    expected: int
+
+
+@dataclass
+class _Job:
+    latest: dict[str, _Latest] = field(default_factory=dict)  # step metrics
+    steps_total: int = 0
+    last_step: int = -1
+    wait_total: float = 0.0
+    wait_rank_total: float = 0.0
+    incomplete_total: int = 0
+    late_total: int = 0
+    expected: int = 0
+    nonfinite: dict[str, int] = field(default_factory=dict)
+    nonfinite_seen: dict[str, OrderedDict] = field(default_factory=dict)
+    progress: _Latest | None = None
+    hw_latest: dict[str, _Latest] = field(default_factory=dict)
+    hw_totals: dict[str, float] = field(default_factory=dict)
+    hw_seen: set = field(default_factory=set)
+
+
+class RootMetrics:
+    """Feed it finalised rows (`observe`), scrape it (`render`). Thread-safe."""
+
+    def __init__(self, events=None, liveness: Callable[[str], dict] | None = None,  # type: ignore[no-untyped-def]
+                 counters: Callable[[], dict[str, int]] | None = None,
+                 detector_errors: Callable[[], int] | None = None,
+                 jobs: Callable[[], Iterable[str]] | None = None) -> None:
+        self.events = events
+        self.liveness = liveness
+        self.known_jobs = jobs  # jobs whose ranks registered (the tree's liveness), before any window
+        self.counters = counters
+        self.detector_errors = detector_errors
+        self._lock = threading.Lock()
+        self._jobs: dict[str, _Job] = {}
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+
+    # ------------------------------------------------------------------ intake
+    def observe(self, rows: Iterable[Row]) -> None:
+        with self._lock:
+            for row in rows:
+                job = self._jobs.setdefault(row.key.job, _Job())
+                if row.key.is_step:
+                    self._observe_step(job, row)
+                elif row.key.metric == PROGRESS:
+                    if job.progress is None or row.key.index >= job.progress.index:
+                        job.progress = _Latest(row.key.index, row.summary, row.expected)
+                elif row.key.metric.startswith(HARDWARE_PREFIXES):
+                    self._observe_hardware(job, row)
+
+    def _observe_step(self, job: _Job, row: Row) -> None:
+        metric, step, s = row.key.metric, row.key.index, row.summary
+        job.expected = max(job.expected, row.expected)
+        seen = job.nonfinite_seen.setdefault(metric, OrderedDict())
+        before = seen.get(step, 0)
+        if s.nonfinite_count > before:
+            job.nonfinite[metric] = job.nonfinite.get(metric, 0) + s.nonfinite_count - before
+        seen[step] = s.nonfinite_count
+        while len(seen) > MAX_STEPS_REMEMBERED:
+            seen.popitem(last=False)
+        if row.late:
+            job.late_total += 1
+        current = job.latest.get(metric)
+        if current is None or step >= current.index:
+            job.latest[metric] = _Latest(step, s, row.expected)
+        if row.late:
+            return
+        if row.expected and len(s.sources) < row.expected:
+            job.incomplete_total += 1
+        if metric == "step_time":
+            job.steps_total += 1
+            if s.count:
+                p50 = s.quantile(0.5)
+                if math.isfinite(p50) and math.isfinite(s.max):
+                    job.wait_total += max(0.0, s.max - p50)
+                    job.wait_rank_total += max(0.0, s.count * s.max - s.sum)
+        job.last_step = max(job.last_step, step)
+
+    def _observe_hardware(self, job: _Job, row: Row) -> None:
+        metric = row.key.metric
+        family = hardware_family(metric)
+        if family is None:
+            return
+        _, is_counter = family
+        if is_counter:
+            if row.late:
+                return
+            added = row.summary.sum if row.summary.count else 0.0
+            job.hw_totals[metric] = job.hw_totals.get(metric, 0.0) + added
+            for name, (_, members) in AGGREGATES.items():
+                if metric in members:
+                    job.hw_totals[name] = job.hw_totals.get(name, 0.0) + added
+            return
+        current = job.hw_latest.get(metric)
+        if current is None or row.key.index >= current.index:
+            job.hw_latest[metric] = _Latest(row.key.index, row.summary, row.expected)
+
+    # ------------------------------------------------------------------ exposition
+    def render(self) -> tuple[str, bytes]:
+        """(content type, body) for GET /metrics: the classic text format 0.0.4, which every Prometheus
+        reads (our names never need the 1.0.0 format's escaping)."""
+        return CONTENT_TYPE_PLAIN_0_0_4, generate_latest(self.registry)
+
+    def collect(self) -> Iterable[Metric]:  # noqa: C901 (one flat list of families)
+        registered = [j for j in (self.known_jobs() if self.known_jobs is not None else ())
+                      if not j.startswith(HOST_JOB_PREFIX)]
+        with self._lock:
+            for name in registered:  # a job is exported from its ranks' registration on, not its first window
+                self._jobs.setdefault(name, _Job())
+            jobs = {name: job for name, job in self._jobs.items()}
+            snapshot = [(name, job, dict(job.latest), job.progress, dict(job.hw_latest), dict(job.hw_totals),
+                         dict(job.nonfinite)) for name, job in sorted(jobs.items())]
+        event_jobs = set(self.events.jobs()) if self.events is not None else set()
+        families: dict[str, Metric] = {}
+
+        def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+            if name not in families:
+                families[name] = GaugeMetricFamily(name, doc, labels=labels)
+            return families[name]  # type: ignore[return-value]
+
+        def counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+            key = name + "_total"  # exposed with _total; kept apart from a gauge of the bare name
+            if key not in families:
+                families[key] = CounterMetricFamily(name, doc, labels=labels)
+            return families[key]  # type: ignore[return-value]
+
+        # declared up front so the families exist (with HELP/TYPE) even before any job
+        for metric, (name, doc) in STEP_METRICS.items():
+            gauge(name, doc + " (stat: p50, p90, p99, max, min, mean).", ["job", "stat"])
+        gauge("telemetry_step_time_slowest_rank", "Rank with the largest step time in the latest finalised step.",
+              ["job"])
+        gauge("telemetry_step_time_top_seconds", "The 5 largest step times of the latest finalised step "
+              "(position 1 = slowest).", ["job", "position"])
+        gauge("telemetry_step_time_top_rank", "Rank at each position of telemetry_step_time_top_seconds.",
+              ["job", "position"])
+        gauge("telemetry_step_collective_wait_seconds", "Max minus p50 of step_time in the latest finalised step: "
+              "seconds the median rank waits for the slowest at the next collective.", ["job"])
+        counter("telemetry_collective_wait_seconds", "Sum over finalised steps of max minus p50 of step_time.",
+                ["job"])
+        counter("telemetry_collective_wait_rank_seconds", "Sum over finalised steps of count x max - sum of "
+                "step_time: every rank's waiting for the slowest, added up.", ["job"])
+        gauge("telemetry_last_step", "Latest finalised step.", ["job"])
+        counter("telemetry_steps", "Step windows of step_time finalised.", ["job"])
+        gauge("telemetry_world_size", "Ranks in the job.", ["job"])
+        gauge("telemetry_ranks_reporting", "Ranks whose heartbeat reached the root in the latest finalised "
+              "second (progress bucket).", ["job"])
+        gauge("telemetry_step_ranks_missing", "Ranks missing from the latest finalised step_time window.", ["job"])
+        gauge("telemetry_ranks", "Ranks by liveness as the agents see them.", ["job", "state"])
+        gauge("telemetry_progress_min_step", "Lowest current step any rank reported in the latest second.", ["job"])
+        gauge("telemetry_progress_max_step", "Highest current step any rank reported in the latest second.",
+              ["job"])
+        counter("telemetry_windows_incomplete", "Step windows finalised with ranks missing (deadline passed).",
+                ["job"])
+        counter("telemetry_windows_late", "Late deltas merged into step windows after finalising.", ["job"])
+        counter("telemetry_nonfinite_values", "NaN/Inf values logged, per metric.", ["job", "metric"])
+        gauge("telemetry_metric", "Other step metrics across ranks, latest finalised step.", ["job", "metric", "stat"])
+        gauge("telemetry_events_active", "Events open now.", ["job", "kind"])
+        counter("telemetry_events", "Events opened.", ["job", "kind"])
+
+        for job_name, job, latest, progress, hw_latest, hw_totals, nonfinite in snapshot:
+            for metric, entry in latest.items():
+                s = entry.summary
+                if not s.count:
+                    continue
+                stats = _stats(s)
+                if metric in STEP_METRICS:
+                    family = gauge(STEP_METRICS[metric][0], "", ["job", "stat"])
+                    for stat in STATS:
+                        _add(family, [job_name, stat], stats[stat])
+                else:
+                    family = gauge("telemetry_metric", "", ["job", "metric", "stat"])
+                    for stat in STATS:
+                        _add(family, [job_name, metric, stat], stats[stat])
+            step_time = latest.get("step_time")
+            if step_time is not None and step_time.summary.count:
+                s = step_time.summary
+                _add(gauge("telemetry_step_time_slowest_rank", "", ["job"]), [job_name], s.argmax)
+                for position, (value, rank) in enumerate(s.top(min(TOP_POSITIONS, s.k)), start=1):
+                    _add(gauge("telemetry_step_time_top_seconds", "", ["job", "position"]), [job_name, str(position)],
+                         value)
+                    _add(gauge("telemetry_step_time_top_rank", "", ["job", "position"]), [job_name, str(position)],
+                         rank)
+                _add(gauge("telemetry_step_collective_wait_seconds", "", ["job"]), [job_name],
+                     max(0.0, s.max - s.quantile(0.5)))
+                missing = max(0, step_time.expected - len(s.sources))
+                _add(gauge("telemetry_step_ranks_missing", "", ["job"]), [job_name], missing)
+            training = job.last_step >= 0 or bool(latest)  # a job with step windows (not a host's pseudo-job)
+            if training:
+                _add(counter("telemetry_collective_wait_seconds", "", ["job"]), [job_name], job.wait_total)
+                _add(counter("telemetry_collective_wait_rank_seconds", "", ["job"]), [job_name], job.wait_rank_total)
+                _add(counter("telemetry_steps", "", ["job"]), [job_name], job.steps_total)
+                _add(counter("telemetry_windows_incomplete", "", ["job"]), [job_name], job.incomplete_total)
+                _add(counter("telemetry_windows_late", "", ["job"]), [job_name], job.late_total)
+                for metric in sorted(set(nonfinite) | {"loss", "grad_norm"}):
+                    _add(counter("telemetry_nonfinite_values", "", ["job", "metric"]), [job_name, metric],
+                         nonfinite.get(metric, 0))
+            if job.last_step >= 0:
+                _add(gauge("telemetry_last_step", "", ["job"]), [job_name], job.last_step)
+            world = job.expected
+            live = self._live(job_name) if training or progress is not None or job_name in registered else {}
+            if live:
+                world = max(world, int(live.get("world_size") or 0))
+                for state in ("alive", "stuck", "dead"):
+                    _add(gauge("telemetry_ranks", "", ["job", "state"]), [job_name, state], live.get(state, 0))
+            if world:
+                _add(gauge("telemetry_world_size", "", ["job"]), [job_name], world)
+            if progress is not None and progress.summary.count:
+                p = progress.summary
+                _add(gauge("telemetry_ranks_reporting", "", ["job"]), [job_name], len(p.sources))
+                _add(gauge("telemetry_progress_min_step", "", ["job"]), [job_name], p.min)
+                _add(gauge("telemetry_progress_max_step", "", ["job"]), [job_name], p.max)
+            elif step_time is not None:
+                _add(gauge("telemetry_ranks_reporting", "", ["job"]), [job_name], len(step_time.summary.sources))
+            for metric, entry in sorted(hw_latest.items()):
+                name, _ = hardware_family(metric)  # type: ignore[misc]
+                s = entry.summary
+                if not s.count:
+                    continue
+                family = gauge(name, f"Hardware reading {metric} across its sources (ranks), latest second "
+                                     "(stat: max, mean, min).", ["job", "stat"])
+                for stat, value in (("max", s.max), ("mean", s.mean), ("min", s.min)):
+                    _add(family, [job_name, stat], value)
+            for metric, total in sorted(hw_totals.items()):
+                if metric in AGGREGATES:
+                    _add(counter(metric, AGGREGATES[metric][0], ["job"]), [job_name], total)
+                    continue
+                name, _ = hardware_family(metric)  # type: ignore[misc]
+                _add(counter(name, f"Increase of the hardware counter {metric[:-len('_delta')]} summed over "
+                                   "its sources (ranks, or a host's devices) since the root started.", ["job"]),
+                     [job_name], total)
+
+        if self.events is not None:
+            active = self.events.active_counts()
+            totals = self.events.totals()
+            training_jobs = {name for name, job in jobs.items()
+                             if job.last_step >= 0 or job.latest or job.progress is not None} | set(registered)
+            for job_name in sorted(training_jobs | event_jobs):
+                for kind in EVENT_KINDS:
+                    _add(gauge("telemetry_events_active", "", ["job", "kind"]), [job_name, kind],
+                         active.get((job_name, kind), 0))
+                    _add(counter("telemetry_events", "", ["job", "kind"]), [job_name, kind],
+                         totals.get((job_name, kind), 0))
+        if self.counters is not None:
+            values = self.counters()
+            for name in COUNTER_FIELDS:
+                _add(counter(f"telemetry_delivery_{name}", _DELIVERY_HELP[name], []), [], values.get(name, 0))
+        if self.detector_errors is not None:
+            _add(counter("telemetry_detector_errors", "Exceptions raised inside detectors (logged).", []), [],
+                 self.detector_errors())
+        yield from families.values()
+
+    def _live(self, job: str) -> dict:
+        if self.liveness is None:
+            return {}
+        try:
+            return self.liveness(job) or {}
+        except Exception:
+            return {}
+
+
+_DELIVERY_HELP = {
+    "sdk_dropped": "Values SDKs dropped because their backlog was full (whole tree).",
+    "dropped_windows": "Windows dropped because a window table or outbox was full (whole tree).",
+    "rejected_overlaps": "Parts refused because their sources overlapped partly (whole tree).",
+    "duplicates": "Duplicate deliveries absorbed (resends after a crash or reconnect; whole tree).",
+    "resent": "Units resent after a reconnect or restart (whole tree).",
+    "late": "Late deltas forwarded or merged after a window was sealed (whole tree).",
+    "bad_inputs": "Inputs refused as malformed or out of range (whole tree).",
+}
+
+
+def _add(family: Metric, labels: list[str], value: float | int | None) -> None:
+    if value is None:
+        return
+    value = float(value)
+    if math.isnan(value):
+        return
+    family.add_metric(labels, value)  # type: ignore[attr-defined]

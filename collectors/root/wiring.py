@@ -1,0 +1,135 @@
+"""Wires the detectors, the event log and the Prometheus exposition into a running root.
+
+    wiring = attach(server)                 # server: a root CollectorServer, before its flush loop starts
+    wiring.routes                           # {"/metrics": ..., "/api/v1/events": ...} for root.api.serve(extra=)
+    wiring.events_endpoint(job, query)      # GET /api/v1/jobs/{job}/events (RootApi.events)
+
+What `attach` does: opens an `EventLog` on the root's database file (table `events`), builds the
+detectors (`DetectorsConfig`: given, else from $TELEMETRY_DETECTORS, else defaults) and a
+`RootMetrics`, registers one `Finaliser.on_finalised` callback feeding both, and starts a daemon
+thread that every `hang.check_interval_s` takes the liveness and rank->host views of every job
+(without holding the detectors' lock: the flush thread holds the node's lock while it feeds rows)
+and runs the periodic hang / no-progress check. The thread stops with the server and closes the
+event log after the flush loop has finished.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import TYPE_CHECKING
+
+from collectors.detectors.base import Context
+from collectors.detectors.events import EventLog, make_sinks
+from collectors.detectors.suite import Detectors, DetectorsConfig
+from collectors.root.api import MAX_LAST, ApiError
+from collectors.root.metrics import RootMetrics
+from collectors.root.store import Row
+
+if TYPE_CHECKING:
+    from collectors.collector.server import CollectorServer
+
+log = logging.getLogger(__name__)
+
+Route = Callable[[], tuple[str, bytes]]
+
+
+@dataclass
+class Wiring:
+    detectors: Detectors
+    events: EventLog
+    metrics: RootMetrics
+    routes: dict[str, Route] = field(default_factory=dict)
+    thread: threading.Thread | None = None
+    hosts: dict[str, dict[int, str]] = field(default_factory=dict)
+
+    def on_finalised(self, rows: list[Row]) -> None:
+        for consumer in (self.detectors.on_rows, self.metrics.observe):
+            try:
+                consumer(rows)
+            except Exception:
+                log.exception("root consumer %s failed", consumer)
+
+    def events_endpoint(self, job: str, query: dict[str, list[str]]) -> dict[str, object]:
+        """GET /api/v1/jobs/{job}/events?status=open|closed&kind=K&since_id=N&last=N (oldest first)."""
+        def one(name: str) -> str | None:
+            values = query.get(name)
+            return values[0] if values else None
+
+        try:
+            last = int(one("last") or 100)
+            since_id = int(one("since_id") or 0)
+        except ValueError:
+            raise ApiError(HTTPStatus.BAD_REQUEST, "last and since_id must be integers") from None
+        if not 1 <= last <= MAX_LAST:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"last must be in [1, {MAX_LAST}]")
+        status = one("status")
+        if status not in (None, "open", "closed"):
+            raise ApiError(HTTPStatus.BAD_REQUEST, "status must be open or closed")
+        events = self.events.query(job, kind=one("kind"), status=status, since_id=since_id, limit=last)
+        return {"job": job, "events": events}
+
+    def all_events(self) -> tuple[str, bytes]:
+        """GET /api/v1/events: the latest 1,000 events of every job."""
+        body = json.dumps({"events": self.events.query(None, limit=1000)}).encode()
+        return "application/json", body
+
+
+def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wiring:
+    """Detectors, events and /metrics for a root; call from the root branch of CollectorServer.start()."""
+    if server.store is None or server.finaliser is None:
+        raise ValueError("attach() needs a root (a collector with no parent)")
+    config = config if config is not None else DetectorsConfig.from_env()
+    events = EventLog(server.store.path, make_sinks(config.sinks))
+    hosts: dict[str, dict[int, str]] = {}
+    latest: dict[str, int] = {}
+    context = Context(hosts_of=lambda job: hosts.get(job, {}), latest_step_of=lambda job: latest.get(job),
+                      jobs_known=lambda: list(hosts))
+    detectors = Detectors(events, config, context)
+
+    def counters() -> dict[str, int]:
+        with server.node.lock:
+            return server.node.subtree_counters()
+
+    def registered() -> list[str]:
+        with server.node.lock:
+            return sorted(server.node.jobs())
+
+    metrics = RootMetrics(events, liveness=server.liveness, counters=counters,
+                          detector_errors=lambda: detectors.errors, jobs=registered)
+    wiring = Wiring(detectors, events, metrics, hosts=hosts)
+    wiring.routes = {"/metrics": metrics.render, "/api/v1/events": wiring.all_events}
+
+    def on_finalised(rows: list[Row]) -> None:
+        for row in rows:
+            if row.key.is_step and row.key.index > latest.get(row.key.job, -1):
+                latest[row.key.job] = row.key.index
+        wiring.on_finalised(rows)
+
+    server.finaliser.on_finalised.append(on_finalised)
+    interval = max(0.05, config.hang.check_interval_s)
+    stop = server._stop  # noqa: SLF001 (the server's own stop flag: this thread ends with it)
+
+    def loop() -> None:
+        while not stop.wait(interval):
+            try:
+                jobs = detectors.jobs()
+                live = {job: server.liveness(job) for job in jobs}
+                with server.node.lock:
+                    views = {job: dict(server.node.ranks(job).hosts) for job in jobs}
+                hosts.update(views)
+                detectors.check(live)
+            except Exception:
+                log.exception("periodic detector check failed")
+        flusher = getattr(server, "_flusher", None)
+        if flusher is not None and flusher.is_alive():
+            flusher.join(5)
+        events.close()
+
+    wiring.thread = threading.Thread(target=loop, name="detectors", daemon=True)
+    wiring.thread.start()
+    return wiring
