@@ -277,5 +277,7 @@ def shutil_copy(src: str, dst: str) -> None:
     shutil.copyfile(src, dst)
 
 
+main.add_command(__import__("collectors.dashboards_cli", fromlist=["dashboards"]).dashboards)  # telemetry dashboards
+
 if __name__ == "__main__":
     main()
