@@ -1,0 +1,281 @@
+"""End to end: examples/train_ddp.py under torchrun (gloo, loopback only) -> a real agent -> a real root.
+
+Starts `telemetry collector` (the root) and `telemetry agent` as processes, runs the example
+with a NaN on one rank, a loss-spiking batch and a slow rank, then checks what the root
+finalised: complete steps, NaN localised to its rank, the straggler named, collective progress
+in the heartbeats.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers_tree import steps as api_steps
+from helpers_tree import wait_for
+
+pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+pytestmark = [
+    pytest.mark.timeout(240),  # ~10-25 s each on an idle 2-core machine; generous for a loaded one
+    pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
+]
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "train_ddp.py"
+
+STEPS = 80
+NAN_STEP = 12
+BAD_STEP = 40
+SLOW_FROM = 25
+SLOW_FACTOR = 4.0
+PEAK = 1e13  # a made-up CPU peak, so that mfu is logged
+LINGER_S = 2.5  # > 2 heartbeats after the last step
+
+
+def _start(args: list[str]) -> tuple[subprocess.Popen, dict]:
+    proc = subprocess.Popen([sys.executable, "-m", "collectors.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+    line = proc.stdout.readline()  # type: ignore[union-attr]
+    if not line:
+        proc.kill()
+        raise AssertionError(f"{args[0]} did not start: {proc.stderr.read()}")  # type: ignore[union-attr]
+    return proc, json.loads(line)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[dict]:
+    db = tmp_path / "root.db"
+    root, ready = _start(["collector", "--listen", "127.0.0.1:0", "--db", str(db), "--api", "127.0.0.1:0"])
+    agent = None
+    try:
+        sock = tmp_path / "agent.sock"
+        agent, _ = _start(["agent", "--socket", str(sock), "--parent", ready["address"]])
+        yield {"db": db, "api": ready["api"], "agent": f"unix:{sock}"}
+    finally:
+        if agent is not None:
+            _stop(agent)
+        _stop(root)
+
+
+def _torchrun(world: int, job: str, agent: str, *extra: str, timeout: float = 150) -> subprocess.CompletedProcess:
+    port = _free_port()
+    env = {**os.environ, "TELEMETRY_AGENT": agent, "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
+           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", job,
+           "--local-addr", "127.0.0.1", "--max-restarts", "0", str(EXAMPLE), "--job", job, *extra]
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_job(proc, job)
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            out, err = "", "(no output: pipes still held)"
+        raise AssertionError(f"torchrun did not finish in {timeout} s:\n{out[-3000:]}\n{err[-6000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill_job(torchrun: subprocess.Popen, job: str) -> None:
+    """Stop a torchrun this test started and its ranks (torchrun puts each rank in a session of its own)."""
+    torchrun.terminate()  # torchrun forwards it to its ranks
+    try:
+        torchrun.wait(15)
+    except subprocess.TimeoutExpired:
+        torchrun.kill()
+    marker = f"--job\0{job}\0".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)  # a rank of this job (the job id is unique)
+        except (OSError, ValueError):
+            pass
+
+
+def _by_step(api: str, job: str, metric: str, world: int) -> dict[int, dict]:
+    def complete() -> dict[int, dict] | None:
+        rows = {row["step"]: row for row in api_steps(api, job, metric, last=10_000)}
+        if not set(rows) >= set(range(STEPS)):
+            return None
+        if any(rows[s]["count"] + rows[s]["nonfinite_count"] < world for s in range(STEPS)):
+            return None  # a late delta (a rank descheduled past the agent's deadline) not merged yet
+        return rows
+
+    return wait_for(complete, timeout=30, what=f"{metric}: steps 0..{STEPS - 1} complete at the root")
+
+
+def _time_windows(db: Path, job: str, metric: str) -> list[sqlite3.Row]:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    con.row_factory = sqlite3.Row
+    try:
+        return con.execute("SELECT idx, count, min, max FROM windows WHERE job=? AND metric=? AND width_ms>0 "
+                           "ORDER BY idx", (job, metric)).fetchall()
+    finally:
+        con.close()
+
+
+def _per_rank(rows: dict[int, dict], steps: range, world: int) -> dict[int, float]:
+    """Each rank's median over `steps`, from the summaries' top-k (k = 8 >= world: every rank is in it)."""
+    values: dict[int, list[float]] = {r: [] for r in range(world)}
+    for step in steps:
+        top = rows[step]["top"]
+        assert len(top) == world, rows[step]
+        for value, rank in top:
+            values[rank].append(value)
+    return {r: statistics.median(v) for r, v in values.items()}
+
+
+@pytest.mark.parametrize("world,nan_rank,slow_rank", [(2, 1, 0), (4, 2, 3)])
+def test_torchrun_example_reaches_the_root(tree: dict, world: int, nan_rank: int, slow_rank: int) -> None:
+    job = f"ddp-{world}-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    result = _torchrun(world, job, tree["agent"], "--steps", str(STEPS), "--nan-step", str(NAN_STEP),
+                       "--nan-rank", str(nan_rank), "--bad-batch-step", str(BAD_STEP),
+                       "--slow-rank", str(slow_rank), "--slow-factor", str(SLOW_FACTOR),
+                       "--slow-from", str(SLOW_FROM), "--peak-flops", str(PEAK), "--linger", str(LINGER_S))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    done = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"event": "done"')]
+    assert sorted(d["rank"] for d in done) == list(range(world))
+    assert all(d["durable"] is True and d["stats"]["dropped_values"] == 0 for d in done), done
+    print(f"torchrun with {world} ranks: {time.monotonic() - started:.1f} s")
+
+    api, everyone = tree["api"], list(range(world))
+    metrics = {m: _by_step(api, job, m, world) for m in
+               ("step_time", "loss", "grad_norm", "dataloader_wait", "mfu", "compute_time", "sync_wait")}
+
+    # Every step is complete: each rank contributed exactly one value to every metric.
+    for metric, rows in metrics.items():
+        for step in range(STEPS):
+            row = rows[step]
+            assert row["missing"] == [] and row["expected"] == world, (metric, row)
+            assert row["count"] + row["nonfinite_count"] == world, (metric, row)
+            nan_here = step == NAN_STEP and metric in ("loss", "grad_norm")
+            if not nan_here:
+                assert row["count"] == world and row["nonfinite_sources"] == [], (metric, row)
+
+    # NaN: the loss names its rank; DDP's all-reduce spreads the NaN gradient to every rank.
+    assert metrics["loss"][NAN_STEP]["nonfinite_sources"] == [nan_rank]
+    assert metrics["loss"][NAN_STEP]["count"] == world - 1
+    assert metrics["grad_norm"][NAN_STEP]["nonfinite_sources"] == everyone
+    # ...and the skipped update kept the model healthy: it went on learning.
+    loss = {s: r["mean"] for s, r in metrics["loss"].items()}
+    assert all(loss[s] is not None for s in range(NAN_STEP + 1, STEPS))
+    assert loss[STEPS - 1] < 0.85 * loss[0], loss
+
+    # The bad batch spikes the loss against the steps before it.
+    assert loss[BAD_STEP] > 1.3 * max(loss[s] for s in range(BAD_STEP - 5, BAD_STEP)), loss
+
+    # The straggler. Under synchronous DDP every rank's *wall* step time converges to the slow
+    # rank's (the others wait for it in the gradient all-reduce), so step_time cannot say who is
+    # slow. The rank's own work (compute_time = step_time - time blocked in the all-reduce) can,
+    # and the slow rank is the one that does not wait (sync_wait). Medians per rank over the slow
+    # steps, so that a rank descheduled now and then on a loaded machine does not decide it.
+    slow = range(SLOW_FROM + 1, STEPS)
+    compute = _per_rank(metrics["compute_time"], slow, world)
+    waits = _per_rank(metrics["sync_wait"], slow, world)
+    steps_ = _per_rank(metrics["step_time"], slow, world)
+    others = [r for r in everyone if r != slow_rank]
+    assert compute[slow_rank] > 1.8 * max(compute[r] for r in others), compute
+    assert waits[slow_rank] < min(waits[r] for r in others), waits
+    argmax = [metrics["compute_time"][s]["argmax"] for s in slow]
+    assert argmax.count(slow_rank) > len(argmax) / 2, argmax
+    # Everybody's wall step takes about as long as the slow rank's own work: the job waits for it.
+    assert min(steps_.values()) > 0.8 * compute[slow_rank], (steps_, compute)
+
+    # MFU is logged on every rank once a peak is known.
+    assert all(0 < metrics["mfu"][s]["min"] <= metrics["mfu"][s]["max"] < 1 for s in range(STEPS))
+
+    # Heartbeats carry the default group's collective progress (1 s time-bucket windows). The
+    # example lingers after its last step, so the last windows hold the final figures: at least
+    # one gradient all-reduce per step, all of them completed, on every rank.
+    enq = _time_windows(tree["db"], job, "collective.last_enqueued")
+    comp = _time_windows(tree["db"], job, "collective.last_completed")
+    assert enq and comp, "no collective progress in the heartbeats"
+    final_enq = max(r["max"] for r in enq)
+    assert final_enq >= STEPS
+    assert max(r["max"] for r in comp) == final_enq
+    assert any(r["count"] == world and r["min"] == final_enq for r in enq), [dict(r) for r in enq]
+    assert any(r["count"] == world and r["min"] == final_enq for r in comp), [dict(r) for r in comp]
+
+
+# ---------------------------------------------------------------- telemetry.torch.integration, in process
+
+
+def test_attach_degrades_quietly_and_attaches_once() -> None:
+    from types import SimpleNamespace
+
+    from telemetry.torch.integration import attach, detach
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    run = SimpleNamespace(heartbeat_extras=[])
+    assert attach(run) is None and run.heartbeat_extras == []  # not initialised: nothing attached
+    reader = attach(run, require_initialized=False)
+    assert reader is not None and run.heartbeat_extras == [reader.read]
+    assert reader.read() is None  # and it reads nothing until a process group exists
+    assert attach(run, require_initialized=False) is reader and len(run.heartbeat_extras) == 1
+    assert detach(run) and run.heartbeat_extras == [] and not detach(run)
+
+
+def test_attach_and_sync_wait_clock_with_a_real_group() -> None:
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from telemetry.torch.integration import SyncWaitClock, attach
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    assert SyncWaitClock.install(torch.nn.Linear(2, 2)) is None  # not DDP: nothing to hook
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    try:
+        from types import SimpleNamespace
+
+        run = SimpleNamespace(heartbeat_extras=[])
+        reader = attach(run)
+        assert reader is not None and run.heartbeat_extras == [reader.read]
+        model = DDP(torch.nn.Linear(4, 1))
+        clock = SyncWaitClock.install(model)
+        assert clock is not None and clock.wait_since_ready(time.perf_counter()) == 0.0
+        for _ in range(3):
+            model(torch.ones(2, 4)).sum().backward()
+            wait = clock.wait_since_ready(time.perf_counter())
+            assert 0.0 <= wait < 5.0
+        assert clock.buckets == 3
+        figures = wait_for(lambda: run.heartbeat_extras[0](), timeout=5, what="collective progress")
+        assert figures["collective.last_enqueued"] >= 3  # DDP's init broadcast + 3 all-reduces
+        assert figures["collective.last_completed"] <= figures["collective.last_enqueued"]
+    finally:
+        dist.destroy_process_group()
