@@ -13,7 +13,7 @@ from pyroaring import BitMap
 from collectors.common.keys import Key
 from collectors.common.streams import answer
 from collectors.common.validation import BadInput, MetricBudget, check_job, check_size
-from collectors.delivery.node import COUNTER_FIELDS, Node, RankView
+from collectors.delivery.node import COUNTER_FIELDS, Node
 from collectors.delivery.windows import Origin, Part
 from telemetry.summary import Summary
 from telemetry.streams import END
@@ -97,7 +97,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         node = self.node
         origin = (sender, batch.seq)
         with node.lock:
-            node.child_ranks[sender] = {r.job: RankView.from_proto(r) for r in batch.ranks}
+            node.child_states(sender, list(batch.ranks))
             node.child_counters[sender] = {name: getattr(batch.counters, name) for name in COUNTER_FIELDS}
             if batch.seq == 0:
                 responses.put(forward_pb2.Ack(seq=0, status=forward_pb2.Ack.RECEIVED))

@@ -40,10 +40,14 @@ class RankView:
     def covered(self) -> BitMap:
         return self.alive | self.stuck | self.dead
 
-    def to_proto(self, job: str) -> forward_pb2.RankStates:
+    def to_proto(self, job: str, hosts: dict[int, str] | None = None) -> forward_pb2.RankStates:
+        """The wire form; `hosts` (default: all of them) is the rank->host list to send, which may be a delta."""
+        for bitmap in (self.alive, self.stuck, self.dead):
+            bitmap.run_optimize()  # contiguous ranks travel as runs, not 2 bytes per rank
+        hosts = self.hosts if hosts is None else hosts
         return forward_pb2.RankStates(job=job, alive=self.alive.serialize(), stuck=self.stuck.serialize(),
                                       dead=self.dead.serialize(), world_size=self.world_size,
-                                      host_ranks=list(self.hosts), hosts=list(self.hosts.values()))
+                                      host_ranks=list(hosts), hosts=list(hosts.values()))
 
     @classmethod
     def from_proto(cls, msg: forward_pb2.RankStates) -> RankView:
@@ -85,9 +89,47 @@ class Node:
         self.counters = dict.fromkeys(COUNTER_FIELDS, 0)
         self.child_counters: dict[str, dict[str, int]] = {}
         self.child_ranks: dict[str, dict[str, RankView]] = {}
-        self.own_ranks: dict[str, RankView] = {}
+        self._own_ranks: dict[str, RankView] = {}
+        self.hosts_version = 0  # bumped whenever any rank->host entry this node knows changes
+        self._covered: dict[str, BitMap] | None = None  # per job, during one flush
         self.sink: Sink | None = None
         self.complete: Callable[[Window], bool] = self.covered_complete
+
+    @property
+    def own_ranks(self) -> dict[str, RankView]:
+        """This node's own ranks by job (an agent's); setting it notes whether their hosts changed."""
+        return self._own_ranks
+
+    @own_ranks.setter
+    def own_ranks(self, views: dict[str, RankView]) -> None:
+        old = self._own_ranks
+        if views.keys() != old.keys() or any(views[job].hosts != old[job].hosts for job in views):
+            self.hosts_version += 1
+        self._own_ranks = views
+
+    def child_states(self, sender: str, states: list[forward_pb2.RankStates]) -> None:
+        """A child's latest rank states. Host lists are deltas (sent when they change, and in full after a
+        (re)connect): the child's hosts are kept across units, pruned to the ranks it covers."""
+        previous = self.child_ranks.get(sender, {})
+        views = {}
+        for msg in states:
+            view = RankView.from_proto(msg)
+            before = previous.get(msg.job)
+            if before is not None:
+                hosts = before.hosts
+                if len(hosts) > len(view.alive) + len(view.stuck) + len(view.dead) or (
+                        msg.host_ranks and not view.hosts.items() <= hosts.items()):
+                    covered = view.covered
+                    hosts = {rank: host for rank, host in hosts.items() if rank in covered}
+                    hosts.update(view.hosts)
+                    self.hosts_version += 1
+                view.hosts = hosts
+            elif view.hosts:
+                self.hosts_version += 1
+            views[msg.job] = view
+        if previous.keys() - views.keys():
+            self.hosts_version += 1
+        self.child_ranks[sender] = views
 
     # ----------------------------------------------------------- intake
     def offer(self, part: Part, expected: int, preheld: bool = False) -> tuple[str, BitMap | None]:
@@ -133,13 +175,30 @@ class Node:
 
     # ----------------------------------------------------------- sealing
     def ranks(self, job: str) -> RankView:
-        view = RankView()
-        if job in self.own_ranks:
-            view.absorb(self.own_ranks[job])
-        for per_job in self.child_ranks.values():
-            if job in per_job:
-                view.absorb(per_job[job])
+        """The ranks of a job under this node, with their hosts."""
+        view = self.states(job)
+        for one in self._views(job):
+            view.hosts.update(one.hosts)
         return view
+
+    def states(self, job: str) -> RankView:
+        """The ranks of a job under this node by liveness, without hosts (cheaper: bitmap unions only)."""
+        views = self._views(job)
+        return RankView(BitMap.union(BitMap(), *(v.alive for v in views)),
+                        BitMap.union(BitMap(), *(v.stuck for v in views)),
+                        BitMap.union(BitMap(), *(v.dead for v in views)),
+                        max((v.world_size for v in views), default=0))
+
+    def hosts(self, job: str) -> dict[int, str]:
+        hosts: dict[int, str] = {}
+        for one in self._views(job):
+            hosts.update(one.hosts)
+        return hosts
+
+    def _views(self, job: str) -> list[RankView]:
+        views = [self._own_ranks[job]] if job in self._own_ranks else []
+        views += [per_job[job] for per_job in self.child_ranks.values() if job in per_job]
+        return views
 
     def jobs(self) -> set[str]:
         jobs = set(self.own_ranks)
@@ -148,13 +207,26 @@ class Node:
         return jobs
 
     def covered_complete(self, win: Window) -> bool:
-        covered = self.ranks(win.key.job).covered
+        """Every rank this node covers for the window's job has reported. Within a flush, each job's covered
+        set is computed once (not once per pending window)."""
+        job = win.key.job
+        cache = self._covered
+        covered = cache.get(job) if cache is not None else None
+        if covered is None:
+            views = self._views(job)
+            covered = BitMap.union(BitMap(), *(b for v in views for b in (v.alive, v.stuck, v.dead)))
+            if cache is not None:
+                cache[job] = covered
         return bool(covered) and covered.issubset(win.sources)
 
     def flush(self, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
         with self.lock:
-            due = self.table.due(now, self.complete)
+            self._covered = {}
+            try:
+                due = self.table.due(now, self.complete)
+            finally:
+                self._covered = None
             assert self.sink is not None, "node has no sink"
             self.sink.ship(self, due, now)
             gone = self.table.expire(now)
@@ -183,6 +255,11 @@ class Upstream:
         self.outbox.on_drop = self._on_drop
         self.liveness_every_s = liveness_every_s
         self._last_sent = 0.0
+        # Rank->host lists go up only when they change, and in full on the first unit after each (re)connect:
+        # what the parent was last sent per job, as of which node.hosts_version and which outbox connection.
+        self._hosts_sent: dict[str, dict[int, str]] = {}
+        self._hosts_version = -1
+        self._hosts_connection = -1
 
     def ship(self, node: Node, windows: list[Window], now: float) -> None:
         parts = []
@@ -215,8 +292,9 @@ class Upstream:
         for _, out in parts:
             message.windows.add(key=out.key.to_proto(), summary=out.summary.to_proto(),
                                 expected=out.expected, late=out.late)
-        for job in sorted(node.jobs()):
-            message.ranks.append(node.ranks(job).to_proto(job))
+        jobs = sorted(node.jobs())
+        for job, hosts in zip(jobs, self._host_deltas(node, jobs)):
+            message.ranks.append(node.states(job).to_proto(job, hosts))
         counters = node.subtree_counters()
         counters["resent"] += self.outbox.resent
         for name, value in counters.items():
@@ -226,6 +304,22 @@ class Upstream:
             win.inflight[unit.seq] = out
             win.forwarded = True
         self._last_sent = now
+
+    def _host_deltas(self, node: Node, jobs: list[str]) -> list[dict[int, str]]:
+        """Per job, the rank->host entries the parent has not been sent on this connection."""
+        connection = getattr(self.outbox, "connections", 0)
+        if connection != self._hosts_connection:
+            self._hosts_sent, self._hosts_connection = {}, connection  # a new stream: send every host again
+        elif node.hosts_version == self._hosts_version:
+            return [{} for _ in jobs]
+        self._hosts_version = node.hosts_version
+        deltas = []
+        for job in jobs:
+            hosts = node.hosts(job)
+            sent = self._hosts_sent.get(job, {})
+            deltas.append({rank: host for rank, host in hosts.items() if sent.get(rank) != host})
+            self._hosts_sent[job] = hosts
+        return deltas
 
     def _on_ack(self, unit: Unit, ack: forward_pb2.Ack) -> None:
         node = self.node

@@ -389,6 +389,11 @@ class Summary:
 
     # --------------------------------------------------------------- wire form
     def to_proto(self) -> summary_pb2.Summary:
+        # Contiguous sources travel as run containers: a multi-way union, or sources added one by one,
+        # leave array containers (2 bytes per source) until optimised. Same set, so exact fields are unchanged.
+        self._sources.run_optimize()
+        if self._nonfinite_count:
+            self._nonfinite_sources.run_optimize()
         means, weights = self._sketch.centroids()
         msg = summary_pb2.Summary(
             count=self._count, sum=self._sum, mean=self._mean, m2=self._m2, k=self.k,
