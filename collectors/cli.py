@@ -5,6 +5,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -185,14 +186,25 @@ def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple
 @click.option("--deadline-factor", type=float, default=4.0, show_default=True,
               help="Deadline as a multiple of the job's median step time, when larger than the floor.")
 @click.option("--max-metrics", type=int, default=256, show_default=True, help="Distinct metric names per job.")
+@click.option("--detectors", "detectors_config", metavar="FILE|JSON", envvar="TELEMETRY_DETECTORS",
+              help="Root only: detector settings, a .toml/.json file or inline JSON (docs/detectors.md) "
+                   "[env: TELEMETRY_DETECTORS; default: built-in defaults].")
 @click.option("-v", "--verbose", count=True)
 def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tuple[str, ...],
               parent_ca: str | None, parent_cert: str | None, parent_key: str | None, parent_token: str | None,
               parent_token_file: str | None, parent_server_name: str | None, tls_cert: str | None,
               tls_key: str | None, tls_client_ca: str | None, token: str | None, token_file: str | None, db: str,
-              api: str, deadline_floor: float | None, deadline_factor: float, max_metrics: int, verbose: int) -> None:
+              api: str, deadline_floor: float | None, deadline_factor: float, max_metrics: int,
+              detectors_config: str | None, verbose: int) -> None:
     """Run a collector (rack or cluster tier); with no --parent it is the root (store, API)."""
     from collectors.collector.server import CollectorConfig, CollectorServer
+    from collectors.detectors.suite import ENV, DetectorsConfig
+    if detectors_config:
+        try:
+            DetectorsConfig.load(detectors_config)
+        except (OSError, ValueError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--detectors") from None
+        os.environ[ENV] = detectors_config  # the root's wiring reads it (collectors.root.wiring.attach)
     _logging(verbose)
     if bool(tls_cert) != bool(tls_key):
         raise click.UsageError("--tls-cert and --tls-key go together")
@@ -221,7 +233,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--job", default="sim", show_default=True)
 @click.option("--inject", "injects", multiple=True, metavar="KIND:key=value,...",
-              help="straggler:rank=R,from=S,factor=F | spike:step=S,factor=F | nan:rank=R,step=S | "
+              help="straggler:rank=R,from=S,factor=F[,until=S] | spike:step=S,factor=F | nan:rank=R,step=S | "
                    "hang:rank=R,step=S | dead:rank=R,step=S (repeatable).")
 @click.option("--chaos", is_flag=True, help="SIGKILL and restart a rack collector, an agent and the root mid-run.")
 @click.option("--truth", "truth_path", type=click.Path(dir_okay=False), help="Write every logged value (JSON lines).")
@@ -270,6 +282,65 @@ def sim(ranks: int, ranks_per_node: int, nodes_per_rack: int, ranks_per_process:
         simulation.cleanup()
     if problems:
         sys.exit(1)
+
+
+@main.command()
+@click.option("--ranks", type=click.IntRange(2, 4096), default=64, show_default=True,
+              help="Simulated ranks (8 to a node, 4 nodes to a rack).")
+@click.option("--steps", type=click.IntRange(20), default=60, show_default=True)
+@click.option("--step-interval", type=click.FloatRange(0.05), default=0.5, show_default=True,
+              help="Seconds between simulated steps.")
+@click.option("--train", is_flag=True,
+              help="Instead of simulated ranks, run examples/train_ddp.py under torchrun (CPU: gloo) against the tree.")
+@click.option("--train-ranks", type=click.IntRange(2, 64), default=4, show_default=True,
+              help="torchrun --nproc-per-node with --train.")
+@click.option("--job", default="demo", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--api-port", type=click.IntRange(0, 65535), default=7600, show_default=True,
+              help="The root's JSON API and /metrics on 127.0.0.1 (0: any free port).")
+@click.option("--live/--no-live", default=None,
+              help="The live terminal view [default: when stdout is a terminal; otherwise progress lines].")
+@click.option("--linger", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="Seconds to keep the tree (API, /metrics) up after the job, e.g. for a Prometheus scrape.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run's report (JSON, as sim's).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Write a PNG: loss, step time, MFU, hardware, with the events marked (needs matplotlib).")
+@click.option("--workdir", type=click.Path(file_okay=False), help="Keep sockets, logs and the root's DB here.")
+def demo(ranks: int, steps: int, step_interval: float, train: bool, train_ranks: int, job: str, seed: int,
+         api_port: int, live: bool | None, linger: float, report_path: str | None, plot_path: str | None,
+         workdir: str | None) -> None:
+    """A local tree and a job with a straggler, a loss spike, a NaN and a hang injected, watched live.
+
+    Starts a root (API and /metrics on 127.0.0.1:--api-port), racks and one agent per node, then a
+    simulated job on the real SDK (or, with --train, the torch example under torchrun), and shows what
+    the root sees: MFU, loss, per-rank step time, hardware, and the detectors' events as they are raised.
+    """
+    from rich.console import Console
+
+    from collectors.demo.run import Demo, DemoConfig
+    console = Console()
+    if train:
+        from collectors.demo.train import example_path
+        try:
+            example_path()
+        except (FileNotFoundError, RuntimeError) as exc:
+            raise click.UsageError(str(exc)) from None
+    config = DemoConfig(ranks=ranks, steps=steps, step_interval=step_interval, train=train, train_ranks=train_ranks,
+                        api_port=api_port, job=job, seed=seed, live=console.is_terminal if live is None else live,
+                        linger=linger, workdir=Path(workdir) if workdir else None)
+    runner = Demo(config, console)
+    report = runner.run()
+    runner.print_summary(report)
+    if report_path:
+        Path(report_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(report_path).write_text(json.dumps(report, indent=1))
+        console.print(f"report: {report_path}")
+    if plot_path:
+        from collectors.demo.plot import plot
+        plot(report, runner.watcher.hardware_history if runner.watcher else [], Path(plot_path))
+        console.print(f"plot: {plot_path}")
+    if not workdir:
+        runner.sim.cleanup()
 
 
 def shutil_copy(src: str, dst: str) -> None:

@@ -10,7 +10,10 @@ TELEMETRY_PEAK_FLOPS or --peak-flops). Heartbeats carry the default group's coll
 (``telemetry.torch.integration.attach``).
 
 Fault injection, to see the telemetry react:
-  --slow-rank R --slow-factor F [--slow-from S]  rank R sleeps so that its own work takes F x
+  --slow-rank R --slow-factor F [--slow-from S] [--slow-until S]
+                                                 rank R sleeps so that its own work takes F x
+  --hang-step S --hang-rank R [--hang-seconds T] rank R stalls T s (alive, heartbeating) before step S;
+                                                 every other rank blocks in step S's all-reduce
   --bad-batch-step S [--bad-batch-rank R]       step S trains on random labels: a loss spike
   --nan-step S --nan-rank R                     rank R's logits (so its loss) are NaN at step S;
                                                  the update is skipped on every rank (no sync)
@@ -136,6 +139,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-factor", type=float, default=3.0)
     p.add_argument("--slow-from", type=int, default=5, help="first slow step (earlier steps set the baseline)")
+    p.add_argument("--slow-until", type=int, default=None, help="last slow step [default: to the end]")
+    p.add_argument("--hang-step", type=int, default=-1,
+                   help="--hang-rank stalls before entering this step; the others block in its all-reduce")
+    p.add_argument("--hang-rank", type=int, default=0)
+    p.add_argument("--hang-seconds", type=float, default=30.0, help="how long the hung rank stalls")
     p.add_argument("--bad-batch-step", type=int, default=-1)
     p.add_argument("--bad-batch-rank", type=int, default=-1, help="-1: every rank")
     p.add_argument("--nan-step", type=int, default=-1)
@@ -237,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             cpu_from = (time.thread_time(), time.process_time())
         t0 = time.perf_counter()
         checking = sync_debug and step >= args.sync_debug_from
+        if step == args.hang_step and rank == args.hang_rank:
+            time.sleep(args.hang_seconds)  # a stalled rank: its process lives, its step never starts
         if checking:
             torch.cuda.set_sync_debug_mode("error")
         with run.step(step) if run is not None else contextlib.nullcontext():
@@ -260,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             opt.step()
             del opt.found_inf  # type: ignore[attr-defined]
             own = time.perf_counter() - t0
-            if slow_here and step >= args.slow_from:
+            if slow_here and args.slow_from <= step <= (args.slow_until if args.slow_until is not None else step):
                 if slow_sleep is None:  # (F - 1) x this rank's median step before slowing down
                     slow_sleep = (args.slow_factor - 1.0) * statistics.median(own_times[1:] or own_times or [own])
                 time.sleep(slow_sleep)

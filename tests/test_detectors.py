@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
 import threading
 import time
 import urllib.request
@@ -179,6 +180,22 @@ def test_loss_spike_on_one_shard_names_the_rank_and_grad_norm_did_not_spike():
     (event,) = log.query(JOB)
     assert event["step"] == 9 and event["ranks"] == [5] and event["detail"]["broad"] is False
     assert event["detail"]["grad_norm_spiked"] is False
+
+
+def test_loss_spike_over_a_falling_loss_is_judged_against_its_line():
+    """A loss falling 5.0 -> 3.7 over 15 steps (as a model from scratch does), then one bad batch at 5.2: the
+    window's mean + 3 sigma (about 5.5) hides it; the window's line (about 3.6 next) does not."""
+    log = EventLog(None)
+    det = LossSpikeDetector(log)
+    rng = random.Random(3)
+    losses = [5.0 - 0.09 * step + rng.gauss(0, 0.03) for step in range(15)] + [5.2, 3.6, 3.55]
+    for step, loss in enumerate(losses):
+        det.observe(row("loss", step, {r: loss + rng.gauss(0, 0.01) for r in range(WORLD)}))
+    window = [v for v in losses[:15]]
+    assert 5.2 < statistics.fmean(window) + 3 * statistics.pstdev(window), "the old rule would miss it"
+    (event,) = log.query(JOB)
+    assert (event["step"], event["status"]) == (15, "closed")
+    assert event["detail"]["expected"] < 3.8 < event["detail"]["threshold"] < 5.2
 
 
 def test_loss_spike_grad_norm_arriving_later_updates_the_event():
@@ -395,6 +412,26 @@ def test_hang_no_progress_after_t_names_ranks_behind_and_ended_jobs_are_not_hung
     clock.t += 60
     det.check({JOB: live(dead=range(WORLD))})  # every rank exited: the job ended
     assert len(log.query(JOB)) == 1
+
+
+def test_hang_no_progress_then_the_incomplete_window_is_one_event_not_two():
+    """The hung step's window, finalised at its deadline with the hung rank missing, moves the latest step:
+    that must not close the no-progress event and reopen the same hang as a second one a grace later."""
+    config = HangConfig(no_progress_floor_s=5.0, no_progress_factor=10.0)
+    clock, log, det = _hang_setup(config)
+    _steps(det, clock, range(1, 11))
+    det.observe(row("progress.current_step", 1, {r: 11.0 if r != 7 else 10.0 for r in range(WORLD)}, width_ms=1000))
+    clock.t += 5.5
+    det.check({JOB: live()})
+    (event,) = log.query(JOB)
+    assert event["detail"]["reasons"] == ["no_progress"] and event["ranks"] == [7]
+    det.observe(row("loss", 11, {r: 2.0 for r in range(WORLD) if r != 7}))  # step 11 sealed without rank 7
+    for _ in range(6):
+        clock.t += 0.5
+        det.check({JOB: live()})
+    (event,) = log.query(JOB)
+    assert event["status"] == "open" and "missing_past_deadline" in event["detail"]["reasons"]
+    assert event["ranks"] == [7] and event["step"] == 11
 
 
 # ------------------------------------------------------------------ hardware
@@ -643,6 +680,7 @@ def test_sim_faults_are_raised_as_the_right_events(tmp_path):
     assert len(report["metrics"]["step_time"]) == 14
     events = by_kind(sim.final_events)
     assert set(events) == {"straggler", "nonfinite", "loss_spike"}, sim.final_events
+    assert by_kind(report["events"]).keys() == events.keys(), "the report carries the events"
     (straggler,) = events["straggler"]
     assert straggler["ranks"] == [13] and 6 <= straggler["step"] <= 8, straggler
     assert straggler["detail"]["detected_step"] - 6 <= 2, "raised within 3 steps of its start"

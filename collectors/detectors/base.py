@@ -95,6 +95,20 @@ class Baseline:
         mu = math.fsum(self.values) / n
         return math.sqrt(math.fsum((v - mu) ** 2 for v in self.values) / n)
 
+    def trend(self) -> tuple[float, float]:
+        """A least-squares line through the window (in order): its value one step past the end, and the
+        residuals' standard deviation. A training loss falls; against a falling window's mean ± k sigma a
+        spike hides, against the window's line it stands out."""
+        n = len(self.values)
+        if n < 3:
+            return self.mean(), self.stdev()
+        x_mean, y_mean = (n - 1) / 2, math.fsum(self.values) / n
+        sxx = math.fsum((x - x_mean) ** 2 for x in range(n))
+        slope = math.fsum((x - x_mean) * (y - y_mean) for x, y in enumerate(self.values)) / sxx
+        at = y_mean - slope * x_mean
+        residual = math.fsum((y - at - slope * x) ** 2 for x, y in enumerate(self.values))
+        return at + slope * n, math.sqrt(residual / (n - 2))
+
     def max(self) -> float:
         return max(self.values) if self.values else math.nan
 

@@ -187,7 +187,11 @@ class HangDetector(Detector):
             for rank in dead | stuck:
                 behind.setdefault(rank, state.max_step + 1)
         if not reasons:
-            if self.is_open(job):
+            # A window finalised with ranks missing is judged only `grace_s` later; until then the event
+            # stays as it is (else a no-progress event would close the moment that window moved the
+            # latest step, and the same hang reopen as a new event a grace period later).
+            judging = any(now - inc.since < c.grace_s for inc in state.incomplete.values())
+            if self.is_open(job) and not judging:
                 self.clear(job, step=state.max_step)
             return
         ranks = sorted(behind)

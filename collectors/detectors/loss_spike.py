@@ -45,7 +45,10 @@ def _spike(value: float, window: Baseline, c: LossSpikeConfig) -> tuple[bool, st
     if len(window) < c.window_min or not math.isfinite(value):
         return False, "", math.nan
     mu, sd, top = window.mean(), window.stdev(), window.max()
-    threshold = max(mu + c.k * sd, mu + abs(mu) * c.min_rise)
+    line, line_sd = window.trend()
+    # The more sensitive of the window's mean and its line (a falling loss), each above a minimum rise.
+    threshold = min(max(mu + c.k * sd, mu + abs(mu) * c.min_rise),
+                    max(line + c.k * line_sd, line + abs(line) * c.min_rise))
     rules = []
     if value > threshold:
         rules.append("sigma")
@@ -138,14 +141,16 @@ class LossSpikeDetector(Detector):
             self.events.clear(self.kind, job, step=step, detail={"level_shift": True})
             return
         mu, sd, median = window.mean(), window.stdev(), p50(s)
-        rise = value - mu
+        expected = min(mu, window.trend()[0])
+        rise = value - expected
         ranks = distinct(s.top(), lambda v: v > median + rise, c.top)
         event = self.events.get_open(self.kind, job)
         first = event.step if event is not None and event.step is not None else step
         peak = max(value, event.detail.get("loss_peak") or value) if event is not None else value
         detail = {
-            "summary": f"loss {value:.4g} vs trailing mean {mu:.4g} (sigma {sd:.3g}; {rule})",
-            "loss": fnum(value), "loss_peak": fnum(peak), "baseline_mean": fnum(mu), "baseline_sigma": fnum(sd),
+            "summary": f"loss {value:.4g} vs expected {expected:.4g} (trailing mean {mu:.4g}, sigma {sd:.3g}; {rule})",
+            "loss": fnum(value), "loss_peak": fnum(peak), "expected": fnum(expected), "baseline_mean": fnum(mu),
+            "baseline_sigma": fnum(sd),
             "threshold": fnum(threshold), "factor_threshold": fnum(c.factor * window.max()), "rule": rule,
             "window": len(window), "max": fnum(s.max), "argmax": s.argmax, "min": fnum(s.min),
             "broad": not ranks, "steps": step - first + 1,

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 METRICS = ("step_time", "loss", "grad_norm", "mfu", "dataloader_wait")
 
 _KINDS = {
-    "straggler": {"rank": int, "from": int, "factor": float},
+    "straggler": {"rank": int, "from": int, "factor": float, "until": int},
     "spike": {"step": int, "factor": float},
     "nan": {"rank": int, "step": int},
     "hang": {"rank": int, "step": int},
     "dead": {"rank": int, "step": int},
 }
-_DEFAULTS = {"straggler": {"factor": 3.0}, "spike": {"factor": 5.0}}
+_DEFAULTS = {"straggler": {"factor": 3.0, "until": 2**62}, "spike": {"factor": 5.0}}  # until: last slow step
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class RankModel:
             "dataloader_wait": 0.002 * math.exp(rng.gauss(0.0, 0.3)),
         }
         for inj in self.injections:
-            if inj.kind == "straggler" and inj["rank"] == self.rank and step >= inj["from"]:
+            if inj.kind == "straggler" and inj["rank"] == self.rank and inj["from"] <= step <= inj["until"]:
                 values["step_time"] *= inj["factor"]
             elif inj.kind == "spike" and inj["step"] == step:
                 values["loss"] *= inj["factor"]

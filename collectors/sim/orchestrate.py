@@ -48,6 +48,8 @@ class SimConfig:
     agent_deadline_floor: float = 2.0
     collector_deadline_floor: float = 3.0
     root_deadline_floor: float = 4.0
+    probe_agents: int = 0  # the first N agents sample this host's hardware (GPU/NIC); the rest share the host
+    detectors: str | None = None  # the root's --detectors (JSON text or file); None: its defaults
 
 
 class Simulation:
@@ -66,6 +68,8 @@ class Simulation:
         self.chaos_log: list[dict] = []
         self.start_file = self.workdir / "start"
         self.api = ""
+        #: called once every step has been driven (and any hang observed), before the ranks are stopped
+        self.on_job_end: Callable[[], None] = lambda: None
 
     # ------------------------------------------------------------------ tree
     def start_tree(self) -> None:
@@ -77,7 +81,8 @@ class Simulation:
         self.root = Proc("root", python_module(
             "collectors.cli", "collector", "--id", "root", "--listen", f"127.0.0.1:{root_port}",
             "--db", str(self.workdir / "root.db"), "--api", f"127.0.0.1:{api_port}",
-            "--deadline-floor", str(c.root_deadline_floor)), self.logs).start()
+            "--deadline-floor", str(c.root_deadline_floor),
+            *(["--detectors", c.detectors] if c.detectors else [])), self.logs).start()
         self.api = f"http://127.0.0.1:{api_port}"
         root_addr = self.root.ready["address"]
         for r in range(racks):
@@ -91,7 +96,7 @@ class Simulation:
                 "collectors.cli", "agent", "--id", f"agent{n}", "--socket", str(self.workdir / f"agent{n}.sock"),
                 "--parent", rack.ready["address"], "--deadline-floor", str(c.agent_deadline_floor),
                 # Every simulated agent shares this one host: its hardware would be sampled once per agent.
-                "--no-gpu-probe", "--no-nic-probe"),
+                *([] if n < c.probe_agents else ["--no-gpu-probe", "--no-nic-probe"])),
                 self.logs).start())
         self.progress(f"tree up: root, {racks} racks, {nodes} agents")
 
@@ -147,23 +152,28 @@ class Simulation:
 
     # ------------------------------------------------------------------ run
     def run(self) -> dict:
-        c = self.config
         try:
             self.start_tree()
-            self.start_ranks()
-            start_at = time.time() + 1.0
-            self.start_file.write_text(repr(start_at))
-            end_at = start_at + c.steps * c.step_interval
-            self._wait_steps(start_at, end_at)
-            if any(i.kind in ("hang", "dead") for i in c.injections):
-                self._sleep_progress(c.hang_observe_s, "observing the hang")
-            for host in self.rank_hosts:
-                (self.workdir / f"{host.name}.stop").touch()
-            self._wait_ranks()
-            self._settle()
-            return self.report()
+            return self.run_job()
         finally:
             self.shutdown()
+
+    def run_job(self) -> dict:
+        """On a started tree: start the ranks, drive every step, observe any hang, settle, report."""
+        c = self.config
+        self.start_ranks()
+        start_at = time.time() + 1.0
+        self.start_file.write_text(repr(start_at))
+        end_at = start_at + c.steps * c.step_interval
+        self._wait_steps(start_at, end_at)
+        if any(i.kind in ("hang", "dead") for i in c.injections):
+            self._sleep_progress(c.hang_observe_s, "observing the hang")
+        self.on_job_end()
+        for host in self.rank_hosts:
+            (self.workdir / f"{host.name}.stop").touch()
+        self._wait_ranks()
+        self.settle()
+        return self.report()
 
     def _wait_steps(self, start_at: float, end_at: float) -> None:
         c = self.config
@@ -191,7 +201,7 @@ class Simulation:
                 log.warning("%s did not finish; killing it", host.name)
                 host.kill()
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """Wait until the root has finalised every step it will (its deadlines are a few seconds)."""
         deadline = time.time() + self.config.root_deadline_floor + 6
         last = None
@@ -215,6 +225,7 @@ class Simulation:
         steps = {m: self.fetch(f"/api/v1/jobs/{c.job}/steps?metric={m}&last={c.steps + 5}").get("steps", [])
                  for m in METRICS}
         progress = self.fetch(f"/api/v1/jobs/{c.job}/progress")
+        events = self.fetch(f"/api/v1/jobs/{c.job}/events?last=10000").get("events", [])
         latencies = [(row["finalised_ns"] - row["last_time_ns"]) / 1e6 for row in steps["step_time"]
                      if not row["late"] and not row["missing"] and row["last_time_ns"]]
         counters = progress.get("counters", {})
@@ -226,7 +237,7 @@ class Simulation:
                     out.write(part.read_text())
         return {
             "world_size": c.ranks, "job": c.job, "steps": c.steps, "seed": c.seed, "chaos": c.chaos,
-            "injections": c.inject_texts, "metrics": steps, "progress": progress,
+            "injections": c.inject_texts, "metrics": steps, "progress": progress, "events": events,
             "delivery": {name: counters.get(name, 0) for name in
                          ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late",
                           "bad_inputs")},

@@ -1,0 +1,75 @@
+"""Which faults the demo injects, and when: spread over the run so each detector's event stands alone.
+
+The straggler is slow for a stretch and then recovers (its event opens and closes); the loss spike
+and the NaN land after it at other ranks; the hang comes near the end, because nothing completes
+after it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Scenario:
+    straggler_rank: int
+    straggler_from: int
+    straggler_until: int
+    straggler_factor: float
+    spike_step: int
+    spike_factor: float
+    nan_rank: int
+    nan_step: int
+    hang_rank: int
+    hang_step: int
+
+    @classmethod
+    def for_run(cls, ranks: int, steps: int) -> Scenario:
+        if steps < 20:
+            raise ValueError(f"the demo needs at least 20 steps to place its faults apart (got {steps})")
+        if ranks < 2:
+            raise ValueError("the demo needs at least 2 ranks")
+
+        def at(fraction: float) -> int:
+            return max(1, round(steps * fraction))
+
+        def rank(preferred: int) -> int:
+            return preferred % ranks
+
+        return cls(straggler_rank=rank(13), straggler_from=at(0.15), straggler_until=at(0.4),
+                   straggler_factor=2.5, spike_step=at(0.5), spike_factor=4.0, nan_rank=rank(42),
+                   nan_step=at(0.65), hang_rank=rank(7) if ranks > 7 else ranks - 1, hang_step=at(0.85))
+
+    def sim_injections(self) -> list[str]:
+        """As `telemetry sim --inject` texts."""
+        return [f"straggler:rank={self.straggler_rank},from={self.straggler_from},"
+                f"factor={self.straggler_factor},until={self.straggler_until}",
+                f"spike:step={self.spike_step},factor={self.spike_factor}",
+                f"nan:rank={self.nan_rank},step={self.nan_step}",
+                f"hang:rank={self.hang_rank},step={self.hang_step}"]
+
+    def train_flags(self, hang_seconds: float) -> list[str]:
+        """As examples/train_ddp.py flags (a bad batch for the spike; the hang is a long sleep on one rank)."""
+        return ["--slow-rank", str(self.straggler_rank), "--slow-from", str(self.straggler_from),
+                "--slow-until", str(self.straggler_until), "--slow-factor", str(self.straggler_factor),
+                "--bad-batch-step", str(self.spike_step), "--nan-step", str(self.nan_step),
+                "--nan-rank", str(self.nan_rank), "--hang-step", str(self.hang_step),
+                "--hang-rank", str(self.hang_rank), "--hang-seconds", str(hang_seconds)]
+
+    def describe(self) -> list[str]:
+        return [f"straggler: rank {self.straggler_rank} x{self.straggler_factor} steps "
+                f"{self.straggler_from}-{self.straggler_until}",
+                f"loss spike: step {self.spike_step} (x{self.spike_factor})",
+                f"NaN: rank {self.nan_rank} step {self.nan_step}",
+                f"hang: rank {self.hang_rank} at step {self.hang_step}"]
+
+
+def demo_detectors(train: bool) -> str:
+    """The root's --detectors for a short demo: the no-progress hang check after 8 s instead of 60 s; under
+    DDP every rank's wall step time converges to the slowest one's (the others wait for it in the
+    all-reduce), so with --train the straggler is judged on each rank's own work, `compute_time`."""
+    config: dict[str, dict[str, object]] = {"hang": {"no_progress_floor_s": 8.0}}
+    if train:
+        config["straggler"] = {"metric": "compute_time"}
+    return json.dumps(config)

@@ -1,0 +1,131 @@
+"""Polls the root's JSON API and /metrics on a thread: what the live view, the summary and the plot show.
+
+Only the root's public interfaces are read (the same ones Grafana and scripts use), so the demo
+shows exactly what an operator would see.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+log = logging.getLogger(__name__)
+
+PANEL_METRICS = ("step_time", "loss", "mfu", "grad_norm")
+#: Hardware gauges shown (as the max over the job's GPUs/NICs) when an agent reports them.
+HARDWARE_FAMILIES = {
+    "telemetry_gpu_temperature_celsius": "GPU temp °C",
+    "telemetry_gpu_power_watts": "GPU power W",
+    "telemetry_gpu_utilization_percent": "GPU util %",
+    "telemetry_gpu_throttle_thermal": "thermal throttle",
+    "telemetry_gpu_ecc_uncorrected": "ECC uncorrected",
+    "telemetry_gpu_xid_errors": "XID errors",
+    "telemetry_network_errors": "NIC errors",
+}
+
+
+@dataclass
+class Snapshot:
+    """The latest view of one job at the root."""
+
+    job: str
+    steps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    progress: dict[str, Any] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    hardware: dict[str, float] = field(default_factory=dict)
+    status: str = "starting"
+    updated: float = 0.0
+
+
+class RootWatcher:
+    """Refreshes a `Snapshot` every `interval` seconds until `stop()`; keeps the hardware history for the plot."""
+
+    def __init__(self, api: str, job: str, interval: float = 0.5, last: int = 200) -> None:
+        self.api, self.job, self.interval, self.last = api.rstrip("/"), job, interval, last
+        self._snapshot = Snapshot(job)
+        self.hardware_history: list[tuple[float, dict[str, float]]] = []
+        #: each event as this watcher first saw it (the root updates open events; this keeps how they were raised)
+        self.first_seen: dict[int, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="root-watcher", daemon=True)
+
+    def start(self) -> RootWatcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def set_status(self, text: str) -> None:
+        with self._lock:
+            self._snapshot.status = text
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            s = self._snapshot
+            return Snapshot(s.job, dict(s.steps), dict(s.progress), list(s.events), dict(s.hardware), s.status,
+                            s.updated)
+
+    def refresh(self) -> None:
+        """One poll (also called once more after the run, so the summary sees the final state)."""
+        steps = {m: self._json(f"/api/v1/jobs/{self.job}/steps?metric={m}&last={self.last}").get("steps", [])
+                 for m in PANEL_METRICS}
+        progress = self._json(f"/api/v1/jobs/{self.job}/progress")
+        events = self._json(f"/api/v1/jobs/{self.job}/events?last=10000").get("events", [])
+        hardware = self._hardware()
+        now = time.time()
+        with self._lock:
+            s = self._snapshot
+            # Keep the last good answer if the root was briefly unreachable.
+            s.steps = {m: rows or s.steps.get(m, []) for m, rows in steps.items()}
+            s.progress = progress or s.progress
+            s.events = events or s.events
+            s.hardware = hardware or s.hardware
+            s.updated = now
+            if hardware:
+                self.hardware_history.append((now, hardware))
+            for event in events:
+                self.first_seen.setdefault(event["id"], event)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.refresh()
+            except Exception:  # the view must never take the demo down
+                log.exception("polling the root failed")
+
+    def _json(self, path: str) -> dict[str, Any]:
+        try:
+            with urllib.request.urlopen(self.api + path, timeout=5) as reply:
+                return json.load(reply)
+        except (OSError, ValueError, urllib.error.URLError):
+            return {}
+
+    def _hardware(self) -> dict[str, float]:
+        try:
+            with urllib.request.urlopen(self.api + "/metrics", timeout=5) as reply:
+                text = reply.read().decode()
+        except OSError:
+            return {}
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            label = HARDWARE_FAMILIES.get(family.name.removesuffix("_total"))
+            if label is None:
+                continue
+            for sample in family.samples:
+                if sample.name.endswith("_created") or sample.labels.get("job") not in (None, self.job):
+                    continue
+                if sample.labels.get("stat", "max") != "max":
+                    continue
+                out[label] = max(out.get(label, float("-inf")), sample.value)
+        return out
