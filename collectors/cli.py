@@ -325,6 +325,14 @@ def demo(ranks: int, steps: int, step_interval: float, train: bool, train_ranks:
             example_path()
         except (FileNotFoundError, RuntimeError) as exc:
             raise click.UsageError(str(exc)) from None
+    if api_port:
+        import socket
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", api_port))
+            except OSError as exc:
+                raise click.BadParameter(f"127.0.0.1:{api_port} is taken ({exc.strerror}); pass another port, "
+                                         "or 0 for any free one", param_hint="--api-port") from None
     config = DemoConfig(ranks=ranks, steps=steps, step_interval=step_interval, train=train, train_ranks=train_ranks,
                         api_port=api_port, job=job, seed=seed, live=console.is_terminal if live is None else live,
                         linger=linger, workdir=Path(workdir) if workdir else None)

@@ -176,3 +176,13 @@ def test_collector_refuses_a_bad_detectors_config():
 def test_demo_refuses_too_few_steps():
     result = CliRunner().invoke(main, ["demo", "--steps", "5"])
     assert result.exit_code == 2 and "--steps" in result.output
+
+
+def test_demo_refuses_a_taken_api_port():
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(main, ["demo", "--api-port", str(port)])
+    assert result.exit_code == 2 and "is taken" in result.output
