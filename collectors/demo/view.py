@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -37,51 +37,39 @@ def _num(value: Any, fmt: str = "{:.4g}") -> str:
     return fmt.format(value)
 
 
-def _latest(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return rows[-1] if rows else {}
-
-
-def _mfu_panel(rows: list[dict[str, Any]]) -> Panel:
-    row = _latest(rows)
+def _step_panel(title: str, style: str, rows: list[dict[str, Any]],
+                fill: Callable[[Text, dict[str, Any], list[dict[str, Any]]], None]) -> Panel:
+    """A panel of one metric's finalised steps: `fill` writes the latest row (and the history) into it."""
     body = Text()
-    if not row:
-        body.append("waiting for the first finalised step")
+    if rows:
+        fill(body, rows[-1], rows)
     else:
-        body.append(f"step {row['step']}  mean {_num(row['mean'], '{:.1%}')}  "
-                    f"min {_num(row['min'], '{:.1%}')} (rank {row['argmin']})\n")
-        body.append(sparkline([r["mean"] for r in rows]), style="green")
-    return Panel(body, title="MFU", border_style="green")
+        body.append("waiting for the first finalised step", style="dim")
+    return Panel(body, title=title, border_style=style)
 
 
-def _loss_panel(rows: list[dict[str, Any]]) -> Panel:
-    row = _latest(rows)
-    body = Text()
-    if not row:
-        body.append("waiting for the first finalised step")
-    else:
-        body.append(f"step {row['step']}  mean {_num(row['mean'])}  min {_num(row['min'])}  max {_num(row['max'])}\n")
-        body.append(sparkline([r["mean"] for r in rows]), style="magenta")
-        bad = [r for r in rows if r.get("nonfinite_count")]
-        if bad:
-            last = bad[-1]
-            body.append(f"\nnon-finite: step {last['step']}, ranks {last['nonfinite_sources'][:8]}", style="bold red")
-    return Panel(body, title="loss", border_style="magenta")
+def _mfu(body: Text, row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    body.append(f"step {row['step']}  mean {_num(row['mean'], '{:.1%}')}  "
+                f"min {_num(row['min'], '{:.1%}')} (rank {row['argmin']})\n")
+    body.append(sparkline([r["mean"] for r in rows]), style="green")
 
 
-def _step_time_panel(rows: list[dict[str, Any]]) -> Panel:
-    row = _latest(rows)
-    body = Text()
-    if not row:
-        body.append("waiting for the first finalised step")
-    else:
-        p50, high = row["p50"], row["max"]
-        body.append(f"step {row['step']}  p50 {_num(p50 * 1e3, '{:.0f}')} ms  p99 {_num(row['p99'] * 1e3, '{:.0f}')} ms  "
-                    f"max {_num(high * 1e3, '{:.0f}')} ms (rank {row['argmax']})\n")
-        body.append(f"collective wait (max − p50): {_num((high - p50) * 1e3, '{:.0f}')} ms   "
-                    f"ranks {row['count']}/{row['expected']}\n")
-        body.append("max/p50 ")
-        body.append(sparkline([r["max"] / r["p50"] if r.get("p50") else None for r in rows]), style="yellow")
-    return Panel(body, title="per-rank step time", border_style="yellow")
+def _loss(body: Text, row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    body.append(f"step {row['step']}  mean {_num(row['mean'])}  min {_num(row['min'])}  max {_num(row['max'])}\n")
+    body.append(sparkline([r["mean"] for r in rows]), style="magenta")
+    bad = [r for r in rows if r.get("nonfinite_count")]
+    if bad:
+        body.append(f"\nnon-finite: step {bad[-1]['step']}, ranks {bad[-1]['nonfinite_sources'][:8]}", style="bold red")
+
+
+def _step_time(body: Text, row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    p50, high = row["p50"], row["max"]
+    body.append(f"step {row['step']}  p50 {_num(p50 * 1e3, '{:.0f}')} ms  p99 {_num(row['p99'] * 1e3, '{:.0f}')} ms  "
+                f"max {_num(high * 1e3, '{:.0f}')} ms (rank {row['argmax']})\n")
+    body.append(f"collective wait (max − p50): {_num((high - p50) * 1e3, '{:.0f}')} ms   "
+                f"ranks {row['count']}/{row['expected']}\n")
+    body.append("max/p50 ")
+    body.append(sparkline([r["max"] / r["p50"] if r.get("p50") else None for r in rows]), style="yellow")
 
 
 def _hardware_panel(hardware: dict[str, float]) -> Panel:
@@ -133,7 +121,13 @@ def render(snapshot: Snapshot, world_size: int, steps: int, scenario: list[str])
     grid = Table.grid(expand=True)
     grid.add_column(ratio=1)
     grid.add_column(ratio=1)
-    grid.add_row(_mfu_panel(snapshot.steps.get("mfu", [])), _loss_panel(snapshot.steps.get("loss", [])))
-    grid.add_row(_step_time_panel(snapshot.steps.get("step_time", [])), _hardware_panel(snapshot.hardware))
+    mfu_rows = snapshot.steps.get("mfu", [])
+    mfu = (_step_panel("MFU", "green", mfu_rows, _mfu) if mfu_rows or not snapshot.steps.get("step_time")
+           else Panel(Text("no MFU logged: the ranks know no peak FLOP/s for their device (a GPU in the table, "
+                           "TELEMETRY_PEAK_FLOPS or --peak-flops)", style="dim"), title="MFU", border_style="green"))
+    grid.add_row(mfu,
+                 _step_panel("loss", "magenta", snapshot.steps.get("loss", []), _loss))
+    grid.add_row(_step_panel("per-rank step time", "yellow", snapshot.steps.get("step_time", []), _step_time),
+                 _hardware_panel(snapshot.hardware))
     injected = Text("injected: " + "; ".join(scenario), style="dim")
     return Group(header, grid, events_table(snapshot.events), injected)
