@@ -202,14 +202,17 @@ class Simulation:
                 host.kill()
 
     def settle(self) -> None:
-        """Wait until the root has finalised every step it will (its deadlines are a few seconds)."""
-        deadline = time.time() + self.config.root_deadline_floor + 6
-        last = None
+        """Wait until the root has finalised every step it will: its last steps and its late-delta count stay
+        the same over two polls a second apart (deadlines are a few seconds; late deltas may follow)."""
+        job = self.config.job
+        deadline = time.time() + self.config.root_deadline_floor + 15
+        seen: list[object] = []
         while time.time() < deadline:
-            current = self.fetch(f"/api/v1/jobs/{self.config.job}/steps?metric=loss&last=1")
-            if current == last and current and current.get("steps"):
+            rows = self.fetch(f"/api/v1/jobs/{job}/steps?metric=step_time&last=3").get("steps", [])
+            counters = self.fetch(f"/api/v1/jobs/{job}/progress").get("counters", {})
+            seen.append(([(r["step"], r["count"], r["late"]) for r in rows], counters.get("late")))
+            if rows and len(seen) >= 3 and seen[-1] == seen[-2] == seen[-3]:
                 break
-            last = current
             time.sleep(1.0)
 
     def fetch(self, path: str) -> dict:
