@@ -292,8 +292,11 @@ def child_agents(cfg: dict) -> None:
     from collectors.common.validation import check_size
     from telemetry.v1 import ingest_pb2
 
+    from collectors.common.gctune import tune_gc
+
     quiet_grpc_waits()
     share_channels()
+    tune_gc()  # as AgentServer.start does
     world, first, count, seed = cfg["world"], cfg["first_agent"], cfg["agents"], cfg["seed"]
     # The ranks' process, whose /proc/PID/stat the agents read for liveness: a single-threaded stand-in. Reading
     # the stat of this hosting process (hundreds of threads) costs the kernel O(threads) per read.

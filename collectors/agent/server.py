@@ -15,6 +15,7 @@ from telemetry.sdk.env import default_socket
 from collectors.agent.hardware import DEFAULT_NIC_EXCLUDE, DEFAULT_PROBE_INTERVAL_S, HardwareSampler, offer_exits
 from collectors.agent.ranks import DEFAULT_STUCK_AFTER_S, RankRegistry
 from collectors.agent.service import AgentService
+from collectors.common.gctune import tune_gc
 from collectors.common.transport import Security, bind, make_server, set_serving
 from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, MetricBudget
 from collectors.delivery.node import Node, Upstream
@@ -82,6 +83,7 @@ class AgentServer:
         self._flusher = threading.Thread(target=self._flush_loop, name="agent-flush", daemon=True)
 
     def start(self) -> None:
+        tune_gc()
         self.server.start()
         os.chmod(self.socket_path, 0o660)
         set_serving(self.health, "telemetry.v1.Agent")

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collectors.common.gctune import tune_gc
 from collectors.common.transport import Security, bind, make_server, set_serving
 from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, MetricBudget
 from collectors.delivery.node import Node, Upstream
@@ -74,6 +75,7 @@ class CollectorServer:
         self._flusher = threading.Thread(target=self._flush_loop, name="flush", daemon=True)
 
     def start(self) -> None:
+        tune_gc()
         self.server.start()
         set_serving(self.health, "telemetry.v1.Collector")
         if not self.config.is_root:

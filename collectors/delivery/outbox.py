@@ -49,7 +49,7 @@ class Outbox:
         self._lock = threading.Lock()
         self._unacked: dict[int, Unit] = {}
         self._next_seq = 1
-        self._queue: queue.Queue | None = None
+        self._queue: queue.SimpleQueue | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"outbox-{sender_id}", daemon=True)
         self._call: grpc.Future | None = None
@@ -134,7 +134,7 @@ class Outbox:
 
     def _stream(self, channel: grpc.Channel, address: str) -> None:
         stub = forward_pb2_grpc.CollectorStub(channel)
-        outgoing: queue.Queue = queue.Queue()
+        outgoing: queue.SimpleQueue = queue.SimpleQueue()  # put and get in C
         with self._lock:
             outgoing.put(forward_pb2.SummaryBatch(sender_id=self.sender_id, seq=0))
             backlog = [self._unacked[seq].message for seq in sorted(self._unacked)]

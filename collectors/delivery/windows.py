@@ -118,7 +118,9 @@ class Deadlines:
         if key.width_ms:
             end_ns = (key.index + key.width_ms) * 1_000_000
             return now + max(0.0, (end_ns - now_wall_ns) / 1e9) + self.floor_s
-        starts = self._starts.setdefault(key.job, deque(maxlen=self.history))
+        starts = self._starts.get(key.job)
+        if starts is None:
+            starts = self._starts[key.job] = deque(maxlen=self.history)
         if not starts or key.index > starts[-1][0]:
             starts.append((key.index, now))
             self._medians[key.job] = self._median(starts)

@@ -24,7 +24,9 @@ the layout is checked against `to_dict` by tests/test_sketch.py).
 
 from __future__ import annotations
 
+import math
 import struct
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -41,6 +43,8 @@ MAX_CENTROIDS_BOUND = 100_000  # refuse absurd bounds from the wire (memory)
 _MAGIC = b"FASTDIG~"
 _HEADER = struct.Struct("<8sIQQddddQ12x")
 _VERSION = 1
+_SMALL = 32  # sketches of at most this many centroids are parsed without numpy
+_NATIVE_LE = sys.byteorder == "little"  # memoryview.cast reads native order; the wire is little-endian
 
 
 class Sketch:
@@ -162,6 +166,55 @@ class Sketch:
         return raw[:, 0], raw[:, 1]
 
     @classmethod
+    def from_wire(cls, max_centroids: int, means: bytes, weights: bytes, count: int, total: float, lo: float,
+                  hi: float) -> Sketch:
+        """Rebuild from the wire's little-endian float64 arrays; raises ValueError on anything malformed.
+
+        A collector parses every child's summary: small sketches (a node's few values) are read and checked as
+        Python lists, where numpy's per-call cost would dominate; large ones go through `from_centroids`.
+        """
+        for data, name in ((means, "sketch.means"), (weights, "sketch.weights")):
+            if len(data) % 8:
+                raise ValueError(f"{name} holds {len(data)} bytes, not a whole number of float64s")
+        if len(means) <= 8 * _SMALL and len(weights) <= 8 * _SMALL and _NATIVE_LE:
+            if not 2 <= max_centroids <= MAX_CENTROIDS_BOUND:
+                raise ValueError(f"sketch max_centroids must be in [2, {MAX_CENTROIDS_BOUND}], got {max_centroids}")
+            if len(weights) != len(means):
+                raise ValueError(f"sketch has {len(means) // 8} means but {len(weights) // 8} weights")
+            if not means:
+                if count:
+                    raise ValueError(f"sketch is empty but the summary counts {count} values")
+                return cls(max_centroids)
+            return cls._from_lists(max_centroids, memoryview(means).cast("d").tolist(),
+                                   memoryview(weights).cast("d").tolist(), count, total, lo, hi)
+        return cls.from_centroids(max_centroids, np.frombuffer(means, dtype="<f8"), np.frombuffer(weights, dtype="<f8"),
+                                  count, total, lo, hi)
+
+    @classmethod
+    def _from_lists(cls, max_centroids: int, m: list[float], w: list[float], count: int, total: float, lo: float,
+                    hi: float) -> Sketch:
+        """from_centroids' checks and layout on a few centroids as lists (n >= 1, lengths and bound checked)."""
+        n = len(m)
+        if n > 2 * max_centroids + 2:
+            raise ValueError(f"sketch has {n} centroids, more than its bound {max_centroids} allows")
+        # NaN fails every comparison; +-Inf fails the [lo, hi] bound or the mass check.
+        if not all(x > 0 for x in w):
+            raise ValueError("sketch weights must be positive and finite")
+        if n > 1 and not all(a <= b for a, b in zip(m, m[1:])):
+            raise ValueError("sketch means must be ascending")
+        slack = 1e-9 * max(1.0, abs(lo), abs(hi))
+        if not (lo - slack <= m[0] and m[-1] <= hi + slack):
+            raise ValueError("sketch means lie outside the summary's [min, max]")
+        mass = math.fsum(w)  # weights are counts: whole numbers, summed exactly in any order
+        if not abs(mass - count) <= 1e-6 * max(1.0, count):
+            raise ValueError(f"sketch weights sum to {mass} but the summary counts {count} values")
+        body = [0.0] * (2 * n)
+        body[0::2], body[1::2] = m, w
+        return cls(max_centroids, TDigest.from_bytes(
+            _HEADER.pack(_MAGIC, _VERSION, n, max_centroids, mass, total, lo, hi, count)
+            + struct.pack(f"<{2 * n}d", *body)))
+
+    @classmethod
     def from_centroids(cls, max_centroids: int, means: np.ndarray, weights: np.ndarray, count: int,
                        total: float, lo: float, hi: float) -> Sketch:
         """Rebuild from the wire form; raises ValueError on anything malformed.
@@ -180,13 +233,15 @@ class Sketch:
             if count:
                 raise ValueError(f"sketch is empty but the summary counts {count} values")
             return cls(max_centroids)
-        # Few, whole-array checks: this runs for every summary a collector parses.
-        # NaN fails every comparison below; +-Inf fails the [lo, hi] bound.
+        if n <= _SMALL:
+            return cls._from_lists(max_centroids, means.tolist(), weights.tolist(), count, total, lo, hi)
+        # This runs for every summary a collector parses. NaN fails every comparison below; +-Inf fails the
+        # [lo, hi] bound (or the mass check).
+        slack = 1e-9 * max(1.0, abs(lo), abs(hi))  # a centroid's mean is a rounded weighted average
         if not weights.min() > 0:
             raise ValueError("sketch weights must be positive and finite")
         if n > 1 and not (means[1:] >= means[:-1]).all():
             raise ValueError("sketch means must be ascending")
-        slack = 1e-9 * max(1.0, abs(lo), abs(hi))  # a centroid's mean is a rounded weighted average
         if not (lo - slack <= means[0] and means[-1] <= hi + slack):
             raise ValueError("sketch means lie outside the summary's [min, max]")
         mass = float(weights.sum())

@@ -468,23 +468,25 @@ class Summary:
                 raise ValueError("an empty summary cannot have top/bottom values")
             if out._sum != 0.0 or out._mean != 0.0 or out._m2 != 0.0:
                 raise ValueError("a summary without finite values must have sum, mean and m2 of 0")
-        out._top = _pairs(msg.top_values, msg.top_sources, "top")
-        out._bottom = _pairs(msg.bottom_values, msg.bottom_sources, "bottom")
+        top = out._top = _pairs(msg.top_values, msg.top_sources, "top")
+        bottom = out._bottom = _pairs(msg.bottom_values, msg.bottom_sources, "bottom")
         expected = min(out.k, count)
-        if len(out._top) != expected or len(out._bottom) != expected:
+        if len(top) != expected or len(bottom) != expected:
             raise ValueError(f"top/bottom must hold min(k, count) = {expected} pairs")
-        top, bottom = out._top, out._bottom
-        if any(_desc_key(a) > _desc_key(b) for a, b in zip(top, top[1:])) or any(
-                a > b for a, b in zip(bottom, bottom[1:])):
-            raise ValueError("top/bottom pairs are not in order")
+        # A collector parses every child's summary: plain comparisons of a few tuples, no per-pair calls.
+        if expected > 1:
+            descending = [(-v, src) for v, src in top]
+            if descending != sorted(descending) or bottom != sorted(bottom):
+                raise ValueError("top/bottom pairs are not in order")
         if expected:
-            if out._top[0] != (out._max, out._argmax) or out._bottom[0] != (out._min, out._argmin):
+            if top[0] != (out._max, out._argmax) or bottom[0] != (out._min, out._argmin):
                 raise ValueError("top/bottom disagree with max/min")
-            if out._top[-1][0] < out._min or out._bottom[-1][0] > out._max:
+            if top[-1][0] < out._min or bottom[-1][0] > out._max:
                 raise ValueError("top/bottom values lie outside [min, max]")
             sources = out._sources
-            if not all(src in sources for _, src in top) or not all(src in sources for _, src in bottom):
-                raise ValueError("top/bottom sources must be among the sources")
+            for _, src in top + bottom:
+                if src not in sources:
+                    raise ValueError("top/bottom sources must be among the sources")
         if len(out._sources) == 0 and (count or out._nonfinite_count):
             raise ValueError("values without sources")
         if (out._nonfinite_count == 0) != (len(out._nonfinite_sources) == 0):
@@ -496,8 +498,8 @@ class Summary:
         if out._first_ns > out._last_ns:
             raise ValueError("first_time_ns is after last_time_ns")
         sketch = msg.sketch
-        out._sketch = Sketch.from_centroids(
-            sketch.max_centroids, _doubles(sketch.means, "sketch.means"), _doubles(sketch.weights, "sketch.weights"),
+        out._sketch = Sketch.from_wire(
+            sketch.max_centroids, sketch.means, sketch.weights,
             count, out._sum, out._min, out._max)
         return out
 
@@ -548,12 +550,6 @@ def _bitmap(data: bytes, name: str) -> BitMap:
         return BitMap.deserialize(data)
     except Exception as exc:  # pyroaring raises ValueError or its own errors on corrupt input
         raise ValueError(f"{name} is not a portable roaring bitmap ({exc})") from None
-
-
-def _doubles(data: bytes, name: str) -> np.ndarray:
-    if len(data) % 8:
-        raise ValueError(f"{name} holds {len(data)} bytes, not a whole number of float64s")
-    return np.frombuffer(data, dtype="<f8")
 
 
 def _pairs(values: Sequence[float], sources: Sequence[int], name: str) -> list[tuple[float, int]]:
