@@ -19,6 +19,7 @@ Fault injection, to see the telemetry react:
                                                  the update is skipped on every rank (no sync)
 Comparisons (used by bench/sdk_overhead.py):
   --no-telemetry        no SDK at all
+  --no-sync-clock       the SDK without SyncWaitClock (its DDP comm hook; no sync_wait / compute_time)
   --allgather-metrics   the common alternative: all_gather every rank's metrics on the
                          training thread every step and reduce them on rank 0
 """
@@ -149,6 +150,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--nan-step", type=int, default=-1)
     p.add_argument("--nan-rank", type=int, default=0)
     p.add_argument("--no-telemetry", action="store_true")
+    p.add_argument("--no-sync-clock", action="store_true",
+                   help="do not install SyncWaitClock (no sync_wait / compute_time metrics)")
     p.add_argument("--allgather-metrics", action="store_true")
     p.add_argument("--sync-debug", action="store_true",
                    help="CUDA: torch.cuda.set_sync_debug_mode('error') around each training step")
@@ -205,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     model = DDP(raw, device_ids=[local_rank] if use_cuda else None)
     opt = torch.optim.AdamW(raw.parameters(), lr=args.lr, fused=True)
     # CPU/gloo: how long this rank blocks in the gradient all-reduce waiting for its peers (see below).
-    clock = SyncWaitClock.install(model) if run is not None else None
+    clock = SyncWaitClock.install(model) if run is not None and not args.no_sync_clock else None
 
     # FLOPs of one step, counted once on the meta device (free), and the peak for MFU.
     example = torch.zeros(args.batch_size, args.seq_len, dtype=torch.long)

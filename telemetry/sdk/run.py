@@ -37,7 +37,7 @@ class Run:
     """One rank's telemetry session; several may live in one process (the simulator runs many)."""
 
     def __init__(self, job: str, rank: int, world_size: int, local_rank: int = 0, agent: str | None = None,
-                 device: str = "", buffer_records: int = DEFAULT_BUFFER_RECORDS, flush_interval_s: float = 0.02,
+                 device: str = "", buffer_records: int = DEFAULT_BUFFER_RECORDS, flush_interval_s: float = 0.1,
                  heartbeat_interval_s: float = 1.0, max_backlog_values: int = 1_000_000) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
@@ -196,10 +196,16 @@ def _check_step(step: int) -> None:
         raise ValueError(f"step must be in [0, 2**63), got {step}")
 
 
+_stage_tensors: Callable[[dict[str, Any]], Any] | None = None
+
+
 def _stage(values: dict[str, Any]):  # type: ignore[no-untyped-def]
-    """Tensors go through telemetry.torch (imported only when a tensor is first logged)."""
-    from telemetry.torch.device_values import stage
-    return stage(values)
+    """Tensors go through telemetry.torch (imported only when a tensor is first logged, then kept)."""
+    global _stage_tensors
+    if _stage_tensors is None:
+        from telemetry.torch.device_values import stage
+        _stage_tensors = stage
+    return _stage_tensors(values)
 
 
 def init(job: str | None = None, rank: int | None = None, world_size: int | None = None,

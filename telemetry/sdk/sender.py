@@ -52,7 +52,7 @@ class Sender:
 
     def __init__(self, identity: Identity, address: str, drain: Callable[[], list[ingest_pb2.RankStepBatch]],
                  heartbeat: Callable[[], ingest_pb2.Heartbeat], max_backlog_values: int = 1_000_000,
-                 flush_interval_s: float = 0.02, heartbeat_interval_s: float = 1.0) -> None:
+                 flush_interval_s: float = 0.1, heartbeat_interval_s: float = 1.0) -> None:
         self.identity = identity
         self.address = address
         self._drain = drain

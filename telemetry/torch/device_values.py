@@ -156,13 +156,17 @@ def stage(values: Mapping[str, torch.Tensor | float | int]) -> StagedValues:
         if cls is float or cls is int:  # the common case, without the ABC checks below
             host_values[name] = float(value)
         elif isinstance(value, torch.Tensor):
-            t = _scalar_tensor(name, value)
-            if t.device.type == "cuda":
+            if value.is_cuda:
+                t = _scalar_tensor(name, value)
                 names, tensors = cuda_groups.setdefault(t.device, ([], []))
                 names.append(name)
                 tensors.append(t)
             else:
-                host_values[name] = float(t.item())
+                try:  # .item() itself refuses what cannot be one number; the checks run only to say why
+                    host_values[name] = float(value.item())
+                except (RuntimeError, TypeError, ValueError):
+                    _scalar_tensor(name, value)
+                    raise
         elif isinstance(value, numbers.Real):
             host_values[name] = float(value)
         else:
