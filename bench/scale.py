@@ -76,7 +76,11 @@ METHOD = {
                "the gather server's rows)",
     "steps_per_s": "measured steps / (last finalised - first fed), closed loop: a step is fed once the previous "
                    "one is finalised at the root",
-    "rel_err": "|root estimate / numpy.quantile(all N fed values) - 1| per step (warm-up and measured)",
+    "rel_err": "|root estimate / numpy.quantile(all N fed values) - 1| per step (warm-up and measured); "
+               "rank_err: |fraction of the N values <= estimate - q|",
+    "own_code": "beside process CPU: thread CPU of the tier's own code on the steps' data (collectors: handling "
+                "units with windows, flush ticks with windows pending, shipping them, the parent's acks of them; "
+                "agents: feeding and ticking, the parent's acks); no gRPC threads, no background",
 }
 
 TARGETS = {
@@ -145,7 +149,23 @@ def child_collector(cfg: dict) -> None:
         db=Path(cfg["db"]) if root else None, api="127.0.0.1:0" if root else None,
         deadline_floor_s=cfg["deadline_floor"]))
     stats = {"batches": 0, "windows": 0, "bytes": 0, "bytes_with_windows": 0, "rank_state_bytes": 0,
-             "hosts_listed": 0}
+             "hosts_listed": 0, "step_work_s": 0.0}
+    # Beside the process CPU: the thread CPU of the tier's own code on a step's data (units carrying windows,
+    # flush ticks with windows pending, shipping them, the parent's acks of them). It leaves out gRPC's threads
+    # and the background, and does not depend on how long a step of the simulation takes.
+    lock = threading.Lock()
+
+    def timed(fn: Any, is_step: Any) -> Any:
+        def wrapper(*args: Any) -> Any:
+            t0 = time.thread_time()
+            try:
+                return fn(*args)
+            finally:
+                if is_step(*args):
+                    with lock:
+                        stats["step_work_s"] += time.thread_time() - t0
+        return wrapper
+
     handle = server.service._handle
 
     def counted(sender, batch, responses):  # type: ignore[no-untyped-def]
@@ -160,7 +180,14 @@ def child_collector(cfg: dict) -> None:
             stats["hosts_listed"] += len(states.hosts)
         return handle(sender, batch, responses)
 
-    server.service._handle = counted  # type: ignore[method-assign]
+    server.service._handle = timed(counted, lambda sender, batch, responses: bool(batch.windows))  # type: ignore
+    table = server.node.table
+    table.due = timed(table.due, lambda now, complete: bool(table._pending))  # type: ignore[method-assign]
+    sink = server.node.sink
+    sink.ship = timed(sink.ship, lambda node, windows, now: bool(windows))  # type: ignore[union-attr]
+    if not root:
+        outbox = server.upstream.outbox
+        outbox._on_ack = timed(outbox._on_ack, lambda unit, ack: bool(unit.message.windows))
     server.start()
     emit({"ready": True, "address": server.address, "api": server.api_address, "pid": os.getpid()})
 
@@ -168,7 +195,8 @@ def child_collector(cfg: dict) -> None:
         if cmd["cmd"] == "stats":
             with server.node.lock:
                 counters = server.node.subtree_counters()
-            return {"stats": dict(stats), "counters": counters}
+            with lock:
+                return {"stats": dict(stats), "counters": counters}
         return {}
 
     commands(on)
@@ -332,7 +360,21 @@ def child_agents(cfg: dict) -> None:
     emit({"ready": True, "pid": os.getpid(), "agents": len(agents), "idle_tick_us": idle_tick_us,
           "views_us": views_us, "connected": sum(a.upstream.outbox.connected_to is not None for a in agents)})
 
+    work = {"step_work_s": 0.0}
+    work_lock = threading.Lock()
+    for agent in agents:  # the parent's acks of units carrying windows, on each agent's outbox thread
+        outbox = agent.upstream.outbox
+
+        def acked(unit: Any, ack: Any, on_ack: Any = outbox._on_ack) -> None:
+            t0 = time.thread_time()
+            on_ack(unit, ack)
+            if unit.message.windows:
+                with work_lock:
+                    work["step_work_s"] += time.thread_time() - t0
+        outbox._on_ack = acked
+
     def feed(step: int) -> dict:
+        t0 = time.thread_time()
         for agent, raws in zip(agents, messages[step]):
             node, service = agent.node, agent.service
             for rank, raw in zip(agent.ranks, raws):
@@ -341,6 +383,8 @@ def child_agents(cfg: dict) -> None:
                 with node.lock:
                     service._batch(agent.infos[rank], message.batch, agent.links[rank])
             agent.tick()  # the agent's next flush tick, right after its last rank's batch
+        with work_lock:
+            work["step_work_s"] += time.thread_time() - t0
         return {"fed": step}
 
     def on(cmd: dict) -> dict:
@@ -353,7 +397,7 @@ def child_agents(cfg: dict) -> None:
                     "min_durable": min(x.durable for x in links),
                     "outbox_pending": sum(a.upstream.outbox.pending() for a in agents),
                     "resent": sum(a.upstream.outbox.resent for a in agents),
-                    "bad_inputs": sum(a.node.counters["bad_inputs"] for a in agents)}
+                    "bad_inputs": sum(a.node.counters["bad_inputs"] for a in agents), "step_work_s": work["step_work_s"]}
         return {}
 
     commands(on)
@@ -738,14 +782,14 @@ class Runner:
         idle_wall = time.monotonic() - t0
         idle_cpu = {n: (cpu1[n][0] - cpu0[n][0]) / idle_wall for n in procs}
         lo, hi = warm + 1, warm + measured
-        stats0 = {n: c.ask({"cmd": "stats"}) for n, c in stats_of.items()}
+        stats0 = {n: c.ask({"cmd": "stats"}) for n, c in procs.items()}
         cpu0 = cpu_of(procs)
         t0 = time.monotonic()
         fed_at, done_at = feed_steps(lo, hi)
         durable_check(hi, step_timeout)
         cpu1 = cpu_of(procs)
         wall = time.monotonic() - t0
-        stats1 = {n: c.ask({"cmd": "stats"}) for n, c in stats_of.items()}
+        stats1 = {n: c.ask({"cmd": "stats"}) for n, c in procs.items()}
         return {
             "wall_s": wall, "idle_wall_s": idle_wall, "stats0": stats0, "stats1": stats1,
             "steps_per_s": measured / (done_at[hi] - fed_at[lo]),
@@ -762,7 +806,7 @@ class Runner:
         states they carry), and the liveness-only units' rate (background, not per step)."""
         s0, s1, m = run["stats0"][name], run["stats1"][name], self.args.steps
         d = {k: s1["stats"][k] - s0["stats"][k] for k in s0["stats"]}
-        return {"bytes_per_step": d["bytes_with_windows"] / m,
+        return {"bytes_per_step": d["bytes_with_windows"] / m, "own_code_ms_per_step": d["step_work_s"] / m * 1e3,
                 "liveness_bytes_per_s": (d["bytes"] - d["bytes_with_windows"]) / run["wall_s"],
                 "rank_state_bytes_per_step": d["rank_state_bytes"] / m, "hosts_listed_per_step": d["hosts_listed"] / m,
                 "batches_per_step": d["batches"] / m, "windows_per_step": d["windows"] / m,
@@ -849,7 +893,9 @@ class Runner:
         host_names = [h.name for h in hosts]
         idle_tick_us = float(np.mean([h.ready["idle_tick_us"] for h in hosts]))
         views_us = float(np.mean([h.ready["views_us"] for h in hosts]))
+        agent_work = sum(run["stats1"][n]["step_work_s"] - run["stats0"][n]["step_work_s"] for n in host_names)
         tiers["agent"] = {
+            "own_code_ms_per_step": agent_work / n_agents / m * 1e3,
             "processes": len(hosts), "agents": n_agents, "agents_per_process": [h.ready["agents"] for h in hosts],
             "cpu_ms_per_step": sum(run["cpu"][n]["net_s"] for n in host_names) / n_agents / m * 1e3,
             "gross_cpu_ms_per_step": sum(run["cpu"][n]["gross_s"] for n in host_names) / n_agents / m * 1e3,
@@ -981,6 +1027,9 @@ def plot(path: Path, tree: list[dict], base: list[dict], cross: dict[str, Any]) 
             if pts:
                 ax.plot(*zip(*pts), style, color=color, label=label)
         if key == "root_cpu_ms_per_step":
+            pts = [(r["ranks"], r["tiers"]["root"]["own_code_ms_per_step"]) for r in tree]
+            if pts:
+                ax.plot(*zip(*pts), "o:", color="C0", alpha=0.6, markersize=4, label="tree root, own code only")
             for tier, style, color in (("rack", "^:", "C1"), ("agent", "v:", "C4")):
                 pts = [(r["ranks"], r["tiers"][tier]["cpu_ms_per_step"]) for r in tree
                        if r["tiers"][tier]["cpu_ms_per_step"] > 0]
@@ -1024,11 +1073,15 @@ def fmt(v: float | None, spec: str = ",.1f") -> str:
     return "–" if v is None else format(v, spec)
 
 
+def own(r: dict, tiers: dict, tier: str, spec: str = ",.1f") -> str:
+    return f"{fmt(tiers[tier]['cpu_ms_per_step'], spec)} ({fmt(tiers[tier]['own_code_ms_per_step'], spec)})"
+
+
 def table(result: dict) -> tuple[list[str], list[list[str]]]:
     """One row per size and design."""
-    head = ["ranks", "design", "root KiB/step", "root B/step/metric", "root CPU ms/step", "rack CPU ms/step",
-            "agent CPU ms/step", "peak RSS MiB root / rack / agents proc", "rack KiB/step in",
-            "latency p50 / p99 ms", "steps/s", "step_time rel. err. % p50 / p99 / p99.9 (worst step)"]
+    head = ["ranks", "design", "root KiB/step", "root B/step/metric", "root CPU ms/step (own code)",
+            "rack CPU ms/step (own code)", "agent CPU ms/step (own code)", "peak RSS MiB root / rack / agents proc", "rack KiB/step in",
+            "latency p50 / p99 ms", "steps/s", "step_time rel. err. % p50 / p99 / p99.9, worst step (rank err. in ranks)"]
     rows = []
     runs = sorted(result["tree"] + result["gather"], key=lambda r: (r["ranks"], r["design"] != "tree"))
     for r in runs:
@@ -1040,15 +1093,16 @@ def table(result: dict) -> tuple[list[str], list[list[str]]]:
         err = r["rel_err"]
         rows.append([
             f"{r['ranks']:,}", r["design"], fmt(r["root_bytes_per_step"] / 1024), fmt(r["root_bytes_per_step_per_metric"], ",.0f"),
-            fmt(r["root_cpu_ms_per_step"]), fmt(t["rack"]["cpu_ms_per_step"]) if tree else "–",
-            fmt(t["agent"]["cpu_ms_per_step"], ".2f") if tree else "–",
+            own(r, t, "root") if tree else fmt(r["root_cpu_ms_per_step"]),
+            own(r, t, "rack") if tree else "–", own(r, t, "agent", ".2f") if tree else "–",
             (f"{t['root']['peak_rss_mb']:.0f} / {t['rack']['peak_rss_mb_max']:.0f} / "
              f"{t['agent']['peak_rss_mb_per_process']:.0f} ({t['agent']['agents_per_process'][0]} agents)")
             if tree else f"{r['peak_rss_mb']:.0f}",
             fmt(t["rack"]["bytes_per_step"] / 1024) if tree else "–",
             f"{fmt(r['latency_ms']['p50'], ',.0f')} / {fmt(r['latency_ms']['p99'], ',.0f')}",
             f"{r['steps_per_s']:.2f}",
-            " / ".join(f"{err[q]['max'] * 100:.2f}" if err.get(q) else "–" for q in ("p50", "p99", "p99.9"))])
+            " / ".join(f"{err[q]['max'] * 100:.2f}" if err.get(q) else "–" for q in ("p50", "p99", "p99.9"))
+            + f" ({max(err[q]['rank_err_max'] for q in QNAMES if err.get(q)) * r['ranks']:.2f})"])
     return head, rows
 
 

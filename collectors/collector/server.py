@@ -93,7 +93,7 @@ class CollectorServer:
 
     def liveness(self, job: str) -> dict[str, object]:
         with self.node.lock:
-            view = self.node.ranks(job)
+            view = self.node.states(job)  # no hosts: the liveness figures need only the bitmaps
             counters = self.node.subtree_counters()
         return {"world_size": view.world_size, "alive": len(view.alive), "stuck": len(view.stuck),
                 "dead": len(view.dead), "stuck_ranks": list(view.stuck)[:1024], "dead_ranks": list(view.dead)[:1024],
