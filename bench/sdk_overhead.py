@@ -111,6 +111,16 @@ def start_service(args: list[str]) -> tuple[subprocess.Popen, dict]:
     return proc, json.loads(line)
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of these processes (the agent and the root), from /proc/PID/stat."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -284,8 +294,12 @@ def kill_job(torchrun: subprocess.Popen, job: str) -> None:
             pass
 
 
+class RunFailed(RuntimeError):
+    """One example run exited non-zero or wrote no timings."""
+
+
 def run_example(config: str, world: int, steps: int, warmup: int, agent: str, job: str, out: Path,
-                timeout: float) -> dict:
+                timeout: float, services: list[int] = ()) -> dict:  # type: ignore[assignment]
     env = {**os.environ, "TELEMETRY_AGENT": agent, "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
            "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     port = free_port()
@@ -294,6 +308,7 @@ def run_example(config: str, world: int, steps: int, warmup: int, agent: str, jo
            "--local-addr", "127.0.0.1", "--max-restarts", "0", str(EXAMPLE), "--job", job,
            "--steps", str(steps), "--warmup", str(warmup), "--timing-json", str(out), *CONFIGS[config]]
     started = time.monotonic()
+    services_before = cpu_seconds(list(services))
     popen = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = popen.communicate(timeout=timeout)
@@ -307,8 +322,10 @@ def run_example(config: str, world: int, steps: int, warmup: int, agent: str, jo
     if popen.returncode != 0 or not out.exists():
         kept = Path(tempfile.gettempdir()) / f"sdk-overhead-{job}.failed.log"
         kept.write_text(" ".join(cmd) + "\n" + stdout + "\n----- stderr -----\n" + stderr)
-        raise SystemExit(f"{config} run failed with status {popen.returncode} (full output: {kept}):\n"
-                         f"{stderr[-3000:]}")
+        raise RunFailed(f"{config} run failed with status {popen.returncode} (full output: {kept}):\n"
+                        f"{stderr[-3000:]}")
+    services_s = cpu_seconds(list(services)) - services_before
+    services_wall_s = time.monotonic() - started
     data = json.loads(out.read_text())
     timed = data["step_times"][warmup:]
     return {"config": config, "job": job, "run_s": time.monotonic() - started,
@@ -316,21 +333,38 @@ def run_example(config: str, world: int, steps: int, warmup: int, agent: str, jo
             "per_step_s": data["timed_s"] / data["timed_steps"],
             "thread_cpu_per_step_s": data["cpu"]["thread_s"] / data["timed_steps"],
             "process_cpu_per_step_s": data["cpu"]["process_s"] / data["timed_steps"],
-            "median_step_s": statistics.median(timed), "steps_timed": len(timed)}
+            "median_step_s": statistics.median(timed), "steps_timed": len(timed),
+            # the agent's and the root's CPU over the whole run (start-up included) per step: on this machine
+            # they share the 2 cores with the ranks, so this CPU is taken from training too
+            "services_cpu_s": services_s, "services_wall_s": services_wall_s, "steps_run": steps}
 
 
-def bench_steps(agent: str, world: int, steps: int, warmup: int, rounds: int, tmp: Path, timeout: float,
+def bench_steps(agent: str, services: list[int], world: int, steps: int, warmup: int, rounds: int, tmp: Path,
+                timeout: float,
                 progress: Progress) -> dict[str, Any]:
     runs: list[dict] = []
     order = list(CONFIGS)
+    # The agent's and the root's idle CPU rate (their flush loops, liveness and detector ticks), subtracted from
+    # what they spend during each run so that what is left is the work the ranks' telemetry gives them.
+    idle_from, idle_wall = cpu_seconds(services), time.monotonic()
+    time.sleep(10.0)
+    idle_rate = (cpu_seconds(services) - idle_from) / (time.monotonic() - idle_wall)
     progress.phase("example step time", rounds * len(order))
     for r in range(rounds):
         rotated = order[r % len(order):] + order[:r % len(order)]  # also rotate who goes first
         for config in rotated:
             progress.step(f"example: round {r + 1}/{rounds}, {CONFIG_LABELS[config]}", advance=0)
-            res = run_example(config, world, steps, warmup, agent, f"bench-{config}-{r}-{os.getpid()}",
-                              tmp / f"{config}-{r}.json", timeout)
+            try:
+                res = run_example(config, world, steps, warmup, agent, f"bench-{config}-{r}-{os.getpid()}",
+                                  tmp / f"{config}-{r}.json", timeout, services)
+                res["retried_after"] = None
+            except RunFailed as failure:  # one retry, recorded: a crashed run says nothing about the SDK's cost
+                progress.note(f"  round {r + 1}: {CONFIG_LABELS[config]} failed ({failure}); running it again")
+                res = run_example(config, world, steps, warmup, agent, f"bench-{config}-{r}b-{os.getpid()}",
+                                  tmp / f"{config}-{r}b.json", timeout, services)
+                res["retried_after"] = str(failure)
             res["round"] = r
+            res["services_cpu_per_step_s"] = (res["services_cpu_s"] - idle_rate * res["services_wall_s"]) / steps
             runs.append(res)
             progress.step()
             progress.note(f"  round {r + 1}: {CONFIG_LABELS[config]:13s} {res['per_step_s'] * 1e3:7.2f} ms/step, "
@@ -354,6 +388,9 @@ def bench_steps(agent: str, world: int, steps: int, warmup: int, rounds: int, tm
         "note": "configurations interleaved (rotated) round by round; overheads are paired within a round; "
                 "spread = sample standard deviation of the per-round overheads",
         "per_round": per_round, "runs": runs}
+    out["services_idle_cpu_s_per_s"] = idle_rate
+    out["services_cpu_per_step_s"] = {c: spread([x["services_cpu_per_step_s"] for x in runs if x["config"] == c])
+                                      for c in CONFIGS}
     for m, field in MEASURES.items():
         an = analyse_overheads([p[m]["sdk_overhead"] for p in per_round],
                                [p[m]["allgather_overhead"] for p in per_round])
@@ -453,6 +490,11 @@ def report(log_results: dict, step_results: dict | None, load_before: tuple, loa
             cells = [f"{ps[c]['median'] * 1e3:6.2f} [{ps[c]['min'] * 1e3:.2f}..{ps[c]['max'] * 1e3:.2f}] ms"
                      for c in CONFIGS]
             lines.append(f"{label:34s} {cells[0]:>24s} {cells[1]:>24s} {cells[2]:>24s}")
+        sv = sr["services_cpu_per_step_s"]
+        cells = [f"{sv[c]['median'] * 1e3:6.2f} [{sv[c]['min'] * 1e3:.2f}..{sv[c]['max'] * 1e3:.2f}] ms" for c in CONFIGS]
+        lines.append(f"{'agent + root CPU, net of idle':34s} {cells[0]:>24s} {cells[1]:>24s} {cells[2]:>24s}")
+        lines.append(f"  (the agent and the root serve all {sr['world_size']} ranks and share the cores with them; "
+                     f"idle they use {sr['services_idle_cpu_s_per_s'] * 1e3:.1f} ms of CPU per second)")
         lines += ["", "overhead vs no telemetry, paired within each round: median ± spread (sample stdev over "
                       "rounds) [min..max]", "",
                   f"{'':22s} {'SDK':>32s} {'all_gather':>32s} {'all_gather/SDK':>22s}"]
@@ -483,6 +525,7 @@ def report(log_results: dict, step_results: dict | None, load_before: tuple, loa
             lines += ["", f"The SDK's wall-time overhead ({s['median'] * 100:+.2f} %) is within noise: "
                           f"negative or below the round-to-round spread ({noise})."]
         summary["step_ms"] = {c: wall["per_step_s"][c]["median"] * 1e3 for c in CONFIGS}
+        summary["services_cpu_ms_per_step"] = {c: sr["services_cpu_per_step_s"][c]["median"] * 1e3 for c in CONFIGS}
         summary["step"] = {}
         for m in MEASURES:
             an = sr[m]
@@ -571,8 +614,8 @@ def main(argv: list[str] | None = None) -> int:
                 log_results = bench_log(agent, args.calls, args.repeats, progress)
                 step_results = None
                 if not args.skip_steps:
-                    step_results = bench_steps(agent, args.world, args.steps, args.warmup, args.rounds, tmp,
-                                               args.run_timeout, progress)
+                    step_results = bench_steps(agent, [root.pid, agent_proc.pid], args.world, args.steps,
+                                               args.warmup, args.rounds, tmp, args.run_timeout, progress)
             finally:
                 if agent_proc is not None:
                     stop(agent_proc)
