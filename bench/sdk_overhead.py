@@ -35,8 +35,6 @@ import argparse
 import json
 import os
 import platform
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,6 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import telemetry  # noqa: E402
+from collectors.demo.train import kill_job, torchrun_argv, torchrun_env  # noqa: E402
 
 EXAMPLE = REPO / "examples" / "train_ddp.py"
 DEFAULT_JSON = REPO / "bench" / "results" / "sdk_overhead.json"
@@ -270,43 +269,15 @@ def bench_log(agent: str, calls: int, repeats: int, progress: Progress) -> dict[
 # ---------------------------------------------------------------- 2. step time of the example
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def kill_job(torchrun: subprocess.Popen, job: str) -> None:
-    """Stop a torchrun started here and its ranks (each rank runs in a session of its own)."""
-    torchrun.terminate()  # torchrun forwards it to its ranks
-    try:
-        torchrun.wait(15)
-    except subprocess.TimeoutExpired:
-        torchrun.kill()
-    marker = f"--job\0{job}\0".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if marker in (entry / "cmdline").read_bytes():
-                os.kill(int(entry.name), signal.SIGKILL)  # a rank of this job (job ids are unique)
-        except (OSError, ValueError):
-            pass
-
-
 class RunFailed(RuntimeError):
     """One example run exited non-zero or wrote no timings."""
 
 
 def run_example(config: str, world: int, steps: int, warmup: int, agent: str, job: str, out: Path,
                 timeout: float, services: list[int] = ()) -> dict:  # type: ignore[assignment]
-    env = {**os.environ, "TELEMETRY_AGENT": agent, "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
-           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    port = free_port()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", job,
-           "--local-addr", "127.0.0.1", "--max-restarts", "0", str(EXAMPLE), "--job", job,
-           "--steps", str(steps), "--warmup", str(warmup), "--timing-json", str(out), *CONFIGS[config]]
+    env = torchrun_env(agent)
+    cmd = torchrun_argv(world, job, "--steps", str(steps), "--warmup", str(warmup), "--timing-json", str(out),
+                        *CONFIGS[config])
     started = time.monotonic()
     services_before = cpu_seconds(list(services))
     popen = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

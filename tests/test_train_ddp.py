@@ -9,9 +9,6 @@ in the heartbeats.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -23,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from collectors.demo.train import kill_job, torchrun_argv, torchrun_env
+from collectors.sim.procs import free_port
 from helpers_tree import steps as api_steps
 from helpers_tree import wait_for
 
@@ -35,7 +34,6 @@ pytestmark = [
 ]
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "train_ddp.py"
 
 STEPS = 80
 NAN_STEP = 12
@@ -66,12 +64,6 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(5)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def tree(tmp_path: Path) -> Iterator[dict]:
     db = tmp_path / "root.db"
@@ -88,41 +80,19 @@ def tree(tmp_path: Path) -> Iterator[dict]:
 
 
 def _torchrun(world: int, job: str, agent: str, *extra: str, timeout: float = 150) -> subprocess.CompletedProcess:
-    port = _free_port()
-    env = {**os.environ, "TELEMETRY_AGENT": agent, "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
-           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", job,
-           "--local-addr", "127.0.0.1", "--max-restarts", "0", str(EXAMPLE), "--job", job, *extra]
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = torchrun_argv(world, job, *extra)
+    proc = subprocess.Popen(cmd, env=torchrun_env(agent), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_job(proc, job)
+        kill_job(proc, job)
         try:
             out, err = proc.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             out, err = "", "(no output: pipes still held)"
         raise AssertionError(f"torchrun did not finish in {timeout} s:\n{out[-3000:]}\n{err[-6000:]}") from None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-def _kill_job(torchrun: subprocess.Popen, job: str) -> None:
-    """Stop a torchrun this test started and its ranks (torchrun puts each rank in a session of its own)."""
-    torchrun.terminate()  # torchrun forwards it to its ranks
-    try:
-        torchrun.wait(15)
-    except subprocess.TimeoutExpired:
-        torchrun.kill()
-    marker = f"--job\0{job}\0".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if marker in (entry / "cmdline").read_bytes():
-                os.kill(int(entry.name), signal.SIGKILL)  # a rank of this job (the job id is unique)
-        except (OSError, ValueError):
-            pass
 
 
 def _by_step(api: str, job: str, metric: str, world: int) -> dict[int, dict]:
@@ -259,7 +229,7 @@ def test_attach_and_sync_wait_clock_with_a_real_group() -> None:
     if dist.is_initialized():
         pytest.skip("a process group is already initialised in this process")
     assert SyncWaitClock.install(torch.nn.Linear(2, 2)) is None  # not DDP: nothing to hook
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:
         from types import SimpleNamespace
 

@@ -103,7 +103,7 @@ class Demo:
                 self._status(f"torchrun: {self.world} ranks training ({c.steps} steps)")
                 time.sleep(0.25)
         finally:
-            train.stop(proc)
+            train.kill_job(proc, c.job)
         if proc.returncode != 0:
             tail = (self.sim.logs / "torchrun.log").read_text(errors="replace")[-3000:]
             raise RuntimeError(f"torchrun exited with {proc.returncode}:\n{tail}")

@@ -1,4 +1,5 @@
-"""`telemetry demo --train`: examples/train_ddp.py under torchrun (CPU: gloo on loopback), logging to the demo's agent."""
+"""The torch example (examples/train_ddp.py) under torchrun on this host: for `telemetry demo --train`, the
+end-to-end test and bench/sdk_overhead.py. CPU ranks use gloo on loopback only."""
 
 from __future__ import annotations
 
@@ -23,29 +24,43 @@ def example_path() -> Path:
     return EXAMPLE
 
 
+def torchrun_argv(world: int, job: str, *example_args: str) -> list[str]:
+    """torchrun with `world` ranks on this host (c10d rendezvous on a free loopback port), running the example."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", job,
+            "--local-addr", "127.0.0.1", "--max-restarts", "0", str(EXAMPLE), "--job", job, *example_args]
+
+
+def torchrun_env(agent: str) -> dict[str, str]:
+    """The environment for it: the agent's address, loopback-only gloo, one intra-op thread per rank."""
+    return {**os.environ, "TELEMETRY_AGENT": agent, "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
+            "OMP_NUM_THREADS": "1", "PYTHONPATH": str(EXAMPLE.parents[1])}
+
+
 def launch(world: int, job: str, agent: str, steps: int, flags: list[str], log_path: Path) -> subprocess.Popen:
     """Start torchrun with `world` ranks on this host; its output goes to `log_path`."""
-    port = free_port()
-    env = {**os.environ, "TELEMETRY_AGENT": agent, "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
-           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(EXAMPLE.parents[1])}
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", job,
-            "--local-addr", "127.0.0.1", "--max-restarts", "0", str(example_path()), "--job", job,
-            "--steps", str(steps), "--linger", "2", *flags]
+    example_path()
     with log_path.open("ab") as log:
-        # A session of its own, so stop() can signal torchrun and every rank it started together.
-        return subprocess.Popen(argv, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        return subprocess.Popen(torchrun_argv(world, job, "--steps", str(steps), "--linger", "2", *flags),
+                                env=torchrun_env(agent), stdout=log, stderr=log, stdin=subprocess.DEVNULL)
 
 
-def stop(proc: subprocess.Popen, grace: float = 15.0) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(5)
-    except ProcessLookupError:
-        pass
+def kill_job(torchrun: subprocess.Popen, job: str, grace: float = 15.0) -> None:
+    """Stop a torchrun started here and its ranks: SIGTERM (torchrun forwards it), then SIGKILL to any rank of
+    `job` still running (each rank runs in a session of its own; job ids are unique, so the marker is safe)."""
+    if torchrun.poll() is None:
+        torchrun.terminate()
+        try:
+            torchrun.wait(grace)
+        except subprocess.TimeoutExpired:
+            torchrun.kill()
+            torchrun.wait(5)
+    marker = f"--job\0{job}\0".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
