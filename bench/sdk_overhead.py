@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import telemetry  # noqa: E402
-from collectors.demo.train import kill_job, torchrun_argv, torchrun_env  # noqa: E402
+from collectors.demo.train import run as run_torchrun  # noqa: E402
 
 EXAMPLE = REPO / "examples" / "train_ddp.py"
 DEFAULT_JSON = REPO / "bench" / "results" / "sdk_overhead.json"
@@ -275,25 +275,17 @@ class RunFailed(RuntimeError):
 
 def run_example(config: str, world: int, steps: int, warmup: int, agent: str, job: str, out: Path,
                 timeout: float, services: list[int] = ()) -> dict:  # type: ignore[assignment]
-    env = torchrun_env(agent)
-    cmd = torchrun_argv(world, job, "--steps", str(steps), "--warmup", str(warmup), "--timing-json", str(out),
-                        *CONFIGS[config])
     started = time.monotonic()
     services_before = cpu_seconds(list(services))
-    popen = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        stdout, stderr = popen.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_job(popen, job)
-        try:
-            stdout, stderr = popen.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            stdout, stderr = "", "(timed out; no output)"
+    done, timed_out = run_torchrun(world, job, agent, "--steps", str(steps), "--warmup", str(warmup),
+                                   "--timing-json", str(out), *CONFIGS[config], timeout=timeout)
+    stdout, stderr = done.stdout, done.stderr
+    if timed_out:
         stderr = f"(killed after {timeout:.0f} s)\n{stderr}"
-    if popen.returncode != 0 or not out.exists():
+    if done.returncode != 0 or not out.exists():
         kept = Path(tempfile.gettempdir()) / f"sdk-overhead-{job}.failed.log"
-        kept.write_text(" ".join(cmd) + "\n" + stdout + "\n----- stderr -----\n" + stderr)
-        raise RunFailed(f"{config} run failed with status {popen.returncode} (full output: {kept}):\n"
+        kept.write_text(" ".join(done.args) + "\n" + stdout + "\n----- stderr -----\n" + stderr)
+        raise RunFailed(f"{config} run failed with status {done.returncode} (full output: {kept}):\n"
                         f"{stderr[-3000:]}")
     services_s = cpu_seconds(list(services)) - services_before
     services_wall_s = time.monotonic() - started

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.demo.train import kill_job, torchrun_argv, torchrun_env
+from collectors.demo.train import run as run_torchrun
 from collectors.sim.procs import free_port
 from helpers_tree import steps as api_steps
 from helpers_tree import wait_for
@@ -80,19 +80,10 @@ def tree(tmp_path: Path) -> Iterator[dict]:
 
 
 def _torchrun(world: int, job: str, agent: str, *extra: str, timeout: float = 150) -> subprocess.CompletedProcess:
-    cmd = torchrun_argv(world, job, *extra)
-    proc = subprocess.Popen(cmd, env=torchrun_env(agent), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_job(proc, job)
-        try:
-            out, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            out, err = "", "(no output: pipes still held)"
-        raise AssertionError(f"torchrun did not finish in {timeout} s:\n{out[-3000:]}\n{err[-6000:]}") from None
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    done, timed_out = run_torchrun(world, job, agent, *extra, timeout=timeout)
+    if timed_out:
+        raise AssertionError(f"torchrun did not finish in {timeout} s:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
+    return done
 
 
 def _by_step(api: str, job: str, metric: str, world: int) -> dict[int, dict]:

@@ -64,3 +64,21 @@ def kill_job(torchrun: subprocess.Popen, job: str, grace: float = 15.0) -> None:
                 os.kill(int(entry.name), signal.SIGKILL)
         except (OSError, ValueError):
             pass
+
+
+def run(world: int, job: str, agent: str, *example_args: str, timeout: float) -> tuple[subprocess.CompletedProcess, bool]:
+    """Run the example to the end (its output captured), or kill the job after `timeout` seconds;
+    returns the finished process and whether it timed out."""
+    cmd = torchrun_argv(world, job, *example_args)
+    proc = subprocess.Popen(cmd, env=torchrun_env(agent), cwd=EXAMPLE.parents[1], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err), False
+    except subprocess.TimeoutExpired:
+        kill_job(proc, job)
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            out, err = "", "(no output: pipes still held)"
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err), True
