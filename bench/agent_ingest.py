@@ -36,6 +36,7 @@ import grpc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from collectors.sim.procs import Proc, free_port, python_module  # noqa: E402
+from machine import cpu_model  # noqa: E402  (bench/machine.py)
 from telemetry.v1 import ingest_pb2, ingest_pb2_grpc  # noqa: E402
 
 RANKS = 8
@@ -143,18 +144,11 @@ def main() -> int:
                   f"{result['durable_values_per_s']:,} values/s; agent CPU "
                   f"{result['agent_cpu_s_per_million_values']} s per million values", flush=True)
     out = {"benchmark": "agent_ingest", "target_values_per_s": 200_000, "machine": {
-        "nproc": os.cpu_count(), "python": platform.python_version(), "cpu": _cpu_model()}, "results": results}
+        "nproc": os.cpu_count(), "python": platform.python_version(), "cpu": cpu_model()}, "results": results}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(out, indent=1))
     print(f"wrote {args.json}")
     return 0
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 if __name__ == "__main__":

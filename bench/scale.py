@@ -47,6 +47,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from machine import cpu_model, git_head, memory_bytes  # noqa: E402  (bench/machine.py)
+
 JOB = "scale"
 METRICS = ["step_time"] + [f"metric_{i:02d}" for i in range(1, 20)]
 RANKS_PER_NODE = 8
@@ -1060,13 +1062,9 @@ def plot(path: Path, tree: list[dict], base: list[dict], cross: dict[str, Any]) 
 
 def machine() -> dict[str, Any]:
     import grpc
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    mem = next((int(line.split()[1]) // 1024 for line in Path("/proc/meminfo").read_text().splitlines()
-                if line.startswith("MemTotal")), 0)
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    return {"nproc": os.cpu_count(), "cpu": cpu, "mem_mb": mem, "python": platform.python_version(),
-            "grpcio": grpc.__version__, "numpy": np.__version__, "kernel": platform.release(), "git_head": head}
+    memory = memory_bytes()
+    return {"nproc": os.cpu_count(), "cpu": cpu_model(), "mem_mb": memory // 2**20 if memory else 0, "python": platform.python_version(),
+            "grpcio": grpc.__version__, "numpy": np.__version__, "kernel": platform.release(), "git_head": git_head() or ""}
 
 
 def fmt(v: float | None, spec: str = ",.1f") -> str:

@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO))
 
 import telemetry  # noqa: E402
 from collectors.demo.train import run as run_torchrun  # noqa: E402
+from machine import cpu_model, git_head, memory_bytes  # noqa: E402  (bench/machine.py)
 
 EXAMPLE = REPO / "examples" / "train_ddp.py"
 DEFAULT_JSON = REPO / "bench" / "results" / "sdk_overhead.json"
@@ -367,30 +368,11 @@ def bench_steps(agent: str, services: list[int], world: int, steps: int, warmup:
 def machine_facts() -> dict[str, Any]:
     import torch
 
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_gib = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_gib = round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                                timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
+    memory = memory_bytes()
     return {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "cpu_model": model, "cpus": os.cpu_count(),
+            "cpu_model": cpu_model(), "cpus": os.cpu_count(),
             "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-            "memory_gib": mem_gib, "git_head": commit,
+            "memory_gib": round(memory / 2**30, 1) if memory else None, "git_head": git_head(),
             "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 

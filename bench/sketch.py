@@ -59,6 +59,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from tdigest import TDigest as PyTDigest
 
+from machine import cpu_model  # bench/machine.py
 from telemetry import Summary
 
 REPO = Path(__file__).resolve().parent.parent
@@ -365,14 +366,7 @@ def profile_tree(impl: Impl, leaves: Sequence[Any]) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- report
 
 def machine() -> dict[str, Any]:
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    model = cpu_model() or "unknown"
     versions = {}
     for package in ("numpy", "fastdigest", "tdigest", "protobuf", "pyroaring"):
         try:
