@@ -6,6 +6,7 @@ import faulthandler
 import json
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -69,24 +70,71 @@ def _token(value: str | None, file: str | None) -> str | None:
     return value
 
 
-def _serve(server: Any, describe: Callable[[], dict[str, Any]]) -> None:
-    """Start, announce readiness (a JSON line on stdout, and READY=1 to systemd), ping the watchdog while
-    the flush loop is ticking, and stop cleanly on SIGTERM/SIGINT."""
+class StopSignals:
+    """SIGTERM/SIGINT noticed whatever thread the kernel delivers them to, from the moment this is made.
+
+    Why not `signal.signal(...)` and an Event: CPython runs a Python-level handler only on the main
+    thread, when it next executes bytecode. A signal the kernel hands to one of gRPC's C threads
+    leaves the main thread asleep in `Event.wait()` and the handler never runs (1-2 processes in
+    90 ignored SIGTERM that way). Here the C-level handler also writes the signal number to a pipe
+    (`signal.set_wakeup_fd`) that the main thread waits on, so it wakes whichever thread took it.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._note)
+
+    def _note(self, signum: int, _frame: object) -> None:
+        self.received = signum
+
+    def wait(self) -> int:
+        """Block until SIGTERM or SIGINT; return it. A signal that came before this call returns at once."""
+        while self.received is None:
+            readable, _, _ = select.select([self._read], [], [], 1.0)  # the timeout is only a safety net
+            if readable:
+                os.read(self._read, 512)
+        return self.received
+
+
+STOP_DEADLINE_S = 4.5
+EXIT_STOP_OVERRAN = 70  # EX_SOFTWARE: a clean stop took longer than STOP_DEADLINE_S and was cut short
+
+
+def _serve(signals: StopSignals, make: Callable[[], Any], describe: Callable[[Any], dict[str, Any]]) -> None:
+    """Build and start the server, announce readiness (a JSON line on stdout, and READY=1 to systemd), ping
+    the watchdog while flushes succeed, and stop cleanly on SIGTERM/SIGINT within STOP_DEADLINE_S."""
     from collectors.agent.sdnotify import Notifier, WatchdogPinger
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    server.start()
-    ready = describe()
-    print(json.dumps({"ready": True, **ready}), flush=True)
     notifier = Notifier()
-    notifier.ready(f"{ready['role']} listening")
-    pinger = WatchdogPinger(notifier, healthy=lambda: time.monotonic() - server.last_tick < 10.0)
-    pinger.start()
-    stop.wait()
+    server = make()
+    if signals.received is None:
+        server.start()
+        ready = describe(server)
+        print(json.dumps({"ready": True, **ready}), flush=True)
+        notifier.ready(f"{ready['role']} listening")
+        pinger = WatchdogPinger(notifier, healthy=server.healthy)
+        pinger.start()
+        signals.wait()
+        pinger.stop()
     notifier.stopping()
-    pinger.stop()
+    _stop_within(server, STOP_DEADLINE_S)
+
+
+def _stop_within(server: Any, deadline_s: float) -> None:
+    """Stop the server; if that overruns, dump every thread's stack and exit EXIT_STOP_OVERRAN regardless."""
+    def overran() -> None:
+        sys.stderr.write(f"stop took longer than {deadline_s} s; exiting anyway. Threads:\n")
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(EXIT_STOP_OVERRAN)
+
+    timer = threading.Timer(deadline_s, overran)
+    timer.daemon = True
+    timer.start()
     server.stop()
+    timer.cancel()
 
 
 def _logging(verbose: int) -> None:
@@ -129,6 +177,8 @@ def with_options(options):  # type: ignore[no-untyped-def]
 @click.option("--stuck-after", type=float, default=10.0, show_default=True,
               help="Seconds without a heartbeat before a live rank counts as stuck.")
 @click.option("--max-metrics", type=int, default=256, show_default=True, help="Distinct metric names per job.")
+@click.option("--max-ranks", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Rank streams served at once; one more is refused with RESOURCE_EXHAUSTED (and counted).")
 @click.option("--gpu-probe/--no-gpu-probe", default=True, show_default=True,
               help="Sample every GPU with NVML (without NVML, a driver or a GPU: one log line, then off).")
 @click.option("--nic-probe/--no-nic-probe", default=True, show_default=True,
@@ -147,23 +197,25 @@ def with_options(options):  # type: ignore[no-untyped-def]
 def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple[str, ...], fallbacks: tuple[str, ...],
           parent_ca: str | None, parent_cert: str | None, parent_key: str | None, parent_token: str | None,
           parent_token_file: str | None, parent_server_name: str | None, deadline_floor: float,
-          deadline_factor: float, stuck_after: float, max_metrics: int, gpu_probe: bool, nic_probe: bool,
+          deadline_factor: float, stuck_after: float, max_metrics: int, max_ranks: int, gpu_probe: bool, nic_probe: bool,
           probe_interval: float, sysfs_root: str, nic_exclude: tuple[str, ...], nvlink_every: int, host_id: str,
           verbose: int) -> None:
     """Run the node agent: ranks on this host stream to it; it forwards sealed step summaries to --parent."""
+    signals = StopSignals()
     from collectors.agent.server import AgentConfig, AgentServer
     _logging(verbose)
     if not parents:
         raise click.UsageError("an agent needs --parent ADDR (its rack collector, or the root)")
     security = _security(parent_cert, parent_key, parent_ca, _token(parent_token, parent_token_file),
                          parent_server_name)
-    server = AgentServer(AgentConfig(
+    config = AgentConfig(
         parents=[*parents, *fallbacks], socket=Path(socket_path) if socket_path else None, tcp=tcp,
         node_id=node_id, parent_security=security, deadline_floor_s=deadline_floor,
         deadline_factor=deadline_factor, stuck_after_s=stuck_after, max_metrics_per_job=max_metrics,
-        gpu_probe=gpu_probe, nic_probe=nic_probe, probe_interval_s=probe_interval, sysfs_root=sysfs_root,
-        nic_exclude=tuple(nic_exclude), nvlink_every=nvlink_every, host_id=host_id))
-    _serve(server, lambda: {"role": "agent", "id": server.node.node_id, "addresses": server.addresses})
+        max_ranks=max_ranks, gpu_probe=gpu_probe, nic_probe=nic_probe, probe_interval_s=probe_interval,
+        sysfs_root=sysfs_root, nic_exclude=tuple(nic_exclude), nvlink_every=nvlink_every, host_id=host_id)
+    _serve(signals, lambda: AgentServer(config),
+           lambda server: {"role": "agent", "id": server.node.node_id, "addresses": server.addresses})
 
 
 @main.command()
@@ -186,6 +238,9 @@ def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple
 @click.option("--deadline-factor", type=float, default=4.0, show_default=True,
               help="Deadline as a multiple of the job's median step time, when larger than the floor.")
 @click.option("--max-metrics", type=int, default=256, show_default=True, help="Distinct metric names per job.")
+@click.option("--max-children", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Child streams (agents, collectors) served at once; one more is refused with "
+                   "RESOURCE_EXHAUSTED (and counted).")
 @click.option("--detectors", "detectors_config", metavar="FILE|JSON", envvar="TELEMETRY_DETECTORS",
               help="Root only: detector settings, a .toml/.json file or inline JSON (docs/detectors.md) "
                    "[env: TELEMETRY_DETECTORS; default: built-in defaults].")
@@ -195,8 +250,9 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               parent_token_file: str | None, parent_server_name: str | None, tls_cert: str | None,
               tls_key: str | None, tls_client_ca: str | None, token: str | None, token_file: str | None, db: str,
               api: str, deadline_floor: float | None, deadline_factor: float, max_metrics: int,
-              detectors_config: str | None, verbose: int) -> None:
+              max_children: int, detectors_config: str | None, verbose: int) -> None:
     """Run a collector (rack or cluster tier); with no --parent it is the root (store, API)."""
+    signals = StopSignals()
     from collectors.collector.server import CollectorConfig, CollectorServer
     from collectors.detectors.suite import ENV, DetectorsConfig
     if detectors_config:
@@ -213,12 +269,13 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
                                 _token(parent_token, parent_token_file), parent_server_name)
     is_root = not parents
     floor = deadline_floor if deadline_floor is not None else (4.0 if is_root else 3.0)
-    server = CollectorServer(CollectorConfig(
+    config = CollectorConfig(
         listen=listen, parents=[*parents, *fallbacks], node_id=node_id, security=security,
         parent_security=parent_security, db=Path(db), api=api, deadline_floor_s=floor,
-        deadline_factor=deadline_factor, max_metrics_per_job=max_metrics))
-    _serve(server, lambda: {"role": "root" if is_root else "collector", "id": server.node.node_id,
-                            "address": server.address, "api": server.api_address})
+        deadline_factor=deadline_factor, max_metrics_per_job=max_metrics, max_children=max_children)
+    _serve(signals, lambda: CollectorServer(config),
+           lambda server: {"role": "root" if is_root else "collector", "id": server.node.node_id,
+                           "address": server.address, "api": server.api_address})
 
 
 @main.command()

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import collections
 import logging
-import queue
 import signal
 import time
 from dataclasses import dataclass, field
 
+from collectors.common.aioserve import Answers
 from collectors.common.validation import BadInput, check_job
 from collectors.delivery.node import RankView
 from collectors.probes.process import ProcessStatus, classify, process_status
@@ -74,7 +74,7 @@ class RankInfo:
     host: str
     pid: int
     device: str
-    link: queue.Queue | None = None
+    link: Answers | None = None
     last_beat: float = field(default_factory=time.monotonic)
     last_seq: int = 0
     reported_dropped: int = 0
@@ -121,7 +121,7 @@ class RankRegistry:
         self.changed = False  # a rank registered since the last views()
         self._exits: collections.deque[tuple[RankInfo, int]] = collections.deque(maxlen=MAX_PENDING_EXITS)
 
-    def register(self, hello, link: queue.Queue) -> RankInfo:  # type: ignore[no-untyped-def]
+    def register(self, hello, link: Answers) -> RankInfo:  # type: ignore[no-untyped-def]
         check_job(hello.job)
         if hello.job.startswith(HOST_JOB_PREFIX):
             raise BadInput("INVALID_ARGUMENT", f"job names starting with {HOST_JOB_PREFIX!r} are reserved "
@@ -181,7 +181,7 @@ class RankRegistry:
         self._exits.clear()
         return out
 
-    def link(self, job: str, rank: int) -> queue.Queue | None:
+    def link(self, job: str, rank: int) -> Answers | None:
         info = self.ranks.get((job, rank))
         return None if info is None else info.link
 

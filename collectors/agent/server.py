@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,8 +14,10 @@ from telemetry.sdk.env import default_socket
 from collectors.agent.hardware import DEFAULT_NIC_EXCLUDE, DEFAULT_PROBE_INTERVAL_S, HardwareSampler, offer_exits
 from collectors.agent.ranks import DEFAULT_STUCK_AFTER_S, RankRegistry
 from collectors.agent.service import AgentService
+from collectors.common.aioserve import AioServer, StreamSlots
+from collectors.common.flushloop import FlushLoop
 from collectors.common.gctune import tune_gc
-from collectors.common.transport import Security, bind, make_server, set_serving
+from collectors.common.transport import Security
 from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, MetricBudget
 from collectors.delivery.node import Node, Upstream
 from collectors.delivery.outbox import Outbox
@@ -24,6 +25,9 @@ from collectors.delivery.windows import Deadlines
 from telemetry.v1 import ingest_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+DEFAULT_MAX_RANKS = 512
+
 
 @dataclass
 class AgentConfig:
@@ -38,6 +42,7 @@ class AgentConfig:
     stuck_after_s: float = DEFAULT_STUCK_AFTER_S
     max_metrics_per_job: int = DEFAULT_MAX_METRICS_PER_JOB
     retain_s: float = 120.0
+    max_ranks: int = DEFAULT_MAX_RANKS  # concurrent rank streams; past it a stream is refused (RESOURCE_EXHAUSTED)
     extra_sockets: list[Path] = field(default_factory=list)
     # Hardware probes (collectors/agent/hardware.py, docs/hardware.md). Off unless asked for here;
     # `telemetry agent` turns both on by default.
@@ -68,27 +73,26 @@ class AgentServer:
         self.registry = RankRegistry(config.stuck_after_s, reap=config.reap_rank_children)
         self.host_id = config.host_id or socket.gethostname()
         self.hardware: HardwareSampler | None = None
-        self.service = AgentService(self.node, self.registry, MetricBudget(config.max_metrics_per_job))
-        self.server, self.health = make_server()
-        ingest_pb2_grpc.add_AgentServicer_to_server(self.service, self.server)
+        self.flusher = FlushLoop("agent-flush", self._flush, config.flush_interval_s)
+        slots = StreamSlots(config.max_ranks, "rank", "--max-ranks")
+        self.grpc = AioServer("agent", None, ("telemetry.v1.Agent",), self.flusher.healthy)
+        self.service = AgentService(self.node, self.registry, MetricBudget(config.max_metrics_per_job),
+                                    self.grpc.host, slots)
+        self.grpc.add(lambda server: ingest_pb2_grpc.add_AgentServicer_to_server(self.service, server))
         self.socket_path = config.socket or default_socket()
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         if self.socket_path.exists():
             self.socket_path.unlink()  # a stale socket from a previous run
-        self.addresses = [bind(self.server, f"unix:{self.socket_path}")]
+        self.addresses = [self.grpc.bind(f"unix:{self.socket_path}")]
         if config.tcp:
-            self.addresses.append(bind(self.server, config.tcp))
-        self._stop = threading.Event()
-        self.last_tick = time.monotonic()  # the flush loop's heartbeat, for the systemd watchdog
-        self._flusher = threading.Thread(target=self._flush_loop, name="agent-flush", daemon=True)
+            self.addresses.append(self.grpc.bind(config.tcp))
 
     def start(self) -> None:
         tune_gc()
-        self.server.start()
+        self.grpc.start()
         os.chmod(self.socket_path, 0o660)
-        set_serving(self.health, "telemetry.v1.Agent")
         self.upstream.outbox.start()
-        self._flusher.start()
+        self.flusher.start()
         config = self.config
         if config.gpu_probe or config.nic_probe:
             self.hardware = HardwareSampler.open(
@@ -99,24 +103,21 @@ class AgentServer:
             if self.hardware is not None:
                 self.hardware.start()
 
-    def _flush_loop(self) -> None:
-        while not self._stop.wait(self.config.flush_interval_s):
-            self.last_tick = time.monotonic()
-            try:
-                with self.node.lock:
-                    self.service.seal(time.monotonic())
-                    offer_exits(self.node, self.registry)  # exit statuses seal() just learned of
-                self.node.flush()
-            except Exception:
-                log.exception("agent flush failed")
+    def _flush(self) -> None:
+        with self.node.lock:
+            self.service.seal(time.monotonic())
+            offer_exits(self.node, self.registry)  # exit statuses seal() just learned of
+        self.node.flush()
+
+    def healthy(self) -> bool:
+        return self.flusher.healthy()
 
     def stop(self, grace: float = 1.0) -> None:
         if self.hardware is not None:
             self.hardware.stop()
-        self._stop.set()
-        self._flusher.join(2)
+        self.flusher.stop()
         self.upstream.outbox.close()
-        self.server.stop(grace).wait(grace + 1)
+        self.grpc.stop(grace)
         try:
             self.socket_path.unlink()
         except FileNotFoundError:

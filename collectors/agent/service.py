@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import grpc
 from pyroaring import BitMap
@@ -13,7 +14,7 @@ from pyroaring import BitMap
 from collectors.agent.intake import OpenBeat, OpenStep, RankValues, beat_key
 from collectors.agent.ranks import RankInfo, RankRegistry
 from collectors.common.keys import Key
-from collectors.common.streams import answer
+from collectors.common.aioserve import Answers, Host, StreamSlots, rpc_code, serve_stream
 from collectors.common.validation import BadInput, MetricBudget, check_size
 from collectors.delivery.node import Node
 from collectors.delivery.windows import Origin
@@ -27,8 +28,11 @@ MAX_STEP = 2**63 - 1  # the root stores steps as SQLite integers
 
 
 class AgentService(ingest_pb2_grpc.AgentServicer):
-    def __init__(self, node: Node, registry: RankRegistry, budget: MetricBudget) -> None:
+    def __init__(self, node: Node, registry: RankRegistry, budget: MetricBudget, host: Host,
+                 slots: StreamSlots) -> None:
         self.node = node
+        self.host = host
+        self.slots = slots
         self.registry = registry
         self.budget = budget
         self.steps: dict[tuple[str, int], OpenStep] = {}
@@ -47,43 +51,54 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             link.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.DURABLE, seq=seq))
 
     # ------------------------------------------------------------ the stream
-    def Stream(self, request_iterator: Iterator[ingest_pb2.RankMessage],
-               context: grpc.ServicerContext) -> Iterator[ingest_pb2.RankAck]:
-        responses, _ = answer(request_iterator, context, self._consume)
-        yield from responses
+    async def Stream(self, request_iterator: AsyncIterator[ingest_pb2.RankMessage],
+                     context: grpc.aio.ServicerContext) -> AsyncIterator[ingest_pb2.RankAck]:
+        async for answer in serve_stream(self.host, self.slots, context,
+                                         lambda answers: self._read(request_iterator, answers), self._refused):
+            yield answer  # type: ignore[misc]
 
-    def _consume(self, requests: Iterator[ingest_pb2.RankMessage], responses: queue.Queue) -> None:
-        info: RankInfo | None = None
+    def _refused(self) -> None:
+        with self.node.lock:
+            self.node.counters["refused_streams"] += 1
+        log.warning("refused a rank stream: %s", self.slots.refusal())
+
+    async def _read(self, requests: AsyncIterator[ingest_pb2.RankMessage], answers: Answers) -> None:
+        loop = asyncio.get_running_loop()
+        stream = _RankStream(answers)
         try:
-            for message in requests:
-                check_size(message)
-                which = message.WhichOneof("body")
-                with self.node.lock:
-                    if which == "hello":
-                        info = self._hello(message.hello, responses)
-                    elif info is None:
-                        raise BadInput("INVALID_ARGUMENT", "the first message on a rank stream must be a hello")
-                    elif which == "batch":
-                        self._batch(info, message.batch, responses)
-                    elif which == "heartbeat":
-                        self._heartbeat(info, message.heartbeat)
+            async for message in requests:
+                await loop.run_in_executor(self.host.pool, self._one, stream, message)
         except BadInput as exc:
             with self.node.lock:
                 self.node.counters["bad_inputs"] += 1
             log.warning("refused a rank stream: %s", exc)
-            responses.put(exc)
-        except grpc.RpcError as exc:
-            if _code(exc) == grpc.StatusCode.RESOURCE_EXHAUSTED:  # e.g. a message over the size limit
+            answers.put(exc)
+        except Exception as exc:
+            if rpc_code(exc) == grpc.StatusCode.RESOURCE_EXHAUSTED:  # e.g. a message over the size limit
                 with self.node.lock:
                     self.node.counters["bad_inputs"] += 1
                 log.warning("a rank stream was cut: %s", exc)
         finally:
             with self.node.lock:
-                if info is not None and info.link is responses:
-                    info.link = None
-            responses.put(END)
+                if stream.info is not None and stream.info.link is answers:
+                    stream.info.link = None
+            answers.put(END)
 
-    def _hello(self, hello: ingest_pb2.RankHello, responses: queue.Queue) -> RankInfo:
+    def _one(self, stream: _RankStream, message: ingest_pb2.RankMessage) -> None:
+        """One message from a rank, on the pool."""
+        check_size(message)
+        which = message.WhichOneof("body")
+        with self.node.lock:
+            if which == "hello":
+                stream.info = self._hello(message.hello, stream.answers)
+            elif stream.info is None:
+                raise BadInput("INVALID_ARGUMENT", "the first message on a rank stream must be a hello")
+            elif which == "batch":
+                self._batch(stream.info, message.batch, stream.answers)
+            elif which == "heartbeat":
+                self._heartbeat(stream.info, message.heartbeat)
+
+    def _hello(self, hello: ingest_pb2.RankHello, responses: Answers) -> RankInfo:
         info = self.registry.register(hello, responses)
         if hello.dropped > info.reported_dropped:
             self.node.counters["sdk_dropped"] += hello.dropped - info.reported_dropped
@@ -91,7 +106,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         responses.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.REGISTERED, seq=info.last_seq))
         return info
 
-    def _batch(self, info: RankInfo, batch: ingest_pb2.RankBatch, responses: queue.Queue) -> None:
+    def _batch(self, info: RankInfo, batch: ingest_pb2.RankBatch, responses: Answers) -> None:
         if batch.job and batch.job != info.job:
             raise BadInput("INVALID_ARGUMENT", f"batch for job {batch.job!r} on a stream registered for {info.job!r}")
         if batch.rank != info.rank:
@@ -209,8 +224,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
                         node.offer(piece, expected)
 
 
-def _code(exc: grpc.RpcError) -> grpc.StatusCode | None:
-    try:
-        return exc.code()
-    except Exception:  # the server-side iterator's error may carry no code
-        return None
+@dataclass
+class _RankStream:
+    answers: Answers
+    info: RankInfo | None = None

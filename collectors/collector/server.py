@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collectors.common.aioserve import AioServer, StreamSlots
+from collectors.common.flushloop import FlushLoop
 from collectors.common.gctune import tune_gc
-from collectors.common.transport import Security, bind, make_server, set_serving
+from collectors.common.transport import Security
 from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, MetricBudget
 from collectors.delivery.node import Node, Upstream
 from collectors.delivery.outbox import Outbox
@@ -22,6 +22,8 @@ from collectors.root.store import Store
 from telemetry.v1 import forward_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+DEFAULT_MAX_CHILDREN = 4096
 
 
 @dataclass
@@ -38,6 +40,7 @@ class CollectorConfig:
     flush_interval_s: float = 0.02
     max_metrics_per_job: int = DEFAULT_MAX_METRICS_PER_JOB
     retain_s: float = 300.0
+    max_children: int = DEFAULT_MAX_CHILDREN  # concurrent child streams; past it refused (RESOURCE_EXHAUSTED)
 
     @property
     def is_root(self) -> bool:
@@ -65,19 +68,19 @@ class CollectorServer:
                                                                       on_ack))
             self.node.sink = self.upstream
             before = None
-        self.service = CollectorService(self.node, MetricBudget(config.max_metrics_per_job), before)
-        self.server, self.health = make_server(security=config.security)
-        forward_pb2_grpc.add_CollectorServicer_to_server(self.service, self.server)
-        self.address = bind(self.server, config.listen, config.security)
+        self.flusher = FlushLoop("flush", self.node.flush, config.flush_interval_s)
+        self.grpc = AioServer("root" if config.is_root else "collector", config.security,
+                              ("telemetry.v1.Collector",), self.flusher.healthy)
+        self.service = CollectorService(self.node, self.grpc.host,
+                                        StreamSlots(config.max_children, "child", "--max-children"),
+                                        MetricBudget(config.max_metrics_per_job), before)
+        self.grpc.add(lambda server: forward_pb2_grpc.add_CollectorServicer_to_server(self.service, server))
+        self.address = self.grpc.bind(config.listen, config.security)
         self.api_address: str | None = None
-        self._stop = threading.Event()
-        self.last_tick = time.monotonic()  # the flush loop's heartbeat, for the systemd watchdog
-        self._flusher = threading.Thread(target=self._flush_loop, name="flush", daemon=True)
 
     def start(self) -> None:
         tune_gc()
-        self.server.start()
-        set_serving(self.health, "telemetry.v1.Collector")
+        self.grpc.start()
         if not self.config.is_root:
             self.upstream.outbox.start()
         else:
@@ -89,7 +92,10 @@ class CollectorServer:
                 api.events = self.wiring.events_endpoint  # GET /api/v1/jobs/{job}/events
                 self.api_server = serve(api, host, int(port), extra=self.wiring.routes)
                 self.api_address = f"{host}:{self.api_server.server_address[1]}"
-        self._flusher.start()
+        self.flusher.start()
+
+    def healthy(self) -> bool:
+        return self.flusher.healthy()
 
     def liveness(self, job: str) -> dict[str, object]:
         with self.node.lock:
@@ -99,25 +105,14 @@ class CollectorServer:
                 "dead": len(view.dead), "stuck_ranks": list(view.stuck)[:1024], "dead_ranks": list(view.dead)[:1024],
                 "counters": counters}
 
-    def _flush_loop(self) -> None:
-        while not self._stop.wait(self.config.flush_interval_s):
-            self.last_tick = time.monotonic()
-            try:
-                self.node.flush()
-            except Exception:
-                log.exception("flush failed")
-
     def stop(self, grace: float = 1.0) -> None:
-        self._stop.set()
-        self._flusher.join(2)
+        self.flusher.stop()
         if not self.config.is_root:
             self.upstream.outbox.close()
-        self.server.stop(grace).wait(grace + 1)
+        self.grpc.stop(grace)
         if self.api_server is not None:
             self.api_server.shutdown()
+        if self.config.is_root:
+            self.wiring.close()
         if self.store is not None:
             self.store.close()
-
-    def wait(self) -> None:
-        while not self._stop.is_set():
-            time.sleep(0.5)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 import grpc
 from pyroaring import BitMap
 
 from collectors.common.keys import Key
-from collectors.common.streams import answer
+from collectors.common.aioserve import Answers, Host, StreamSlots, rpc_code, serve_stream
 from collectors.common.validation import BadInput, MetricBudget, check_job, check_size
 from collectors.delivery.node import COUNTER_FIELDS, Node
 from collectors.delivery.windows import Origin, Part
@@ -27,12 +28,14 @@ MAX_INDEX = 2**63 - 1  # the root stores window indexes as SQLite integers
 class CollectorService(forward_pb2_grpc.CollectorServicer):
     """Accepts child units into a Node; `before_offer` lets the root reload windows it persisted."""
 
-    def __init__(self, node: Node, budget: MetricBudget | None = None,
+    def __init__(self, node: Node, host: Host, slots: StreamSlots, budget: MetricBudget | None = None,
                  before_offer: Callable[[Key], None] | None = None) -> None:
         self.node = node
+        self.host = host
+        self.slots = slots
         self.budget = budget or MetricBudget()
         self.before_offer = before_offer
-        self._links: dict[str, queue.Queue] = {}
+        self._links: dict[str, Answers] = {}
         self._shapes: dict[str, tuple[int, int]] = {}  # per job: the (k, max_centroids) every part must share
         self._links_lock = threading.Lock()
 
@@ -50,52 +53,59 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 forward_pb2.Rejection(index=index, overlapping_sources=list(overlap or ()),
                                       reason="sources already held upstream; split and resend")]))
 
-    def Forward(self, request_iterator: Iterator[forward_pb2.SummaryBatch],
-                context: grpc.ServicerContext) -> Iterator[forward_pb2.Ack]:
-        state: dict[str, object] = {}
-        stream, responses = answer(request_iterator, context,
-                                   lambda requests, answers: self._consume(requests, answers, state))
-        try:
-            yield from stream
-        finally:
-            sender = state.get("sender")
-            with self._links_lock:
-                if sender is not None and self._links.get(sender) is responses:  # type: ignore[arg-type]
-                    del self._links[sender]  # type: ignore[arg-type]
+    async def Forward(self, request_iterator: AsyncIterator[forward_pb2.SummaryBatch],
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[forward_pb2.Ack]:
+        async for answer in serve_stream(self.host, self.slots, context,
+                                         lambda answers: self._read(request_iterator, answers), self._refused):
+            yield answer  # type: ignore[misc]
 
-    def _consume(self, requests: Iterator[forward_pb2.SummaryBatch], responses: queue.Queue,
-                 state: dict[str, object]) -> None:
+    def _refused(self) -> None:
+        with self.node.lock:
+            self.node.counters["refused_streams"] += 1
+        log.warning("refused a child stream: %s", self.slots.refusal())
+
+    async def _read(self, requests: AsyncIterator[forward_pb2.SummaryBatch], answers: Answers) -> None:
+        loop = asyncio.get_running_loop()
+        stream = _ChildStream(answers)
         try:
-            for batch in requests:
-                check_size(batch)
-                sender = state.get("sender")
-                if sender is None:
-                    if not batch.sender_id:
-                        raise BadInput("INVALID_ARGUMENT", "the first batch must name its sender_id")
-                    state["sender"] = sender = batch.sender_id
-                    with self._links_lock:
-                        self._links[batch.sender_id] = responses
-                elif batch.sender_id and batch.sender_id != sender:
-                    raise BadInput("INVALID_ARGUMENT",
-                                   f"sender_id changed from {sender!r} to {batch.sender_id!r} on one stream")
-                self._handle(str(sender), batch, responses)
+            async for batch in requests:
+                await loop.run_in_executor(self.host.pool, self._one, stream, batch)
         except BadInput as exc:
             with self.node.lock:
                 self.node.counters["bad_inputs"] += 1
             log.warning("refused a child stream: %s", exc)
-            responses.put(exc)
-        except grpc.RpcError as exc:
+            answers.put(exc)
+        except Exception as exc:
             # The child went away (it resends whatever is not durable), or sent a message over the limit.
-            if _code(exc) == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            if rpc_code(exc) == grpc.StatusCode.RESOURCE_EXHAUSTED:
                 with self.node.lock:
                     self.node.counters["bad_inputs"] += 1
                 log.warning("a child stream was cut: %s", exc)
         finally:
-            responses.put(END)
+            if stream.sender is not None:
+                with self._links_lock:
+                    if self._links.get(stream.sender) is answers:
+                        del self._links[stream.sender]
+            answers.put(END)
 
-    def _handle(self, sender: str, batch: forward_pb2.SummaryBatch, responses: queue.Queue) -> None:
+    def _one(self, stream: _ChildStream, batch: forward_pb2.SummaryBatch) -> None:
+        """One unit from a child, on the pool: parsed before the node's lock is taken, offered under it."""
+        check_size(batch)
+        if stream.sender is None:
+            if not batch.sender_id:
+                raise BadInput("INVALID_ARGUMENT", "the first batch must name its sender_id")
+            stream.sender = batch.sender_id
+            with self._links_lock:
+                self._links[batch.sender_id] = stream.answers
+        elif batch.sender_id and batch.sender_id != stream.sender:
+            raise BadInput("INVALID_ARGUMENT",
+                           f"sender_id changed from {stream.sender!r} to {batch.sender_id!r} on one stream")
+        self._handle(stream.sender, batch, stream.answers)
+
+    def _handle(self, sender: str, batch: forward_pb2.SummaryBatch, responses: Answers) -> None:
         node = self.node
         origin = (sender, batch.seq)
+        parsed = [self._parse(origin, index, window) for index, window in enumerate(batch.windows)]
         with node.lock:
             node.child_states(sender, list(batch.ranks))
             node.child_counters[sender] = {name: getattr(batch.counters, name) for name in COUNTER_FIELDS}
@@ -103,20 +113,19 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 responses.put(forward_pb2.Ack(seq=0, status=forward_pb2.Ack.RECEIVED))
                 return
             rejections = []
-            for index, window in enumerate(batch.windows):
-                rejection = self._offer(origin, index, window)
+            for index, (window, found) in enumerate(zip(batch.windows, parsed)):
+                rejection = self._offer(origin, index, window, found)
                 if rejection is not None:
                     rejections.append(rejection)
             status = forward_pb2.Ack.REJECTED_OVERLAP if rejections else forward_pb2.Ack.RECEIVED
             responses.put(forward_pb2.Ack(seq=batch.seq, status=status, rejections=rejections))
             node.durability.settle(origin)
 
-    def _offer(self, origin: Origin, index: int, window: forward_pb2.WindowSummary) -> forward_pb2.Rejection | None:
-        node = self.node
+    def _parse(self, origin: Origin, index: int, window: forward_pb2.WindowSummary) -> tuple[Key, Summary] | str:
+        """The window's key and summary, or why it is refused (checked without the node's lock)."""
         try:
             key = Key.from_proto(window.key)
             check_job(key.job)
-            self.budget.admit(key.job, key.metric)
             if key.index > MAX_INDEX:
                 raise ValueError(f"window index {key.index} is beyond 2**63-1")
             summary = Summary.from_proto(window.summary)
@@ -124,6 +133,18 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             if (summary.k, summary.max_centroids) != shape:
                 raise ValueError(f"summary has k={summary.k}, max_centroids={summary.max_centroids}; "
                                  f"job {key.job!r} uses k={shape[0]}, max_centroids={shape[1]}")
+        except (ValueError, BadInput) as exc:
+            return str(exc)
+        return key, summary
+
+    def _offer(self, origin: Origin, index: int, window: forward_pb2.WindowSummary,
+               parsed: tuple[Key, Summary] | str) -> forward_pb2.Rejection | None:
+        node = self.node
+        try:
+            if isinstance(parsed, str):
+                raise ValueError(parsed)
+            key, summary = parsed
+            self.budget.admit(key.job, key.metric)
         except (ValueError, BadInput) as exc:
             node.counters["bad_inputs"] += 1
             log.warning("refused window %d of %s: %s", index, origin, exc)
@@ -138,8 +159,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                                      reason=f"{len(overlap or ())} of {len(part.sources)} sources already held")
 
 
-def _code(exc: grpc.RpcError) -> grpc.StatusCode | None:
-    try:
-        return exc.code()
-    except Exception:  # the server-side iterator's error may carry no code
-        return None
+@dataclass
+class _ChildStream:
+    answers: Answers
+    sender: str | None = None

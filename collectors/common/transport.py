@@ -8,7 +8,6 @@ standard grpc.health.v1 service. With a token, every call must carry
 from __future__ import annotations
 
 import hmac
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,39 +42,39 @@ def _options(max_message_bytes: int) -> list[tuple[str, int]]:
             ("grpc.so_reuseport", 0)]
 
 
-class _TokenInterceptor(grpc.ServerInterceptor):
+class _TokenInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}".encode()
 
-        def deny(request: object, context: grpc.ServicerContext) -> None:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        async def deny(request: object, context: grpc.aio.ServicerContext) -> None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
 
         self._deny = grpc.unary_unary_rpc_method_handler(deny)
-        self._deny_stream = grpc.stream_stream_rpc_method_handler(lambda it, ctx: deny(None, ctx))
+        self._deny_stream = grpc.stream_stream_rpc_method_handler(deny)
 
-    def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
+    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
         if handler_call_details.method.startswith("/grpc.health.v1.Health/"):
-            return continuation(handler_call_details)
+            return await continuation(handler_call_details)
         for key, value in handler_call_details.invocation_metadata or ():
             if key == "authorization" and hmac.compare_digest(str(value).encode(), self._expected):
-                return continuation(handler_call_details)
-        handler = continuation(handler_call_details)
+                return await continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
         if handler is not None and handler.request_streaming:
             return self._deny_stream
         return self._deny
 
 
-def make_server(max_workers: int = 32, security: Security | None = None,
-                max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> tuple[grpc.Server, health.HealthServicer]:
+def make_server(security: Security | None = None, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+                ) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+    """A grpc.aio server with the health service; call on the event loop that will run it (aioserve.Host)."""
     interceptors = [_TokenInterceptor(security.token)] if security and security.token else []
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), interceptors=interceptors,
-                         options=_options(max_message_bytes))
-    health_servicer = health.HealthServicer()
+    server = grpc.aio.server(interceptors=interceptors, options=_options(max_message_bytes))
+    health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     return server, health_servicer
 
 
-def bind(server: grpc.Server, address: str, security: Security | None = None) -> str:
+def bind(server: grpc.aio.Server, address: str, security: Security | None = None) -> str:
     """Bind an address ("unix:PATH" or "HOST:PORT"; port 0 picks one); return the bound address."""
     if security and security.tls and not address.startswith("unix:"):
         if security.cert is None or security.key is None:
@@ -95,9 +94,11 @@ def bind(server: grpc.Server, address: str, security: Security | None = None) ->
     return f"{host}:{port}"
 
 
-def set_serving(health_servicer: health.HealthServicer, *services: str) -> None:
+async def set_serving(health_servicer: health.aio.HealthServicer, serving: bool, *services: str) -> None:
+    """Every named service (and the server as a whole, "") SERVING or NOT_SERVING."""
+    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
     for name in ("", *services):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await health_servicer.set(name, status)
 
 
 def make_channel(address: str, security: Security | None = None,

@@ -23,7 +23,8 @@ from telemetry.v1 import forward_pb2
 
 log = logging.getLogger(__name__)
 
-COUNTER_FIELDS = ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late", "bad_inputs")
+COUNTER_FIELDS = ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late", "bad_inputs",
+                  "refused_streams")
 
 
 @dataclass
@@ -71,7 +72,9 @@ class AckDown(Protocol):
 
 
 class Sink(Protocol):
-    def ship(self, node: Node, windows: list[Window], now: float) -> None: ...
+    def ship(self, node: Node, windows: list[Window], now: float) -> Callable[[], None] | None:
+        """Take the sealed windows (under the node's lock); may return slow work (a disk commit) that
+        `Node.flush` then runs without the lock, so that intake goes on meanwhile."""
 
     def forget(self, keys: list) -> None: ...
 
@@ -228,10 +231,12 @@ class Node:
             finally:
                 self._covered = None
             assert self.sink is not None, "node has no sink"
-            self.sink.ship(self, due, now)
+            after = self.sink.ship(self, due, now)
             gone = self.table.expire(now)
             if gone:
                 self.sink.forget([win.key for win in gone])
+        if after is not None:
+            after()
 
     def subtree_counters(self) -> dict[str, int]:
         total = dict(self.counters)
@@ -262,6 +267,7 @@ class Upstream:
         self._hosts_connection = -1
 
     def ship(self, node: Node, windows: list[Window], now: float) -> None:
+        """Hand the windows to the outbox, which sends them from its own thread: nothing slow here."""
         parts = []
         for win in windows:
             out = OutPart(win.key, win.expected, win.forwarded, merge_parts(win.pending), win.pending, win.absorbed)

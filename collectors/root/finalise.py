@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from collectors.common.keys import Key
 from collectors.delivery.node import Node
 from collectors.delivery.windows import OutPart, Window, merge_parts
 from collectors.root.store import Row, Store
 from telemetry.summary import Summary
+
+
+PERSISTING = -1  # the in-flight slot of a window whose commit to the store is under way (seqs start at 1)
 
 
 class Finaliser:
@@ -19,9 +23,16 @@ class Finaliser:
         self.final: dict[Key, Row] = {}
         self.on_finalised: list = []  # callables(rows) run after each commit (detectors, exporters)
 
-    def ship(self, node: Node, windows: list[Window], now: float) -> None:
+    def ship(self, node: Node, windows: list[Window], now: float) -> Callable[[], None] | None:
+        """Under the node's lock: merge each window's parts; the commit runs after, without the lock.
+
+        Until it commits, each window holds its OutPart in flight under PERSISTING, so a duplicate that
+        arrives meanwhile waits for the commit before it is acknowledged durable (Node.attach_duplicate).
+        If the commit fails, the parts go back to the windows and the next flush tries again: nothing is
+        acknowledged durable that is not in the file.
+        """
         if not windows:
-            return
+            return None
         rows, outs = [], []
         stamp = time.time_ns()
         for win in windows:
@@ -32,15 +43,35 @@ class Finaliser:
             else:
                 row = Row(win.key, max(win.expected, previous.expected),
                           Summary.merge_all([previous.summary, merged]), previous.late + 1, previous.finalised_ns)
-                node.counters["late"] += 1
-            self.final[win.key] = row
             rows.append(row)
-            outs.append(OutPart(win.key, win.expected, previous is not None, merged, win.pending, win.absorbed))
+            out = OutPart(win.key, win.expected, previous is not None, merged, win.pending, win.absorbed)
+            outs.append(out)
             win.pending, win.absorbed = [], []
-            win.forwarded = True
+            win.inflight[PERSISTING] = out
         jobs = {job: node.ranks(job).world_size for job in {w.key.job for w in windows}}
-        self.store.save(rows, {j: w for j, w in jobs.items() if w})
-        node.release_all(outs)
+        jobs = {j: w for j, w in jobs.items() if w}
+        return lambda: self._commit(node, windows, rows, outs, jobs)
+
+    def _commit(self, node: Node, windows: list[Window], rows: list[Row], outs: list[OutPart],
+                jobs: dict[str, int]) -> None:
+        try:
+            self.store.save(rows, jobs)
+        except BaseException:
+            with node.lock:
+                for win, out in zip(windows, outs):
+                    win.inflight.pop(PERSISTING, None)
+                    win.pending = out.constituents + win.pending
+                    win.absorbed = out.absorbed + win.absorbed
+                    node.table.mark_pending(win)
+            raise
+        with node.lock:
+            for win, row, out in zip(windows, rows, outs):
+                win.inflight.pop(PERSISTING, None)
+                win.forwarded = True
+                if out.late:
+                    node.counters["late"] += 1
+                self.final[row.key] = row
+            node.release_all(outs)
         for callback in self.on_finalised:
             callback(rows)
 

@@ -8,9 +8,8 @@ What `attach` does: opens an `EventLog` on the root's database file (table `even
 detectors (`DetectorsConfig`: given, else from $TELEMETRY_DETECTORS, else defaults) and a
 `RootMetrics`, registers one `Finaliser.on_finalised` callback feeding both, and starts a daemon
 thread that every `hang.check_interval_s` takes the liveness and rank->host views of every job
-(without holding the detectors' lock: the flush thread holds the node's lock while it feeds rows)
-and runs the periodic hang / no-progress check. The thread stops with the server and closes the
-event log after the flush loop has finished.
+and runs the periodic hang / no-progress check. `Wiring.close()` (the server's stop, after its
+flush loop has finished) stops the thread and closes the event log.
 """
 
 from __future__ import annotations
@@ -46,6 +45,14 @@ class Wiring:
     routes: dict[str, Route] = field(default_factory=dict)
     thread: threading.Thread | None = None
     hosts: dict[str, dict[int, str]] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop the periodic check, then close the event log (call after the flush loop has stopped)."""
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout)
+        self.events.close()
 
     def on_finalised(self, rows: list[Row]) -> None:
         for consumer in (self.detectors.on_rows, self.metrics.observe):
@@ -112,10 +119,9 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
 
     server.finaliser.on_finalised.append(on_finalised)
     interval = max(0.05, config.hang.check_interval_s)
-    stop = server._stop  # noqa: SLF001 (the server's own stop flag: this thread ends with it)
 
     def loop() -> None:
-        while not stop.wait(interval):
+        while not wiring.stop.wait(interval):
             try:
                 jobs = detectors.jobs()
                 live = {job: server.liveness(job) for job in jobs}
@@ -125,10 +131,6 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
                 detectors.check(live)
             except Exception:
                 log.exception("periodic detector check failed")
-        flusher = getattr(server, "_flusher", None)
-        if flusher is not None and flusher.is_alive():
-            flusher.join(5)
-        events.close()
 
     wiring.thread = threading.Thread(target=loop, name="detectors", daemon=True)
     wiring.thread.start()

@@ -53,7 +53,7 @@ class RankStates(_message.Message):
     def __init__(self, job: _Optional[str] = ..., alive: _Optional[bytes] = ..., stuck: _Optional[bytes] = ..., dead: _Optional[bytes] = ..., world_size: _Optional[int] = ..., host_ranks: _Optional[_Iterable[int]] = ..., hosts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Counters(_message.Message):
-    __slots__ = ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late", "bad_inputs")
+    __slots__ = ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late", "bad_inputs", "refused_streams")
     SDK_DROPPED_FIELD_NUMBER: _ClassVar[int]
     DROPPED_WINDOWS_FIELD_NUMBER: _ClassVar[int]
     REJECTED_OVERLAPS_FIELD_NUMBER: _ClassVar[int]
@@ -61,6 +61,7 @@ class Counters(_message.Message):
     RESENT_FIELD_NUMBER: _ClassVar[int]
     LATE_FIELD_NUMBER: _ClassVar[int]
     BAD_INPUTS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_STREAMS_FIELD_NUMBER: _ClassVar[int]
     sdk_dropped: int
     dropped_windows: int
     rejected_overlaps: int
@@ -68,7 +69,8 @@ class Counters(_message.Message):
     resent: int
     late: int
     bad_inputs: int
-    def __init__(self, sdk_dropped: _Optional[int] = ..., dropped_windows: _Optional[int] = ..., rejected_overlaps: _Optional[int] = ..., duplicates: _Optional[int] = ..., resent: _Optional[int] = ..., late: _Optional[int] = ..., bad_inputs: _Optional[int] = ...) -> None: ...
+    refused_streams: int
+    def __init__(self, sdk_dropped: _Optional[int] = ..., dropped_windows: _Optional[int] = ..., rejected_overlaps: _Optional[int] = ..., duplicates: _Optional[int] = ..., resent: _Optional[int] = ..., late: _Optional[int] = ..., bad_inputs: _Optional[int] = ..., refused_streams: _Optional[int] = ...) -> None: ...
 
 class Rejection(_message.Message):
     __slots__ = ("index", "key", "overlapping_sources", "reason")

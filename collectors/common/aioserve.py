@@ -1,0 +1,208 @@
+"""The servers' concurrency model: one asyncio loop thread holds every stream; work runs on a small pool.
+
+Why: a synchronous grpc server pins one pool thread per open stream for as long as the stream lives,
+so a collector with a 32-thread pool served 32 children and left the 33rd waiting forever, silently.
+Here a stream costs a coroutine, not a thread: any number of streams are served up to a configured
+cap (`StreamSlots`), and the next one is refused with RESOURCE_EXHAUSTED naming the cap. What a
+message asks for (parsing sketches, merging under the node's lock) runs on `Host.pool`, never on the
+loop, so one slow merge or a flush holding the node's lock does not stall the other streams' I/O.
+Answers are put from any thread (the pool, the flush thread acknowledging durability) through
+`Answers`, which hands them to the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import grpc
+
+from collectors.common.transport import Security, bind, make_server, set_serving
+from collectors.common.validation import BadInput
+from telemetry.streams import END
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+POOL_WORKERS = 4  # the node's lock serialises merging anyway; more threads would only contend for it
+HEALTH_EVERY_S = 1.0
+
+
+class Host:
+    """An event loop on its own thread, for one grpc.aio server, and the pool its handlers' work runs on.
+
+    The services' callers (the CLI, tests, the simulator) are synchronous: `run()` submits a coroutine to
+    the loop and waits for its result with a timeout, so no caller ever blocks without a bound.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.pool = ThreadPoolExecutor(POOL_WORKERS, thread_name_prefix=f"{name}-work")
+        self._thread = threading.Thread(target=self._run, name=f"{name}-loop", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, make: Callable[[], Awaitable[T]], timeout: float = 10.0) -> T:
+        """Run `make()` (a coroutine factory: the coroutine is created on the loop) and return its result."""
+        async def call() -> T:
+            return await make()
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout)
+
+    def call_soon(self, func: Callable[..., Any], *args: Any) -> None:
+        """Run `func(*args)` on the loop; callable from any thread, also after the loop stopped (then a no-op)."""
+        try:
+            self.loop.call_soon_threadsafe(func, *args)
+        except RuntimeError:  # the loop is closed: the server is gone, and nothing is waiting for this
+            pass
+
+    def close(self, timeout: float = 2.0) -> None:
+        self.call_soon(self.loop.stop)
+        self._thread.join(timeout)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class Answers:
+    """One stream's outgoing messages: `put` from any thread; the stream's coroutine takes them in order."""
+
+    def __init__(self, host: Host) -> None:
+        self._host = host
+        self._queue: asyncio.Queue = asyncio.Queue()
+
+    def put(self, item: object) -> None:
+        self._host.call_soon(self._queue.put_nowait, item)
+
+    async def get(self) -> object:
+        return await self._queue.get()
+
+
+class StreamSlots:
+    """A cap on concurrent streams: past it a new stream is refused, and the refusal counted, not queued."""
+
+    def __init__(self, cap: int, what: str, flag: str) -> None:
+        if cap < 1:
+            raise ValueError(f"{flag} must be at least 1, got {cap}")
+        self.cap = cap
+        self.active = 0
+        self.refused = 0
+        self._what = what
+        self._flag = flag
+
+    def take(self) -> bool:
+        """Only ever called on the loop thread: no lock needed."""
+        if self.active >= self.cap:
+            self.refused += 1
+            return False
+        self.active += 1
+        return True
+
+    def give_back(self) -> None:
+        self.active -= 1
+
+    def refusal(self) -> str:
+        return (f"this server already serves {self.cap} {self._what} streams, its cap ({self._flag}); "
+                f"raise the cap or spread the load")
+
+
+async def serve_stream(host: Host, slots: StreamSlots, context: grpc.aio.ServicerContext,
+                       read: Callable[[Answers], Awaitable[None]], on_refused: Callable[[], None]
+                       ) -> AsyncIterator[object]:
+    """The body of every bidirectional stream in the tree: take a slot, read on a task, yield the answers.
+
+    `read(answers)` consumes the requests (handing each to the pool) and must put END last; a BadInput
+    put on the answers ends the stream with its status.
+    """
+    if not slots.take():
+        await host.loop.run_in_executor(host.pool, on_refused)
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, slots.refusal())
+    try:
+        answers = Answers(host)
+        reader = asyncio.create_task(read(answers))
+        try:
+            while True:
+                item = await answers.get()
+                if item is END:
+                    return
+                if isinstance(item, BadInput):
+                    await context.abort(getattr(grpc.StatusCode, item.code), str(item))
+                yield item
+        finally:
+            reader.cancel()
+    finally:
+        slots.give_back()
+
+
+def rpc_code(exc: BaseException) -> grpc.StatusCode | None:
+    """The status code of a gRPC error, where it carries one."""
+    try:
+        return exc.code()  # type: ignore[attr-defined]
+    except Exception:
+        return None
+
+
+class AioServer:
+    """A grpc.aio server on its own Host, with the health service kept true to `healthy()`.
+
+    `healthy` is polled on the loop every HEALTH_EVERY_S: a flush loop that fails or hangs turns every
+    service NOT_SERVING within about that long, and SERVING again once it recovers.
+    """
+
+    def __init__(self, name: str, security: Security | None, services: tuple[str, ...],
+                 healthy: Callable[[], bool]) -> None:
+        self.host = Host(name)
+        self._services = services
+        self._healthy = healthy
+        self._watch: asyncio.Task | None = None
+
+        async def build() -> tuple[grpc.aio.Server, Any]:
+            return make_server(security)
+        self.server, self.health = self.host.run(build)
+
+    def add(self, register: Callable[[grpc.aio.Server], None]) -> None:
+        """Add a servicer: `register(server)`, e.g. a generated add_XServicer_to_server, run on the loop."""
+        async def add() -> None:
+            register(self.server)
+        self.host.run(add)
+
+    def bind(self, address: str, security: Security | None = None) -> str:
+        async def add() -> str:
+            return bind(self.server, address, security)
+        return self.host.run(add)
+
+    def start(self) -> None:
+        async def start() -> None:
+            await self.server.start()
+            self._watch = asyncio.create_task(self._watch_health())
+        self.host.run(start)
+
+    async def _watch_health(self) -> None:
+        reported: bool | None = None
+        while True:
+            healthy = self._healthy()
+            if healthy != reported:
+                if reported is not None:
+                    log.warning("health: %s", "SERVING again" if healthy else "NOT_SERVING (no progress)")
+                await set_serving(self.health, healthy, *self._services)
+                reported = healthy
+            await asyncio.sleep(HEALTH_EVERY_S)
+
+    def stop(self, grace: float = 1.0) -> None:
+        """Refuse new calls, give open streams `grace` seconds, cancel the rest; bounded however it goes."""
+        async def stop() -> None:
+            if self._watch is not None:
+                self._watch.cancel()
+            await self.server.stop(grace)
+        try:
+            self.host.run(stop, timeout=grace + 2.0)
+        except Exception as exc:  # a timeout here must not keep the process from stopping
+            log.warning("gRPC server did not stop cleanly: %r", exc)
+        self.host.close()
