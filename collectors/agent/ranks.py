@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 
 from collectors.common.aioserve import Answers
+from telemetry.streams import END
 from collectors.common.validation import BadInput, check_job
 from collectors.delivery.node import RankView
 from collectors.probes.process import ProcessStatus, classify, process_status
@@ -86,6 +87,7 @@ class RankInfo:
     start_ticks: int | None = None  # the process's start time at registration (pid reuse check)
     verdict_since: float = field(default_factory=time.monotonic)
     exit_reported: bool = False
+    closed: bool = False  # the rank said bye (run.close()): finished, its process no longer watched
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,7 @@ class RankRegistry:
         now = time.monotonic()
         if existing is not None and existing.pid == hello.pid:
             existing.link = link
+            existing.closed = False  # the same process opened a new run of the job
             existing.last_beat = now
             if existing.verdict == "dead":  # the same process talks again: it was not dead after all
                 self._set_verdict(existing, "alive", now)
@@ -160,12 +163,33 @@ class RankRegistry:
         now = time.monotonic() if now is None else now
         views: dict[str, RankView] = {}
         for info in self.ranks.values():
-            self._refresh(info, now)
             view = views.setdefault(info.job, RankView())
             view.world_size = max(view.world_size, info.world_size)
             view.hosts[info.rank] = info.host
+            if info.closed:
+                view.closed.add(info.rank)
+                continue
+            self._refresh(info, now)
             getattr(view, info.verdict).add(info.rank)
         return views
+
+    def jobs(self) -> set[str]:
+        return {job for job, _ in self.ranks}
+
+    def close(self, info: RankInfo) -> None:
+        """The rank closed its run: finished, not dead; its process is not watched any more."""
+        info.closed = True
+        self.changed = True
+
+    def forget_job(self, job: str) -> None:
+        """A finished job: drop its ranks, ending any stream one of them still holds open (a rank that
+        wakes up after the job was given up says hello again and is registered afresh)."""
+        for key in [key for key in self.ranks if key[0] == job]:
+            info = self.ranks.pop(key)
+            if info.link is not None:
+                info.link.put(END)
+                info.link = None
+        self.changed = True
 
     def details(self, job: str | None = None, now: float | None = None) -> list[RankLiveness]:
         """Each rank's liveness as of the last views() (call views() first for a fresh reading)."""

@@ -19,6 +19,7 @@ from collectors.common.flushloop import FlushLoop
 from collectors.common.gctune import tune_gc
 from collectors.common.transport import Security
 from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, MetricBudget
+from collectors.delivery.lifecycle import DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, JobLifecycle
 from collectors.delivery.node import Node, Upstream
 from collectors.delivery.outbox import Outbox
 from collectors.delivery.windows import Deadlines
@@ -43,6 +44,7 @@ class AgentConfig:
     max_metrics_per_job: int = DEFAULT_MAX_METRICS_PER_JOB
     retain_s: float = 120.0
     max_ranks: int = DEFAULT_MAX_RANKS  # concurrent rank streams; past it a stream is refused (RESOURCE_EXHAUSTED)
+    job_idle_timeout_s: float = DEFAULT_JOB_IDLE_TIMEOUT_S  # a job nothing arrived of for this long is forgotten
     extra_sockets: list[Path] = field(default_factory=list)
     # Hardware probes (collectors/agent/hardware.py, docs/hardware.md). Off unless asked for here;
     # `telemetry agent` turns both on by default.
@@ -76,8 +78,10 @@ class AgentServer:
         self.flusher = FlushLoop("agent-flush", self._flush, config.flush_interval_s)
         slots = StreamSlots(config.max_ranks, "rank", "--max-ranks")
         self.grpc = AioServer("agent", None, ("telemetry.v1.Agent",), self.flusher.healthy)
+        self.lifecycle = JobLifecycle(config.job_idle_timeout_s)
+        self._swept_at = 0.0
         self.service = AgentService(self.node, self.registry, MetricBudget(config.max_metrics_per_job),
-                                    self.grpc.host, slots)
+                                    self.grpc.host, slots, self.lifecycle)
         self.grpc.add(lambda server: ingest_pb2_grpc.add_AgentServicer_to_server(self.service, server))
         self.socket_path = config.socket or default_socket()
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
@@ -104,10 +108,27 @@ class AgentServer:
                 self.hardware.start()
 
     def _flush(self) -> None:
+        now = time.monotonic()
         with self.node.lock:
-            self.service.seal(time.monotonic())
+            self.service.seal(now)
             offer_exits(self.node, self.registry)  # exit statuses seal() just learned of
+            if now - self._swept_at >= SWEEP_EVERY_S:
+                self._swept_at = now
+                self._sweep(now)
         self.node.flush()
+
+    def _sweep(self, now: float) -> None:
+        """Forget the jobs that finished (every local rank closed, or idle); caller holds the node's lock."""
+        node, service = self.node, self.service
+        finished = self.lifecycle.sweep(
+            now, self.registry.jobs(), lambda job: node.all_closed(job) and not service.open_steps(job))
+        for job, why in finished:
+            service.forget_job(job)
+            self.registry.forget_job(job)
+            node.forget_job(job)
+            log.info("job %s finished (%s): forgotten", job, why)
+        if finished:
+            node.own_ranks = self.registry.views(now)
 
     def healthy(self) -> bool:
         return self.flusher.healthy()

@@ -16,6 +16,7 @@ from collectors.agent.ranks import RankInfo, RankRegistry
 from collectors.common.keys import Key
 from collectors.common.aioserve import Answers, Host, StreamSlots, rpc_code, serve_stream
 from collectors.common.validation import BadInput, MetricBudget, check_size
+from collectors.delivery.lifecycle import JobLifecycle
 from collectors.delivery.node import Node
 from collectors.delivery.windows import Origin
 from telemetry.streams import END
@@ -25,18 +26,21 @@ log = logging.getLogger(__name__)
 
 LIVENESS_EVERY_S = 0.5
 MAX_STEP = 2**63 - 1  # the root stores steps as SQLite integers
+MAX_OPEN_STEPS_PER_JOB = 1024  # a rank logging into ever more steps seals the oldest early, not memory without end
 
 
 class AgentService(ingest_pb2_grpc.AgentServicer):
     def __init__(self, node: Node, registry: RankRegistry, budget: MetricBudget, host: Host,
-                 slots: StreamSlots) -> None:
+                 slots: StreamSlots, lifecycle: JobLifecycle) -> None:
         self.node = node
         self.host = host
         self.slots = slots
+        self.lifecycle = lifecycle
         self.registry = registry
         self.budget = budget
         self.steps: dict[tuple[str, int], OpenStep] = {}
         self.beats: dict[Key, OpenBeat] = {}
+        self._open_per_job: dict[str, int] = {}
         self._views_at = 0.0
 
     # ------------------------------------------------------------ acks down
@@ -97,6 +101,10 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
                 self._batch(stream.info, message.batch, stream.answers)
             elif which == "heartbeat":
                 self._heartbeat(stream.info, message.heartbeat)
+            elif which == "bye":
+                self._bye(stream.info)
+                stream.answers.put(END)
+            self.lifecycle.touch(stream.info.job, time.monotonic())
 
     def _hello(self, hello: ingest_pb2.RankHello, responses: Answers) -> RankInfo:
         info = self.registry.register(hello, responses)
@@ -161,9 +169,32 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         responses.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.RECEIVED, seq=batch.seq))
         self.node.durability.settle(origin)
 
+    def _bye(self, info: RankInfo) -> None:
+        """The rank closed its run: it closes every step it has open and is waited for no more."""
+        self.registry.close(info)
+        for (job, _), open_step in self.steps.items():
+            if job == info.job:
+                open_step.closed.add(info.rank)
+
+    def open_steps(self, job: str) -> int:
+        return self._open_per_job.get(job, 0)
+
+    def forget_job(self, job: str) -> None:
+        """A finished job (JobLifecycle): what this service keeps for it goes."""
+        for key in [key for key in self.steps if key[0] == job]:
+            del self.steps[key]
+            log.warning("job %s was given up with step %d still open; its values there are dropped", job, key[1])
+        self._open_per_job.pop(job, None)
+        for key in [key for key in self.beats if key.job == job]:
+            del self.beats[key]
+        self.budget.forget(job)
+
     def _open_step(self, info: RankInfo, step: int, now: float) -> OpenStep:
         found = self.steps.get((info.job, step))
         if found is None:
+            if self._open_per_job.get(info.job, 0) >= MAX_OPEN_STEPS_PER_JOB:
+                self._seal_step((info.job, min(s for j, s in self.steps if j == info.job)))
+            self._open_per_job[info.job] = self._open_per_job.get(info.job, 0) + 1
             deadline = self.node.table.deadlines.for_window(Key(info.job, "", step), now, time.time_ns())
             found = self.steps[(info.job, step)] = OpenStep(info.job, step, info.world_size, deadline)
         return found
@@ -185,6 +216,22 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             open_beat.values[info.rank] = (value, stamp)
 
     # ------------------------------------------------------------ sealing
+    def _seal_step(self, key: tuple[str, int]) -> None:
+        node = self.node
+        open_step = self.steps.pop(key)
+        self._open_per_job[open_step.job] -= 1
+        for part, expected in open_step.parts():
+            win = node.table.windows.get(part.key)
+            # A rank that logs into a step after its contribution was sealed must not take the
+            # other ranks' late values down with it: offer rank by rank then.
+            pieces = (part.split() or [part]) if win is not None and win.sources & part.sources else [part]
+            for piece in pieces:
+                verdict, _ = node.offer(piece, expected, preheld=True)
+                if verdict != "accepted":
+                    node.counters["bad_inputs"] += 1
+                    log.warning("rank %s logged %s for step %d after its contribution was sealed; "
+                                "dropped", list(piece.sources), piece.key.metric, piece.key.index)
+
     def seal(self, now: float) -> None:
         """Move finished steps and heartbeat buckets into the node's window table; caller holds the lock."""
         node = self.node
@@ -196,18 +243,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             view = views.get(open_step.job)
             waiting_for = (view.alive | view.stuck) if view else BitMap()
             if now >= open_step.deadline or waiting_for.issubset(open_step.closed):
-                del self.steps[key]
-                for part, expected in open_step.parts():
-                    win = node.table.windows.get(part.key)
-                    # A rank that logs into a step after its contribution was sealed must not take the
-                    # other ranks' late values down with it: offer rank by rank then.
-                    pieces = (part.split() or [part]) if win is not None and win.sources & part.sources else [part]
-                    for piece in pieces:
-                        verdict, _ = node.offer(piece, expected, preheld=True)
-                        if verdict != "accepted":
-                            node.counters["bad_inputs"] += 1
-                            log.warning("rank %s logged %s for step %d after its contribution was sealed; "
-                                        "dropped", list(piece.sources), piece.key.metric, piece.key.index)
+                self._seal_step(key)
         now_ns = time.time_ns()
         for key, open_beat in list(self.beats.items()):
             if open_beat.due(now_ns):

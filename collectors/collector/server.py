@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +14,8 @@ from collectors.common.flushloop import FlushLoop
 from collectors.common.gctune import tune_gc
 from collectors.common.transport import Security
 from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, MetricBudget
+from collectors.delivery.lifecycle import (DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, ChildLifecycle,
+                                            JobLifecycle)
 from collectors.delivery.node import Node, Upstream
 from collectors.delivery.outbox import Outbox
 from collectors.delivery.windows import Deadlines
@@ -41,6 +45,7 @@ class CollectorConfig:
     max_metrics_per_job: int = DEFAULT_MAX_METRICS_PER_JOB
     retain_s: float = 300.0
     max_children: int = DEFAULT_MAX_CHILDREN  # concurrent child streams; past it refused (RESOURCE_EXHAUSTED)
+    job_idle_timeout_s: float = DEFAULT_JOB_IDLE_TIMEOUT_S  # jobs idle and children gone this long are forgotten
 
     @property
     def is_root(self) -> bool:
@@ -68,12 +73,17 @@ class CollectorServer:
                                                                       on_ack))
             self.node.sink = self.upstream
             before = None
-        self.flusher = FlushLoop("flush", self.node.flush, config.flush_interval_s)
+        self.flusher = FlushLoop("flush", self._flush, config.flush_interval_s)
+        self.lifecycle = JobLifecycle(config.job_idle_timeout_s)
+        self.children = ChildLifecycle(config.job_idle_timeout_s)
+        self.on_job_finished: list[Callable[[str], None]] = []  # run without the node's lock (the root's wiring)
+        self._swept_at = 0.0
         self.grpc = AioServer("root" if config.is_root else "collector", config.security,
                               ("telemetry.v1.Collector",), self.flusher.healthy)
         self.service = CollectorService(self.node, self.grpc.host,
                                         StreamSlots(config.max_children, "child", "--max-children"),
-                                        MetricBudget(config.max_metrics_per_job), before)
+                                        MetricBudget(config.max_metrics_per_job), before, self.lifecycle,
+                                        self.children)
         self.grpc.add(lambda server: forward_pb2_grpc.add_CollectorServicer_to_server(self.service, server))
         self.address = self.grpc.bind(config.listen, config.security)
         self.api_address: str | None = None
@@ -96,6 +106,36 @@ class CollectorServer:
 
     def healthy(self) -> bool:
         return self.flusher.healthy()
+
+    def _flush(self) -> None:
+        now = time.monotonic()
+        if now - self._swept_at >= SWEEP_EVERY_S:
+            self._swept_at = now
+            self._sweep(now)
+        self.node.flush(now)
+
+    def _sweep(self, now: float) -> None:
+        """Forget children gone past the timeout, then jobs that finished (all ranks closed, or idle)."""
+        node, is_root = self.node, self.config.is_root
+        with node.lock:
+            for child in self.children.sweep(now):
+                node.forget_child(child)
+                log.warning("child %s has been gone for %.0f s: forgotten (its ranks no longer count here)",
+                            child, self.children.timeout_s)
+            finished = self.lifecycle.sweep(now, node.jobs(), lambda job: node.all_closed(job, whole_world=is_root))
+            for job, why in finished:
+                node.forget_job(job)
+                self.service.forget_job(job)
+                log.info("job %s finished (%s): forgotten", job, why)
+        for job, _ in finished:
+            for callback in self.on_job_finished:
+                callback(job)
+
+    def jobs(self) -> list[str]:
+        """The jobs live here (known from rank states or windows, and not finished)."""
+        with self.node.lock:
+            return sorted(job for job in self.node.jobs() | set(self.lifecycle.live_jobs())
+                          if self.lifecycle.live(job))
 
     def liveness(self, job: str) -> dict[str, object]:
         with self.node.lock:

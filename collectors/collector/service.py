@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ from pyroaring import BitMap
 from collectors.common.keys import Key
 from collectors.common.aioserve import Answers, Host, StreamSlots, rpc_code, serve_stream
 from collectors.common.validation import BadInput, MetricBudget, check_job, check_size
+from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
 from collectors.delivery.node import COUNTER_FIELDS, Node
 from collectors.delivery.windows import Origin, Part
 from telemetry.summary import Summary
@@ -29,10 +31,13 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
     """Accepts child units into a Node; `before_offer` lets the root reload windows it persisted."""
 
     def __init__(self, node: Node, host: Host, slots: StreamSlots, budget: MetricBudget | None = None,
-                 before_offer: Callable[[Key], None] | None = None) -> None:
+                 before_offer: Callable[[Key], None] | None = None, jobs: JobLifecycle | None = None,
+                 children: ChildLifecycle | None = None) -> None:
         self.node = node
         self.host = host
         self.slots = slots
+        self.jobs = jobs or JobLifecycle()
+        self.children = children or ChildLifecycle()
         self.budget = budget or MetricBudget()
         self.before_offer = before_offer
         self._links: dict[str, Answers] = {}
@@ -86,6 +91,8 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 with self._links_lock:
                     if self._links.get(stream.sender) is answers:
                         del self._links[stream.sender]
+                with self.node.lock:
+                    self.children.disconnected(stream.sender, time.monotonic())
             answers.put(END)
 
     def _one(self, stream: _ChildStream, batch: forward_pb2.SummaryBatch) -> None:
@@ -94,6 +101,8 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         if stream.sender is None:
             if not batch.sender_id:
                 raise BadInput("INVALID_ARGUMENT", "the first batch must name its sender_id")
+            with self.node.lock:
+                self.children.connected(batch.sender_id)
             stream.sender = batch.sender_id
             with self._links_lock:
                 self._links[batch.sender_id] = stream.answers
@@ -113,6 +122,9 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 responses.put(forward_pb2.Ack(seq=0, status=forward_pb2.Ack.RECEIVED))
                 return
             rejections = []
+            now = time.monotonic()
+            for job in {found[0].job for found in parsed if not isinstance(found, str)}:
+                self.jobs.touch(job, now)
             for index, (window, found) in enumerate(zip(batch.windows, parsed)):
                 rejection = self._offer(origin, index, window, found)
                 if rejection is not None:
@@ -136,6 +148,11 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         except (ValueError, BadInput) as exc:
             return str(exc)
         return key, summary
+
+    def forget_job(self, job: str) -> None:
+        """A finished job (JobLifecycle): what this service keeps for it goes."""
+        self._shapes.pop(job, None)
+        self.budget.forget(job)
 
     def _offer(self, origin: Origin, index: int, window: forward_pb2.WindowSummary,
                parsed: tuple[Key, Summary] | str) -> forward_pb2.Rejection | None:

@@ -42,6 +42,9 @@ class MetricBudget:
                            f"job {job!r} already has {self.limit} distinct metrics; refusing {metric!r}")
         names.add(metric)
 
+    def forget(self, job: str) -> None:
+        self._names.pop(job, None)
+
 
 def check_size(message, limit: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:  # type: ignore[no-untyped-def]
     size = message.ByteSize()

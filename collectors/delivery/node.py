@@ -36,6 +36,7 @@ class RankView:
     dead: BitMap = field(default_factory=BitMap)
     world_size: int = 0
     hosts: dict[int, str] = field(default_factory=dict)
+    closed: BitMap = field(default_factory=BitMap)  # finished their run (run.close()): neither alive nor dead
 
     @property
     def covered(self) -> BitMap:
@@ -43,24 +44,26 @@ class RankView:
 
     def to_proto(self, job: str, hosts: dict[int, str] | None = None) -> forward_pb2.RankStates:
         """The wire form; `hosts` (default: all of them) is the rank->host list to send, which may be a delta."""
-        for bitmap in (self.alive, self.stuck, self.dead):
+        for bitmap in (self.alive, self.stuck, self.dead, self.closed):
             bitmap.run_optimize()  # contiguous ranks travel as runs, not 2 bytes per rank
         hosts = self.hosts if hosts is None else hosts
         return forward_pb2.RankStates(job=job, alive=self.alive.serialize(), stuck=self.stuck.serialize(),
                                       dead=self.dead.serialize(), world_size=self.world_size,
-                                      host_ranks=list(hosts), hosts=list(hosts.values()))
+                                      host_ranks=list(hosts), hosts=list(hosts.values()),
+                                      closed=self.closed.serialize())
 
     @classmethod
     def from_proto(cls, msg: forward_pb2.RankStates) -> RankView:
         def bitmap(data: bytes) -> BitMap:
             return BitMap.deserialize(data) if data else BitMap()
         return cls(bitmap(msg.alive), bitmap(msg.stuck), bitmap(msg.dead), msg.world_size,
-                   dict(zip(msg.host_ranks, msg.hosts)))
+                   dict(zip(msg.host_ranks, msg.hosts)), bitmap(msg.closed))
 
     def absorb(self, other: RankView) -> None:
         self.alive |= other.alive
         self.stuck |= other.stuck
         self.dead |= other.dead
+        self.closed |= other.closed
         self.world_size = max(self.world_size, other.world_size)
         self.hosts.update(other.hosts)
 
@@ -190,7 +193,31 @@ class Node:
         return RankView(BitMap.union(BitMap(), *(v.alive for v in views)),
                         BitMap.union(BitMap(), *(v.stuck for v in views)),
                         BitMap.union(BitMap(), *(v.dead for v in views)),
-                        max((v.world_size for v in views), default=0))
+                        max((v.world_size for v in views), default=0),
+                        closed=BitMap.union(BitMap(), *(v.closed for v in views)))
+
+    def all_closed(self, job: str, whole_world: bool = False) -> bool:
+        """Every rank this node knows of for `job` closed its run (and, with whole_world, every rank of
+        the world: the root's test, which does not trust that every rank ever registered)."""
+        view = self.states(job)
+        if not view.closed or view.covered - view.closed:
+            return False
+        return not whole_world or len(view.closed) >= view.world_size
+
+    def forget_job(self, job: str) -> None:
+        """A finished job: drop what this node keeps per job outside its window table (whose windows
+        expire by themselves once settled)."""
+        for per_job in self.child_ranks.values():
+            per_job.pop(job, None)
+        self.table.deadlines.forget(job)
+        self.hosts_version += 1
+
+    def forget_child(self, child: str) -> None:
+        """A child gone longer than the timeout (failed over, or decommissioned): its ranks and counters no
+        longer count here."""
+        self.child_ranks.pop(child, None)
+        self.child_counters.pop(child, None)
+        self.hosts_version += 1
 
     def hosts(self, job: str) -> dict[int, str]:
         hosts: dict[int, str] = {}

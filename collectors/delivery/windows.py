@@ -126,6 +126,10 @@ class Deadlines:
             self._medians[key.job] = self._median(starts)
         return now + max(self.floor_s, self.factor * self._medians.get(key.job, 0.0))
 
+    def forget(self, job: str) -> None:
+        self._starts.pop(job, None)
+        self._medians.pop(job, None)
+
     def median_step_s(self, job: str) -> float:
         return self._medians.get(job, 0.0)
 

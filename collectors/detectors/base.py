@@ -54,6 +54,14 @@ class Detector:
     def observe(self, row: Row) -> None:  # pragma: no cover - every detector overrides it
         raise NotImplementedError
 
+    def forget(self, job: str) -> None:
+        """A finished job: drop its state. Every detector keeps per-job state in dict attributes keyed by
+        the job or by a tuple starting with it (a new detector that does otherwise must override this)."""
+        for value in vars(self).values():
+            if isinstance(value, dict):
+                for key in [k for k in value if k == job or (isinstance(k, tuple) and k[:1] == (job,))]:
+                    del value[key]
+
     # helpers
     def raise_(self, job: str, *, step: int | None, ranks: Iterable[int], detail: dict, severity: str,
                key: str = "", time: float | None = None) -> None:

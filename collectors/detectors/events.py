@@ -175,6 +175,11 @@ class EventLog:
         self._emit("close", event)
         return event
 
+    def close_job(self, job: str) -> None:
+        """The job finished: close whatever of it is still open (its history stays in the table)."""
+        for event in self.open_events(job):
+            self.clear(event.kind, job, event.key, detail={"closed_because": "job finished"})
+
     def get_open(self, kind: str, job: str, key: str = "") -> Event | None:
         with self._lock:
             return self._open.get((job, kind, key))

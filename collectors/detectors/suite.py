@@ -120,6 +120,13 @@ class Detectors:
                         self.errors += 1
                         log.exception("detector %s failed on %s", detector.kind, row.key)
 
+    def forget(self, job: str) -> None:
+        """A finished job leaves every detector; its events still open are closed."""
+        with self.lock:
+            for detector in self.detectors:
+                detector.forget(job)
+        self.events.close_job(job)
+
     def jobs(self) -> list[str]:
         with self.lock:
             return self.hang.jobs() if self.hang is not None else []

@@ -180,6 +180,11 @@ class RootMetrics:
         if current is None or row.key.index >= current.index:
             job.hw_latest[metric] = _Latest(row.key.index, row.summary, row.expected)
 
+    def forget(self, job: str) -> None:
+        """A finished job: its series leave the exposition."""
+        with self._lock:
+            self._jobs.pop(job, None)
+
     # ------------------------------------------------------------------ exposition
     def render(self) -> tuple[str, bytes]:
         """(content type, body) for GET /metrics: the classic text format 0.0.4, which every Prometheus
@@ -195,7 +200,6 @@ class RootMetrics:
             jobs = {name: job for name, job in self._jobs.items()}
             snapshot = [(name, job, dict(job.latest), job.progress, dict(job.hw_latest), dict(job.hw_totals),
                          dict(job.nonfinite)) for name, job in sorted(jobs.items())]
-        event_jobs = set(self.events.jobs()) if self.events is not None else set()
         families: dict[str, Metric] = {}
 
         def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -319,7 +323,10 @@ class RootMetrics:
             totals = self.events.totals()
             training_jobs = {name for name, job in jobs.items()
                              if job.last_step >= 0 or job.latest or job.progress is not None} | set(registered)
-            for job_name in sorted(training_jobs | event_jobs):
+            # Live jobs only (and any with an event still open): a finished job's series go with it, so the
+            # exposition does not grow with the number of jobs ever run (their history is in the API).
+            live_events = {job for job, _ in active}
+            for job_name in sorted(training_jobs | live_events):
                 for kind in EVENT_KINDS:
                     _add(gauge("telemetry_events_active", "", ["job", "kind"]), [job_name, kind],
                          active.get((job_name, kind), 0))
@@ -351,6 +358,8 @@ _DELIVERY_HELP = {
     "resent": "Units resent after a reconnect or restart (whole tree).",
     "late": "Late deltas forwarded or merged after a window was sealed (whole tree).",
     "bad_inputs": "Inputs refused as malformed or out of range (whole tree).",
+    "refused_streams": "Streams refused because a server's cap (--max-ranks, --max-children) was reached "
+                       "(whole tree).",
 }
 
 

@@ -102,9 +102,7 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
         with server.node.lock:
             return server.node.subtree_counters()
 
-    def registered() -> list[str]:
-        with server.node.lock:
-            return sorted(server.node.jobs())
+    registered = server.jobs  # live jobs only: a finished job's series leave /metrics
 
     metrics = RootMetrics(events, liveness=server.liveness, counters=counters,
                           detector_errors=lambda: detectors.errors, jobs=registered)
@@ -118,6 +116,14 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
         wiring.on_finalised(rows)
 
     server.finaliser.on_finalised.append(on_finalised)
+
+    def finished(job: str) -> None:
+        detectors.forget(job)
+        metrics.forget(job)
+        hosts.pop(job, None)
+        latest.pop(job, None)
+
+    server.on_job_finished.append(finished)
     interval = max(0.05, config.hang.check_interval_s)
 
     def loop() -> None:

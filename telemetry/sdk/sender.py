@@ -169,8 +169,12 @@ class Sender:
             self._wake.clear()
         if self._stop.is_set():
             self._batch_once()
+            # Say this rank is finished (not dead), so that every tier can forget the job once all its
+            # ranks did; the agent ends the stream in answer.
+            outgoing.put(ingest_pb2.RankMessage(bye=ingest_pb2.RankBye()))
         outgoing.put(END)
         if self._stop.is_set():
+            reader.join(1.0)
             call.cancel()
         reader.join(1.0)
         if self._stream_error is not None:

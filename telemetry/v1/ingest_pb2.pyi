@@ -78,15 +78,21 @@ class RankHello(_message.Message):
     dropped: int
     def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., local_rank: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., device: _Optional[str] = ..., dropped: _Optional[int] = ...) -> None: ...
 
+class RankBye(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class RankMessage(_message.Message):
-    __slots__ = ("hello", "batch", "heartbeat")
+    __slots__ = ("hello", "batch", "heartbeat", "bye")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    BYE_FIELD_NUMBER: _ClassVar[int]
     hello: RankHello
     batch: RankBatch
     heartbeat: Heartbeat
-    def __init__(self, hello: _Optional[_Union[RankHello, _Mapping]] = ..., batch: _Optional[_Union[RankBatch, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
+    bye: RankBye
+    def __init__(self, hello: _Optional[_Union[RankHello, _Mapping]] = ..., batch: _Optional[_Union[RankBatch, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., bye: _Optional[_Union[RankBye, _Mapping]] = ...) -> None: ...
 
 class RankAck(_message.Message):
     __slots__ = ("status", "seq", "reason")
