@@ -110,6 +110,10 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
     wiring.routes = {"/metrics": metrics.render, "/api/v1/events": wiring.all_events}
 
     def on_finalised(rows: list[Row]) -> None:
+        # A window taken in before its job was forgotten may be finalised after: it is stored (history) but
+        # must not bring the finished job back into the detectors and /metrics. (Data that arrives after
+        # the job was forgotten revives it at intake, and passes here.)
+        rows = [row for row in rows if server.lifecycle.live(row.key.job)]
         for row in rows:
             if row.key.is_step and row.key.index > latest.get(row.key.job, -1):
                 latest[row.key.job] = row.key.index

@@ -1,0 +1,179 @@
+"""Jobs that end and children that leave (issue 11 item 3, DESIGN §8).
+
+A job whose ranks all closed (`run.close()`), or that nothing arrived of for the idle timeout, leaves
+the agent, every collector, the root's live state, its detectors and its /metrics series; its history
+stays in the root's store and JSON API. A child gone longer than the timeout is forgotten by its old
+parent. Real servers on loopback and Unix sockets, the real SDK; the timeout is short to keep it quick.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+
+import telemetry
+from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
+from tests.helpers_tree import (RawChild, api_get, make_agent, make_collector, make_root, steps, stop_all,
+                                wait_for, window)
+from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
+
+IDLE_S = 2.0
+
+
+# ---------------------------------------------------------------- the rules, alone
+def test_a_job_whose_ranks_all_closed_goes_after_the_grace() -> None:
+    life = JobLifecycle(idle_timeout_s=100.0, grace_s=5.0)
+    life.touch("a", 0.0)
+    assert life.sweep(1.0, ["a"], lambda job: False) == []
+    assert life.sweep(2.0, ["a"], lambda job: True) == []    # closed from now
+    assert life.sweep(6.9, ["a"], lambda job: True) == []
+    assert life.sweep(7.0, ["a"], lambda job: True) == [("a", "closed")]
+    assert not life.live("a") and life.live_jobs() == []
+    # Still reported by a child for a while: not brought back by that; new data does bring it back.
+    assert life.sweep(8.0, ["a"], lambda job: True) == []
+    life.touch("a", 9.0)
+    assert life.live("a") and life.live_jobs() == ["a"]
+
+
+def test_an_idle_job_goes_after_the_timeout_and_a_reopened_one_waits_again() -> None:
+    life = JobLifecycle(idle_timeout_s=10.0, grace_s=1.0)
+    life.touch("b", 0.0)
+    assert life.sweep(5.0, ["b"], lambda job: True) == []      # closed at 5...
+    assert life.sweep(5.5, ["b"], lambda job: False) == []     # ...then a rank came back: not closed
+    assert life.sweep(9.9, ["b"], lambda job: False) == []
+    assert life.sweep(10.0, ["b"], lambda job: False) == [("b", "idle")]
+    # A job known only from rank states (no data yet) counts from when it was first seen.
+    assert life.sweep(11.0, ["c"], lambda job: False) == []
+    assert life.sweep(21.0, ["c"], lambda job: False) == [("c", "idle")]
+    # Forgotten jobs are remembered only for the timeout.
+    assert life.sweep(40.0, [], lambda job: False) == [] and life.live("b") and life.live("c")
+
+
+def test_a_child_is_forgotten_only_after_its_last_stream_was_gone_for_the_timeout() -> None:
+    children = ChildLifecycle(timeout_s=10.0)
+    children.connected("x")
+    children.connected("x")          # a reconnect that overlaps the old stream
+    children.disconnected("x", 1.0)  # the old stream ends: still connected
+    assert children.sweep(100.0) == []
+    children.disconnected("x", 2.0)
+    assert children.sweep(11.9) == []
+    children.connected("x")          # back in time
+    children.disconnected("x", 20.0)
+    assert children.sweep(29.0) == [] and children.sweep(30.0) == ["x"] and children.sweep(99.0) == []
+
+
+def test_bad_timeouts_are_refused() -> None:
+    with pytest.raises(ValueError, match="job-idle-timeout"):
+        JobLifecycle(idle_timeout_s=0)
+
+
+# ---------------------------------------------------------------- a real tree
+@pytest.fixture()
+def tree(tmp_path: Path):  # type: ignore[no-untyped-def]
+    root = make_root(tmp_path / "root.db", job_idle_timeout_s=IDLE_S)
+    rack = make_collector([root.address], "rack", job_idle_timeout_s=IDLE_S)
+    agent = make_agent([rack.address], tmp_path / "agent.sock", "agent", job_idle_timeout_s=IDLE_S)
+    try:
+        yield root, rack, agent, tmp_path / "agent.sock"
+    finally:
+        stop_all(agent, rack, root)
+
+
+def _metrics(root) -> str:  # type: ignore[no-untyped-def]
+    with urllib.request.urlopen(f"http://{root.api_address}/metrics", timeout=10) as reply:
+        return reply.read().decode()
+
+
+def _everywhere(root, rack, agent, job: str) -> dict[str, bool]:  # type: ignore[no-untyped-def]
+    """Where the job still lives."""
+    with agent.node.lock:
+        in_agent = (job in agent.registry.jobs() or any(j == job for j, _ in agent.service.steps)
+                    or job in agent.lifecycle.live_jobs() or job in agent.service.budget._names)
+    with rack.node.lock:
+        in_rack = job in rack.node.jobs() or job in rack.lifecycle.live_jobs() or job in rack.service._shapes
+    in_root = job in root.jobs() or job in root.wiring.detectors.jobs()
+    in_metrics = f'job="{job}"' in _metrics(root)
+    return {"agent": in_agent, "rack": in_rack, "root": in_root, "metrics": in_metrics}
+
+
+def _run_job(sock: Path, job: str, ranks: int, steps_: int, close: bool = True) -> list:
+    runs = [telemetry.init(job=job, rank=r, world_size=ranks, agent=f"unix:{sock}") for r in range(ranks)]
+    for step in range(steps_):
+        for r, run in enumerate(runs):
+            with run.step(step):
+                run.log(step, loss=float(10 * step + r))
+    if close:
+        assert all(run.close(timeout=20) for run in runs)
+    return runs
+
+
+def test_a_closed_job_leaves_every_tier_and_metrics_but_not_the_history(tree) -> None:  # type: ignore[no-untyped-def]
+    root, rack, agent, sock = tree
+    _run_job(sock, "done", ranks=3, steps_=4)
+    rows = wait_for(lambda: len(steps(root.api_address, "done", "loss")) == 4 and steps(root.api_address, "done", "loss"),
+                    what="the job's 4 steps at the root")
+    assert [row["count"] for row in rows] == [3, 3, 3, 3]
+    assert _everywhere(root, rack, agent, "done")["metrics"]
+    wait_for(lambda: not any(_everywhere(root, rack, agent, "done").values()), timeout=30,
+             what="the closed job to leave agent, rack, root and /metrics")
+    # History stays: the store and the JSON API still answer for the job.
+    assert [row["count"] for row in steps(root.api_address, "done", "loss")] == [3, 3, 3, 3]
+    status, body = api_get(root.api_address, "/api/v1/jobs")
+    assert status == 200 and "done" in [j["job"] for j in body["jobs"]]
+
+
+def test_many_jobs_in_a_row_leave_nothing_behind(tree) -> None:  # type: ignore[no-untyped-def]
+    root, rack, agent, sock = tree
+    jobs = [f"short-{i}" for i in range(12)]
+    for job in jobs:
+        _run_job(sock, job, ranks=2, steps_=2)
+    wait_for(lambda: all(len(steps(root.api_address, job, "loss")) == 2 for job in jobs), timeout=30,
+             what="every job's steps at the root")
+    wait_for(lambda: not agent.registry.ranks and not rack.node.jobs() and not root.jobs(), timeout=30,
+             what="every finished job forgotten")
+    text = _metrics(root)
+    assert not [job for job in jobs if f'job="{job}"' in text]
+    with agent.node.lock:
+        assert agent.service.steps == {} and agent.service.beats == {}
+
+
+def test_a_job_that_went_silent_is_forgotten_after_the_idle_timeout(tree) -> None:  # type: ignore[no-untyped-def]
+    """A rank that registered, sent one step and vanished without closing (a crash the agent may even
+    see as a live process): nothing arrives any more, so the job goes after the idle timeout."""
+    root, rack, agent, sock = tree
+    channel = grpc.insecure_channel(f"unix:{sock}")
+    stub = ingest_pb2_grpc.AgentStub(channel)
+    messages = [ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(job="silent", rank=0, world_size=2, pid=1)),
+                ingest_pb2.RankMessage(batch=ingest_pb2.RankBatch(job="silent", rank=0, seq=1, steps=[
+                    ingest_pb2.RankStepBatch(step=0, closed=True, metrics=[
+                        ingest_pb2.MetricValues(metric="loss", values=[1.5])])]))]
+    call = stub.Stream(iter(messages), timeout=30)
+    assert next(call).status == ingest_pb2.RankAck.REGISTERED
+    wait_for(lambda: steps(root.api_address, "silent", "loss"), what="the one step at the root")
+    call.cancel()
+    channel.close()
+    assert _everywhere(root, rack, agent, "silent")["agent"]
+    wait_for(lambda: not any(_everywhere(root, rack, agent, "silent").values()), timeout=30,
+             what="the silent job to be forgotten everywhere")
+    assert steps(root.api_address, "silent", "loss")[0]["count"] == 1
+
+
+def test_a_child_that_left_is_forgotten_by_its_old_parent(tree) -> None:  # type: ignore[no-untyped-def]
+    """A child that failed over elsewhere (or was decommissioned) stops counting at its old parent."""
+    root, rack, agent, _ = tree
+    child = RawChild(rack.address, "failed-over")
+    seq = child.batch(window("elsewhere", "loss", 0, {5: 1.0}, expected=8))
+    child.ack(10)
+    wait_for(lambda: "failed-over" in rack.node.child_ranks or "failed-over" in rack.node.child_counters,
+             what="the child known to the rack")
+    assert seq == 1
+    child.close()
+    time.sleep(IDLE_S / 2)
+    assert "failed-over" in rack.node.child_counters  # not before the timeout
+    wait_for(lambda: "failed-over" not in rack.node.child_counters and "failed-over" not in rack.node.child_ranks,
+             timeout=15, what="the child forgotten by its old parent")
+    assert "agent" in rack.node.child_counters  # the child still connected stays
