@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -14,7 +13,7 @@ from pyroaring import BitMap
 from collectors.agent.intake import OpenBeat, OpenStep, RankValues, beat_key
 from collectors.agent.ranks import RankInfo, RankRegistry
 from collectors.common.keys import Key
-from collectors.common.aioserve import Answers, Host, StreamSlots, rpc_code, serve_stream
+from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
 from collectors.common.validation import BadInput, MetricBudget, check_size
 from collectors.delivery.lifecycle import JobLifecycle
 from collectors.delivery.node import Node
@@ -57,36 +56,28 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
     # ------------------------------------------------------------ the stream
     async def Stream(self, request_iterator: AsyncIterator[ingest_pb2.RankMessage],
                      context: grpc.aio.ServicerContext) -> AsyncIterator[ingest_pb2.RankAck]:
-        async for answer in serve_stream(self.host, self.slots, context,
-                                         lambda answers: self._read(request_iterator, answers), self._refused):
+        async for answer in serve_stream(self.host, self.slots, context, request_iterator, self._start,
+                                         self._refused):
             yield answer  # type: ignore[misc]
+
+    def _start(self, answers: Answers) -> StreamWork:
+        stream = _RankStream(answers)
+        return StreamWork(lambda message: self._one(stream, message), self._bad, lambda: self._ended(stream))
 
     def _refused(self) -> None:
         with self.node.lock:
             self.node.counters["refused_streams"] += 1
         log.warning("refused a rank stream: %s", self.slots.refusal())
 
-    async def _read(self, requests: AsyncIterator[ingest_pb2.RankMessage], answers: Answers) -> None:
-        loop = asyncio.get_running_loop()
-        stream = _RankStream(answers)
-        try:
-            async for message in requests:
-                await loop.run_in_executor(self.host.pool, self._one, stream, message)
-        except BadInput as exc:
-            with self.node.lock:
-                self.node.counters["bad_inputs"] += 1
-            log.warning("refused a rank stream: %s", exc)
-            answers.put(exc)
-        except Exception as exc:
-            if rpc_code(exc) == grpc.StatusCode.RESOURCE_EXHAUSTED:  # e.g. a message over the size limit
-                with self.node.lock:
-                    self.node.counters["bad_inputs"] += 1
-                log.warning("a rank stream was cut: %s", exc)
-        finally:
-            with self.node.lock:
-                if stream.info is not None and stream.info.link is answers:
-                    stream.info.link = None
-            answers.put(END)
+    def _bad(self, exc: Exception) -> None:
+        with self.node.lock:
+            self.node.counters["bad_inputs"] += 1
+        log.warning("refused a rank stream: %s", exc)
+
+    def _ended(self, stream: _RankStream) -> None:
+        with self.node.lock:
+            if stream.info is not None and stream.info.link is stream.answers:
+                stream.info.link = None
 
     def _one(self, stream: _RankStream, message: ingest_pb2.RankMessage) -> None:
         """One message from a rank, on the pool."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -13,13 +12,12 @@ import grpc
 from pyroaring import BitMap
 
 from collectors.common.keys import Key
-from collectors.common.aioserve import Answers, Host, StreamSlots, rpc_code, serve_stream
+from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
 from collectors.common.validation import BadInput, MetricBudget, check_job, check_size
 from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
 from collectors.delivery.node import COUNTER_FIELDS, Node
 from collectors.delivery.windows import Origin, Part
 from telemetry.summary import Summary
-from telemetry.streams import END
 from telemetry.v1 import forward_pb2, forward_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -60,40 +58,32 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
 
     async def Forward(self, request_iterator: AsyncIterator[forward_pb2.SummaryBatch],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[forward_pb2.Ack]:
-        async for answer in serve_stream(self.host, self.slots, context,
-                                         lambda answers: self._read(request_iterator, answers), self._refused):
+        async for answer in serve_stream(self.host, self.slots, context, request_iterator, self._start,
+                                         self._refused):
             yield answer  # type: ignore[misc]
+
+    def _start(self, answers: Answers) -> StreamWork:
+        stream = _ChildStream(answers)
+        return StreamWork(lambda batch: self._one(stream, batch), self._bad, lambda: self._ended(stream))
 
     def _refused(self) -> None:
         with self.node.lock:
             self.node.counters["refused_streams"] += 1
         log.warning("refused a child stream: %s", self.slots.refusal())
 
-    async def _read(self, requests: AsyncIterator[forward_pb2.SummaryBatch], answers: Answers) -> None:
-        loop = asyncio.get_running_loop()
-        stream = _ChildStream(answers)
-        try:
-            async for batch in requests:
-                await loop.run_in_executor(self.host.pool, self._one, stream, batch)
-        except BadInput as exc:
-            with self.node.lock:
-                self.node.counters["bad_inputs"] += 1
-            log.warning("refused a child stream: %s", exc)
-            answers.put(exc)
-        except Exception as exc:
-            # The child went away (it resends whatever is not durable), or sent a message over the limit.
-            if rpc_code(exc) == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                with self.node.lock:
-                    self.node.counters["bad_inputs"] += 1
-                log.warning("a child stream was cut: %s", exc)
-        finally:
-            if stream.sender is not None:
-                with self._links_lock:
-                    if self._links.get(stream.sender) is answers:
-                        del self._links[stream.sender]
-                with self.node.lock:
-                    self.children.disconnected(stream.sender, time.monotonic())
-            answers.put(END)
+    def _bad(self, exc: Exception) -> None:
+        with self.node.lock:
+            self.node.counters["bad_inputs"] += 1
+        log.warning("refused a child stream: %s", exc)
+
+    def _ended(self, stream: _ChildStream) -> None:
+        if stream.sender is None:
+            return
+        with self._links_lock:
+            if self._links.get(stream.sender) is stream.answers:
+                del self._links[stream.sender]
+        with self.node.lock:
+            self.children.disconnected(stream.sender, time.monotonic())
 
     def _one(self, stream: _ChildStream, batch: forward_pb2.SummaryBatch) -> None:
         """One unit from a child, on the pool: parsed before the node's lock is taken, offered under it."""

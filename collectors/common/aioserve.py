@@ -17,6 +17,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -113,20 +114,28 @@ class StreamSlots:
                 f"raise the cap or spread the load")
 
 
-async def serve_stream(host: Host, slots: StreamSlots, context: grpc.aio.ServicerContext,
-                       read: Callable[[Answers], Awaitable[None]], on_refused: Callable[[], None]
-                       ) -> AsyncIterator[object]:
+@dataclass
+class StreamWork:
+    """What a service does with one stream; each runs on the pool, never on the loop."""
+
+    handle: Callable[[Any], None]     # one request, in order
+    bad: Callable[[Exception], None]  # a BadInput (the stream then ends with its status), or a cut stream
+    ended: Callable[[], None]         # once, however the stream ended
+
+
+async def serve_stream(host: Host, slots: StreamSlots, context: grpc.aio.ServicerContext, requests: AsyncIterator,
+                       start: Callable[[Answers], StreamWork], refused: Callable[[], None]) -> AsyncIterator[object]:
     """The body of every bidirectional stream in the tree: take a slot, read on a task, yield the answers.
 
-    `read(answers)` consumes the requests (handing each to the pool) and must put END last; a BadInput
-    put on the answers ends the stream with its status.
+    `start(answers)` gives the stream's work; answers put on `answers` go out in order, and a BadInput put
+    there ends the stream with its status.
     """
     if not slots.take():
-        await host.loop.run_in_executor(host.pool, on_refused)
+        await off_loop(host, refused)
         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, slots.refusal())
     try:
         answers = Answers(host)
-        reader = asyncio.create_task(read(answers))
+        reader = asyncio.create_task(_read(host, requests, answers, start(answers)))
         try:
             while True:
                 item = await answers.get()
@@ -139,6 +148,35 @@ async def serve_stream(host: Host, slots: StreamSlots, context: grpc.aio.Service
             reader.cancel()
     finally:
         slots.give_back()
+
+
+async def _read(host: Host, requests: AsyncIterator, answers: Answers, work: StreamWork) -> None:
+    try:
+        async for request in requests:
+            await host.loop.run_in_executor(host.pool, work.handle, request)
+    except BadInput as exc:
+        await off_loop(host, work.bad, exc)
+        answers.put(exc)
+    except Exception as exc:
+        # The peer went away (it resends whatever is not durable), or sent a message over gRPC's own limit.
+        if rpc_code(exc) == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            await off_loop(host, work.bad, exc)
+    finally:
+        await off_loop(host, work.ended)
+        answers.put(END)
+
+
+async def off_loop(host: Host, func: Callable[..., None], *args: Any) -> None:
+    """Run `func(*args)` on the pool, exactly once, even if this task is being cancelled meanwhile."""
+    try:
+        future = host.loop.run_in_executor(host.pool, func, *args)
+    except RuntimeError:  # the pool is shut down: the server is stopping
+        func(*args)
+        return
+    try:
+        await asyncio.shield(future)
+    except asyncio.CancelledError:
+        pass  # it still runs, once, on the pool
 
 
 def rpc_code(exc: BaseException) -> grpc.StatusCode | None:
