@@ -234,7 +234,8 @@ def test_cli_agent_options_and_the_example_config_reach_the_agent(monkeypatch):
         def __init__(self, config):  # type: ignore[no-untyped-def]
             seen["config"] = config
     monkeypatch.setattr("collectors.agent.server.AgentServer", Captured)
-    monkeypatch.setattr(cli, "_serve", lambda server, describe: None)
+    monkeypatch.setattr(cli, "StopSignals", lambda: None)  # leave this process's signal handlers alone
+    monkeypatch.setattr(cli, "_serve", lambda signals, make, describe: make())
     monkeypatch.setattr(cli, "_logging", lambda verbose: None)
     result = CliRunner().invoke(cli.main, ["agent", "--config", str(UNITS / "agent.toml")])
     assert result.exit_code == 0, result.output
