@@ -736,3 +736,35 @@ def test_sim_clean_run_raises_no_event(tmp_path, seed):
     assert sim.final_events == [], sim.final_events
     assert all(events == [] for _, events in sim.snapshots)
     assert 'telemetry_events_active{job="sim",kind="hang"} 0.0' in sim.metrics_text
+
+
+# ------------------------------------------------------------------ a finished job
+def _job_state(suite: Detectors, job: str) -> list[str]:
+    """Names of detector attributes that still hold something of `job`."""
+    held = []
+    for detector in suite.detectors:
+        for name, value in vars(detector).items():
+            if isinstance(value, dict) and any(k == job or (isinstance(k, tuple) and k[:1] == (job,)) for k in value):
+                held.append(f"{detector.kind}.{name}")
+    return held
+
+
+def test_a_forgotten_job_leaves_every_detector_and_its_open_events_are_closed():
+    log = EventLog(None)
+    suite = Detectors(log)
+    rng = random.Random(7)
+    for job in (JOB, "other"):
+        for step in range(1, 41):
+            metrics = healthy_step(rng, step)
+            if job == JOB and step >= 30:
+                metrics["step_time"][3] = 1.0  # a straggler: an event stays open
+            for metric, values in metrics.items():
+                suite.on_rows([row(metric, step, values, job=job)])
+        suite.on_rows([row("gpu.temperature_c", 1_700_000_000_000, [70.0] * WORLD, width_ms=1000, job=job)])
+    assert log.open_events(JOB) and _job_state(suite, JOB)
+    suite.forget(JOB)
+    assert _job_state(suite, JOB) == []
+    assert log.open_events(JOB) == []
+    closed = [e for e in log.query(JOB) if e["status"] == "closed"]
+    assert closed and all(e["detail"].get("closed_because") == "job finished" for e in closed)
+    assert _job_state(suite, "other")  # the other job is untouched

@@ -177,3 +177,32 @@ def test_a_child_that_left_is_forgotten_by_its_old_parent(tree) -> None:  # type
     wait_for(lambda: "failed-over" not in rack.node.child_counters and "failed-over" not in rack.node.child_ranks,
              timeout=15, what="the child forgotten by its old parent")
     assert "agent" in rack.node.child_counters  # the child still connected stays
+
+
+def test_open_steps_are_bounded_and_nothing_is_lost(tree) -> None:  # type: ignore[no-untyped-def]
+    """A rank that opens steps without end (here 1,500 at once, newest first, none closed): the agent keeps
+    at most MAX_OPEN_STEPS_PER_JOB open, sealing the oldest early, and every value still reaches the root."""
+    from collectors.agent.service import MAX_OPEN_STEPS_PER_JOB
+    root, _, agent, sock = tree
+    many = 1500
+    channel = grpc.insecure_channel(f"unix:{sock}")
+    stub = ingest_pb2_grpc.AgentStub(channel)
+    batch = ingest_pb2.RankBatch(job="wide", rank=0, seq=1, steps=[
+        ingest_pb2.RankStepBatch(step=step, metrics=[ingest_pb2.MetricValues(metric="loss", values=[float(step)])])
+        for step in reversed(range(many))])
+    held: list[int] = []
+    requests = [ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(job="wide", rank=0, world_size=2, pid=1)),
+                ingest_pb2.RankMessage(batch=batch)]
+    call = stub.Stream(iter(requests), timeout=60)
+    for ack in call:
+        if ack.status == ingest_pb2.RankAck.RECEIVED:
+            with agent.node.lock:
+                held.append(agent.service.open_steps("wide"))
+            break
+    assert held and held[0] <= MAX_OPEN_STEPS_PER_JOB
+    rows = wait_for(lambda: len(steps(root.api_address, "wide", "loss", last=many)) == many
+                    and steps(root.api_address, "wide", "loss", last=many), timeout=30, what="every step at the root")
+    assert sorted(row["mean"] for row in rows) == [float(s) for s in range(many)]
+    assert all(row["count"] == 1 for row in rows)
+    call.cancel()
+    channel.close()
