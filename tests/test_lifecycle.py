@@ -107,7 +107,7 @@ def _run_job(sock: Path, job: str, ranks: int, steps_: int, close: bool = True) 
             with run.step(step):
                 run.log(step, loss=float(10 * step + r))
     if close:
-        assert all(run.close(timeout=20) for run in runs)
+        assert all(run.close(timeout=60) for run in runs)
     return runs
 
 
@@ -156,7 +156,6 @@ def test_a_job_that_went_silent_is_forgotten_after_the_idle_timeout(tree) -> Non
     wait_for(lambda: steps(root.api_address, "silent", "loss"), what="the one step at the root")
     call.cancel()
     channel.close()
-    assert _everywhere(root, rack, agent, "silent")["agent"]
     wait_for(lambda: not any(_everywhere(root, rack, agent, "silent").values()), timeout=30,
              what="the silent job to be forgotten everywhere")
     assert steps(root.api_address, "silent", "loss")[0]["count"] == 1
