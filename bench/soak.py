@@ -257,22 +257,24 @@ def expect_message(messages: queue.Queue, drivers: list[Driver], services: dict[
     return got
 
 
-def start_services(args: argparse.Namespace, workdir: Path) -> dict[str, Service]:
-    """Root, rack and agent, each started once the one before it is ready."""
+def start_services(args: argparse.Namespace, workdir: Path, services: dict[str, Service]) -> None:
+    """Root, rack and agent, each started once the one before it is ready; into `services` as they start,
+    so that the caller stops those that did if a later one fails."""
     cli = [sys.executable, "-m", "collectors.cli"]
     extra = ["--job-idle-timeout", str(args.job_idle_timeout)] if args.job_idle_timeout is not None else []
-    services: dict[str, Service] = {}
     root = Service("root", [*cli, "collector", "--listen", "127.0.0.1:0", "--db", str(workdir / "root.db"),
                             "--api", "127.0.0.1:0", *extra, *args.collector_arg], workdir / "root.log")
-    services["root"] = root.start(args.start_timeout)
+    services["root"] = root
+    root.start(args.start_timeout)
     rack = Service("rack", [*cli, "collector", "--listen", "127.0.0.1:0", "--parent", root.ready["address"],
                             *extra, *args.collector_arg], workdir / "rack.log")
-    services["rack"] = rack.start(args.start_timeout)
+    services["rack"] = rack
+    rack.start(args.start_timeout)
     agent = Service("agent", [*cli, "agent", "--socket", str(workdir / "agent.sock"), "--parent",
                               rack.ready["address"], "--no-gpu-probe", "--no-nic-probe", *extra, *args.agent_arg],
                     workdir / "agent.log")
-    services["agent"] = agent.start(args.start_timeout)
-    return services
+    services["agent"] = agent
+    agent.start(args.start_timeout)
 
 
 # ---------------------------------------------------------------- sampling
@@ -823,7 +825,7 @@ def run(args: argparse.Namespace, workdir: Path, progress: Progress) -> dict[str
                               "targets": TARGETS, "loadavg_start": os.getloadavg()}
     services: dict[str, Service] = {}
     try:
-        services = start_services(args, workdir)
+        start_services(args, workdir, services)
         api = services["root"].ready["api"]
         result["idle_cpu_percent"] = {"before_jobs": idle_cpu(services, args.idle_s)}
         progress(f"services up (root {services['root'].pid}, rack {services['rack'].pid}, agent "
@@ -840,6 +842,8 @@ def run(args: argparse.Namespace, workdir: Path, progress: Progress) -> dict[str
         result["complete"] = True
     except BenchError as exc:
         result["error"] = str(exc)
+    except KeyboardInterrupt:
+        result["error"] = "interrupted"
     finally:
         for name in reversed(SERVICES):
             if name in services:
@@ -849,6 +853,12 @@ def run(args: argparse.Namespace, workdir: Path, progress: Progress) -> dict[str
     return result
 
 
+def interrupt(*_: object) -> None:
+    """SIGTERM acts as Ctrl-C (a shell's background job ignores SIGINT): the drivers and services are
+    stopped, what was measured is written, the work directory removed."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_jobs"]:
@@ -856,6 +866,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["_steady"]:
         return driver_steady(argv[1:])
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, interrupt)
     progress = Progress()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="telemetry-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)
