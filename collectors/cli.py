@@ -180,6 +180,9 @@ def with_options(options):  # type: ignore[no-untyped-def]
 @click.option("--job-idle-timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True,
               help="Seconds after which a job nothing arrived of is finished and forgotten (a job whose ranks "
                    "all closed goes after a 10 s grace); also how long a disconnected child is waited for.")
+@click.option("--max-world-size", type=click.IntRange(min=1), default=1 << 20, show_default=True,
+              help="Largest world size a job may declare; a rank (or a child's window) beyond it is refused "
+                   "with INVALID_ARGUMENT.")
 @click.option("--max-ranks", type=click.IntRange(min=1), default=512, show_default=True,
               help="Rank streams served at once; one more is refused with RESOURCE_EXHAUSTED (and counted).")
 @click.option("--gpu-probe/--no-gpu-probe", default=True, show_default=True,
@@ -200,7 +203,7 @@ def with_options(options):  # type: ignore[no-untyped-def]
 def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple[str, ...], fallbacks: tuple[str, ...],
           parent_ca: str | None, parent_cert: str | None, parent_key: str | None, parent_token: str | None,
           parent_token_file: str | None, parent_server_name: str | None, deadline_floor: float,
-          deadline_factor: float, stuck_after: float, max_metrics: int, job_idle_timeout: float, max_ranks: int, gpu_probe: bool, nic_probe: bool,
+          deadline_factor: float, stuck_after: float, max_metrics: int, max_world_size: int, job_idle_timeout: float, max_ranks: int, gpu_probe: bool, nic_probe: bool,
           probe_interval: float, sysfs_root: str, nic_exclude: tuple[str, ...], nvlink_every: int, host_id: str,
           verbose: int) -> None:
     """Run the node agent: ranks on this host stream to it; it forwards sealed step summaries to --parent."""
@@ -215,7 +218,7 @@ def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple
         parents=[*parents, *fallbacks], socket=Path(socket_path) if socket_path else None, tcp=tcp,
         node_id=node_id, parent_security=security, deadline_floor_s=deadline_floor,
         deadline_factor=deadline_factor, stuck_after_s=stuck_after, max_metrics_per_job=max_metrics,
-        max_ranks=max_ranks, job_idle_timeout_s=job_idle_timeout, gpu_probe=gpu_probe, nic_probe=nic_probe, probe_interval_s=probe_interval,
+        max_ranks=max_ranks, job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size, gpu_probe=gpu_probe, nic_probe=nic_probe, probe_interval_s=probe_interval,
         sysfs_root=sysfs_root, nic_exclude=tuple(nic_exclude), nvlink_every=nvlink_every, host_id=host_id)
     _serve(signals, lambda: AgentServer(config),
            lambda server: {"role": "agent", "id": server.node.node_id, "addresses": server.addresses})
@@ -244,6 +247,9 @@ def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple
 @click.option("--job-idle-timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True,
               help="Seconds after which a job nothing arrived of is finished and forgotten (a job whose ranks "
                    "all closed goes after a 10 s grace); also how long a disconnected child is waited for.")
+@click.option("--max-world-size", type=click.IntRange(min=1), default=1 << 20, show_default=True,
+              help="Largest world size a job may declare; a rank (or a child's window) beyond it is refused "
+                   "with INVALID_ARGUMENT.")
 @click.option("--max-children", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Child streams (agents, collectors) served at once; one more is refused with "
                    "RESOURCE_EXHAUSTED (and counted).")
@@ -256,7 +262,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               parent_token_file: str | None, parent_server_name: str | None, tls_cert: str | None,
               tls_key: str | None, tls_client_ca: str | None, token: str | None, token_file: str | None, db: str,
               api: str, deadline_floor: float | None, deadline_factor: float, max_metrics: int,
-              job_idle_timeout: float, max_children: int, detectors_config: str | None, verbose: int) -> None:
+              max_world_size: int, job_idle_timeout: float, max_children: int, detectors_config: str | None, verbose: int) -> None:
     """Run a collector (rack or cluster tier); with no --parent it is the root (store, API)."""
     signals = StopSignals()
     from collectors.collector.server import CollectorConfig, CollectorServer
@@ -279,7 +285,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
         listen=listen, parents=[*parents, *fallbacks], node_id=node_id, security=security,
         parent_security=parent_security, db=Path(db), api=api, deadline_floor_s=floor,
         deadline_factor=deadline_factor, max_metrics_per_job=max_metrics, max_children=max_children,
-        job_idle_timeout_s=job_idle_timeout)
+        job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size)
     _serve(signals, lambda: CollectorServer(config),
            lambda server: {"role": "root" if is_root else "collector", "id": server.node.node_id,
                            "address": server.address, "api": server.api_address})

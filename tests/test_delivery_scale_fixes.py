@@ -139,7 +139,7 @@ def test_receiver_keeps_each_childs_hosts_across_units_and_prunes_ranks_it_no_lo
     node = _node()
 
     def states(ranks, hosts):  # type: ignore[no-untyped-def]
-        return [RankView(alive=BitMap(ranks), world_size=16, hosts=hosts).to_proto("job")]
+        return {"job": RankView.from_proto(RankView(alive=BitMap(ranks), world_size=16, hosts=hosts).to_proto("job"))}
 
     node.child_states("a0", states(range(8), {r: "h0" for r in range(8)}))
     node.child_states("a1", states(range(8, 16), {r: "h1" for r in range(8, 16)}))

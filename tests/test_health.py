@@ -10,7 +10,7 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from collectors.common.flushloop import FlushLoop
-from tests.helpers_tree import RawChild, health_status, make_root, stop_all, wait_for, window
+from helpers_tree import RawChild, health_status, make_root, stop_all, wait_for, window
 from telemetry.v1 import forward_pb2
 
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING

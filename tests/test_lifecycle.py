@@ -17,7 +17,7 @@ import pytest
 
 import telemetry
 from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
-from tests.helpers_tree import (RawChild, api_get, make_agent, make_collector, make_root, steps, stop_all,
+from helpers_tree import (RawChild, api_get, make_agent, make_collector, make_root, steps, stop_all,
                                 wait_for, window)
 from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
 

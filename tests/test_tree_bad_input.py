@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 import pytest
+from pyroaring import BitMap
 
 import telemetry
 from collectors.common.keys import Key
@@ -132,6 +133,8 @@ RANK_CASES = [
     ("rank_far_out_of_range", lambda pid: [hello("good", rank=70_000, world_size=2, pid=pid)],
      INVALID, "rank 70000 is out of range for world size 2"),
     ("world_size_zero", lambda pid: [hello("fresh", rank=0, world_size=0, pid=pid)], INVALID, "world_size"),
+    ("world_size_above_the_cap", lambda pid: [hello("vast", rank=0, world_size=2**31 - 1, pid=pid)],
+     INVALID, "above this tier's cap of 1048576 ranks"),
     ("world_size_disagrees", lambda pid: [hello("good", rank=0, world_size=3, pid=pid)],
      INVALID, "has world size 2"),
     ("bad_job_name", lambda pid: [hello("no spaces here", pid=pid)], INVALID, "job name"),
@@ -457,3 +460,49 @@ def test_sdk_rank_over_the_metric_cap_keeps_delivering_its_other_metrics(tree):
         assert run.stats["refused_batches"] >= 1
     finally:
         run.close(0.1)
+
+
+def test_a_hostile_child_next_to_a_healthy_job_disturbs_nothing_and_its_hang_is_still_raised(tmp_path):
+    """Issue 14 item 3: sizes an input declares are capped and bitmaps never expanded. A rogue child sends
+    rank states claiming 2**32 stuck ranks and a window expecting 2**31 - 1 ranks, at the same root as a
+    healthy 2-rank job. The rogue unit is refused with INVALID_ARGUMENT; the healthy job's figures stay exact,
+    and when one of its ranks stops at step 4 the hang is raised, naming it."""
+    root = make_root(tmp_path / "root.db")
+    agent = make_agent([root.address], tmp_path / "a.sock", "agent0")
+    runs = []
+    try:
+        rogue = RawChild(root.address, "rogue")
+        huge = BitMap()
+        huge.add_range(0, 2**32)
+        states = forward_pb2.RankStates(job="victim", world_size=2, stuck=huge.serialize())
+        rogue.send(forward_pb2.SummaryBatch(sender_id="rogue", seq=1, ranks=[states]))
+        assert rogue.ack(10) is not None and rogue.ack(10) is None  # the hello unit, then the end of the stream
+        assert rogue.error is not None and rogue.error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "cap of 1048576 ranks" in rogue.error.details()
+        rogue = RawChild(root.address, "rogue2")
+        seq = rogue.batch(window("victim", "loss", 1, {0: 999.0}, expected=2**31 - 1))
+        ack = rogue.ack_for(seq, forward_pb2.Ack.REJECTED_OVERLAP)  # the unit's refused windows are named
+        assert "cap of 1048576 ranks" in ack.rejections[0].reason
+
+        runs = [telemetry.init(job="healthy", rank=r, world_size=2, agent=f"unix:{agent.socket_path}")
+                for r in range(2)]
+        for step in range(1, 4):
+            for rank, run in enumerate(runs):
+                run.log(step, loss=step + rank / 4)
+                run.end_step(step)
+        runs[0].log(4, loss=4.0)
+        runs[0].end_step(4)  # rank 1 never reaches step 4: a hang
+        rows = wait_for(lambda: len(steps(root.api_address, "healthy", "loss")) >= 3
+                        and steps(root.api_address, "healthy", "loss"), what="the healthy steps")
+        assert [(r["step"], r["count"], r["min"], r["argmax"]) for r in rows[:3]] == [
+            (s, 2, float(s), 1) for s in range(1, 4)]
+        hang = wait_for(lambda: [e for e in api_get(root.api_address, "/api/v1/jobs/healthy/events")[1]["events"]
+                                 if e["kind"] == "hang"], timeout=30, what="the healthy job's hang raised")
+        assert hang[0]["ranks"] == [1] and hang[0]["step"] == 4
+        _, victim = api_get(root.api_address, "/api/v1/jobs/victim/steps?metric=loss")
+        assert victim.get("steps", []) == []
+        rogue.close()
+    finally:
+        for run in runs:
+            run.close(0.1)
+        stop_all(agent, root)

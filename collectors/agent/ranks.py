@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from collectors.common.aioserve import Answers
 from telemetry.streams import END
-from collectors.common.validation import BadInput, check_job
+from collectors.common.validation import DEFAULT_MAX_WORLD_SIZE, BadInput, check_job, check_world
 from collectors.delivery.node import RankView
 from collectors.probes.process import ProcessStatus, classify, process_status
 
@@ -116,9 +116,11 @@ class RankRegistry:
     show their exit status without reaping.
     """
 
-    def __init__(self, stuck_after_s: float = DEFAULT_STUCK_AFTER_S, reap: bool = False) -> None:
+    def __init__(self, stuck_after_s: float = DEFAULT_STUCK_AFTER_S, reap: bool = False,
+                 max_world_size: int = DEFAULT_MAX_WORLD_SIZE) -> None:
         self.stuck_after_s = stuck_after_s
         self.reap = reap
+        self.max_world_size = max_world_size
         self.ranks: dict[tuple[str, int], RankInfo] = {}
         self.changed = False  # a rank registered since the last views()
         self._exits: collections.deque[tuple[RankInfo, int]] = collections.deque(maxlen=MAX_PENDING_EXITS)
@@ -130,6 +132,7 @@ class RankRegistry:
                                                "for the agents' host hardware windows")
         if hello.world_size == 0:
             raise BadInput("INVALID_ARGUMENT", "world_size must be >= 1")
+        check_world(hello.world_size, self.max_world_size)
         if hello.rank >= hello.world_size:
             raise BadInput("INVALID_ARGUMENT", f"rank {hello.rank} is out of range for world size {hello.world_size}")
         for (job, _), other in self.ranks.items():

@@ -18,7 +18,7 @@ from collectors.common.aioserve import AioServer, StreamSlots
 from collectors.common.flushloop import FlushLoop
 from collectors.common.gctune import tune_gc
 from collectors.common.transport import Security
-from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, MetricBudget
+from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, DEFAULT_MAX_WORLD_SIZE, MetricBudget
 from collectors.delivery.lifecycle import DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, JobLifecycle
 from collectors.delivery.node import Node, Upstream
 from collectors.delivery.outbox import Outbox
@@ -45,6 +45,7 @@ class AgentConfig:
     retain_s: float = 120.0
     max_ranks: int = DEFAULT_MAX_RANKS  # concurrent rank streams; past it a stream is refused (RESOURCE_EXHAUSTED)
     job_idle_timeout_s: float = DEFAULT_JOB_IDLE_TIMEOUT_S  # a job nothing arrived of for this long is forgotten
+    max_world_size: int = DEFAULT_MAX_WORLD_SIZE  # a rank declaring a larger world is refused at its hello
     extra_sockets: list[Path] = field(default_factory=list)
     # Hardware probes (collectors/agent/hardware.py, docs/hardware.md). Off unless asked for here;
     # `telemetry agent` turns both on by default.
@@ -72,7 +73,8 @@ class AgentServer:
         self.upstream = Upstream(self.node, lambda on_ack: Outbox(node_id, config.parents, config.parent_security,
                                                                   on_ack))
         self.node.sink = self.upstream
-        self.registry = RankRegistry(config.stuck_after_s, reap=config.reap_rank_children)
+        self.registry = RankRegistry(config.stuck_after_s, reap=config.reap_rank_children,
+                                     max_world_size=config.max_world_size)
         self.host_id = config.host_id or socket.gethostname()
         self.hardware: HardwareSampler | None = None
         self.flusher = FlushLoop("agent-flush", self._flush, config.flush_interval_s)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from itertools import islice
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from collectors.common.aioserve import AioServer, StreamSlots
 from collectors.common.flushloop import FlushLoop
 from collectors.common.gctune import tune_gc
 from collectors.common.transport import Security
-from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, MetricBudget
+from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, DEFAULT_MAX_WORLD_SIZE, MetricBudget
 from collectors.delivery.lifecycle import (DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, ChildLifecycle,
                                             JobLifecycle)
 from collectors.delivery.node import Node, Upstream
@@ -46,6 +47,7 @@ class CollectorConfig:
     retain_s: float = 300.0
     max_children: int = DEFAULT_MAX_CHILDREN  # concurrent child streams; past it refused (RESOURCE_EXHAUSTED)
     job_idle_timeout_s: float = DEFAULT_JOB_IDLE_TIMEOUT_S  # jobs idle and children gone this long are forgotten
+    max_world_size: int = DEFAULT_MAX_WORLD_SIZE  # windows or rank states beyond it are refused
 
     @property
     def is_root(self) -> bool:
@@ -83,7 +85,7 @@ class CollectorServer:
         self.service = CollectorService(self.node, self.grpc.host,
                                         StreamSlots(config.max_children, "child", "--max-children"),
                                         MetricBudget(config.max_metrics_per_job), before, self.lifecycle,
-                                        self.children)
+                                        self.children, config.max_world_size)
         self.grpc.add(lambda server: forward_pb2_grpc.add_CollectorServicer_to_server(self.service, server))
         self.address = self.grpc.bind(config.listen, config.security)
         self.api_address: str | None = None
@@ -142,7 +144,8 @@ class CollectorServer:
             view = self.node.states(job)  # no hosts: the liveness figures need only the bitmaps
             counters = self.node.subtree_counters()
         return {"world_size": view.world_size, "alive": len(view.alive), "stuck": len(view.stuck),
-                "dead": len(view.dead), "stuck_ranks": list(view.stuck)[:1024], "dead_ranks": list(view.dead)[:1024],
+                "dead": len(view.dead), "stuck_ranks": list(islice(view.stuck, 1024)),
+                "dead_ranks": list(islice(view.dead, 1024)),
                 "counters": counters}
 
     def stop(self, grace: float = 1.0) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 import grpc
@@ -13,9 +13,10 @@ from pyroaring import BitMap
 
 from collectors.common.keys import Key
 from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
-from collectors.common.validation import BadInput, MetricBudget, check_job, check_size
+from collectors.common.validation import (DEFAULT_MAX_WORLD_SIZE, BadInput, MetricBudget, check_job, check_size,
+                                          check_world)
 from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
-from collectors.delivery.node import COUNTER_FIELDS, Node
+from collectors.delivery.node import COUNTER_FIELDS, Node, RankView
 from collectors.delivery.windows import Origin, Part
 from telemetry.summary import Summary
 from telemetry.v1 import forward_pb2, forward_pb2_grpc
@@ -30,8 +31,9 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
 
     def __init__(self, node: Node, host: Host, slots: StreamSlots, budget: MetricBudget | None = None,
                  before_offer: Callable[[Key], None] | None = None, jobs: JobLifecycle | None = None,
-                 children: ChildLifecycle | None = None) -> None:
+                 children: ChildLifecycle | None = None, max_world_size: int = DEFAULT_MAX_WORLD_SIZE) -> None:
         self.node = node
+        self.max_world_size = max_world_size
         self.host = host
         self.slots = slots
         self.jobs = jobs or JobLifecycle()
@@ -104,9 +106,10 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
     def _handle(self, sender: str, batch: forward_pb2.SummaryBatch, responses: Answers) -> None:
         node = self.node
         origin = (sender, batch.seq)
+        views = self._states(batch.ranks)
         parsed = [self._parse(origin, index, window) for index, window in enumerate(batch.windows)]
         with node.lock:
-            node.child_states(sender, list(batch.ranks))
+            node.child_states(sender, views)
             node.child_counters[sender] = {name: getattr(batch.counters, name) for name in COUNTER_FIELDS}
             if batch.seq == 0:
                 responses.put(forward_pb2.Ack(seq=0, status=forward_pb2.Ack.RECEIVED))
@@ -123,6 +126,25 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             responses.put(forward_pb2.Ack(seq=batch.seq, status=status, rejections=rejections))
             node.durability.settle(origin)
 
+    def _states(self, states: Iterable[forward_pb2.RankStates]) -> dict[str, RankView]:
+        """A child's rank states, parsed and checked: a malformed bitmap, a rank or world beyond the cap, or a
+        job named twice refuses the whole unit (the stream ends with INVALID_ARGUMENT, the child resends)."""
+        views: dict[str, RankView] = {}
+        for msg in states:
+            check_job(msg.job)
+            check_world(msg.world_size, self.max_world_size)
+            try:
+                view = RankView.from_proto(msg)
+            except (ValueError, OverflowError) as exc:
+                raise BadInput("INVALID_ARGUMENT", f"rank states of job {msg.job!r}: malformed bitmap ({exc})") from None
+            for bitmap in (view.alive, view.stuck, view.dead, view.closed):
+                if bitmap:
+                    check_world(bitmap.max() + 1, self.max_world_size, f"rank {bitmap.max()} implies a world size")
+            if msg.job in views:
+                raise BadInput("INVALID_ARGUMENT", f"rank states of job {msg.job!r} sent twice in one unit")
+            views[msg.job] = view
+        return views
+
     def _parse(self, origin: Origin, index: int, window: forward_pb2.WindowSummary) -> tuple[Key, Summary] | str:
         """The window's key and summary, or why it is refused (checked without the node's lock)."""
         try:
@@ -130,12 +152,15 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             check_job(key.job)
             if key.index > MAX_INDEX:
                 raise ValueError(f"window index {key.index} is beyond 2**63-1")
+            check_world(window.expected, self.max_world_size, "expected world size")
             summary = Summary.from_proto(window.summary)
+            if summary._sources:
+                check_world(summary._sources.max() + 1, self.max_world_size, "a source id")
             shape = self._shapes.setdefault(key.job, (summary.k, summary.max_centroids))
             if (summary.k, summary.max_centroids) != shape:
                 raise ValueError(f"summary has k={summary.k}, max_centroids={summary.max_centroids}; "
                                  f"job {key.job!r} uses k={shape[0]}, max_centroids={shape[1]}")
-        except (ValueError, BadInput) as exc:
+        except (ValueError, OverflowError, BadInput) as exc:
             return str(exc)
         return key, summary
 

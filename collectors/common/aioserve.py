@@ -153,7 +153,13 @@ async def serve_stream(host: Host, slots: StreamSlots, context: grpc.aio.Service
 async def _read(host: Host, requests: AsyncIterator, answers: Answers, work: StreamWork) -> None:
     try:
         async for request in requests:
-            await host.loop.run_in_executor(host.pool, work.handle, request)
+            try:
+                await host.loop.run_in_executor(host.pool, work.handle, request)
+            except BadInput:
+                raise
+            except Exception as exc:  # a bug, not the peer's fault: logged in full, the peer told tersely
+                log.exception("handling a stream message failed")
+                raise BadInput("INTERNAL", "internal error handling this message (logged by the server)") from exc
     except BadInput as exc:
         await off_loop(host, work.bad, exc)
         answers.put(exc)

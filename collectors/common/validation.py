@@ -5,6 +5,7 @@ from __future__ import annotations
 from telemetry.names import JOB_NAME, METRIC_NAME
 DEFAULT_MAX_METRICS_PER_JOB = 256
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_WORLD_SIZE = 1 << 20  # ranks per job; nothing a tier does may grow with a size an input declares
 
 
 class BadInput(ValueError):
@@ -18,6 +19,13 @@ class BadInput(ValueError):
 def check_metric(name: str) -> None:
     if not METRIC_NAME.fullmatch(name):
         raise BadInput("INVALID_ARGUMENT", f"metric name {name!r} is not [a-z0-9_.]{{1,64}}")
+
+
+def check_world(world_size: int, cap: int, what: str = "world size") -> None:
+    """A declared world size (or a rank id + 1) within the cap: refused before anything is sized by it."""
+    if world_size > cap:
+        raise BadInput("INVALID_ARGUMENT", f"{what} {world_size}: above this tier's cap of {cap} ranks "
+                                           "(--max-world-size)")
 
 
 def check_job(name: str) -> None:

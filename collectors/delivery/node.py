@@ -113,18 +113,17 @@ class Node:
             self.hosts_version += 1
         self._own_ranks = views
 
-    def child_states(self, sender: str, states: list[forward_pb2.RankStates]) -> None:
-        """A child's latest rank states. Host lists are deltas (sent when they change, and in full after a
-        (re)connect): the child's hosts are kept across units, pruned to the ranks it covers."""
+    def child_states(self, sender: str, views: dict[str, RankView]) -> None:
+        """A child's latest rank states, by job (parsed and checked by the caller, without this node's lock).
+        Host lists are deltas (sent when they change, and in full after a (re)connect): the child's hosts are
+        kept across units, pruned to the ranks it covers."""
         previous = self.child_ranks.get(sender, {})
-        views = {}
-        for msg in states:
-            view = RankView.from_proto(msg)
-            before = previous.get(msg.job)
+        for job, view in views.items():
+            before = previous.get(job)
             if before is not None:
                 hosts = before.hosts
                 if len(hosts) > len(view.alive) + len(view.stuck) + len(view.dead) or (
-                        msg.host_ranks and not view.hosts.items() <= hosts.items()):
+                        view.hosts and not view.hosts.items() <= hosts.items()):
                     covered = view.covered
                     hosts = {rank: host for rank, host in hosts.items() if rank in covered}
                     hosts.update(view.hosts)
@@ -132,7 +131,6 @@ class Node:
                 view.hosts = hosts
             elif view.hosts:
                 self.hosts_version += 1
-            views[msg.job] = view
         if previous.keys() - views.keys():
             self.hosts_version += 1
         self.child_ranks[sender] = views

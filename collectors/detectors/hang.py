@@ -25,6 +25,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
+from itertools import islice
 from dataclasses import dataclass, field
 
 from pyroaring import BitMap
@@ -156,7 +157,7 @@ class HangDetector(Detector):
             if now - inc.since < c.grace_s:
                 continue
             named = []
-            ranks = list(inc.missing)[:1024]
+            ranks = list(islice(inc.missing, 1024))
             known = _values_of(progress, ranks)
             for rank in ranks:
                 at = known.get(rank)
