@@ -281,13 +281,14 @@ def start_services(args: argparse.Namespace, workdir: Path, services: dict[str, 
 
 
 def sample(services: dict[str, Service], api: str, args: argparse.Namespace, **context: Any) -> dict[str, Any]:
-    """One reading of every service and of the root's /metrics, tagged with `context` (job count, steps...)."""
+    """One reading of every service and of the root's /metrics, tagged with `context` (job count, steps...)
+    and the load average (other work on the machine shows in CPU per step and job time)."""
     figures = {}
     for name, service in services.items():
         service.check()
         figures[name] = proc_figures(service.pid)
     return {"t": round(time.monotonic(), 3), **context, "services": figures,
-            "metrics": scrape_metrics(api, args.http_timeout)}
+            "metrics": scrape_metrics(api, args.http_timeout), "load_1m": os.getloadavg()[0]}
 
 
 def idle_cpu(services: dict[str, Service], seconds: float) -> dict[str, float]:
@@ -491,7 +492,7 @@ def jobs_figures(phase: dict[str, Any]) -> dict[str, Any]:
                     "scrape_errors": sum("error" in s["metrics"] for s in samples)},
         "job_seconds_median_first": round(statistics.median(seconds[:window]), 4) if seconds else None,
         "job_seconds_median_last": round(statistics.median(seconds[-window:]), 4) if seconds else None,
-        "job_seconds_window": window,
+        "job_seconds_window": window, "load_1m_max": max(s["load_1m"] for s in samples),
         "driver": {**{f"rss_mib_{at}": round(s["driver"]["rss_bytes"] / 2**20, 2) for at, s in points},
                    **{f"{what}_{at}": s["driver"][what] for at, s in points for what in ("threads", "fds")}},
     }
@@ -521,7 +522,7 @@ def steady_figures(phase: dict[str, Any]) -> dict[str, Any]:
                              "rss_mib_end": round(e["rss_bytes"] / 2**20, 2),
                              "rss_growth_percent": growth_percent(b["rss_bytes"], e["rss_bytes"])}
     return {"intervals": intervals, "intervals_per_third": third, "services": per_service,
-            "steps_completed": samples[-1]["steps"]}
+            "steps_completed": samples[-1]["steps"], "load_1m_max": max(s["load_1m"] for s in samples)}
 
 
 def lifetime_figures(result: dict[str, Any]) -> dict[str, Any]:
@@ -635,7 +636,9 @@ def print_report(result: dict[str, Any]) -> None:
                f"({c['steady_ranks']} ranks counted)" if "error" not in done else f"root's API failed: {done['error']}")
     console.print(f"jobs: {jobs['jobs_completed']:,} completed (every close() True), {jobs['jobs_failed']} failed; "
                   f"median job time {fmt(jobs['job_seconds_median_first'], '.3f')} s (first "
-                  f"{jobs['job_seconds_window']}) → {fmt(jobs['job_seconds_median_last'], '.3f')} s (last)")
+                  f"{jobs['job_seconds_window']}) → {fmt(jobs['job_seconds_median_last'], '.3f')} s (last); "
+                  f"load average up to {jobs['load_1m_max']:.1f} (jobs), {steady['load_1m_max']:.1f} (steady) "
+                  f"on {os.cpu_count()} CPUs")
     d = jobs["driver"]
     console.print(f"jobs driver (the SDK, {c['job_ranks']} Runs per job in one process), job {jobs['baseline_job']} → "
                   f"{jobs['last_job']}: RSS {d['rss_mib_baseline']:.1f} → {d['rss_mib_last']:.1f} MiB, "
