@@ -3,12 +3,14 @@
 
     python bench/scale.py --out bench/results [--sizes 1024,2048,4096,8192,16384] [--steps 10] [--quick]
 
-Per size N: 20 metrics per rank per step, 8 ranks per node agent, 32 agents per rack.
+Per size N: 20 metrics per rank per step, 8 ranks per node agent, 32 agents per rack (--agents-per-rack).
 
-The tree: every collector (racks; a cluster tier when there are more racks than the root's fan-in of 4, each
-collector taking at most 16 children; the root with its SQLite store, API and detectors) is a real
-`CollectorServer` process speaking gRPC on loopback. The node agents are the real agent classes wired as
-`AgentServer.__init__` wires them, each with its own Outbox and Forward stream to its rack, hosted up to 256 to
+The tree: every collector (racks; a cluster tier when there are more racks than the root's fan-in of 4,
+--root-fanin, each collector taking at most 16 children, --racks-per-collector; the root with its SQLite store,
+API and detectors) is a real `CollectorServer` process (grpc.aio) speaking gRPC on loopback. The sizes in --wide
+(default 16,384) are also run, tree only, at realistic fan-ins (--wide-shape 64x32: 64 agents per rack, up to 32
+racks per collector, so 16,384 ranks are 2,048 agents in 32 racks of 64 under the root). The node agents are
+the real agent classes wired as `AgentServer.__init__` wires them, each with its own Outbox and Forward stream to its rack, hosted up to 256 to
 a process. At every size, rank input is fed to the agents in-process (a pre-serialised `RankMessage` per rank
 per step, parsed and handed to `AgentService._batch` as the stream reader does; no SDK stream), and each agent
 is then ticked once with `AgentServer`'s flush body.
@@ -52,9 +54,6 @@ from machine import cpu_model, git_head, memory_bytes  # noqa: E402  (bench/mach
 JOB = "scale"
 METRICS = ["step_time"] + [f"metric_{i:02d}" for i in range(1, 20)]
 RANKS_PER_NODE = 8
-NODES_PER_RACK = 32
-ROOT_FANIN = 4
-MAX_FANIN = 16
 AGENTS_PER_HOST = 256
 RANKS_PER_SENDER = 2048
 RANKS_PER_CHANNEL = 64
@@ -142,7 +141,6 @@ def vm_hwm_kb(pid: int) -> int:
 # ---------------------------------------------------------------------------- children
 def child_collector(cfg: dict) -> None:
     """A real CollectorServer; counts the bytes of every SummaryBatch it is handed (the receiving side)."""
-    quiet_grpc_waits()
     from collectors.collector.server import CollectorConfig, CollectorServer
 
     root = not cfg["parents"]
@@ -186,7 +184,15 @@ def child_collector(cfg: dict) -> None:
     table = server.node.table
     table.due = timed(table.due, lambda now, complete: bool(table._pending))  # type: ignore[method-assign]
     sink = server.node.sink
-    sink.ship = timed(sink.ship, lambda node, windows, now: bool(windows))  # type: ignore[union-attr]
+    ship = sink.ship
+
+    def ship_timed(node: Any, windows: Any, now: float) -> Any:
+        # The root's Finaliser returns its SQLite commit, which Node.flush runs after releasing the node's lock:
+        # time that too (a tier's Upstream returns None).
+        after = ship(node, windows, now)
+        return None if after is None else timed(after, lambda: True)
+
+    sink.ship = timed(ship_timed, lambda node, windows, now: bool(windows))  # type: ignore[union-attr]
     if not root:
         outbox = server.upstream.outbox
         outbox._on_ack = timed(outbox._on_ack, lambda unit, ack: bool(unit.message.windows))
@@ -210,14 +216,20 @@ def _die_with_parent() -> None:  # preexec_fn of the rank stand-in; its parent h
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def quiet_grpc_waits() -> None:
-    """grpcio's synchronous API wakes every thread blocked on a stream 10 times a second (grpc._common.wait polls
-    with MAXIMUM_WAIT_TIMEOUT = 0.1 s so that signal handlers run). One agent pays that for its one stream, a rack
-    for its 32 children; a process hosting 256 agents pays it 2,560 times a second, and 69 collectors on 2 cores
-    add thousands more, which starved the whole simulation (more system than user time). Simulated processes wait
-    5 s instead (--grpc-polling restores 0.1 s); an event still wakes the waiting thread at once."""
+def quiet_grpc_waits(seconds: float | None) -> None:
+    """grpcio's synchronous client wakes every thread blocked reading a stream 10 times a second (grpc._common.wait
+    polls with MAXIMUM_WAIT_TIMEOUT = 0.1 s so that signal handlers run). A real agent pays that for its one Outbox
+    stream (~0.25 ms of CPU a second, measured below); a process hosting 256 simulated agents pays it 2,560 times a second. Only the
+    agent-hosting processes lengthen it (--grpc-wait-s; an event still wakes the waiting thread at once), measured
+    at 4,096 ranks (512 agents in 2 processes, 2 runs each): idle CPU of the 2 processes 8 ms/s with 5 s, 130-156
+    ms/s with grpcio's 0.1 s; per agent per step 3.39-3.43 ms against 3.67-3.68; 0.53-0.55 steps/s against 0.44.
+    Collectors are grpc.aio servers whose only synchronous stream is their one Outbox: lengthening it there changed
+    nothing measurable (idle CPU of 21 collectors 153-166 ms/s either way), nor in the baseline's senders (idle
+    3.8 / 4.0 ms/s); they keep grpcio's own. None: leave grpcio's 0.1 s."""
+    if seconds is None:
+        return
     import grpc._common
-    grpc._common.MAXIMUM_WAIT_TIMEOUT = 5.0
+    grpc._common.MAXIMUM_WAIT_TIMEOUT = seconds
 
 
 class _Link:
@@ -238,13 +250,23 @@ class _Link:
             self.other += 1
 
 
-class SimAgent:
-    """One node agent, wired like AgentServer.__init__ minus the rank-facing gRPC server."""
+def _agent_server_class() -> type:
+    from collectors.agent.server import AgentServer
+    return AgentServer
 
-    def __init__(self, index: int, parent: str, world: int, first_rank: int, nranks: int, rank_pid: int) -> None:
+
+class SimAgent(_agent_server_class()):  # type: ignore[misc]
+    """One node agent, wired like AgentServer.__init__ minus the rank-facing gRPC server (whose __init__ is not
+    called); its flush body (`_flush`, and whatever it calls) is AgentServer's own."""
+
+    def __init__(self, index: int, parent: str, world: int, first_rank: int, nranks: int, rank_pid: int,
+                 host: Any) -> None:
+        import inspect
+
         from collectors.agent.ranks import RankRegistry
         from collectors.agent.server import AgentConfig
         from collectors.agent.service import AgentService
+        from collectors.common.aioserve import StreamSlots
         from collectors.common.validation import MetricBudget
         from collectors.delivery.node import Node, Upstream
         from collectors.delivery.outbox import Outbox
@@ -262,7 +284,16 @@ class SimAgent:
             node_id, config.parents, config.parent_security, on_ack, connect_timeout_s=30.0))
         self.node.sink = self.upstream
         self.registry = RankRegistry(config.stuck_after_s)
-        self.service = AgentService(self.node, self.registry, MetricBudget(config.max_metrics_per_job))
+        # `host` (one aioserve.Host per hosting process) would run a rank-facing server's streams; there is none
+        # here: ranks are fed in-process, so neither it nor the slots are used.
+        extra = {}
+        if "lifecycle" in inspect.signature(AgentService).parameters:  # job lifecycle (after bd1a11c)
+            from collectors.delivery.lifecycle import JobLifecycle
+            self.lifecycle = extra["lifecycle"] = JobLifecycle(config.job_idle_timeout_s)
+            self._swept_at = 0.0
+        self.config = config
+        self.service = AgentService(self.node, self.registry, MetricBudget(config.max_metrics_per_job), host,
+                                    StreamSlots(config.max_ranks, "rank", "--max-ranks"), **extra)
         self.ranks = list(range(first_rank, first_rank + nranks))
         self.links = {r: _Link() for r in self.ranks}
         self.infos = {}
@@ -273,12 +304,8 @@ class SimAgent:
                 self.infos[r] = self.service._hello(hello, self.links[r])
 
     def tick(self) -> None:
-        """AgentServer._flush_loop's body."""
-        from collectors.agent.hardware import offer_exits
-        with self.node.lock:
-            self.service.seal(time.monotonic())
-            offer_exits(self.node, self.registry)
-        self.node.flush()
+        """AgentServer._flush: the body of its flush loop."""
+        self._flush()
 
 
 def rank_messages(seed: int, step: int, world: int, ranks: list[int]) -> list[bytes]:
@@ -293,8 +320,14 @@ def rank_messages(seed: int, step: int, world: int, ranks: list[int]) -> list[by
 
 
 def share_channels() -> None:
-    """One gRPC channel (one HTTP/2 connection, one polling thread) per rack address for all the agents a process
-    hosts, instead of one each: every agent still has its own Outbox, thread and Forward stream."""
+    """One gRPC channel per rack address for all the agents a process hosts, instead of one each (each with its
+    own keepalive pings every 10 s and grpcio's per-channel machinery): every agent still has its own Outbox,
+    thread and Forward stream. Still needed with the aio servers, for the simulation's sake only (a real agent is
+    one process with one channel): at 4,096 ranks (2 hosting processes) it changes no per-step figure (agent
+    3.32-3.41 ms/step with a channel each, 3.39-3.43 shared; idle 40 against 8 ms/s), but at 16,384 ranks (8
+    processes of 256 agents on 2 cores) a channel each made an agent cost 13.1 instead of 5.9 ms/step (own code
+    4.6 / 4.1), the hosting processes idle at 188 instead of 42 ms/s, and the run 0.04 instead of 0.08 steps/s.
+    --no-share-channels gives each agent its own."""
     import collectors.delivery.outbox as outbox_module
     make_channel = outbox_module.make_channel
     shared: dict[str, Any] = {}
@@ -322,17 +355,20 @@ def child_agents(cfg: dict) -> None:
     from collectors.common.validation import check_size
     from telemetry.v1 import ingest_pb2
 
+    from collectors.common.aioserve import Host
     from collectors.common.gctune import tune_gc
 
-    quiet_grpc_waits()
-    share_channels()
+    quiet_grpc_waits(cfg.get("grpc_wait_s"))
+    if cfg.get("share_channels"):
+        share_channels()
     tune_gc()  # as AgentServer.start does
     world, first, count, seed = cfg["world"], cfg["first_agent"], cfg["agents"], cfg["seed"]
+    host = Host("sim-agents")
     # The ranks' process, whose /proc/PID/stat the agents read for liveness: a single-threaded stand-in. Reading
     # the stat of this hosting process (hundreds of threads) costs the kernel O(threads) per read.
     rank_process = subprocess.Popen(["sleep", "infinity"], preexec_fn=_die_with_parent)
-    agents = [SimAgent(a, cfg["racks"][a // NODES_PER_RACK], world, a * RANKS_PER_NODE,
-                       min(RANKS_PER_NODE, world - a * RANKS_PER_NODE), rank_process.pid)
+    agents = [SimAgent(a, cfg["racks"][a // cfg["agents_per_rack"]], world, a * RANKS_PER_NODE,
+                       min(RANKS_PER_NODE, world - a * RANKS_PER_NODE), rank_process.pid, host)
               for a in range(first, first + count)]
     for agent in agents:
         agent.upstream.outbox.start()
@@ -508,7 +544,6 @@ def child_senders(cfg: dict) -> None:
 
     from telemetry.v1 import ingest_pb2
 
-    quiet_grpc_waits()
     world, lo, hi = cfg["world"], cfg["first_rank"], cfg["first_rank"] + cfg["ranks"]
     batches = {step: [ingest_pb2.RankMessage.FromString(raw).batch
                       for raw in rank_messages(cfg["seed"], step, world, list(range(lo, hi)))]
@@ -649,18 +684,25 @@ def kill_all(children: list[Child]) -> None:
         child.kill()
 
 
-def plan_tree(world: int) -> dict[str, Any]:
-    """Agents, racks, and collector tiers above the racks until the root has at most ROOT_FANIN children."""
+def plan_tree(world: int, shape: dict[str, int]) -> dict[str, Any]:
+    """Agents, racks of `agents_per_rack`, and collector tiers above the racks (each collector taking at most
+    `max_fanin` children) until the root has at most `root_fanin` children."""
+    per_rack, max_fanin, root_fanin = shape["agents_per_rack"], shape["max_fanin"], shape["root_fanin"]
     agents = math.ceil(world / RANKS_PER_NODE)
-    racks = math.ceil(agents / NODES_PER_RACK)
+    racks = math.ceil(agents / per_rack)
     tiers = [racks]
-    while tiers[-1] > ROOT_FANIN:
-        tiers.append(max(ROOT_FANIN, math.ceil(tiers[-1] / MAX_FANIN)))
+    while tiers[-1] > root_fanin:
+        tiers.append(max(root_fanin if root_fanin < max_fanin else 1, math.ceil(tiers[-1] / max_fanin)))
     names = ["rack"] + ["cluster" if i == 1 else f"tier{i + 1}" for i in range(1, len(tiers))]
-    return {"agents": agents, "tiers": dict(zip(names, tiers)), "root_fanin": tiers[-1],
+    return {"agents": agents, "tiers": dict(zip(names, tiers)), "root_fanin": tiers[-1], "shape": shape_name(shape),
             "path": "agent -> " + " -> ".join(names) + " -> root",
-            "fanin": {"rack": min(NODES_PER_RACK, agents),
+            "fanin": {"rack": min(per_rack, agents),
                       **{names[i]: math.ceil(tiers[i - 1] / tiers[i]) for i in range(1, len(tiers))}}}
+
+
+def shape_name(shape: dict[str, int]) -> str:
+    return f"{shape['agents_per_rack']} agents/rack, root fan-in <= {shape['root_fanin']}" + (
+        f", <= {shape['max_fanin']} per collector" if shape["max_fanin"] != shape["root_fanin"] else "")
 
 
 class RootDb:
@@ -732,6 +774,12 @@ class Runner:
     def __init__(self, args: argparse.Namespace, workdir: Path, progress: Any, task: Any) -> None:
         self.args, self.workdir, self.progress, self.task = args, workdir, progress, task
         self.t0 = time.monotonic()
+
+    def patches(self, role: str) -> dict[str, Any]:
+        """What a child of `role` changes in grpcio's client: only agent-hosting processes (quiet_grpc_waits)."""
+        a = self.args
+        return {"grpc_wait_s": a.grpc_wait_s if role == "agents" and a.grpc_wait_s != 0.1 else None,
+                "share_channels": role == "agents" and a.share_channels}
 
     def say(self, text: str) -> None:
         self.progress.update(self.task, description=text)
@@ -815,18 +863,18 @@ class Runner:
                 "counters": s1.get("counters", {})}
 
     # ----------------------------------------------------------------- the tree
-    def tree(self, world: int) -> dict[str, Any]:
+    def tree(self, world: int, shape: dict[str, int]) -> dict[str, Any]:
         a = self.args
-        plan = plan_tree(world)
-        label = f"tree {world:,}"
-        work = self.workdir / f"tree-{world}"
+        plan = plan_tree(world, shape)
+        label = f"tree {world:,} ({shape['agents_per_rack']}/rack, root fan-in {plan['root_fanin']})"
+        work = self.workdir / f"tree-{world}-{shape['agents_per_rack']}-{shape['root_fanin']}"
         work.mkdir(parents=True, exist_ok=True)
         children: list[Child] = []
         try:
             self.say(f"{label}: starting root and {sum(plan['tiers'].values())} collectors")
             floor = a.collector_deadline_floor
             root = Child("root", "collector", {"parents": [], "id": "root", "db": str(work / "root.db"),
-                                               "deadline_floor": floor}, work)
+                                               "deadline_floor": floor, **self.patches("collector")}, work)
             children.append(root)
             root.wait_ready()
             levels: list[list[Child]] = []
@@ -834,7 +882,7 @@ class Runner:
             for name in reversed(list(plan["tiers"])):  # top tier first: children need their parents' addresses
                 count = plan["tiers"][name]
                 level = [Child(f"{name}{i}", "collector", {"parents": [parents[i * len(parents) // count]],
-                                                           "id": f"{name}{i}", "deadline_floor": floor}, work)
+                                                           "id": f"{name}{i}", "deadline_floor": floor, **self.patches("collector")}, work)
                          for i in range(count)]
                 children += level
                 start_all(level)
@@ -846,6 +894,7 @@ class Runner:
             self.say(f"{label}: starting {agents:,} agents in {math.ceil(agents / per_host)} processes")
             hosts = [Child(f"agents{h}", "agents", {"world": world, "first_agent": first, "seed": a.seed,
                                                     "agents": min(per_host, agents - first), "racks": racks,
+                                                    "agents_per_rack": shape["agents_per_rack"], **self.patches("agents"),
                                                     "steps": a.warmup + a.steps}, work)
                      for h, first in enumerate(range(0, agents, per_host))]
             children += hosts
@@ -936,7 +985,8 @@ class Runner:
             gather.wait_ready()
             senders = [Child(f"senders{i}", "senders", {
                 "world": world, "first_rank": lo, "ranks": min(RANKS_PER_SENDER, world - lo),
-                "gather": gather.ready["address"], "seed": a.seed, "steps": a.warmup + a.steps}, work)
+                "gather": gather.ready["address"], "seed": a.seed, "steps": a.warmup + a.steps,
+                **self.patches("senders")}, work)
                 for i, lo in enumerate(range(0, world, RANKS_PER_SENDER))]
             children += senders
             start_all(senders, timeout=300)
@@ -966,7 +1016,7 @@ class Runner:
             "gross_cpu_ms_per_step": self.per_step(run, "gather", "gross_s"),
             "idle_cpu_ms_per_s": run["cpu"]["gather"]["idle_s_per_s"] * 1e3, "peak_rss_mb": hwm,
             "latency_ms": latency(lat), "steps_per_s": run["steps_per_s"], "wall_s": run["wall_s"],
-            "rel_err": quantile_errors(a.seed, world, st_rows), "completed": True,
+            "rel_err": quantile_errors(a.seed, world, st_rows), "cpu_raw": run["cpu"], "completed": True,
         }
 
 
@@ -1014,7 +1064,7 @@ def crossover(tree: list[dict], base: list[dict], key: str) -> dict[str, Any] | 
     return {"ranks": None, "extrapolated": False, "how": "the baseline stays below the tree at every measured size"}
 
 
-def plot(path: Path, tree: list[dict], base: list[dict], cross: dict[str, Any]) -> None:
+def plot(path: Path, tree: list[dict], base: list[dict], cross: dict[str, Any], wide: list[dict]) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -1028,6 +1078,11 @@ def plot(path: Path, tree: list[dict], base: list[dict], cross: dict[str, Any]) 
             pts = [(r["ranks"], r[key] * scale) for r in rows if r.get(key)]
             if pts:
                 ax.plot(*zip(*pts), style, color=color, label=label)
+        pts = [(r["ranks"], r[key] * scale) for r in wide]
+        if pts:
+            shape = wide[0]["plan"]
+            ax.plot(*zip(*pts), "D", color="C2", label=f"tree, {shape['fanin']['rack']} agents/rack, "
+                                                        f"{shape['root_fanin']} racks/root")
         if key == "root_cpu_ms_per_step":
             pts = [(r["ranks"], r["tiers"]["root"]["own_code_ms_per_step"]) for r in tree]
             if pts:
@@ -1081,16 +1136,17 @@ def table(result: dict) -> tuple[list[str], list[list[str]]]:
             "rack CPU ms/step (own code)", "agent CPU ms/step (own code)", "peak RSS MiB root / rack / agents proc", "rack KiB/step in",
             "latency p50 / p99 ms", "steps/s", "step_time rel. err. % p50 / p99 / p99.9, worst step (rank err. in ranks)"]
     rows = []
-    runs = sorted(result["tree"] + result["gather"], key=lambda r: (r["ranks"], r["design"] != "tree"))
+    runs = sorted(result["tree"] + result["gather"],
+                  key=lambda r: (bool(r.get("wide")), r["ranks"], r["design"] != "tree"))
     for r in runs:
         if not r.get("completed"):
-            rows.append([f"{r['ranks']:,}", r["design"], "stopped: " + r.get("reason", "")[:60]] + ["–"] * 9)
+            rows.append([f"{r['ranks']:,}", design(r), "stopped: " + r.get("reason", "")[:60]] + ["–"] * 9)
             continue
         tree = r["design"] == "tree"
         t = r.get("tiers", {})
         err = r["rel_err"]
         rows.append([
-            f"{r['ranks']:,}", r["design"], fmt(r["root_bytes_per_step"] / 1024), fmt(r["root_bytes_per_step_per_metric"], ",.0f"),
+            f"{r['ranks']:,}", design(r), fmt(r["root_bytes_per_step"] / 1024), fmt(r["root_bytes_per_step_per_metric"], ",.0f"),
             own(r, t, "root") if tree else fmt(r["root_cpu_ms_per_step"]),
             own(r, t, "rack") if tree else "–", own(r, t, "agent", ".2f") if tree else "–",
             (f"{t['root']['peak_rss_mb']:.0f} / {t['rack']['peak_rss_mb_max']:.0f} / "
@@ -1102,6 +1158,13 @@ def table(result: dict) -> tuple[list[str], list[list[str]]]:
             " / ".join(f"{err[q]['max'] * 100:.2f}" if err.get(q) else "–" for q in ("p50", "p99", "p99.9"))
             + f" ({max(err[q]['rank_err_max'] for q in QNAMES if err.get(q)) * r['ranks']:.2f})"])
     return head, rows
+
+
+def design(r: dict) -> str:
+    if not r.get("wide"):
+        return r["design"]
+    plan = r["plan"]
+    return f"tree, {plan['fanin']['rack']} agents/rack, {plan['root_fanin']} racks/root"
 
 
 def markdown(head: list[str], rows: list[list[str]]) -> str:
@@ -1157,6 +1220,20 @@ def main() -> int:
     parser.add_argument("--baseline-timeout", type=float, default=60.0,
                         help="the baseline is stopped (and larger sizes skipped) when a step takes longer than this")
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--agents-per-rack", type=int, default=32, help="node agents (of 8 ranks) per rack collector")
+    parser.add_argument("--racks-per-collector", type=int, default=16,
+                        help="most children of a collector above the racks (cluster tier)")
+    parser.add_argument("--root-fanin", type=int, default=4,
+                        help="cluster tiers are added until the root has at most this many children")
+    parser.add_argument("--wide", default="16384",
+                        help="sizes also run (tree only) at realistic fan-ins, --wide-shape; '' for none")
+    parser.add_argument("--wide-shape", default="64x32",
+                        help="AxR: A agents per rack, R racks per collector (and at most R children of the root)")
+    parser.add_argument("--grpc-wait-s", type=float, default=5.0,
+                        help="grpc._common.MAXIMUM_WAIT_TIMEOUT in the agent-hosting processes (0.1: grpcio's own)")
+    parser.add_argument("--share-channels", action=argparse.BooleanOptionalAction, default=True,
+                        help="one gRPC channel per rack address for all the agents a process hosts (each agent "
+                             "keeps its own Outbox, thread and stream)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="smoke run: 256 and 1,024 ranks, 2 measured steps")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each phase with its time")
@@ -1164,7 +1241,14 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.steps, args.warmup, args.idle_s = "256,1024", 2, 1, 1.0
+        if args.wide == parser.get_default("wide"):
+            args.wide = "1024"
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    wide_sizes = [int(s) for s in args.wide.split(",") if s.strip()]
+    shape = {"agents_per_rack": args.agents_per_rack, "max_fanin": args.racks_per_collector,
+             "root_fanin": args.root_fanin}
+    apr, rpc = (int(x) for x in args.wide_shape.lower().split("x"))
+    wide_shape = {"agents_per_rack": apr, "max_fanin": rpc, "root_fanin": rpc}
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -1179,48 +1263,55 @@ def main() -> int:
 
     def save(final: bool) -> dict:
         done_base = [r for r in base if r.get("completed")]
-        done_tree = [r for r in tree if r.get("completed")]
+        done_tree = [r for r in tree if r.get("completed") and not r.get("wide")]
+        done_wide = [r for r in tree if r.get("completed") and r.get("wide")]
         cross = {k: crossover(done_tree, done_base, k) for k in ("root_bytes_per_step", "root_cpu_ms_per_step")}
         result = {
             "benchmark": "scale", "issue": 5, "complete": final, "machine": machine(), "loadavg_start": load0,
             "loadavg_end": os.getloadavg(),
             "config": {"sizes": sizes, "measured_steps": args.steps, "warmup_steps": args.warmup,
                        "idle_s": args.idle_s, "metrics": len(METRICS), "ranks_per_node": RANKS_PER_NODE,
-                       "nodes_per_rack": NODES_PER_RACK, "root_fanin": ROOT_FANIN, "max_fanin": MAX_FANIN,
+                       "nodes_per_rack": shape["agents_per_rack"], "root_fanin": shape["root_fanin"],
+                       "max_fanin": shape["max_fanin"], "wide_sizes": wide_sizes, "wide_shape": wide_shape,
                        "agents_per_process": AGENTS_PER_HOST, "ranks_per_sender_process": RANKS_PER_SENDER,
                        "ranks_per_gather_stream": RANKS_PER_STREAM,
                        "collector_deadline_floor_s": args.collector_deadline_floor, "seed": args.seed,
-                       "ranks_fed_in_process": sizes,
+                       "ranks_fed_in_process": sizes + wide_sizes,
+                       "grpc_max_wait_s_agent_processes": args.grpc_wait_s,
+                       "shared_channels": args.share_channels,
                        "values": "0.5 x lognormal(0, 1) per rank, metric and step (seeded)"},
             "method": METHOD, "targets": TARGETS, "tree": tree, "gather": base, "failed": failed,
-            "crossover": cross, "verdicts": verdicts(done_tree, done_base), "run_time_s": time.monotonic() - started,
+            "crossover": cross, "verdicts": verdicts(done_tree, done_base),
+            "verdicts_wide": verdicts(done_wide, []), "run_time_s": time.monotonic() - started,
         }
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "scale.json").write_text(json.dumps(result, indent=1))
         if final and (done_tree or done_base):
-            plot(args.out / "scale.png", done_tree, done_base, cross)
+            plot(args.out / "scale.png", done_tree, done_base, cross, done_wide)
         return result
 
     stopped = False
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         per_run = args.warmup + args.steps
-        task = progress.add_task("starting", total=len(sizes) * per_run * (1 if args.no_baseline else 2))
+        task = progress.add_task("starting", total=(len(sizes) * (1 if args.no_baseline else 2) + len(wide_sizes))
+                                 * per_run)
         runner = Runner(args, workdir, progress, task)
-        for world in sizes:
+        for world, wide in [(w, False) for w in sizes] + [(w, True) for w in wide_sizes]:
             try:
-                r = runner.tree(world)
+                r = runner.tree(world, wide_shape if wide else shape)
+                r["wide"] = wide
                 tree.append(r)
                 progress.console.print(
-                    f"tree   {world:>6,}: root {r['root_bytes_per_step'] / 1024:,.1f} KiB/step, root "
+                    f"tree   {world:>6,} ({r['plan']['fanin']['rack']}/rack, root fan-in {r['plan']['root_fanin']}): root {r['root_bytes_per_step'] / 1024:,.1f} KiB/step, root "
                     f"{r['root_cpu_ms_per_step']:.1f} ms/step, rack {r['tiers']['rack']['cpu_ms_per_step']:.1f} "
                     f"ms/step, agent {r['tiers']['agent']['cpu_ms_per_step']:.2f} ms/step, "
                     f"{r['steps_per_s']:.2f} steps/s")
             except (TimeoutError, RuntimeError) as exc:
-                failed.append({"design": "tree", "ranks": world, "reason": str(exc)[:2000]})
+                failed.append({"design": "tree", "ranks": world, "wide": wide, "reason": str(exc)[:2000]})
                 progress.console.print(f"tree {world:,}: FAILED: {exc}")
             save(False)
-            if args.no_baseline:
+            if args.no_baseline or wide:
                 continue
             if stopped:
                 progress.advance(task, per_run)
@@ -1240,7 +1331,8 @@ def main() -> int:
     result = save(True)
     head, rows = table(result)
     print(markdown(head, rows), flush=True)
-    console.print_json(json.dumps({"verdicts": result["verdicts"], "crossover": result["crossover"],
+    console.print_json(json.dumps({"verdicts": result["verdicts"], "verdicts_wide": result["verdicts_wide"],
+                                   "crossover": result["crossover"],
                                    "failed": failed}))
     console.print(f"wrote {args.out / 'scale.json'} and {args.out / 'scale.png'} in {result['run_time_s']:.0f} s")
     if not args.keep:

@@ -1,5 +1,6 @@
-"""bench/scale.py --quick runs end to end (tree and baseline at two small sizes) and writes a well-formed
-scale.json and scale.png. No timing thresholds: the figures depend on the machine and its load."""
+"""bench/scale.py --quick runs end to end (tree and baseline at two small sizes, and the tree at a realistic
+fan-in: 64 agents per rack) and writes a well-formed scale.json and scale.png. No timing thresholds: the
+figures depend on the machine and its load."""
 
 from __future__ import annotations
 
@@ -31,10 +32,13 @@ def test_quick_scale_bench_writes_json_and_png(tmp_path):
     sizes = result["config"]["sizes"]
     assert sizes == [256, 1024] and result["config"]["metrics"] == 20
     assert len(result["loadavg_start"]) == 3
-    tree = {r["ranks"]: r for r in result["tree"]}
+    tree = {r["ranks"]: r for r in result["tree"] if not r["wide"]}
+    wide = {r["ranks"]: r for r in result["tree"] if r["wide"]}
     gather = {r["ranks"]: r for r in result["gather"]}
     assert set(tree) == set(gather) == set(sizes)
-    for n, r in tree.items():
+    assert set(wide) == {1024} == set(result["config"]["wide_sizes"])
+    assert wide[1024]["plan"]["fanin"]["rack"] == 64 and wide[1024]["plan"]["tiers"] == {"rack": 2}
+    for n, r in [*tree.items(), *wide.items()]:
         assert r["design"] == "tree" and r["completed"] and r["windows_complete"], n
         assert r["late_deltas"] == 0
         for key in ("root_bytes_per_step", "root_bytes_per_step_per_metric", "root_cpu_ms_per_step", "steps_per_s"):
@@ -62,6 +66,7 @@ def test_quick_scale_bench_writes_json_and_png(tmp_path):
         assert r["rel_err"]["p50"]["max"] < 1e-9, "the baseline's quantiles are exact"
     # gathering everything grows with N; the tree's root receives a summary per child per metric
     assert gather[1024]["root_bytes_per_step"] > 3 * gather[256]["root_bytes_per_step"]
+    assert set(result["verdicts_wide"]) >= {"root_cpu_ms_per_step", "rack_cpu_ms_per_step"}
     assert set(result["verdicts"]) >= {"root_bytes_growth", "root_cpu_ms_per_step", "rack_cpu_ms_per_step",
                                        "agent_cpu_ms_per_step", "step_time_rel_err_worst"}
     assert set(result["crossover"]) == {"root_bytes_per_step", "root_cpu_ms_per_step"}
