@@ -271,8 +271,18 @@ class Node:
         return total
 
     def _dropped(self, win: Window) -> None:
+        """The table was full and let its oldest window go: counted, and what it held is released (the
+        senders stop retaining it; the drop is what `dropped_windows` reports). Units in flight upstream
+        release their own holds when acknowledged."""
         self.counters["dropped_windows"] += 1
         log.warning("window table full: dropped %s", win.key)
+        pending, absorbed = win.pending, win.absorbed
+        win.pending, win.absorbed = [], []
+        for part in pending:
+            for origin in part.origins:
+                self.durability.release(origin)
+        for origin in absorbed:
+            self.durability.release(origin)
 
 
 class Upstream:
