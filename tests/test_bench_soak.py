@@ -37,7 +37,8 @@ def test_tiny_soak_runs_and_writes_json(tmp_path: Path) -> None:
 
     jobs = result["jobs_phase"]
     assert jobs["baseline_job"] == 7
-    assert [s["job"] for s in jobs["samples"]] == [0, 5, 7, 10, 15]
+    assert [(s["job"], s["settled"]) for s in jobs["samples"]] == [
+        (0, True), (5, False), (7, False), (7, True), (10, False), (15, False), (15, True)]
     assert len(jobs["jobs"]) == 15 and len({j["job"] for j in jobs["jobs"]}) == 15, "distinct job names"
     steady = result["steady_phase"]
     assert steady["world_size"] == 4 and steady["steps"] == 12 and steady["driver_processes"] == 2
@@ -47,7 +48,7 @@ def test_tiny_soak_runs_and_writes_json(tmp_path: Path) -> None:
     assert steady["closed_ok"] == 4 and steady["close_failed"] == 0
     assert steady["completeness"]["steps_at_root"] == 12 and steady["completeness"]["steps_complete"] == 12
 
-    for s in jobs["samples"] + [jobs["after_idle"]] + steady["samples"]:
+    for s in jobs["samples"] + steady["samples"]:
         for name in SERVICES:
             f = s["services"][name]
             assert f["rss_bytes"] > 10 * 2**20 and f["threads"] >= 1 and f["fds"] >= 3, (name, f)
@@ -64,8 +65,9 @@ def test_tiny_soak_runs_and_writes_json(tmp_path: Path) -> None:
     for name in SERVICES:
         assert _number(figures["jobs"]["services"][name]["rss_growth_percent"])
         assert figures["steady"]["services"][name]["rss_mib_end"] > 0
-        assert _number(result["idle_cpu_percent"]["before_jobs"][name])
-        assert _number(result["idle_cpu_percent"]["after_jobs"][name])
+        for when in ("start", "baseline", "last"):
+            assert _number(figures["jobs"]["idle_cpu_percent"][when][name]) and \
+                figures["jobs"]["idle_cpu_percent"][when][name] >= 0
         assert figures["lifetime"][name]["threads_end"] >= 1 and figures["lifetime"][name]["fds_end"] >= 3
     assert sum(i["steps"] for i in figures["steady"]["intervals"]) == 12
     assert set(result["verdicts"]) == {"rss_growth", "cpu_per_step_flat", "metrics_independent_of_jobs"}
