@@ -56,7 +56,8 @@ def test_log_never_blocks_without_an_agent_and_drops_past_the_buffer(tmp_path, r
     agent = make_agent([root.address], sock, "agent0")
     try:
         run.end_step(10)
-        assert run.close(15)
+        assert run.close(15) is False  # what was kept is durable, but values were dropped on the way
+        assert run.stats["unacknowledged_batches"] == 0
         dropped = run.stats["dropped_values"]
         assert _delivered(root.api_address, "nb") + dropped == n, "every value is either delivered or counted"
         rows = steps(root.api_address, "nb", "x")
@@ -81,7 +82,8 @@ def test_backlog_is_bounded_by_max_backlog_values_oldest_dropped(tmp_path, root,
     assert n - 2500 <= dropped < n, f"dropped {dropped}: the backlog keeps at most 2500 values"
     agent = make_agent([root.address], sock, "agent0")
     try:
-        assert run.close(15)
+        assert run.close(15) is False  # the backlog overflowed: not everything logged reached the root
+        assert run.stats["unacknowledged_batches"] == 0
         assert _delivered(root.api_address, "bl") == n - dropped
         delivered_steps = [row["step"] for row in steps(root.api_address, "bl", "x")]
         assert delivered_steps[-1] == 10 and 1 not in delivered_steps, "the oldest batches were the ones dropped"

@@ -455,7 +455,8 @@ def test_sdk_rank_over_the_metric_cap_keeps_delivering_its_other_metrics(tree):
         for step in range(2, 5):
             run.log(step, m0=float(step))
             run.end_step(step)
-        assert run.close(5), "the rank's later batches became durable"
+        assert run.close(5) is False, "close() is True only when nothing the rank logged was dropped"
+        assert run.stats["unacknowledged_batches"] == 0, "the rank's later batches became durable"
         assert [r["step"] for r in steps(tree.api, "greedy", "m0")] == [2, 3, 4]
         assert run.stats["refused_batches"] >= 1
     finally:
@@ -506,3 +507,25 @@ def test_a_hostile_child_next_to_a_healthy_job_disturbs_nothing_and_its_hang_is_
         for run in runs:
             run.close(0.1)
         stop_all(agent, root)
+
+
+def test_a_value_logged_after_its_step_closed_is_counted_not_lost_silently(tree):
+    """Issue 14 item 1: `run.log(5, ...)` after the rank closed step 5 cannot be merged (the rank already
+    counts once there), so it is dropped - and counted, at the rank (run.stats, close() False) and in the
+    tree's delivery counters as late_dropped."""
+    runs = [telemetry.init(job="late", rank=r, world_size=2, agent=f"unix:{tree.agent.socket_path}") for r in range(2)]
+    tree.runs.extend(runs)
+    for step in range(1, 7):
+        for rank, run in enumerate(runs):
+            with run.step(step):
+                run.log(step, loss=float(step + rank))
+    wait_for(lambda: len(steps(tree.api, "late", "loss")) >= 5, what="steps 1-5 finalised")
+    runs[0].log(5, loss=7.0)  # step 5 closed long ago
+    runs[0].end_step(7)
+    runs[1].end_step(7)
+    wait_for(lambda: runs[0].stats["late_dropped_values"] == 1, what="the rank told of its dropped value")
+    wait_for(lambda: counters(tree.root)["late_dropped"] == 1, what="late_dropped in the root's counters")
+    assert [r["count"] for r in steps(tree.api, "late", "loss") if r["step"] == 5] == [2]
+    assert runs[1].close(20) is True
+    assert runs[0].close(20) is False  # everything durable, but one value it logged was dropped
+    assert runs[0].stats["unacknowledged_batches"] == 0

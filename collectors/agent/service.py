@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from itertools import islice
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -13,11 +14,12 @@ from pyroaring import BitMap
 from collectors.agent.intake import OpenBeat, OpenStep, RankValues, beat_key
 from collectors.agent.ranks import RankInfo, RankRegistry
 from collectors.common.keys import Key
+from collectors.common.ratelog import RateLimitedLog
 from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
 from collectors.common.validation import BadInput, MetricBudget, check_size
 from collectors.delivery.lifecycle import JobLifecycle
 from collectors.delivery.node import Node
-from collectors.delivery.windows import Origin
+from collectors.delivery.windows import Origin, Part
 from telemetry.streams import END
 from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
 
@@ -40,6 +42,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         self.steps: dict[tuple[str, int], OpenStep] = {}
         self.beats: dict[Key, OpenBeat] = {}
         self._open_per_job: dict[str, int] = {}
+        self._late_log = RateLimitedLog(log)
         self._views_at = 0.0
 
     # ------------------------------------------------------------ acks down
@@ -206,6 +209,20 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
                 open_beat = self.beats[key] = OpenBeat(key, info.world_size)
             open_beat.values[info.rank] = (value, stamp)
 
+    def _dropped_late(self, piece: Part) -> None:
+        """Values a rank logged into a step it had closed: its contribution there is sealed and a source
+        counts once per window, so they are dropped - counted here and told to the rank (run.stats)."""
+        dropped = len(piece.raw.values) if piece.raw is not None else piece.summary.count
+        self.node.counters["late_dropped"] += dropped
+        job, step, metric = piece.key.job, piece.key.index, piece.key.metric
+        for rank in piece.sources:
+            link = self.registry.link(job, rank)
+            if link is not None:
+                link.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.DROPPED_LATE, dropped_values=dropped,
+                                            reason=f"{metric} at step {step}, logged after the rank closed it"))
+        self._late_log.warn("rank %s logged %d value(s) of %s into step %d after closing it; dropped and counted "
+                            "(late_dropped)", list(islice(piece.sources, 8)), dropped, metric, step)
+
     # ------------------------------------------------------------ sealing
     def _seal_step(self, key: tuple[str, int]) -> None:
         node = self.node
@@ -219,9 +236,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             for piece in pieces:
                 verdict, _ = node.offer(piece, expected, preheld=True)
                 if verdict != "accepted":
-                    node.counters["bad_inputs"] += 1
-                    log.warning("rank %s logged %s for step %d after its contribution was sealed; "
-                                "dropped", list(piece.sources), piece.key.metric, piece.key.index)
+                    self._dropped_late(piece)
 
     def seal(self, now: float) -> None:
         """Move finished steps and heartbeat buckets into the node's window table; caller holds the lock."""

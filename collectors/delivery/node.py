@@ -24,7 +24,7 @@ from telemetry.v1 import forward_pb2
 log = logging.getLogger(__name__)
 
 COUNTER_FIELDS = ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late", "bad_inputs",
-                  "refused_streams")
+                  "refused_streams", "late_dropped")
 
 
 @dataclass

@@ -360,6 +360,7 @@ _DELIVERY_HELP = {
     "bad_inputs": "Inputs refused as malformed or out of range (whole tree).",
     "refused_streams": "Streams refused because a server's cap (--max-ranks, --max-children) was reached "
                        "(whole tree).",
+    "late_dropped": "Values ranks logged into a step after closing it, dropped by their agents (whole tree).",
 }
 
 

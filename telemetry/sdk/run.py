@@ -168,7 +168,8 @@ class Run:
         return self._sender.connected.wait(timeout)
 
     def close(self, timeout: float = 10.0) -> bool:
-        """Flush everything and wait up to `timeout` s until the root holds it durably; True if it did."""
+        """Flush everything and wait up to `timeout` s until the root holds it durably; True only if it did and
+        nothing this rank logged was dropped on the way (see `stats`)."""
         if self._closed:
             return True
         self._closed = True
@@ -176,14 +177,18 @@ class Run:
         while time.monotonic() < deadline and (self._records or self._sender.unacknowledged()):
             self._sender.wake()
             time.sleep(0.01)
-        done = not self._records and not self._sender.unacknowledged()
+        sender = self._sender
+        done = not self._records and not sender.unacknowledged()
+        # Everything durable, and nothing dropped on the way (backlog overflow, refused, logged too late).
+        done = done and not (sender.dropped_values or sender.refused_batches or sender.late_dropped_values)
         self._sender.stop(max(0.1, deadline - time.monotonic()) + 1.0)
         return done
 
     @property
     def stats(self) -> dict[str, int]:
         return {"dropped_values": self._sender.dropped_values, "unacknowledged_batches": self._sender.unacknowledged(),
-                "refused_batches": self._sender.refused_batches}
+                "refused_batches": self._sender.refused_batches,
+                "late_dropped_values": self._sender.late_dropped_values}
 
 
 MAX_STEP = 2**63 - 1  # steps are stored as SQLite integers at the root

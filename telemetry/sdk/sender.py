@@ -26,6 +26,7 @@ from telemetry.streams import END, until_end
 from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
 
 log = logging.getLogger("telemetry.sdk")
+LATE_WARN_EVERY_S = 10.0
 
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
              grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -69,6 +70,8 @@ class Sender:
         self._stop = threading.Event()
         self.dropped_values = 0
         self.refused_batches = 0
+        self.late_dropped_values = 0  # logged into a step after closing it; dropped by the agent
+        self._late_warned = float("-inf")
         self.refused = False  # the agent refused this rank: nothing is sent any more
         self.connected = threading.Event()
         self._stream_error: grpc.RpcError | None = None
@@ -187,6 +190,8 @@ class Sender:
             for ack in call:
                 if ack.status == ingest_pb2.RankAck.REGISTERED:
                     self.connected.set()
+                elif ack.status == ingest_pb2.RankAck.DROPPED_LATE:
+                    self._dropped_late(ack)
                 elif ack.status in (ingest_pb2.RankAck.DURABLE, ingest_pb2.RankAck.REFUSED):
                     with self._lock:
                         kept = self._kept.pop(ack.seq, None)
@@ -201,6 +206,15 @@ class Sender:
                 self._stream_error = exc
         finally:
             outgoing.put(END)
+
+    def _dropped_late(self, ack: ingest_pb2.RankAck) -> None:
+        self.late_dropped_values += ack.dropped_values
+        now = time.monotonic()
+        if now - self._late_warned >= LATE_WARN_EVERY_S:
+            self._late_warned = now
+            log.warning("telemetry: %d value(s) dropped: %s (a step closes when the rank moves past it or "
+                        "leaves run.step(); %d dropped so far)", ack.dropped_values, ack.reason,
+                        self.late_dropped_values)
 
     def _batch_once(self) -> None:
         steps = self._drain()

@@ -55,7 +55,7 @@ class RankStates(_message.Message):
     def __init__(self, job: _Optional[str] = ..., alive: _Optional[bytes] = ..., stuck: _Optional[bytes] = ..., dead: _Optional[bytes] = ..., world_size: _Optional[int] = ..., host_ranks: _Optional[_Iterable[int]] = ..., hosts: _Optional[_Iterable[str]] = ..., closed: _Optional[bytes] = ...) -> None: ...
 
 class Counters(_message.Message):
-    __slots__ = ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late", "bad_inputs", "refused_streams")
+    __slots__ = ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late", "bad_inputs", "refused_streams", "late_dropped")
     SDK_DROPPED_FIELD_NUMBER: _ClassVar[int]
     DROPPED_WINDOWS_FIELD_NUMBER: _ClassVar[int]
     REJECTED_OVERLAPS_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +64,7 @@ class Counters(_message.Message):
     LATE_FIELD_NUMBER: _ClassVar[int]
     BAD_INPUTS_FIELD_NUMBER: _ClassVar[int]
     REFUSED_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    LATE_DROPPED_FIELD_NUMBER: _ClassVar[int]
     sdk_dropped: int
     dropped_windows: int
     rejected_overlaps: int
@@ -72,7 +73,8 @@ class Counters(_message.Message):
     late: int
     bad_inputs: int
     refused_streams: int
-    def __init__(self, sdk_dropped: _Optional[int] = ..., dropped_windows: _Optional[int] = ..., rejected_overlaps: _Optional[int] = ..., duplicates: _Optional[int] = ..., resent: _Optional[int] = ..., late: _Optional[int] = ..., bad_inputs: _Optional[int] = ..., refused_streams: _Optional[int] = ...) -> None: ...
+    late_dropped: int
+    def __init__(self, sdk_dropped: _Optional[int] = ..., dropped_windows: _Optional[int] = ..., rejected_overlaps: _Optional[int] = ..., duplicates: _Optional[int] = ..., resent: _Optional[int] = ..., late: _Optional[int] = ..., bad_inputs: _Optional[int] = ..., refused_streams: _Optional[int] = ..., late_dropped: _Optional[int] = ...) -> None: ...
 
 class Rejection(_message.Message):
     __slots__ = ("index", "key", "overlapping_sources", "reason")

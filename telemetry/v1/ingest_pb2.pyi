@@ -95,7 +95,7 @@ class RankMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[RankHello, _Mapping]] = ..., batch: _Optional[_Union[RankBatch, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., bye: _Optional[_Union[RankBye, _Mapping]] = ...) -> None: ...
 
 class RankAck(_message.Message):
-    __slots__ = ("status", "seq", "reason")
+    __slots__ = ("status", "seq", "reason", "dropped_values")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[RankAck.Status]
@@ -103,15 +103,19 @@ class RankAck(_message.Message):
         RECEIVED: _ClassVar[RankAck.Status]
         DURABLE: _ClassVar[RankAck.Status]
         REFUSED: _ClassVar[RankAck.Status]
+        DROPPED_LATE: _ClassVar[RankAck.Status]
     STATUS_UNSPECIFIED: RankAck.Status
     REGISTERED: RankAck.Status
     RECEIVED: RankAck.Status
     DURABLE: RankAck.Status
     REFUSED: RankAck.Status
+    DROPPED_LATE: RankAck.Status
     STATUS_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_VALUES_FIELD_NUMBER: _ClassVar[int]
     status: RankAck.Status
     seq: int
     reason: str
-    def __init__(self, status: _Optional[_Union[RankAck.Status, str]] = ..., seq: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    dropped_values: int
+    def __init__(self, status: _Optional[_Union[RankAck.Status, str]] = ..., seq: _Optional[int] = ..., reason: _Optional[str] = ..., dropped_values: _Optional[int] = ...) -> None: ...
