@@ -239,6 +239,10 @@ def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple
               help="Root only: SQLite file of finalised windows.")
 @click.option("--api", default="127.0.0.1:7600", show_default=True,
               help="Root only: HTTP JSON API address (loopback by default).")
+@click.option("--durability", type=click.Choice(["process", "power"]), default="process", show_default=True,
+              help="Root only: what a DURABLE acknowledgement promises. process: the data survives a crash of "
+                   "the root process (SQLite synchronous=NORMAL); power: it survives a power loss too "
+                   "(synchronous=FULL, an fsync per commit; cost in bench/store_sync.py).")
 @click.option("--deadline-floor", type=float, default=None,
               help="Seconds a window may wait for slow children [default: 3 (collector), 4 (root)].")
 @click.option("--deadline-factor", type=float, default=4.0, show_default=True,
@@ -262,7 +266,8 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               parent_token_file: str | None, parent_server_name: str | None, tls_cert: str | None,
               tls_key: str | None, tls_client_ca: str | None, token: str | None, token_file: str | None, db: str,
               api: str, deadline_floor: float | None, deadline_factor: float, max_metrics: int,
-              max_world_size: int, job_idle_timeout: float, max_children: int, detectors_config: str | None, verbose: int) -> None:
+              durability: str, max_world_size: int, job_idle_timeout: float, max_children: int,
+              detectors_config: str | None, verbose: int) -> None:
     """Run a collector (rack or cluster tier); with no --parent it is the root (store, API)."""
     signals = StopSignals()
     from collectors.collector.server import CollectorConfig, CollectorServer
@@ -285,7 +290,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
         listen=listen, parents=[*parents, *fallbacks], node_id=node_id, security=security,
         parent_security=parent_security, db=Path(db), api=api, deadline_floor_s=floor,
         deadline_factor=deadline_factor, max_metrics_per_job=max_metrics, max_children=max_children,
-        job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size)
+        job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size, durability=durability)
     _serve(signals, lambda: CollectorServer(config),
            lambda server: {"role": "root" if is_root else "collector", "id": server.node.node_id,
                            "address": server.address, "api": server.api_address})

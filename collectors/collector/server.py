@@ -48,6 +48,7 @@ class CollectorConfig:
     max_children: int = DEFAULT_MAX_CHILDREN  # concurrent child streams; past it refused (RESOURCE_EXHAUSTED)
     job_idle_timeout_s: float = DEFAULT_JOB_IDLE_TIMEOUT_S  # jobs idle and children gone this long are forgotten
     max_world_size: int = DEFAULT_MAX_WORLD_SIZE  # windows or rank states beyond it are refused
+    durability: str = "process"  # root only: what DURABLE promises ("process" or "power"; collectors/root/store.py)
 
     @property
     def is_root(self) -> bool:
@@ -65,7 +66,7 @@ class CollectorServer:
         self.finaliser: Finaliser | None = None
         self.api_server = None
         if config.is_root:
-            self.store = Store(config.db or Path("telemetry-root.db"))
+            self.store = Store(config.db or Path("telemetry-root.db"), config.durability)
             self.finaliser = Finaliser(self.store)
             self.node.sink = self.finaliser
             self.node.complete = root_complete(self.node)

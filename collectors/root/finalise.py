@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
 from collectors.common.keys import Key
 from collectors.delivery.node import Node
 from collectors.delivery.windows import OutPart, Window, merge_parts
-from collectors.root.store import Row, Store
+from collectors.root.store import Row, Store, StoreLost
 from telemetry.summary import Summary
 
+
+log = logging.getLogger(__name__)
 
 PERSISTING = -1  # the in-flight slot of a window whose commit to the store is under way (seqs start at 1)
 
@@ -22,6 +25,10 @@ class Finaliser:
         self.store = store
         self.final: dict[Key, Row] = {}
         self.on_finalised: list = []  # callables(rows) run after each commit (detectors, exporters)
+        self.on_store_trouble: list = []  # callables(kind, message): "failing", "lost", "recovered"
+        self.write_failures = 0   # commits that failed (each retried at the next flush)
+        self.files_lost = 0       # times the store's file was found deleted or replaced
+        self.writable = True      # the last commit succeeded
 
     def ship(self, node: Node, windows: list[Window], now: float) -> Callable[[], None] | None:
         """Under the node's lock: merge each window's parts; the commit runs after, without the lock.
@@ -55,8 +62,12 @@ class Finaliser:
     def _commit(self, node: Node, windows: list[Window], rows: list[Row], outs: list[OutPart],
                 jobs: dict[str, int]) -> None:
         try:
-            self.store.save(rows, jobs)
-        except BaseException:
+            self._save(rows, jobs)
+        except BaseException as exc:
+            self.write_failures += 1
+            if self.writable:
+                self.writable = False
+                self._trouble("failing", f"the root cannot write {self.store.path}: {exc}")
             with node.lock:
                 for win, out in zip(windows, outs):
                     win.inflight.pop(PERSISTING, None)
@@ -64,6 +75,9 @@ class Finaliser:
                     win.absorbed = out.absorbed + win.absorbed
                     node.table.mark_pending(win)
             raise
+        if not self.writable:
+            self.writable = True
+            self._trouble("recovered", f"the root writes {self.store.path} again")
         with node.lock:
             for win, row, out in zip(windows, rows, outs):
                 win.inflight.pop(PERSISTING, None)
@@ -74,6 +88,27 @@ class Finaliser:
             node.release_all(outs)
         for callback in self.on_finalised:
             callback(rows)
+
+    def _save(self, rows: list[Row], jobs: dict[str, int]) -> None:
+        try:
+            self.store.save(rows, jobs)
+        except StoreLost as exc:
+            # What was acknowledged into the lost file is gone with it; what this root still holds in
+            # memory (the windows of the last retain_s) is written again into a fresh file.
+            self.files_lost += 1
+            self._trouble("lost", f"{exc}; reopened it and wrote again the {len(self.final)} windows held in memory")
+            self.store.reopen()
+            again = {row.key: row for row in self.final.values()}
+            again.update({row.key: row for row in rows})
+            self.store.save(list(again.values()), jobs)
+
+    def _trouble(self, kind: str, message: str) -> None:
+        (log.info if kind == "recovered" else log.error)("store %s: %s", kind, message)
+        for callback in self.on_store_trouble:
+            try:
+                callback(kind, message)
+            except Exception:  # an event log on the same failing disk must not stop the retry
+                log.exception("reporting store trouble failed")
 
     def reload(self, node: Node, key: Key) -> None:
         """Before offering a part of a window the root no longer holds in memory, bring it back from disk."""

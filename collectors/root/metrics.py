@@ -109,12 +109,14 @@ class RootMetrics:
     def __init__(self, events=None, liveness: Callable[[str], dict] | None = None,  # type: ignore[no-untyped-def]
                  counters: Callable[[], dict[str, int]] | None = None,
                  detector_errors: Callable[[], int] | None = None,
+                 store: Callable[[], dict[str, int]] | None = None,
                  jobs: Callable[[], Iterable[str]] | None = None) -> None:
         self.events = events
         self.liveness = liveness
         self.known_jobs = jobs  # jobs whose ranks registered (the tree's liveness), before any window
         self.counters = counters
         self.detector_errors = detector_errors
+        self.store = store
         self._lock = threading.Lock()
         self._jobs: dict[str, _Job] = {}
         self.registry = CollectorRegistry(auto_describe=False)
@@ -339,6 +341,15 @@ class RootMetrics:
         if self.detector_errors is not None:
             _add(counter("telemetry_detector_errors", "Exceptions raised inside detectors (logged).", []), [],
                  self.detector_errors())
+        if self.store is not None:
+            status = self.store()
+            _add(gauge("telemetry_store_writable", "1 while the root's last commit to its SQLite store succeeded; "
+                       "0 while commits fail (nothing is acknowledged durable meanwhile).", []), [],
+                 status["writable"])
+            _add(counter("telemetry_store_write_failures", "Commits to the root's store that failed (each is "
+                         "retried at the next flush).", []), [], status["write_failures"])
+            _add(counter("telemetry_store_files_lost", "Times the root found its store's file deleted or replaced "
+                         "and reopened it.", []), [], status["files_lost"])
         yield from families.values()
 
     def _live(self, job: str) -> dict:

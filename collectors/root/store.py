@@ -3,6 +3,13 @@
 The root acknowledges DURABLE only after the transaction holding a window
 commits, so "durable" means "in this file". Rows are reloaded on restart so
 a resend of something already persisted is recognised as a duplicate.
+
+What DURABLE promises depends on `sync` (`--durability`): "process" (SQLite synchronous=NORMAL, the
+default) survives a crash of the root process but the last transactions may be lost to a power failure
+or kernel crash; "power" (synchronous=FULL) fsyncs every commit and survives those too, at the cost
+measured in bench/store_sync.py. A file deleted or replaced under the running root is noticed before
+each commit (`StoreLost`): the store reopens a fresh file at the path and the root writes again what
+it still holds in memory.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -35,6 +43,13 @@ CREATE TABLE IF NOT EXISTS windows (
 );
 CREATE TABLE IF NOT EXISTS jobs (job TEXT PRIMARY KEY, world_size INTEGER NOT NULL, first_seen_ns INTEGER NOT NULL);
 """
+
+SYNC_MODES = {"process": "NORMAL", "power": "FULL"}
+
+
+class StoreLost(OSError):
+    """The store's file was deleted or replaced under it."""
+
 
 MISSING_LISTED = 1024  # at most this many missing ranks are listed per row (the count is always exact)
 
@@ -74,14 +89,40 @@ def figures(summary: Summary, expected: int) -> dict[str, object]:
 class Store:
     """Thread-safe: one writer connection under a lock; readers open their own."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, sync: str = "process") -> None:
+        if sync not in SYNC_MODES:
+            raise ValueError(f"durability must be one of {sorted(SYNC_MODES)}, got {sync!r}")
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.sync = sync
         self._lock = threading.Lock()
+        self._open()
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(f"PRAGMA synchronous={SYNC_MODES[self.sync]}")
         self._db.executescript(_SCHEMA)
+        self._inode = os.stat(self.path).st_ino
+
+    def check_file(self) -> None:
+        """Raise StoreLost if the file this store writes is no longer the one at its path (deleted or
+        replaced while open: SQLite would go on writing into an unlinked inode, and lose it all)."""
+        try:
+            inode = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            raise StoreLost(f"{self.path} was deleted while the root was writing it") from None
+        if inode != self._inode:
+            raise StoreLost(f"{self.path} was replaced while the root was writing it")
+
+    def reopen(self) -> None:
+        """After StoreLost: a fresh file at the path (what was only in the lost file is gone)."""
+        with self._lock:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass
+            self._open()
 
     def save(self, rows: list[Row], jobs: dict[str, int]) -> None:
         """Persist rows (replacing earlier versions of the same windows) in one transaction."""
@@ -95,6 +136,7 @@ class Store:
                 fig["nonfinite_count"], json.dumps(fig["nonfinite_sources"]), row.late,
                 row.summary.last_time_ns, row.finalised_ns, row.summary.to_bytes()))
         with self._lock:
+            self.check_file()
             self._db.execute("BEGIN")
             try:
                 self._db.executemany(

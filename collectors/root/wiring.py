@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Route = Callable[[], tuple[str, bytes]]
+ROOT_JOB = "_root"  # the job name of the root's own events (its store failing); no rank may use it
 
 
 @dataclass
@@ -104,8 +105,11 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
 
     registered = server.jobs  # live jobs only: a finished job's series leave /metrics
 
+    finaliser = server.finaliser
     metrics = RootMetrics(events, liveness=server.liveness, counters=counters,
-                          detector_errors=lambda: detectors.errors, jobs=registered)
+                          detector_errors=lambda: detectors.errors, jobs=registered,
+                          store=lambda: {"writable": int(finaliser.writable), "write_failures": finaliser.write_failures,
+                                         "files_lost": finaliser.files_lost})
     wiring = Wiring(detectors, events, metrics, hosts=hosts)
     wiring.routes = {"/metrics": metrics.render, "/api/v1/events": wiring.all_events}
 
@@ -128,6 +132,16 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
         latest.pop(job, None)
 
     server.on_job_finished.append(finished)
+
+    def store_trouble(kind: str, message: str) -> None:
+        """An event of the root itself (job ROOT_JOB), best effort: the event log lives on the same disk."""
+        if kind == "recovered":
+            events.clear("store", ROOT_JOB, detail={"recovered": message})
+        else:
+            events.raise_("store", ROOT_JOB, step=None, detail={"summary": message, "trouble": kind},
+                          severity="critical")
+
+    finaliser.on_store_trouble.append(store_trouble)
     interval = max(0.05, config.hang.check_interval_s)
 
     def loop() -> None:
