@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from collections.abc import Callable
+from contextlib import closing
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, unquote, urlparse
 
 from collectors.root.store import Store
@@ -22,6 +24,8 @@ from collectors.root.store import Store
 log = logging.getLogger(__name__)
 
 MAX_LAST = 10_000
+MAX_WORKERS = 16          # requests served at once; one more is answered 503 at once, not queued
+REQUEST_TIMEOUT_S = 5.0   # a connection idle this long (reading the request, or the answer) is closed
 PROGRESS_METRIC = "progress.current_step"
 
 
@@ -40,13 +44,13 @@ class RootApi:
         self.events: Callable[[str, dict[str, list[str]]], object] | None = None  # set by root.wiring
 
     def jobs(self) -> list[dict[str, object]]:
-        with self.store.reader() as db:
+        with closing(self.store.reader()) as db:
             rows = db.execute("SELECT j.job, j.world_size, (SELECT max(idx) FROM windows w WHERE w.job=j.job "
                               "AND w.width_ms=0) AS last_step FROM jobs j ORDER BY j.job").fetchall()
         return [dict(row) for row in rows]
 
     def steps(self, job: str, metric: str, last: int) -> list[dict[str, object]]:
-        with self.store.reader() as db:
+        with closing(self.store.reader()) as db:
             rows = db.execute(
                 "SELECT idx AS step, count, expected, missing, mean, stddev, min, argmin, max, argmax, top, "
                 "p50, p90, p99, p999, nonfinite_count, nonfinite_sources, late, sources, last_time_ns, finalised_ns "
@@ -61,7 +65,7 @@ class RootApi:
         return out
 
     def progress(self, job: str) -> dict[str, object]:
-        with self.store.reader() as db:
+        with closing(self.store.reader()) as db:
             row = db.execute(
                 "SELECT idx, min, max, summary FROM windows WHERE job=? AND metric=? AND width_ms>0 "
                 "ORDER BY idx DESC LIMIT 1", (job, PROGRESS_METRIC)).fetchone()
@@ -105,11 +109,13 @@ class RootApi:
 
 
 def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tuple[str, bytes]]] | None = None
-          ) -> ThreadingHTTPServer:
+          ) -> BoundedHTTPServer:
     """Start the API on a daemon thread; `extra` maps paths (e.g. /metrics) to (content type, body) makers."""
     routes = extra or {}
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = REQUEST_TIMEOUT_S
+
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             url = urlparse(self.path)
             try:
@@ -121,10 +127,10 @@ def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tupl
                 self._send(HTTPStatus.OK, "application/json", json.dumps(payload).encode())
             except ApiError as exc:
                 self._send(exc.status, "application/json", json.dumps({"error": str(exc)}).encode())
-            except Exception as exc:  # a bug must answer 500, not kill the server
+            except Exception:  # a bug must answer 500, not kill the server (the details go to the log only)
                 log.exception("API error on %s", self.path)
                 self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "application/json",
-                           json.dumps({"error": f"internal error: {exc}"}).encode())
+                           json.dumps({"error": "internal error (logged by the root)"}).encode())
 
         def _send(self, status: HTTPStatus, ctype: str, body: bytes) -> None:
             self.send_response(status)
@@ -136,7 +142,41 @@ def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tupl
         def log_message(self, fmt: str, *args: object) -> None:
             log.debug("api: " + fmt, *args)
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    server = BoundedHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="root-api", daemon=True).start()
     return server
+
+
+class BoundedHTTPServer(HTTPServer):
+    """A thread per request, at most MAX_WORKERS at once: past that a request is answered 503 at once.
+
+    Why: ThreadingHTTPServer starts a thread for every connection and never times one out, so a thousand
+    idle connections held every thread and file descriptor the root had."""
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 workers: int = MAX_WORKERS) -> None:
+        super().__init__(address, handler)
+        self._slots = threading.BoundedSemaphore(workers)
+        self.refused = 0
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            body = b'{"error": "too many requests at once"}'
+            try:
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        threading.Thread(target=self._serve_one, args=(request, client_address), daemon=True).start()
+
+    def _serve_one(self, request: socket.socket, client_address: object) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            self._slots.release()

@@ -75,6 +75,8 @@ class Wiring:
             raise ApiError(HTTPStatus.BAD_REQUEST, "last and since_id must be integers") from None
         if not 1 <= last <= MAX_LAST:
             raise ApiError(HTTPStatus.BAD_REQUEST, f"last must be in [1, {MAX_LAST}]")
+        if not 0 <= since_id < 2**63:
+            raise ApiError(HTTPStatus.BAD_REQUEST, "since_id must be in [0, 2**63)")
         status = one("status")
         if status not in (None, "open", "closed"):
             raise ApiError(HTTPStatus.BAD_REQUEST, "status must be open or closed")
