@@ -154,7 +154,7 @@ RANK_CASES = [
     ("heartbeat_extra_bad_name", lambda pid: [hello(pid=pid), ingest_pb2.RankMessage(
         heartbeat=ingest_pb2.Heartbeat(time_ns=time.time_ns(), extra={"Bad/Name": 1.0}))], INVALID, "'Bad/Name'"),
     ("too_many_metrics", lambda pid: [hello(pid=pid), batch({f"m{i}": [1.0] for i in range(MAX_METRICS + 1)})],
-     EXHAUSTED, f"already has {MAX_METRICS} distinct metrics"),
+     EXHAUSTED, f"would have {MAX_METRICS + 1} distinct metrics, over its cap of {MAX_METRICS}"),
 ]
 
 
@@ -365,7 +365,7 @@ def test_collector_metric_cap_rejects_the_extra_metric(tmp_path):
         seq = child.batch(*(window("cap", f"m{i}", 1, {0: 1.0}, expected=1) for i in range(3)))
         ack = child.ack()
         assert ack.seq == seq and [r.index for r in ack.rejections] == [2]
-        assert "already has 2 distinct metrics" in ack.rejections[0].reason
+        assert "over its cap of 2" in ack.rejections[0].reason
         child.ack_for(seq, forward_pb2.Ack.DURABLE)
         assert [len(steps(root.api_address, "cap", f"m{i}")) for i in range(3)] == [1, 1, 0]
     finally:
@@ -529,3 +529,45 @@ def test_a_value_logged_after_its_step_closed_is_counted_not_lost_silently(tree)
     assert runs[1].close(20) is True
     assert runs[0].close(20) is False  # everything durable, but one value it logged was dropped
     assert runs[0].stats["unacknowledged_batches"] == 0
+
+
+def test_a_refused_batch_of_too_many_names_charges_nothing(tree):
+    """One log() with 300 metric names is refused whole, and the job's real metrics still get in after it."""
+    run = telemetry.init(job="greedy2", rank=0, world_size=1, agent=f"unix:{tree.agent.socket_path}")
+    tree.runs.append(run)
+    assert run.wait_connected(10)
+    run.log(1, **{f"m{i}": 1.0 for i in range(300)})
+    run.end_step(1)
+    wait_for(lambda: run.stats["refused_batches"] >= 1, what="the batch refused")
+    for step in range(2, 4):
+        with run.step(step):
+            run.log(step, loss=float(step))
+    wait_for(lambda: [r["step"] for r in steps(tree.api, "greedy2", "loss")] == [2, 3], what="loss delivered")
+    assert [r["step"] for r in steps(tree.api, "greedy2", "step_time")] == [2, 3]
+
+
+def test_a_ten_megabyte_job_name_is_not_echoed_back(tree):
+    error = refused(tree.stub(), [hello("j" * 10_000_000)])
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "(10000000 characters)" in error.details() and len(error.details()) < 300
+
+
+def test_a_second_live_stream_claiming_a_sender_id_is_refused_and_the_first_keeps_its_acks(tmp_path):
+    root = make_root(tmp_path / "root.db")
+    try:
+        real = RawChild(root.address, "agent-h1")
+        real.ack(10)
+        impostor = RawChild(root.address, "agent-h1")
+        assert impostor.ack(10) is None  # the stream ended without an answer
+        assert impostor.error.code() == grpc.StatusCode.ALREADY_EXISTS
+        assert "already uses sender_id 'agent-h1'" in impostor.error.details()
+        seq = real.batch(window("j", "loss", 0, {0: 1.0}, expected=1))
+        real.ack_for(seq, forward_pb2.Ack.DURABLE)
+        huge = RawChild(root.address, "x" * 10_000_000)
+        assert huge.ack(10) is None and huge.error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert len(huge.error.details()) < 300
+        real.close()
+        impostor.close()
+        huge.close()
+    finally:
+        stop_all(root)

@@ -123,8 +123,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             for step_batch in batch.steps:
                 if step_batch.step > MAX_STEP:
                     raise BadInput("INVALID_ARGUMENT", f"step {step_batch.step} is beyond 2**63-1")
-                for values in step_batch.metrics:
-                    self.budget.admit(info.job, values.metric)
+            self.budget.admit_all(info.job, {v.metric for s in batch.steps for v in s.metrics})
         except BadInput as exc:
             # Name the refused batch first, so the SDK drops exactly it and resends the rest when it
             # reconnects; then end the stream with the status (counted once, by _consume).
@@ -199,9 +198,8 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         stamp = beat.time_ns or time.time_ns()
         figures = {"progress.current_step": float(beat.current_step),
                    "progress.steps_completed": float(beat.steps_completed)}
-        for name, value in beat.extra.items():
-            self.budget.admit(info.job, name)
-            figures[name] = value
+        self.budget.admit_all(info.job, beat.extra)
+        figures.update(beat.extra)
         for metric, value in figures.items():
             key = beat_key(info.job, metric, stamp)
             open_beat = self.beats.get(key)

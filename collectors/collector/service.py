@@ -14,7 +14,7 @@ from pyroaring import BitMap
 from collectors.common.keys import Key
 from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
 from collectors.common.validation import (DEFAULT_MAX_WORLD_SIZE, BadInput, MetricBudget, check_job, check_size,
-                                          check_world)
+                                          check_world, shown)
 from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
 from collectors.delivery.node import COUNTER_FIELDS, Node, RankView
 from collectors.delivery.windows import Origin, Part
@@ -24,6 +24,7 @@ from telemetry.v1 import forward_pb2, forward_pb2_grpc
 log = logging.getLogger(__name__)
 
 MAX_INDEX = 2**63 - 1  # the root stores window indexes as SQLite integers
+MAX_SENDER_ID = 256
 
 
 class CollectorService(forward_pb2_grpc.CollectorServicer):
@@ -91,16 +92,23 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         """One unit from a child, on the pool: parsed before the node's lock is taken, offered under it."""
         check_size(batch)
         if stream.sender is None:
-            if not batch.sender_id:
-                raise BadInput("INVALID_ARGUMENT", "the first batch must name its sender_id")
-            with self.node.lock:
-                self.children.connected(batch.sender_id)
-            stream.sender = batch.sender_id
+            sender = batch.sender_id
+            if not sender or len(sender) > MAX_SENDER_ID:
+                raise BadInput("INVALID_ARGUMENT", f"the first batch must name its sender_id (1 to {MAX_SENDER_ID} "
+                                                   f"characters), got {shown(sender)}")
             with self._links_lock:
-                self._links[batch.sender_id] = stream.answers
+                # Another live stream already speaks for this child: a second host with the same id, or an
+                # impostor. Taking its acks would strand the real child's data, so the newcomer is refused
+                # (a real reconnect finds the old stream gone: the kernel closes it with its process).
+                if sender in self._links:
+                    raise BadInput("ALREADY_EXISTS", f"a live stream already uses sender_id {shown(sender)}")
+                self._links[sender] = stream.answers
+            stream.sender = sender
+            with self.node.lock:
+                self.children.connected(sender)
         elif batch.sender_id and batch.sender_id != stream.sender:
-            raise BadInput("INVALID_ARGUMENT",
-                           f"sender_id changed from {stream.sender!r} to {batch.sender_id!r} on one stream")
+            raise BadInput("INVALID_ARGUMENT", f"sender_id changed from {shown(stream.sender)} to "
+                                               f"{shown(batch.sender_id)} on one stream")
         self._handle(stream.sender, batch, stream.answers)
 
     def _handle(self, sender: str, batch: forward_pb2.SummaryBatch, responses: Answers) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from telemetry.names import JOB_NAME, METRIC_NAME
 DEFAULT_MAX_METRICS_PER_JOB = 256
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -16,9 +18,14 @@ class BadInput(ValueError):
         self.code = code  # "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "ALREADY_EXISTS"
 
 
+def shown(name: str, limit: int = 80) -> str:
+    """A name from an input, for an error message or a log line: never echo megabytes back."""
+    return repr(name) if len(name) <= limit else f"{name[:limit]!r}... ({len(name)} characters)"
+
+
 def check_metric(name: str) -> None:
     if not METRIC_NAME.fullmatch(name):
-        raise BadInput("INVALID_ARGUMENT", f"metric name {name!r} is not [a-z0-9_.]{{1,64}}")
+        raise BadInput("INVALID_ARGUMENT", f"metric name {shown(name)} is not [a-z0-9_.]{{1,64}}")
 
 
 def check_world(world_size: int, cap: int, what: str = "world size") -> None:
@@ -30,7 +37,7 @@ def check_world(world_size: int, cap: int, what: str = "world size") -> None:
 
 def check_job(name: str) -> None:
     if not JOB_NAME.fullmatch(name):
-        raise BadInput("INVALID_ARGUMENT", f"job name {name!r} is not [A-Za-z0-9_.:-]{{1,128}}")
+        raise BadInput("INVALID_ARGUMENT", f"job name {shown(name)} is not [A-Za-z0-9_.:-]{{1,128}}")
 
 
 class MetricBudget:
@@ -41,13 +48,24 @@ class MetricBudget:
         self._names: dict[str, set[str]] = {}
 
     def admit(self, job: str, metric: str) -> None:
+        self.admit_all(job, (metric,))
+
+    def admit_all(self, job: str, metrics: Iterable[str]) -> None:
+        """Admit every name or none: a refused batch charges nothing (300 names in one log() call must not
+        use up the job's budget and lock its real metrics out)."""
         names = self._names.setdefault(job, set())
-        if metric in names:
+        new = {metric for metric in metrics if metric not in names}
+        if not new:
             return
-        check_metric(metric)
-        if len(names) >= self.limit:
+        for metric in sorted(new):
+            check_metric(metric)
+        if len(names) + len(new) > self.limit:
+            refused = sorted(new)[:3]
             raise BadInput("RESOURCE_EXHAUSTED",
-                           f"job {job!r} already has {self.limit} distinct metrics; refusing {metric!r}")
+                           f"job {shown(job)} would have {len(names) + len(new)} distinct metrics, over its cap of "
+                           f"{self.limit} (--max-metrics); refusing {len(new)} new name(s): "
+                           f"{', '.join(shown(m) for m in refused)}{'...' if len(new) > 3 else ''}")
+        names.update(new)
         names.add(metric)
 
     def forget(self, job: str) -> None:
