@@ -64,10 +64,24 @@ def _security(cert: str | None, key: str | None, ca: str | None, token: str | No
                     token, server_name)
 
 
-def _token(value: str | None, file: str | None) -> str | None:
+def _token(value: str | None, file: str | None, option: str) -> str | None:
+    """The token from its file, else from the option or its environment variable; one given on the command
+    line works but is warned about (every user of the host sees it in `ps`)."""
     if file:
         return Path(file).read_text().strip()
+    source = click.get_current_context().get_parameter_source(option.lstrip("-").replace("-", "_"))
+    if value and source == click.core.ParameterSource.COMMANDLINE:
+        click.echo(f"warning: {option} on the command line is visible to every user of this host (ps); "
+                   f"use {option}-file or the environment variable instead", err=True)
     return value
+
+
+def _plaintext_token(token: str | None, tls: bool, addresses: list[str], what: str, allow: bool) -> None:
+    """A bearer token sent or accepted over plaintext TCP can be read off the wire: refused unless allowed."""
+    tcp = [address for address in addresses if not address.startswith("unix:")]
+    if token and not tls and tcp and not allow:
+        raise click.UsageError(f"a bearer token {what} over plaintext TCP ({', '.join(tcp)}) can be read by anyone "
+                               "on the path; add TLS, or pass --allow-insecure-token to accept that")
 
 
 class StopSignals:
@@ -152,6 +166,8 @@ parent_options = [
     click.option("--parent-token", envvar="TELEMETRY_PARENT_TOKEN", help="Bearer token for the parent."),
     click.option("--parent-token-file", type=click.Path(exists=True), help="File holding the parent's token."),
     click.option("--parent-server-name", help="TLS name to expect from the parent (default: its host)."),
+    click.option("--allow-insecure-token", is_flag=True,
+                 help="Send (and, for a collector, accept) a bearer token over plaintext TCP anyway."),
 ]
 
 
@@ -202,7 +218,8 @@ def with_options(options):  # type: ignore[no-untyped-def]
 @click.option("-v", "--verbose", count=True)
 def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple[str, ...], fallbacks: tuple[str, ...],
           parent_ca: str | None, parent_cert: str | None, parent_key: str | None, parent_token: str | None,
-          parent_token_file: str | None, parent_server_name: str | None, deadline_floor: float,
+          parent_token_file: str | None, parent_server_name: str | None, allow_insecure_token: bool,
+          deadline_floor: float,
           deadline_factor: float, stuck_after: float, max_metrics: int, max_world_size: int, job_idle_timeout: float, max_ranks: int, gpu_probe: bool, nic_probe: bool,
           probe_interval: float, sysfs_root: str, nic_exclude: tuple[str, ...], nvlink_every: int, host_id: str,
           verbose: int) -> None:
@@ -212,8 +229,10 @@ def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple
     _logging(verbose)
     if not parents:
         raise click.UsageError("an agent needs --parent ADDR (its rack collector, or the root)")
-    security = _security(parent_cert, parent_key, parent_ca, _token(parent_token, parent_token_file),
-                         parent_server_name)
+    parent_token = _token(parent_token, parent_token_file, "--parent-token")
+    _plaintext_token(parent_token, bool(parent_ca), [*parents, *fallbacks], "sent to the parent",
+                     allow_insecure_token)
+    security = _security(parent_cert, parent_key, parent_ca, parent_token, parent_server_name)
     config = AgentConfig(
         parents=[*parents, *fallbacks], socket=Path(socket_path) if socket_path else None, tcp=tcp,
         node_id=node_id, parent_security=security, deadline_floor_s=deadline_floor,
@@ -263,7 +282,8 @@ def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple
 @click.option("-v", "--verbose", count=True)
 def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tuple[str, ...],
               parent_ca: str | None, parent_cert: str | None, parent_key: str | None, parent_token: str | None,
-              parent_token_file: str | None, parent_server_name: str | None, tls_cert: str | None,
+              parent_token_file: str | None, parent_server_name: str | None, allow_insecure_token: bool,
+              tls_cert: str | None,
               tls_key: str | None, tls_client_ca: str | None, token: str | None, token_file: str | None, db: str,
               api: str, deadline_floor: float | None, deadline_factor: float, max_metrics: int,
               durability: str, max_world_size: int, job_idle_timeout: float, max_children: int,
@@ -281,9 +301,13 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
     _logging(verbose)
     if bool(tls_cert) != bool(tls_key):
         raise click.UsageError("--tls-cert and --tls-key go together")
-    security = _security(tls_cert, tls_key, tls_client_ca, _token(token, token_file))
-    parent_security = _security(parent_cert, parent_key, parent_ca,
-                                _token(parent_token, parent_token_file), parent_server_name)
+    token = _token(token, token_file, "--token")
+    _plaintext_token(token, bool(tls_cert), [listen], "required from children", allow_insecure_token)
+    parent_token = _token(parent_token, parent_token_file, "--parent-token")
+    _plaintext_token(parent_token, bool(parent_ca), [*parents, *fallbacks], "sent to the parent",
+                     allow_insecure_token)
+    security = _security(tls_cert, tls_key, tls_client_ca, token)
+    parent_security = _security(parent_cert, parent_key, parent_ca, parent_token, parent_server_name)
     is_root = not parents
     floor = deadline_floor if deadline_floor is not None else (4.0 if is_root else 3.0)
     config = CollectorConfig(

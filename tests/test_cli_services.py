@@ -80,3 +80,29 @@ def test_sim_refuses_a_malformed_injection() -> None:
     result = subprocess.run([sys.executable, "-m", "collectors.cli", "sim", "--inject", "straggler:rank=x"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "not a number" in result.stderr
+
+
+def test_a_token_over_plaintext_tcp_is_refused_unless_allowed_and_a_command_line_token_is_warned_about(tmp_path):
+    run = [sys.executable, "-m", "collectors.cli"]
+    refused = subprocess.run([*run, "collector", "--listen", "127.0.0.1:0", "--token", "abc",
+                              "--db", str(tmp_path / "r.db"), "--api", "127.0.0.1:0"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "plaintext TCP" in refused.stderr
+    assert "visible to every user of this host" in refused.stderr
+    agent = subprocess.run([*run, "agent", "--socket", str(tmp_path / "a.sock"), "--parent", "127.0.0.1:1",
+                            "--parent-token-file", str(_file(tmp_path / "t", "abc"))],
+                           capture_output=True, text=True, timeout=60)
+    assert agent.returncode == 2 and "sent to the parent over plaintext TCP" in agent.stderr
+    assert "visible to every user" not in agent.stderr  # from a file: nothing to warn about
+    allowed, ready = _start(["collector", "--listen", "127.0.0.1:0", "--token-file", str(tmp_path / "t"),
+                             "--allow-insecure-token", "--db", str(tmp_path / "r.db"), "--api", "127.0.0.1:0"])
+    try:
+        assert ready["role"] == "root"
+    finally:
+        allowed.terminate()
+        assert allowed.wait(10) == 0
+
+
+def _file(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
