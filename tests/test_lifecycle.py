@@ -205,3 +205,18 @@ def test_open_steps_are_bounded_and_nothing_is_lost(tree) -> None:  # type: igno
     assert all(row["count"] == 1 for row in rows)
     call.cancel()
     channel.close()
+
+
+def test_a_second_run_in_the_same_process_is_not_taken_for_resends(tree) -> None:  # type: ignore[no-untyped-def]
+    """telemetry.init() again in one process (same job, rank and pid) numbers its batches from 1 again;
+    the agent must see a new Run (RankHello.incarnation), not acknowledge its batches as resends unstored."""
+    root, _, _, sock = tree
+    _run_job(sock, "again", ranks=1, steps_=3)
+    runs = [telemetry.init(job="again", rank=0, world_size=1, agent=f"unix:{sock}")]
+    for step in range(3, 6):
+        with runs[0].step(step):
+            runs[0].log(step, loss=float(10 * step))
+    assert runs[0].close(timeout=60)
+    rows = wait_for(lambda: len(steps(root.api_address, "again", "loss")) == 6 and steps(root.api_address, "again", "loss"),
+                    what="the second run's steps at the root")
+    assert [(r["step"], r["count"], r["max"]) for r in rows[3:]] == [(3, 1, 30.0), (4, 1, 40.0), (5, 1, 50.0)]

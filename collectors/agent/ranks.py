@@ -79,6 +79,7 @@ class RankInfo:
     last_beat: float = field(default_factory=time.monotonic)
     last_seq: int = 0
     reported_dropped: int = 0
+    incarnation: int = 0  # the Run's (RankHello.incarnation): another one from the same pid is a new Run
     current_step: int = 0
     # Liveness detail, refreshed by RankRegistry.views():
     verdict: str = "alive"  # "alive" | "stuck" | "dead"
@@ -148,13 +149,18 @@ class RankRegistry:
         now = time.monotonic()
         if existing is not None and existing.pid == hello.pid:
             existing.link = link
-            existing.closed = False  # the same process opened a new run of the job
+            if hello.incarnation != existing.incarnation:
+                # A new Run in the same process (telemetry.init() again): its batches are numbered from 1.
+                # Keeping the old Run's last_seq would take them for resends and acknowledge them unstored.
+                existing.incarnation, existing.last_seq, existing.reported_dropped = hello.incarnation, 0, 0
+                existing.closed = False
+                self.changed = True
             existing.last_beat = now
             if existing.verdict == "dead":  # the same process talks again: it was not dead after all
                 self._set_verdict(existing, "alive", now)
             return existing
         info = RankInfo(hello.job, hello.rank, hello.world_size, hello.local_rank, hello.host, hello.pid,
-                        hello.device, link)
+                        hello.device, link, incarnation=hello.incarnation)
         status = _status(info.pid, self.reap)
         info.start_ticks, info.state = status.start_ticks, status.state
         self.ranks[key] = info

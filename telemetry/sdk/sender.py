@@ -71,6 +71,7 @@ class Sender:
         self.dropped_values = 0
         self.refused_batches = 0
         self.late_dropped_values = 0  # logged into a step after closing it; dropped by the agent
+        self.incarnation = random.getrandbits(63) | 1  # this Run, across its reconnects (RankHello.incarnation)
         self._late_warned = float("-inf")
         self.refused = False  # the agent refused this rank: nothing is sent any more
         self.connected = threading.Event()
@@ -152,7 +153,8 @@ class Sender:
         ident = self.identity
         outgoing.put(ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(
             job=ident.job, rank=ident.rank, world_size=ident.world_size, local_rank=ident.local_rank,
-            host=socket.gethostname(), pid=os.getpid(), device=ident.device, dropped=self.dropped_values)))
+            host=socket.gethostname(), pid=os.getpid(), device=ident.device, dropped=self.dropped_values,
+            incarnation=self.incarnation)))
         with self._lock:
             for kept in self._kept.values():
                 outgoing.put(kept.message)

@@ -59,7 +59,7 @@ class Heartbeat(_message.Message):
     def __init__(self, time_ns: _Optional[int] = ..., current_step: _Optional[int] = ..., steps_completed: _Optional[int] = ..., extra: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class RankHello(_message.Message):
-    __slots__ = ("job", "rank", "world_size", "local_rank", "host", "pid", "device", "dropped")
+    __slots__ = ("job", "rank", "world_size", "local_rank", "host", "pid", "device", "dropped", "incarnation")
     JOB_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,7 @@ class RankHello(_message.Message):
     PID_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     job: str
     rank: int
     world_size: int
@@ -76,7 +77,8 @@ class RankHello(_message.Message):
     pid: int
     device: str
     dropped: int
-    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., local_rank: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., device: _Optional[str] = ..., dropped: _Optional[int] = ...) -> None: ...
+    incarnation: int
+    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., local_rank: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., device: _Optional[str] = ..., dropped: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
 
 class RankBye(_message.Message):
     __slots__ = ()

@@ -1,0 +1,58 @@
+"""A bounded fuzz run of every untrusted entry point (issue 14 item 4); bench/fuzz.py runs the long one."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from fuzz_entry_points import FuzzTree, api_paths, api_queries, forward_streams, rank_streams, raw_streams
+
+FEW = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):  # type: ignore[no-untyped-def]
+    made = FuzzTree(tmp_path_factory.mktemp("fuzz")).start()
+    yield made
+    made.stop()
+
+
+def test_agent_rank_streams(tree: FuzzTree) -> None:
+    @FEW
+    @given(stream=rank_streams)
+    def case(stream):  # type: ignore[no-untyped-def]
+        tree.stream("agent", stream)
+    case()
+    tree.log_healthy()
+    tree.check_healthy()
+
+
+def test_raw_bytes_on_both_streams(tree: FuzzTree) -> None:
+    @FEW
+    @given(stream=raw_streams)
+    def case(stream):  # type: ignore[no-untyped-def]
+        tree.stream("agent", stream, raw=True)
+        tree.stream("root", stream, raw=True)
+    case()
+    tree.log_healthy()
+    tree.check_healthy()
+
+
+def test_collector_forward_streams(tree: FuzzTree) -> None:
+    @FEW
+    @given(stream=forward_streams)
+    def case(stream):  # type: ignore[no-untyped-def]
+        tree.stream("root", stream)
+    case()
+    tree.log_healthy()
+    tree.check_healthy()
+
+
+def test_api_query_strings(tree: FuzzTree) -> None:
+    @FEW
+    @given(path=api_paths, query=api_queries)
+    def case(path, query):  # type: ignore[no-untyped-def]
+        tree.api(path, query)
+    case()
+    tree.log_healthy()
+    tree.check_healthy()
