@@ -1,0 +1,88 @@
+"""The long fuzz run of the tree's untrusted entry points (the tests run a bounded one: tests/test_fuzz.py).
+
+    python bench/fuzz.py [--examples 1000] [--seed 0] [--out bench/results]
+
+Same strategies and invariants as the tests (tests/fuzz_entry_points.py): every stream to a real agent
+and root ends with a status that is the input's fault, every API answer is 200/400/404, and a healthy
+job logged between the entry points stays exact. Prints the cases run per entry point and the time, and
+writes fuzz.json; exits 1 on the first broken invariant (hypothesis prints the shrunk case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
+
+from bench.machine import git_head  # noqa: E402
+from fuzz_entry_points import FuzzTree, api_paths, api_queries, forward_streams, rank_streams, raw_streams  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--examples", type=int, default=1000, help="cases per entry point [1000]")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)  # the services warn about every refused input: expected here
+    many = settings(max_examples=args.examples, deadline=None, suppress_health_check=list(HealthCheck),
+                    database=None)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = FuzzTree(Path(tmp)).start()
+        try:
+            @many
+            @given(stream=rank_streams)
+            def ranks(stream):  # type: ignore[no-untyped-def]
+                tree.stream("agent", stream)
+
+            @many
+            @given(stream=raw_streams)
+            def raw(stream):  # type: ignore[no-untyped-def]
+                tree.stream("agent", stream, raw=True)
+                tree.stream("root", stream, raw=True)
+
+            @many
+            @given(stream=forward_streams)
+            def forward(stream):  # type: ignore[no-untyped-def]
+                tree.stream("root", stream)
+
+            @many
+            @given(path=api_paths, query=api_queries)
+            def api(path, query):  # type: ignore[no-untyped-def]
+                tree.api(path, query)
+
+            for name, run in (("rank streams", ranks), ("raw bytes", raw), ("forward streams", forward),
+                              ("API queries", api)):
+                begun = time.monotonic()
+                sys.stderr.write(f"{name}: ")
+                sys.stderr.flush()
+                seed(args.seed)(run)()
+                tree.log_healthy()
+                tree.check_healthy()
+                sys.stderr.write(f"done in {time.monotonic() - begun:.0f} s, {sum(tree.cases.values())} cases so far\n")
+        finally:
+            tree.stop()
+    elapsed = time.monotonic() - started
+    result = {"cases": tree.cases, "total_cases": sum(tree.cases.values()), "seconds": elapsed,
+              "examples_per_entry_point": args.examples, "seed": args.seed, "healthy_steps_exact": tree.healthy_steps,
+              "git_head": git_head(), "load_1min": os.getloadavg()[0]}
+    print(f"{result['total_cases']:,} cases in {elapsed:.0f} s: " +
+          ", ".join(f"{k} {v:,}" for k, v in sorted(tree.cases.items())) +
+          f"; the healthy job's {tree.healthy_steps} steps exact; no invariant broken")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fuzz.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
