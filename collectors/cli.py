@@ -171,6 +171,16 @@ parent_options = [
 ]
 
 
+lifecycle_options = [
+    click.option("--job-idle-timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True,
+                 help="Seconds after which a job nothing arrived of is finished and forgotten (a job whose ranks "
+                      "all closed goes after a 10 s grace); also how long a disconnected child is waited for."),
+    click.option("--max-world-size", type=click.IntRange(min=1), default=1 << 20, show_default=True,
+                 help="Largest world size a job may declare; a rank (or a child's window) beyond it is refused "
+                      "with INVALID_ARGUMENT."),
+]
+
+
 def with_options(options):  # type: ignore[no-untyped-def]
     def decorate(func):  # type: ignore[no-untyped-def]
         for option in reversed(options):
@@ -193,12 +203,7 @@ def with_options(options):  # type: ignore[no-untyped-def]
 @click.option("--stuck-after", type=float, default=10.0, show_default=True,
               help="Seconds without a heartbeat before a live rank counts as stuck.")
 @click.option("--max-metrics", type=int, default=256, show_default=True, help="Distinct metric names per job.")
-@click.option("--job-idle-timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True,
-              help="Seconds after which a job nothing arrived of is finished and forgotten (a job whose ranks "
-                   "all closed goes after a 10 s grace); also how long a disconnected child is waited for.")
-@click.option("--max-world-size", type=click.IntRange(min=1), default=1 << 20, show_default=True,
-              help="Largest world size a job may declare; a rank (or a child's window) beyond it is refused "
-                   "with INVALID_ARGUMENT.")
+@with_options(lifecycle_options)
 @click.option("--max-ranks", type=click.IntRange(min=1), default=512, show_default=True,
               help="Rank streams served at once; one more is refused with RESOURCE_EXHAUSTED (and counted).")
 @click.option("--gpu-probe/--no-gpu-probe", default=True, show_default=True,
@@ -267,12 +272,7 @@ def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple
 @click.option("--deadline-factor", type=float, default=4.0, show_default=True,
               help="Deadline as a multiple of the job's median step time, when larger than the floor.")
 @click.option("--max-metrics", type=int, default=256, show_default=True, help="Distinct metric names per job.")
-@click.option("--job-idle-timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True,
-              help="Seconds after which a job nothing arrived of is finished and forgotten (a job whose ranks "
-                   "all closed goes after a 10 s grace); also how long a disconnected child is waited for.")
-@click.option("--max-world-size", type=click.IntRange(min=1), default=1 << 20, show_default=True,
-              help="Largest world size a job may declare; a rank (or a child's window) beyond it is refused "
-                   "with INVALID_ARGUMENT.")
+@with_options(lifecycle_options)
 @click.option("--max-children", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Child streams (agents, collectors) served at once; one more is refused with "
                    "RESOURCE_EXHAUSTED (and counted).")

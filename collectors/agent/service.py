@@ -60,22 +60,16 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
     async def Stream(self, request_iterator: AsyncIterator[ingest_pb2.RankMessage],
                      context: grpc.aio.ServicerContext) -> AsyncIterator[ingest_pb2.RankAck]:
         async for answer in serve_stream(self.host, self.slots, context, request_iterator, self._start,
-                                         self._refused):
+                                         self._count):
             yield answer  # type: ignore[misc]
 
     def _start(self, answers: Answers) -> StreamWork:
         stream = _RankStream(answers)
-        return StreamWork(lambda message: self._one(stream, message), self._bad, lambda: self._ended(stream))
+        return StreamWork(lambda message: self._one(stream, message), lambda: self._ended(stream))
 
-    def _refused(self) -> None:
+    def _count(self, name: str) -> None:
         with self.node.lock:
-            self.node.counters["refused_streams"] += 1
-        log.warning("refused a rank stream: %s", self.slots.refusal())
-
-    def _bad(self, exc: Exception) -> None:
-        with self.node.lock:
-            self.node.counters["bad_inputs"] += 1
-        log.warning("refused a rank stream: %s", exc)
+            self.node.counters[name] += 1
 
     def _ended(self, stream: _RankStream) -> None:
         with self.node.lock:

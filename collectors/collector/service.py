@@ -62,22 +62,16 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
     async def Forward(self, request_iterator: AsyncIterator[forward_pb2.SummaryBatch],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[forward_pb2.Ack]:
         async for answer in serve_stream(self.host, self.slots, context, request_iterator, self._start,
-                                         self._refused):
+                                         self._count):
             yield answer  # type: ignore[misc]
 
     def _start(self, answers: Answers) -> StreamWork:
         stream = _ChildStream(answers)
-        return StreamWork(lambda batch: self._one(stream, batch), self._bad, lambda: self._ended(stream))
+        return StreamWork(lambda batch: self._one(stream, batch), lambda: self._ended(stream))
 
-    def _refused(self) -> None:
+    def _count(self, name: str) -> None:
         with self.node.lock:
-            self.node.counters["refused_streams"] += 1
-        log.warning("refused a child stream: %s", self.slots.refusal())
-
-    def _bad(self, exc: Exception) -> None:
-        with self.node.lock:
-            self.node.counters["bad_inputs"] += 1
-        log.warning("refused a child stream: %s", exc)
+            self.node.counters[name] += 1
 
     def _ended(self, stream: _ChildStream) -> None:
         if stream.sender is None:

@@ -95,7 +95,7 @@ class StreamSlots:
         self.cap = cap
         self.active = 0
         self.refused = 0
-        self._what = what
+        self.what = what
         self._flag = flag
 
     def take(self) -> bool:
@@ -110,7 +110,7 @@ class StreamSlots:
         self.active -= 1
 
     def refusal(self) -> str:
-        return (f"this server already serves {self.cap} {self._what} streams, its cap ({self._flag}); "
+        return (f"this server already serves {self.cap} {self.what} streams, its cap ({self._flag}); "
                 f"raise the cap or spread the load")
 
 
@@ -118,24 +118,26 @@ class StreamSlots:
 class StreamWork:
     """What a service does with one stream; each runs on the pool, never on the loop."""
 
-    handle: Callable[[Any], None]     # one request, in order
-    bad: Callable[[Exception], None]  # a BadInput (the stream then ends with its status), or a cut stream
-    ended: Callable[[], None]         # once, however the stream ended
+    handle: Callable[[Any], None]  # one request, in order
+    ended: Callable[[], None]      # once, however the stream ended
 
 
 async def serve_stream(host: Host, slots: StreamSlots, context: grpc.aio.ServicerContext, requests: AsyncIterator,
-                       start: Callable[[Answers], StreamWork], refused: Callable[[], None]) -> AsyncIterator[object]:
+                       start: Callable[[Answers], StreamWork], count: Callable[[str], None]
+                       ) -> AsyncIterator[object]:
     """The body of every bidirectional stream in the tree: take a slot, read on a task, yield the answers.
 
     `start(answers)` gives the stream's work; answers put on `answers` go out in order, and a BadInput put
-    there ends the stream with its status.
+    there ends the stream with its status. `count(name)` adds one to the node's delivery counter `name`
+    (refused_streams, bad_inputs); it runs on the pool.
     """
     if not slots.take():
-        await off_loop(host, refused)
+        log.warning("refused a %s stream: %s", slots.what, slots.refusal())
+        await off_loop(host, count, "refused_streams")
         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, slots.refusal())
     try:
         answers = Answers(host)
-        reader = asyncio.create_task(_read(host, requests, answers, start(answers)))
+        reader = asyncio.create_task(_read(host, requests, answers, start(answers), slots.what, count))
         try:
             while True:
                 item = await answers.get()
@@ -150,7 +152,8 @@ async def serve_stream(host: Host, slots: StreamSlots, context: grpc.aio.Service
         slots.give_back()
 
 
-async def _read(host: Host, requests: AsyncIterator, answers: Answers, work: StreamWork) -> None:
+async def _read(host: Host, requests: AsyncIterator, answers: Answers, work: StreamWork, what: str,
+                count: Callable[[str], None]) -> None:
     try:
         async for request in requests:
             try:
@@ -161,12 +164,14 @@ async def _read(host: Host, requests: AsyncIterator, answers: Answers, work: Str
                 log.exception("handling a stream message failed")
                 raise BadInput("INTERNAL", "internal error handling this message (logged by the server)") from exc
     except BadInput as exc:
-        await off_loop(host, work.bad, exc)
+        log.warning("refused a %s stream: %s", what, exc)
+        await off_loop(host, count, "bad_inputs")
         answers.put(exc)
     except Exception as exc:
         # The peer went away (it resends whatever is not durable), or sent a message over gRPC's own limit.
         if rpc_code(exc) == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            await off_loop(host, work.bad, exc)
+            log.warning("a %s stream was cut: %s", what, exc)
+            await off_loop(host, count, "bad_inputs")
     finally:
         await off_loop(host, work.ended)
         answers.put(END)
