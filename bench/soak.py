@@ -1,7 +1,7 @@
 """Soak: does the tree stay the same size and cost after many jobs and a long steady run?
 
-    .venv/bin/python bench/soak.py                        # 1,000 jobs, then 64 ranks for 20 min (~25 min)
-    .venv/bin/python bench/soak.py --quick --out /tmp/soak   # a few minutes, for development
+    .venv/bin/python bench/soak.py                        # 1,000 jobs, then 64 ranks for 20 min (~35 min)
+    .venv/bin/python bench/soak.py --quick --out /tmp/soak   # ~5 minutes, for development
 
 Real service processes started with the CLI: a root (`telemetry collector --db --api`), a rack
 (`telemetry collector --parent ROOT`) and one agent (`telemetry agent --parent RACK`). Ranks are
