@@ -6,7 +6,6 @@ import faulthandler
 import json
 import logging
 import os
-import select
 import signal
 import sys
 import threading
@@ -16,21 +15,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import click
+from collectors.common.signals import SERVICES, StopSignals, early
 
-from collectors.common.lifetime import die_with_parent
-from telemetry import __version__
+EARLY_SIGNALS = early(sys.argv)  # before click, grpc and numpy are imported: a SIGTERM from here on is clean
+
+import click  # noqa: E402
+
+from collectors.common.lifetime import die_with_parent  # noqa: E402
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="telemetry")
-def main() -> None:
+@click.version_option(package_name="telemetry", prog_name="telemetry")
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Hierarchical, mergeable telemetry for large distributed PyTorch training runs.
 
     Ranks log through the SDK to a node agent; agents forward per-step
     summaries up a tree of collectors; the root finalises each step and
     serves a JSON API (and Prometheus metrics).
     """
+    if ctx.invoked_subcommand in SERVICES:
+        # Made at import for `telemetry agent|collector`; here for callers that invoke the group in-process.
+        ctx.obj = EARLY_SIGNALS or StopSignals()
     die_with_parent()
 
 
@@ -84,34 +90,10 @@ def _plaintext_token(token: str | None, tls: bool, addresses: list[str], what: s
                                "on the path; add TLS, or pass --allow-insecure-token to accept that")
 
 
-class StopSignals:
-    """SIGTERM/SIGINT noticed whatever thread the kernel delivers them to, from the moment this is made.
-
-    Why not `signal.signal(...)` and an Event: CPython runs a Python-level handler only on the main
-    thread, when it next executes bytecode. A signal the kernel hands to one of gRPC's C threads
-    leaves the main thread asleep in `Event.wait()` and the handler never runs (1-2 processes in
-    90 ignored SIGTERM that way). Here the C-level handler also writes the signal number to a pipe
-    (`signal.set_wakeup_fd`) that the main thread waits on, so it wakes whichever thread took it.
-    """
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self._read, write = os.pipe()
-        os.set_blocking(write, False)
-        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._note)
-
-    def _note(self, signum: int, _frame: object) -> None:
-        self.received = signum
-
-    def wait(self) -> int:
-        """Block until SIGTERM or SIGINT; return it. A signal that came before this call returns at once."""
-        while self.received is None:
-            readable, _, _ = select.select([self._read], [], [], 1.0)  # the timeout is only a safety net
-            if readable:
-                os.read(self._read, 512)
-        return self.received
+def _signals() -> StopSignals:
+    """The StopSignals made before the imports (or by the group)."""
+    obj = click.get_current_context().find_root().obj
+    return obj if obj is not None else StopSignals()
 
 
 STOP_DEADLINE_S = 4.5
@@ -229,7 +211,7 @@ def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple
           probe_interval: float, sysfs_root: str, nic_exclude: tuple[str, ...], nvlink_every: int, host_id: str,
           verbose: int) -> None:
     """Run the node agent: ranks on this host stream to it; it forwards sealed step summaries to --parent."""
-    signals = StopSignals()
+    signals = _signals()
     from collectors.agent.server import AgentConfig, AgentServer
     _logging(verbose)
     if not parents:
@@ -289,7 +271,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               durability: str, max_world_size: int, job_idle_timeout: float, max_children: int,
               detectors_config: str | None, verbose: int) -> None:
     """Run a collector (rack or cluster tier); with no --parent it is the root (store, API)."""
-    signals = StopSignals()
+    signals = _signals()
     from collectors.collector.server import CollectorConfig, CollectorServer
     from collectors.detectors.suite import ENV, DetectorsConfig
     if detectors_config:

@@ -220,3 +220,13 @@ def test_a_second_run_in_the_same_process_is_not_taken_for_resends(tree) -> None
     rows = wait_for(lambda: len(steps(root.api_address, "again", "loss")) == 6 and steps(root.api_address, "again", "loss"),
                     what="the second run's steps at the root")
     assert [(r["step"], r["count"], r["max"]) for r in rows[3:]] == [(3, 1, 30.0), (4, 1, 40.0), (5, 1, 50.0)]
+
+
+def test_a_closed_job_that_vanished_below_first_still_counts_as_closed() -> None:
+    """The agent forgets a closed job before its parents do (its grace began first); the job then vanishes
+    from the rank states the parents see, which must not send it to the 600 s idle path."""
+    life = JobLifecycle(idle_timeout_s=600.0, grace_s=10.0)
+    life.touch("j", 0.0)
+    assert life.sweep(1.0, ["j"], lambda job: True) == []
+    assert life.sweep(5.0, [], lambda job: False) == []      # gone from the children's states
+    assert life.sweep(11.0, [], lambda job: False) == [("j", "closed")]

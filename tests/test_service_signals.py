@@ -60,20 +60,6 @@ OVERRAN = "stop took longer"
 SERVICES = ("root", "rack", "agent")
 SIGNAME = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
 
-BUG_EARLY = ("collectors/cli.py installs StopSignals only inside the command, after importing click, telemetry, "
-             "grpc and numpy (~0.15-0.5 s): a SIGTERM during those imports kills the process with the default "
-             "action (exit -15, no STOPPING=1)")
-BUG_UNSTARTED = ("a signal after StopSignals() but before server.start() makes _serve() stop a server that was "
-                 "never started: root: AttributeError 'wiring' (collectors/collector/server.py stop()); rack and "
-                 "agent: RuntimeError 'cannot join thread before it is started' (collectors/delivery/outbox.py "
-                 "Outbox.close()); exit 1 with a traceback")
-
-
-# Known failures, each reproduced deterministically below (remove the marks once fixed: they are strict).
-EARLY = pytest.mark.xfail(strict=True, raises=AssertionError, reason=BUG_EARLY)
-UNSTARTED = pytest.mark.xfail(strict=True, raises=AssertionError, reason=BUG_UNSTARTED)
-
-
 def _argv(service: str, workdir: Path, parent: str | None) -> list[str]:
     if service == "root":
         return ["collector", "--listen", "127.0.0.1:0", "--db", str(workdir / "root.db"), "--api", "127.0.0.1:0"]
@@ -377,7 +363,6 @@ def test_sigint_right_after_ready_stops_every_service(tmp_path: Path, parent: st
     assert_all_clean(run_cycles(cycles, tmp_path, parent))
 
 
-@UNSTARTED
 def test_sigterm_or_sigint_at_random_moments_stops_every_service(tmp_path: Path, parent: str) -> None:
     cycles = random_cycles(CI_CYCLES, (signal.SIGTERM, signal.SIGINT), random.Random())
     assert_all_clean(run_cycles(cycles, tmp_path, parent))
@@ -407,12 +392,12 @@ runpy.run_module("collectors.cli", run_name="__main__", alter_sys=True)
 
 
 @pytest.mark.parametrize(("service", "module"), [
-    pytest.param("root", "click", marks=EARLY),  # collectors/cli.py's imports, before StopSignals()
-    pytest.param("rack", "click", marks=EARLY),
-    pytest.param("agent", "click", marks=EARLY),
-    pytest.param("root", "collectors.collector.server", marks=UNSTARTED),  # after StopSignals(), before start()
-    pytest.param("rack", "collectors.collector.server", marks=UNSTARTED),
-    pytest.param("agent", "collectors.agent.server", marks=UNSTARTED),
+    pytest.param("root", "click"),  # collectors/cli.py's imports, before StopSignals()
+    pytest.param("rack", "click"),
+    pytest.param("agent", "click"),
+    pytest.param("root", "collectors.collector.server"),  # after StopSignals(), before start()
+    pytest.param("rack", "collectors.collector.server"),
+    pytest.param("agent", "collectors.agent.server"),
     ("root", "collectors.root.wiring"),  # imported inside CollectorServer.start()
 ])
 def test_sigterm_during_startup_stops_with_exit_0(tmp_path: Path, parent: str, service: str, module: str) -> None:

@@ -90,6 +90,7 @@ class CollectorServer:
         self.grpc.add(lambda server: forward_pb2_grpc.add_CollectorServicer_to_server(self.service, server))
         self.address = self.grpc.bind(config.listen, config.security)
         self.api_address: str | None = None
+        self.wiring = None  # the root's detectors, events and /metrics, attached by start()
 
     def start(self) -> None:
         tune_gc()
@@ -156,7 +157,7 @@ class CollectorServer:
         self.grpc.stop(grace)
         if self.api_server is not None:
             self.api_server.shutdown()
-        if self.config.is_root:
+        if self.wiring is not None:
             self.wiring.close()
         if self.store is not None:
             self.store.close()

@@ -43,12 +43,15 @@ class JobLifecycle:
 
     def sweep(self, now: float, known: Iterable[str], all_closed: Callable[[str], bool]) -> list[tuple[str, str]]:
         """The jobs to forget now, each with why ("closed" or "idle"); they are marked finished."""
+        known = set(known)
         for job in known:
             if job not in self._finished:
                 self._last.setdefault(job, now)
         gone = []
         for job, last in list(self._last.items()):
-            if all_closed(job):
+            # A job seen all closed that then vanished from the children's rank states stays closed: the
+            # tier below forgot it first (its grace began earlier), which is no reason to wait for idleness.
+            if all_closed(job) or (job in self._closed_since and job not in known):
                 since = self._closed_since.setdefault(job, now)
                 if now - since >= self.grace_s:
                     gone.append((job, "closed"))

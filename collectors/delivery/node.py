@@ -97,7 +97,7 @@ class Node:
         self.child_ranks: dict[str, dict[str, RankView]] = {}
         self._own_ranks: dict[str, RankView] = {}
         self.hosts_version = 0  # bumped whenever any rank->host entry this node knows changes
-        self._covered: dict[str, BitMap] | None = None  # per job, during one flush
+        self._covered: dict[str, BitMap | None] | None = None  # per job, during one flush (None: all closed)
         self.sink: Sink | None = None
         self.complete: Callable[[Window], bool] = self.covered_complete
 
@@ -236,15 +236,22 @@ class Node:
 
     def covered_complete(self, win: Window) -> bool:
         """Every rank this node covers for the window's job has reported. Within a flush, each job's covered
-        set is computed once (not once per pending window)."""
+        set is computed once (not once per pending window). When every rank here closed its run, a window
+        waits for nobody: each rank sent everything before its bye (a part still on its way from another
+        child arrives as a late delta)."""
         job = win.key.job
         cache = self._covered
-        covered = cache.get(job) if cache is not None else None
-        if covered is None:
+        if cache is not None and job in cache:
+            covered = cache[job]
+        else:
             views = self._views(job)
             covered = BitMap.union(BitMap(), *(b for v in views for b in (v.alive, v.stuck, v.dead)))
+            if not covered and any(v.closed for v in views):
+                covered = None
             if cache is not None:
                 cache[job] = covered
+        if covered is None:
+            return bool(win.sources)
         return bool(covered) and covered.issubset(win.sources)
 
     def flush(self, now: float | None = None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -103,7 +104,8 @@ class Outbox:
             call = self._call
         if call is not None:
             call.cancel()
-        self._thread.join(timeout)
+        if self._thread.is_alive():  # never started (a service stopped before it started): nothing to join
+            self._thread.join(timeout)
 
     # ----------------------------------------------------------- connection
     def _run(self) -> None:
@@ -112,9 +114,11 @@ class Outbox:
         while not self._stop.is_set():
             address = self.parents[index % len(self.parents)]
             channel = make_channel(address, self.security)
-            try:
-                grpc.channel_ready_future(channel).result(timeout=self.connect_timeout_s)
-            except grpc.FutureTimeoutError:
+            if not self._ready(channel):
+                if self._stop.is_set():
+                    # Not closed here: grpc's connectivity poller still holds the channel for up to 0.2 s and
+                    # raises on its own thread if it is closed under it; it drops the channel when it ends.
+                    break
                 channel.close()
                 index += 1  # try the fallback next
                 self._stop.wait(backoff.next_delay())
@@ -131,6 +135,20 @@ class Outbox:
                     self._queue, self._call, self.connected_to = None, None, None
                 channel.close()
             self._stop.wait(backoff.next_delay())
+
+    def _ready(self, channel: grpc.Channel) -> bool:
+        """Wait for the channel to connect, up to connect_timeout_s, but no longer than until close()."""
+        ready = grpc.channel_ready_future(channel)
+        deadline = time.monotonic() + self.connect_timeout_s
+        while not self._stop.is_set():
+            try:
+                ready.result(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+                return True
+            except grpc.FutureTimeoutError:
+                if time.monotonic() >= deadline:
+                    break
+        ready.cancel()
+        return False
 
     def _stream(self, channel: grpc.Channel, address: str) -> None:
         stub = forward_pb2_grpc.CollectorStub(channel)
@@ -150,6 +168,8 @@ class Outbox:
         call = stub.Forward(until_end(outgoing), metadata=call_metadata(self.security))
         with self._lock:
             self._call = call
+        if self._stop.is_set():  # close() came while this stream was being opened, and did not see it
+            call.cancel()
         try:
             for ack in call:
                 if ack.seq == 0:
