@@ -24,6 +24,8 @@ from telemetry.v1 import forward_pb2, forward_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+POLLER_SLICE_S = 0.25  # a little more than the 0.2 s grpc's connectivity poller waits per watch
+
 @dataclass
 class Unit:
     seq: int
@@ -116,8 +118,10 @@ class Outbox:
             channel = make_channel(address, self.security)
             if not self._ready(channel):
                 if self._stop.is_set():
-                    # Not closed here: grpc's connectivity poller still holds the channel for up to 0.2 s and
-                    # raises on its own thread if it is closed under it; it drops the channel when it ends.
+                    # grpc's connectivity poller watches the channel in 0.2 s slices and raises on its own
+                    # thread if the channel is closed (or freed at exit) under it: let it see it was cancelled.
+                    time.sleep(POLLER_SLICE_S)
+                    channel.close()
                     break
                 channel.close()
                 index += 1  # try the fallback next
