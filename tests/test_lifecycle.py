@@ -139,6 +139,10 @@ def test_many_jobs_in_a_row_leave_nothing_behind(tree) -> None:  # type: ignore[
     assert not [job for job in jobs if f'job="{job}"' in text]
     with agent.node.lock:
         assert agent.service.steps == {} and agent.service.beats == {}
+    for server in (agent, rack, root):  # their settled windows went with them, not retain_s later
+        wait_for(lambda: not [k for k in list(server.node.table.windows) if k.job in jobs], timeout=15,
+                 what=f"{server.node.node_id}'s windows of the finished jobs dropped")
+    assert not [k for k in list(root.finaliser.final) if k.job in jobs]
 
 
 def test_a_job_that_went_silent_is_forgotten_after_the_idle_timeout(tree) -> None:  # type: ignore[no-untyped-def]

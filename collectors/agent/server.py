@@ -127,9 +127,9 @@ class AgentServer:
         for job, why in finished:
             service.forget_job(job)
             self.registry.forget_job(job)
-            node.forget_job(job)
             log.info("job %s finished (%s): forgotten", job, why)
         if finished:
+            node.forget_jobs({job for job, _ in finished})
             node.own_ranks = self.registry.views(now)
 
     def healthy(self) -> bool:

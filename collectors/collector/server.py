@@ -128,9 +128,10 @@ class CollectorServer:
                             child, self.children.timeout_s)
             finished = self.lifecycle.sweep(now, node.jobs(), lambda job: node.all_closed(job, whole_world=is_root))
             for job, why in finished:
-                node.forget_job(job)
                 self.service.forget_job(job)
                 log.info("job %s finished (%s): forgotten", job, why)
+            if finished:
+                node.forget_jobs({job for job, _ in finished})
         for job, _ in finished:
             for callback in self.on_job_finished:
                 callback(job)

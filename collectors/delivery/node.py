@@ -202,12 +202,18 @@ class Node:
             return False
         return not whole_world or len(view.closed) >= view.world_size
 
-    def forget_job(self, job: str) -> None:
-        """A finished job: drop what this node keeps per job outside its window table (whose windows
-        expire by themselves once settled)."""
+    def forget_jobs(self, jobs: set[str]) -> None:
+        """Finished jobs: drop what this node keeps for them, settled windows included (those still pending
+        or in flight expire when settled). Dedup does not need them: the root finds a resend of a window it
+        no longer holds in its store."""
         for per_job in self.child_ranks.values():
-            per_job.pop(job, None)
-        self.table.deadlines.forget(job)
+            for job in jobs:
+                per_job.pop(job, None)
+        for job in jobs:
+            self.table.deadlines.forget(job)
+        gone = self.table.drop_settled(jobs)
+        if gone and self.sink is not None:
+            self.sink.forget(gone)
         self.hosts_version += 1
 
     def forget_child(self, child: str) -> None:

@@ -219,6 +219,16 @@ class WindowTable:
             gone.append(self.windows.pop(key))
         return gone
 
+    def drop_settled(self, jobs: set[str]) -> list[Key]:
+        """Forget the settled windows of these jobs (nothing pending, in flight or waiting on durability)."""
+        if not jobs:
+            return []
+        gone = [key for key, win in self.windows.items()
+                if key.job in jobs and win.sealed and not (win.pending or win.inflight or win.absorbed)]
+        for key in gone:
+            del self.windows[key]
+        return gone
+
     def _drop_oldest(self) -> None:
         oldest = next(iter(self.windows.values()))  # dicts keep insertion order: the first is the oldest
         del self.windows[oldest.key]
