@@ -28,7 +28,8 @@ WAIT = 30.0  # bounded waits; generous because a loaded CI machine is slow, whil
 
 
 def hello(rank: int, pid: int, job: str = "j", world: int = 4) -> SimpleNamespace:
-    return SimpleNamespace(job=job, rank=rank, world_size=world, local_rank=rank, host="h", pid=pid, device="")
+    return SimpleNamespace(job=job, rank=rank, world_size=world, local_rank=rank, host="h", pid=pid, device="",
+                           incarnation=1)
 
 
 def verdict_of(registry: RankRegistry, rank: int, job: str = "j"):  # type: ignore[no-untyped-def]
