@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -31,7 +30,6 @@ from telemetry.v1 import ingest_pb2
 log = logging.getLogger("telemetry.sdk")
 
 DEFAULT_BUFFER_RECORDS = 100_000
-ARRIVAL = "collective_arrival"  # = telemetry.torch.collective.ARRIVAL (the SDK does not import torch)
 _VALUES, _CLOSE, _STAGED = 0, 1, 2
 
 
@@ -55,11 +53,6 @@ class Run:
         self._sender = Sender(Identity(job, rank, world_size, local_rank, device), self.agent, self._drain,
                               self._beat, max_backlog_values, flush_interval_s, heartbeat_interval_s)
         self._closed = False
-        # Straggler signal from the flight recorder (telemetry.torch.collective.StepArrivals), made on
-        # the sender thread once torch.distributed is initialised; see _drain.
-        self._arrivals: Any = None
-        self._carry: dict[int, tuple[dict[str, list[float]], list]] = {}  # steps held back (sender thread)
-        self._waiting: dict[int, tuple[int, int, float]] = {}  # step -> (start_ns, end_ns, closed at, monotonic)
         self._sender.start()
 
     # ------------------------------------------------------------ training thread
@@ -82,20 +75,16 @@ class Run:
 
     @contextmanager
     def step(self, step: int) -> Iterator[None]:
-        """Times the block as `step_time` (seconds) and closes this rank's contribution to `step` on exit.
-
-        Under torch.distributed the background thread adds `collective_arrival` (seconds from entering the
-        block to this rank's last collective in it, read from the flight recorder; see docs/torch.md)."""
+        """Times the block as `step_time` (seconds) and closes this rank's contribution to `step` on exit."""
         _check_step(step)
         if step > self.current_step:
             self.current_step = step
-        start_ns = time.time_ns()
         start = time.perf_counter()
         try:
             yield
         finally:
             self._append((_VALUES, step, {"step_time": time.perf_counter() - start}))
-            self._append((_CLOSE, step, (time.time_ns(), start_ns)))
+            self._append((_CLOSE, step, time.time_ns()))
             self.steps_completed += 1
 
     def end_step(self, step: int) -> None:
@@ -130,7 +119,7 @@ class Run:
     def _drain(self) -> list[ingest_pb2.RankStepBatch]:
         """Turn buffered records into per-step batches, in order; stops at a tensor copy still in flight."""
         records = self._records
-        steps, self._carry = self._carry, {}
+        steps: dict[int, tuple[dict[str, list[float]], list]] = {}
         while records:
             kind, step, payload = records[0]
             if kind == _STAGED:
@@ -145,12 +134,10 @@ class Run:
                     metrics.setdefault(name, []).append(float(value))
             else:
                 closed.append(payload)
-        self._collective_arrivals(steps)
         out = []
         for step in sorted(steps):
             metrics, closed = steps[step]
-            ends = [c[0] if isinstance(c, tuple) else c for c in closed]
-            batch = ingest_pb2.RankStepBatch(step=step, closed=bool(closed), end_time_ns=max(ends, default=0))
+            batch = ingest_pb2.RankStepBatch(step=step, closed=bool(closed), end_time_ns=max(closed, default=0))
             for name, values in metrics.items():
                 batch.metrics.add(metric=name, values=values)
             out.append(batch)
@@ -159,68 +146,9 @@ class Run:
             self.dropped_records = 0
         return out
 
-    def _collective_arrivals(self, steps: dict[int, tuple[dict[str, list[float]], list]]) -> None:
-        """Add `collective_arrival` to the steps closed by `run.step` (sender thread).
-
-        Reading the flight recorder's entries is a full dump whose cost grows with its ring, so it is
-        not done per step: a closed step is held back (its close and every later step's batch, since a
-        later step closes earlier ones at the agent) until the next dump, at most `max_hold_s`, and a
-        step the next dump would not reach in time is sent at once without the figure.
-        """
-        waiting = self._waiting
-        for step, (_, closed) in steps.items():
-            for c in closed:
-                if isinstance(c, tuple) and step not in waiting:
-                    waiting[step] = (c[1], c[0], time.monotonic())
-        if not waiting:
-            return
-        arrivals = self._arrivals_reader()
-        now = time.monotonic()
-        if arrivals is None:
-            waiting.clear()
-            return
-        final = self._closed
-        for step, (_, _, closed_at) in list(waiting.items()):
-            if not final and not arrivals.worth_holding(closed_at):
-                del waiting[step]  # the next dump is too far away: send it now, without the figure
-        if waiting and (final or arrivals.due(now)):
-            figures = arrivals.measure([(step, a, b) for step, (a, b, _) in waiting.items()]) or {}
-            for step, value in figures.items():
-                steps.setdefault(step, ({}, []))[0].setdefault(ARRIVAL, []).append(value)
-            waiting.clear()
-        for step, (_, _, closed_at) in list(waiting.items()):
-            if now - closed_at >= arrivals.max_hold_s:
-                del waiting[step]
-        if waiting:
-            cut = min(waiting)
-            for step in [s for s in steps if s >= cut]:
-                self._carry[step] = steps.pop(step)
-
-    def _arrivals_reader(self) -> Any:
-        """The StepArrivals reader once torch.distributed is initialised and its recorder readable; else None.
-        Attaches the shared CollectiveProgress reader to the heartbeat too (on by default)."""
-        if self._arrivals is not None:
-            return self._arrivals if self._arrivals.readable() else None
-        dist = sys.modules.get("torch.distributed")
-        if dist is None or not getattr(dist, "is_available", lambda: False)() or not dist.is_initialized():
-            return None  # torch is never imported by the SDK itself
-        try:
-            from telemetry.torch.collective import StepArrivals
-            from telemetry.torch.integration import attach
-            progress = attach(self)
-            if progress is None:
-                return None
-            self._arrivals = StepArrivals(progress)
-        except Exception:
-            log.debug("collective arrivals unavailable", exc_info=True)
-            return None
-        return self._arrivals if self._arrivals.readable() else None
-
     def _beat(self) -> ingest_pb2.Heartbeat:
         beat = ingest_pb2.Heartbeat(time_ns=time.time_ns(), current_step=self.current_step,
                                     steps_completed=self.steps_completed)
-        if self._arrivals is None and "torch.distributed" in sys.modules:
-            self._arrivals_reader()  # collective progress in the heartbeat, on by default
         for extra in self.heartbeat_extras:
             try:
                 figures = extra()
@@ -246,11 +174,11 @@ class Run:
             return True
         self._closed = True
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and (self._records or self._carry or self._sender.unacknowledged()):
+        while time.monotonic() < deadline and (self._records or self._sender.unacknowledged()):
             self._sender.wake()
             time.sleep(0.01)
         sender = self._sender
-        done = not self._records and not self._carry and not sender.unacknowledged()
+        done = not self._records and not sender.unacknowledged()
         # Everything durable, and nothing dropped on the way (backlog overflow, refused, logged too late).
         done = done and not (sender.dropped_values or sender.refused_batches or sender.late_dropped_values)
         self._sender.stop(max(0.1, deadline - time.monotonic()) + 1.0)

@@ -37,7 +37,6 @@ second): the dumps take the recorder's own mutex, and this object's state is beh
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 import math
@@ -47,13 +46,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CollectiveProgress", "StepArrivals", "ENQUEUED", "COMPLETED", "ARRIVAL"]
+__all__ = ["CollectiveProgress", "ENQUEUED", "COMPLETED"]
 
 log = logging.getLogger(__name__)
 
 ENQUEUED = "collective.last_enqueued"
 COMPLETED = "collective.last_completed"
-ARRIVAL = "collective_arrival"  # per-step metric logged by the SDK, see StepArrivals
 
 _GENERIC_DUMP = "_dump_fr_trace_json"
 _NCCL_DUMP = "_dump_nccl_trace_json"
@@ -82,7 +80,6 @@ class CollectiveProgress:
         self._max_completed = -1                                 # completed never goes backwards
         self._last_pair: tuple[int, int] | None = None           # (enqueued, completed) last read
         self._checked: tuple[tuple[int, int], int] | None = None # pair -> completed from entries
-        self.last_dump_s = 0.0                                   # duration of the last full dump
 
     # -- public ---------------------------------------------------------------------------
 
@@ -93,25 +90,6 @@ class CollectiveProgress:
             except Exception as e:  # never let telemetry take the heartbeat down
                 self._debug_once(f"error:{type(e).__name__}",
                                  "collective progress unavailable: %s: %s", type(e).__name__, e)
-                return None
-
-    def entries(self) -> list[dict[str, Any]] | None:
-        """Every entry in the recorder that holds the default group (all of this process's groups),
-        from one full dump, or None when there is nothing to read. The dump holds the GIL for a time
-        that grows with the ring (measured: ~0.1 ms at 10 entries, 10-35 ms at 2,000); its duration
-        is kept in ``last_dump_s`` so that callers can budget how often they ask."""
-        with self._lock:
-            try:
-                if self._read() is None:
-                    return None
-                assert self._dump is not None
-                start = time.perf_counter()
-                full = json.loads(self._dump(includeCollectives=True, onlyActive=False))
-                self.last_dump_s = time.perf_counter() - start
-                return list(full.get("entries") or ())
-            except Exception as e:
-                self._debug_once(f"entries:{type(e).__name__}",
-                                 "flight-recorder entries unavailable: %s: %s", type(e).__name__, e)
                 return None
 
     # -- internals ------------------------------------------------------------------------
@@ -233,73 +211,3 @@ class CollectiveProgress:
                           name, self._pg_key, dump_name)
                 return True
         return False
-
-
-class StepArrivals:
-    """Per step, when this rank arrived at the step's last collective: the straggler signal.
-
-    In a job whose ranks synchronise through collectives, every rank's wall ``step_time`` becomes
-    the slowest rank's, so ``step_time`` cannot name it. What differs is *when* each rank reaches
-    the collective that synchronises the step: the slow rank arrives last and the others wait for it.
-    ``collective_arrival`` = (time the step's last collective was enqueued on this rank, from the
-    flight recorder's ``time_created_ns``) - (the rank's entry into ``run.step``), in seconds: the
-    rank's own work before its final synchronisation. Both ends are read from this rank's clock;
-    ranks' clocks are never compared. Across ranks (the root's summary, exact and constant-size):
-    ``argmax`` is the last to arrive, ``max - p50`` the seconds the median rank waits for it.
-
-    Measured with torch 2.13.0 (CPU wheel, gloo, 2-3 processes): gloo entries carry
-    ``time_created_ns`` (the epoch clock, like ``time.time_ns()``) and nothing else:
-    ``time_discovered_started_ns`` / ``time_discovered_completed_ns`` stay 0, ``state`` stays
-    "scheduled", so the wait itself (completion - enqueue) cannot be read from the recorder, and
-    ``ProcessGroup._register_on_completion_hook`` is NCCL-only. Reading entries needs a full dump
-    (cost grows with the ring, ~13 us per entry including the JSON parse, 10-35 ms with 2,000), so
-    the SDK does not dump per step: its background thread holds a finished step's close back for
-    at most ``max_hold_s`` and reads the recorder once for all the steps held, no more often than
-    keeps the dumps under ``duty`` (1 %) of wall time (interval >= last dump's duration / duty). A
-    step that would have to wait longer than ``max_hold_s`` is released without the figure, so
-    with a full ring and a slow dump only some steps carry it (the detector judges the ones that
-    do). Nothing is held when the recorder cannot be read (no torch.distributed, not initialised,
-    ``TORCH_FR_BUFFER_SIZE=0``).
-    """
-
-    def __init__(self, progress: CollectiveProgress, max_hold_s: float = 1.0, duty: float = 0.01) -> None:
-        self.progress = progress
-        self.max_hold_s = max_hold_s
-        self.duty = duty
-        self._last_dump = -math.inf   # monotonic time of the last full dump
-        self._dump_s = 0.0            # its duration
-        self.dumps = 0
-        self.dump_seconds = 0.0       # total time spent dumping (for benchmarks)
-
-    def readable(self) -> bool:
-        """Cheap (~15 us): is there a default group whose recorder has status to read?"""
-        return self.progress.read() is not None
-
-    def next_dump_at(self) -> float:
-        return self._last_dump + self._dump_s / self.duty
-
-    def worth_holding(self, closed_at: float) -> bool:
-        """Would a step closed at monotonic ``closed_at`` get its figure within ``max_hold_s``?"""
-        return self.next_dump_at() <= closed_at + self.max_hold_s
-
-    def due(self, now: float) -> bool:
-        return now >= self.next_dump_at()
-
-    def measure(self, windows: list[tuple[int, int, int]]) -> dict[int, float] | None:
-        """One dump; for each (step, start_ns, end_ns) window with a collective enqueued in it, the
-        seconds from ``start_ns`` to the last such enqueue. None when the recorder could not be read."""
-        start = time.monotonic()
-        entries = self.progress.entries()
-        self._last_dump = start
-        self._dump_s = time.monotonic() - start
-        self.dumps += 1
-        self.dump_seconds += self._dump_s
-        if entries is None:
-            return None
-        created = sorted(int(e.get("time_created_ns") or 0) for e in entries)
-        out: dict[int, float] = {}
-        for step, start_ns, end_ns in windows:
-            i = bisect.bisect_right(created, end_ns) - 1
-            if i >= 0 and created[i] > start_ns:
-                out[step] = (created[i] - start_ns) / 1e9
-        return out
