@@ -94,7 +94,7 @@ def _everywhere(root, rack, agent, job: str) -> dict[str, bool]:  # type: ignore
         in_agent = (job in agent.registry.jobs() or any(j == job for j, _ in agent.service.steps)
                     or job in agent.lifecycle.live_jobs() or job in agent.service.budget._names)
     with rack.node.lock:
-        in_rack = job in rack.node.jobs() or job in rack.lifecycle.live_jobs() or job in rack.service._shapes
+        in_rack = job in rack.node.jobs() or job in rack.lifecycle.live_jobs() or job in rack.service.budget._names
     in_root = job in root.jobs() or job in root.wiring.detectors.jobs()
     in_metrics = f'job="{job}"' in _metrics(root)
     return {"agent": in_agent, "rack": in_rack, "root": in_root, "metrics": in_metrics}

@@ -12,12 +12,21 @@ from helpers_tree import summary_of
 
 def test_the_oldest_window_dropped_from_a_full_table_is_counted_and_its_holds_released() -> None:
     acked: list[tuple[str, int]] = []
-    node = Node("n", Deadlines(), ack_down=lambda origin, *rest: acked.append(origin), max_windows=2)
+    refusals: list = []
+
+    def ack_down(origin, *rest, refused=None):  # type: ignore[no-untyped-def]
+        acked.append(origin)
+        refusals.append(refused)
+
+    node = Node("n", Deadlines(), ack_down=ack_down, max_windows=2)
     for step in range(3):
         origin = ("child", step + 1)
         part = Part(Key("job", "loss", step), [origin], BitMap([0]), built=summary_of({0: float(step)}))
         assert node.offer(part, expected=1)[0] == "accepted"
     assert node.counters["dropped_windows"] == 1
     assert acked == [("child", 1)]  # the dropped window's unit is no longer held: the child stops retaining it
+    # ... and it is told the window was dropped, not that it is durable (its ranks' close() is not True).
+    assert [(r.key, r.index) for r in refusals[0]] == [(Key("job", "loss", 0), 0)]
+    assert "window table was full" in refusals[0][0].reason
     assert node.durability.outstanding() == 2
     assert Key("job", "loss", 0) not in node.table.windows

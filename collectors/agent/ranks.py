@@ -40,6 +40,7 @@ DEFAULT_STUCK_AFTER_S = 10.0
 #: no rank may register one.
 HOST_JOB_PREFIX = "_host:"
 MAX_PENDING_EXITS = 4096
+MAX_REFUSED_KEPT = 256
 
 
 def pid_alive(pid: int) -> bool:
@@ -89,6 +90,14 @@ class RankInfo:
     verdict_since: float = field(default_factory=time.monotonic)
     exit_reported: bool = False
     closed: bool = False  # the rank said bye (run.close()): finished, its process no longer watched
+    # Batches refused upstream, by seq, with why (the latest MAX_REFUSED_KEPT): a resend of one after a
+    # reconnect (the REFUSED ack lost with the stream) is refused again, not taken for durable.
+    refused: collections.OrderedDict[int, str] = field(default_factory=collections.OrderedDict)
+
+    def remember_refused(self, seq: int, reason: str) -> None:
+        self.refused[seq] = reason
+        while len(self.refused) > MAX_REFUSED_KEPT:
+            self.refused.popitem(last=False)
 
 
 @dataclass(frozen=True)
@@ -153,6 +162,7 @@ class RankRegistry:
                 # A new Run in the same process (telemetry.init() again): its batches are numbered from 1.
                 # Keeping the old Run's last_seq would take them for resends and acknowledge them unstored.
                 existing.incarnation, existing.last_seq, existing.reported_dropped = hello.incarnation, 0, 0
+                existing.refused.clear()
                 existing.closed = False
                 self.changed = True
             existing.last_beat = now

@@ -19,7 +19,7 @@ from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, s
 from collectors.common.validation import BadInput, MetricBudget, check_size
 from collectors.delivery.lifecycle import JobLifecycle
 from collectors.delivery.node import Node
-from collectors.delivery.windows import Origin, Part
+from collectors.delivery.windows import Origin, Part, Refusal
 from telemetry.streams import END
 from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
 
@@ -46,15 +46,28 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         self._views_at = 0.0
 
     # ------------------------------------------------------------ acks down
-    def ack_down(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None) -> None:
+    def ack_down(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None,
+                 refused: list[Refusal] | None = None) -> None:
+        """A rank's batch is settled upstream: DURABLE, or REFUSED when any of its windows was refused or
+        dropped on the way (the SDK counts the batch as refused, and close() is not True)."""
         stream, seq = origin
         job, _, rank = stream.rpartition("/")
         if index is not None:
             log.error("a single-rank part of %s was refused as a partial overlap; this cannot happen", stream)
             return
-        link = self.registry.link(job, int(rank))
-        if link is not None:
-            link.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.DURABLE, seq=seq))
+        info = self.registry.ranks.get((job, int(rank)))
+        if info is None:
+            return
+        if refused:
+            first = refused[0]
+            reason = (f"{len(refused)} window(s) of this batch were not stored, e.g. {first.key.metric} at "
+                      f"{first.key.index}: {first.reason[:200]}")
+            info.remember_refused(seq, reason)
+            ack = ingest_pb2.RankAck(status=ingest_pb2.RankAck.REFUSED, seq=seq, reason=reason)
+        else:
+            ack = ingest_pb2.RankAck(status=ingest_pb2.RankAck.DURABLE, seq=seq)
+        if info.link is not None:
+            info.link.put(ack)
 
     # ------------------------------------------------------------ the stream
     async def Stream(self, request_iterator: AsyncIterator[ingest_pb2.RankMessage],
@@ -109,9 +122,14 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             raise BadInput("INVALID_ARGUMENT", f"batch for rank {batch.rank} on a stream registered for rank {info.rank}")
         origin = (f"{info.job}/{info.rank}", batch.seq)
         if batch.seq <= info.last_seq:
-            # A resend of something this agent already holds: it is acked durable when the original is.
+            # A resend of something this agent already holds: it is acked durable when the original is (or
+            # refused again, when the original was refused upstream while the rank was away).
             responses.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.RECEIVED, seq=batch.seq))
-            self.node.durability.settle(origin)
+            reason = info.refused.get(batch.seq)
+            if reason is not None:
+                responses.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.REFUSED, seq=batch.seq, reason=reason))
+            else:
+                self.node.durability.settle(origin)
             return
         try:
             for step_batch in batch.steps:

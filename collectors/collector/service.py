@@ -17,14 +17,21 @@ from collectors.common.validation import (DEFAULT_MAX_WORLD_SIZE, BadInput, Metr
                                           check_world, shown)
 from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
 from collectors.delivery.node import COUNTER_FIELDS, Node, RankView
-from collectors.delivery.windows import Origin, Part
+from collectors.delivery.windows import Origin, Part, Refusal
 from telemetry.summary import Summary
+from telemetry.summary.sketch import DEFAULT_MAX_CENTROIDS
+from telemetry.summary.summary import DEFAULT_K
 from telemetry.v1 import forward_pb2, forward_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 MAX_INDEX = 2**63 - 1  # the root stores window indexes as SQLite integers
 MAX_SENDER_ID = 256
+# The one summary shape (top-k size, sketch size) of the tree: what every agent builds. Summaries merge only
+# with their own shape; a shape fixed by whichever window of a job came first would let one rogue window
+# lock a job's real data out (issue 14), so any other shape is refused, whoever sends it first.
+TREE_SHAPE = (DEFAULT_K, DEFAULT_MAX_CENTROIDS)
+UNKNOWN_INDEX = 2**32 - 1  # a Rejection's index when only its key names the window (forward.proto)
 
 
 class CollectorService(forward_pb2_grpc.CollectorServicer):
@@ -42,18 +49,22 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         self.budget = budget or MetricBudget()
         self.before_offer = before_offer
         self._links: dict[str, Answers] = {}
-        self._shapes: dict[str, tuple[int, int]] = {}  # per job: the (k, max_centroids) every part must share
         self._links_lock = threading.Lock()
 
     # Called by the node (under its lock) to answer a child about one of its units.
-    def ack_down(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None) -> None:
+    def ack_down(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None,
+                 refused: list[Refusal] | None = None) -> None:
         sender, seq = origin
         with self._links_lock:
             link = self._links.get(sender)
         if link is None:
             return  # the child resends after it reconnects; the duplicate is then absorbed
         if index is None:
-            link.put(forward_pb2.Ack(seq=seq, status=forward_pb2.Ack.DURABLE))
+            # Settled: durable, but for the windows refused or dropped on the way up, which the child hears of
+            # as rejections without overlapping sources (it tells its own senders, down to the ranks).
+            link.put(forward_pb2.Ack(seq=seq, status=forward_pb2.Ack.DURABLE, rejections=[
+                forward_pb2.Rejection(index=UNKNOWN_INDEX if r.index is None else r.index, key=r.key.to_proto(),
+                                      reason=r.reason) for r in refused or ()]))
         else:
             link.put(forward_pb2.Ack(seq=seq, status=forward_pb2.Ack.REJECTED_OVERLAP, rejections=[
                 forward_pb2.Rejection(index=index, overlapping_sources=list(overlap or ()),
@@ -158,17 +169,15 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             summary = Summary.from_proto(window.summary)
             if summary._sources:
                 check_world(summary._sources.max() + 1, self.max_world_size, "a source id")
-            shape = self._shapes.setdefault(key.job, (summary.k, summary.max_centroids))
-            if (summary.k, summary.max_centroids) != shape:
-                raise ValueError(f"summary has k={summary.k}, max_centroids={summary.max_centroids}; "
-                                 f"job {key.job!r} uses k={shape[0]}, max_centroids={shape[1]}")
+            if (summary.k, summary.max_centroids) != TREE_SHAPE:
+                raise ValueError(f"summary has k={summary.k}, max_centroids={summary.max_centroids}; every tier "
+                                 f"merges only k={TREE_SHAPE[0]}, max_centroids={TREE_SHAPE[1]}")
         except (ValueError, OverflowError, BadInput) as exc:
             return str(exc)
         return key, summary
 
     def forget_job(self, job: str) -> None:
         """A finished job (JobLifecycle): what this service keeps for it goes."""
-        self._shapes.pop(job, None)
         self.budget.forget(job)
 
     def _offer(self, origin: Origin, index: int, window: forward_pb2.WindowSummary,

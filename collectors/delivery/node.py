@@ -18,7 +18,10 @@ from typing import Protocol
 from pyroaring import BitMap
 
 from collectors.delivery.outbox import Outbox, Unit
-from collectors.delivery.windows import Deadlines, Durability, Origin, OutPart, Part, Window, WindowTable, merge_parts
+from collectors.common.keys import Key
+from collectors.common.ratelog import RateLimitedLog
+from collectors.delivery.windows import (Deadlines, Durability, Origin, OutPart, Part, Refusal, Window, WindowTable,
+                                        merge_parts)
 from telemetry.v1 import forward_pb2
 
 log = logging.getLogger(__name__)
@@ -69,9 +72,11 @@ class RankView:
 
 
 class AckDown(Protocol):
-    """Tell a sender below about one of its units: durable, or window `index` rejected for `overlap`."""
+    """Tell a sender below about one of its units: durable (or settled with the windows in `refused` never
+    to be stored), or window `index` rejected for `overlap`."""
 
-    def __call__(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None) -> None: ...
+    def __call__(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None,
+                 refused: list[Refusal] | None = None) -> None: ...
 
 
 class Sink(Protocol):
@@ -91,7 +96,8 @@ class Node:
         self.lock = threading.RLock()
         self.table = WindowTable(deadlines, retain_s, max_windows, on_drop=self._dropped)
         self.ack_down = ack_down
-        self.durability = Durability(lambda origin: ack_down(origin))
+        self.durability = Durability(
+            lambda origin, refused: ack_down(origin, refused=refused) if refused else ack_down(origin))
         self.counters = dict.fromkeys(COUNTER_FIELDS, 0)
         self.child_counters: dict[str, dict[str, int]] = {}
         self.child_ranks: dict[str, dict[str, RankView]] = {}
@@ -169,13 +175,21 @@ class Node:
         for out in win.inflight.values():
             out.absorbed.extend(origins)
 
-    def release_all(self, outs: list[OutPart]) -> None:
+    def release_all(self, outs: list[OutPart], refused: str | None = None) -> None:
+        """The outs are settled: durable upstream, or (`refused` says why) refused or dropped, never to be
+        stored, which every sender that fed them is told instead of DURABLE."""
         for out in outs:
-            for part in out.constituents:
-                for origin in part.origins:
-                    self.durability.release(origin)
-            for origin in out.absorbed:
-                self.durability.release(origin)
+            self.release(out.key, out.constituents, out.absorbed, refused)
+
+    def release(self, key: Key, parts: list[Part], absorbed: list[Origin], refused: str | None = None) -> None:
+        """Release what one window's parts (and the duplicates absorbed into it) held: see release_all."""
+        for part in parts:
+            refusal = None if refused is None else Refusal(key, refused, part.index)
+            for origin in part.origins:
+                self.durability.release(origin, refusal)
+        refusal = None if refused is None else Refusal(key, refused)
+        for origin in absorbed:
+            self.durability.release(origin, refusal)
 
     # ----------------------------------------------------------- sealing
     def ranks(self, job: str) -> RankView:
@@ -284,18 +298,15 @@ class Node:
         return total
 
     def _dropped(self, win: Window) -> None:
-        """The table was full and let its oldest window go: counted, and what it held is released (the
-        senders stop retaining it; the drop is what `dropped_windows` reports). Units in flight upstream
-        release their own holds when acknowledged."""
+        """The table was full and let its oldest window go: counted (`dropped_windows`), and what it held is
+        released as refused, so the senders stop retaining it and their ranks learn it was lost (run.close()
+        is not True). Units in flight upstream release their own holds when acknowledged."""
         self.counters["dropped_windows"] += 1
         log.warning("window table full: dropped %s", win.key)
         pending, absorbed = win.pending, win.absorbed
         win.pending, win.absorbed = [], []
-        for part in pending:
-            for origin in part.origins:
-                self.durability.release(origin)
-        for origin in absorbed:
-            self.durability.release(origin)
+        self.release(win.key, pending, absorbed,
+                     refused=f"dropped at {self.node_id}: its window table was full (dropped_windows)")
 
 
 class Upstream:
@@ -313,6 +324,7 @@ class Upstream:
         self._hosts_sent: dict[str, dict[int, str]] = {}
         self._hosts_version = -1
         self._hosts_connection = -1
+        self._refusal_log = RateLimitedLog(log)
 
     def ship(self, node: Node, windows: list[Window], now: float) -> None:
         """Hand the windows to the outbox, which sends them from its own thread: nothing slow here."""
@@ -339,7 +351,8 @@ class Upstream:
                 win = node.table.windows.get(out.key)
                 if win is not None:
                     win.inflight.pop(unit.seq, None)
-            node.release_all(outs)
+            node.release_all(outs, refused=f"dropped at {node.node_id}: its outbox to the parent was full "
+                                           "(dropped_windows)")
 
     def _send(self, node: Node, parts: list[tuple[Window, OutPart]], now: float) -> None:
         message = forward_pb2.SummaryBatch()
@@ -380,7 +393,10 @@ class Upstream:
         with node.lock:
             outs: list[OutPart | None] = unit.payload  # type: ignore[assignment]
             for rejection in ack.rejections:
-                self._rejected(node, unit, outs, rejection)
+                if rejection.overlapping_sources:
+                    self._rejected(node, unit, outs, rejection)
+                else:
+                    self._refused(node, unit, outs, rejection)
             if ack.status == forward_pb2.Ack.DURABLE:
                 self.outbox.forget(unit.seq)
                 settled = [out for out in outs if out is not None]
@@ -399,11 +415,6 @@ class Upstream:
         win = node.table.windows.get(out.key)
         if win is not None:
             win.inflight.pop(unit.seq, None)
-        if not rejection.overlapping_sources:
-            node.counters["bad_inputs"] += 1
-            log.error("parent refused %s: %s", out.key, rejection.reason)
-            node.release_all([out])
-            return
         constituents = out.constituents
         if len(constituents) == 1:
             constituents = constituents[0].split() or constituents  # an agent's raw part splits per rank
@@ -421,3 +432,31 @@ class Upstream:
             for origin in part.origins:
                 node.ack_down(origin, part.index, overlap & part.sources)
         node.release_all([out])
+
+    def _refused(self, node: Node, unit: Unit, outs: list[OutPart | None], rejection: forward_pb2.Rejection) -> None:
+        """A window the parent (or a tier above it) refused as bad input: it will never be stored. It was
+        counted (`bad_inputs`) where it was refused, so not again here; its senders are told it was refused
+        (down to the ranks, whose close() is then not True) and stop retaining it.
+
+        The window is found by its index in the unit; a refusal passed down from further up may name only
+        its key (a duplicate absorbed into a refused window), and then every window of the unit with that
+        key goes.
+        """
+        found = outs[rejection.index] if rejection.index < len(outs) else None
+        if found is not None and (not rejection.HasField("key") or found.key.to_proto() == rejection.key):
+            indexes = [rejection.index]
+        else:
+            indexes = [i for i, out in enumerate(outs) if out is not None and out.key.to_proto() == rejection.key]
+        refused = []
+        for index in indexes:
+            out = outs[index]
+            assert out is not None
+            outs[index] = None
+            win = node.table.windows.get(out.key)
+            if win is not None:
+                win.inflight.pop(unit.seq, None)
+            refused.append(out)
+        if refused:
+            self._refusal_log.warn("the parent refused %d window(s) of unit %d, e.g. %s: %s", len(refused),
+                                   unit.seq, refused[0].key, rejection.reason)
+            node.release_all(refused, refused=rejection.reason)

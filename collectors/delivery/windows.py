@@ -243,28 +243,46 @@ def merge_parts(parts: list[Part]) -> Summary:
     return Summary.merge_all([p.summary for p in parts])
 
 
-class Durability:
-    """Refcounts of units received from below: acked DURABLE when every unit holding them is durable."""
+@dataclass(frozen=True)
+class Refusal:
+    """A window a tier refused or dropped (bad input above, a full buffer): it will never be stored, so every
+    sender whose unit fed it is told, down to the ranks, instead of being told DURABLE (issue 14: a refused
+    part must never be acknowledged as if it were stored)."""
 
-    def __init__(self, ack: Callable[[Origin], None]) -> None:
+    key: Key
+    reason: str
+    index: int | None = None  # the window's position in the sender's unit, where known
+
+
+class Durability:
+    """Refcounts of units received from below: acked when every unit holding them is settled upstream.
+
+    The ack says DURABLE, or names the windows refused on the way (`release(origin, refusal)`): a unit
+    with any refused window is never reported as wholly durable.
+    """
+
+    def __init__(self, ack: Callable[[Origin, list[Refusal]], None]) -> None:
         self._refs: dict[Origin, int] = {}
+        self._refused: dict[Origin, list[Refusal]] = {}
         self._ack = ack
 
     def hold(self, origin: Origin, times: int = 1) -> None:
         self._refs[origin] = self._refs.get(origin, 0) + times
 
-    def release(self, origin: Origin) -> None:
+    def release(self, origin: Origin, refusal: Refusal | None = None) -> None:
+        if refusal is not None:
+            self._refused.setdefault(origin, []).append(refusal)
         left = self._refs.get(origin, 0) - 1
         if left > 0:
             self._refs[origin] = left
             return
         self._refs.pop(origin, None)
-        self._ack(origin)
+        self._ack(origin, self._refused.pop(origin, []))
 
     def settle(self, origin: Origin) -> None:
         """A unit that holds nothing (all duplicates of durable data, or empty): durable now."""
         if origin not in self._refs:
-            self._ack(origin)
+            self._ack(origin, [])
 
     def outstanding(self) -> int:
         return len(self._refs)
