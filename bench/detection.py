@@ -1,0 +1,358 @@
+#!/usr/bin/env python
+"""Detection quality on real training (issue 12): false alarms on clean runs, faults caught, delay, rank named.
+
+    python bench/detection.py [--out bench/results] [--quick] [--models mlp,lm] [--faults ...]
+
+Starts a real local tree (`telemetry collector` as the root with --db and --api, one `telemetry agent` on a
+Unix socket; the detectors at their defaults unless --detectors), then runs real `torchrun` jobs one after
+another: bench/detection_jobs/train.py, DDP on CPU (gloo), --world ranks, one intra-op thread each,
+telemetry through the README's lines only. Two models (a small MLP regression on random data; a
+character-level transformer on the documentation text CPython ships), several seeds, clean and with one
+injected fault each (on rank (seed + i) mod world, at half the run):
+
+  slow_rank     the rank sleeps inside every step from then on (x --slow-factor its median step)
+  loader_stuck  the rank's data loader blocks for --stall-s seconds (longer than hang's 60 s default floor)
+  nan           NaN in the rank's forward output for one step
+  bad_batch     corrupted targets on the rank for one step (a loss spike)
+  slow_loader   the rank's data loader slows by (--slow-factor - 1) x its median step from then on
+
+While a job runs the harness polls the root's events API (every --poll-s) to see when each event
+opened; afterwards it scores every run (bench/detection_jobs/score.py says how) and prints, per
+detector: false alarms per 1,000 clean steps, faults detected, delay in steps and seconds, and the rank
+named against the truth; JSON under --out (detection.json): the machine, the configuration, the
+aggregate, every run's score and every event seen.
+
+Exit status: 0 when every planned run finished (whatever the detectors did), 1 when a service or a
+training job failed (what was measured is still written), 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from machine import cpu_model, git_head, memory_bytes  # noqa: E402  (bench/machine.py)
+
+from bench.detection_jobs.score import aggregate, score_run, table  # noqa: E402
+from collectors.demo.train import kill_job  # noqa: E402
+from collectors.sim.procs import Proc, free_port  # noqa: E402
+
+TRAIN = REPO / "bench" / "detection_jobs" / "train.py"
+FAULTS = ("slow_rank", "loader_stuck", "nan", "bad_batch", "slow_loader")
+QUICK = {"models": "mlp", "clean_seeds": 1, "fault_seeds": 1, "faults": "nan,bad_batch", "mlp_steps": 200}
+
+
+class BenchError(Exception):
+    """A service or a training job failed: the figures after it would mean nothing."""
+
+
+class Progress:
+    """Progress lines on stderr (stdout keeps the table), each with the seconds since the bench started."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+
+    def __call__(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.start:7.1f} s] {text}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Plan:
+    model: str
+    seed: int
+    fault: str
+    fault_rank: int
+    steps: int
+
+    @property
+    def fault_step(self) -> int:
+        return self.steps // 2
+
+
+def plans(args: argparse.Namespace) -> list[Plan]:
+    """Clean runs first (--clean-seeds per model), then each fault with --fault-seeds seeds per model
+    (loader_stuck: --stuck-seeds, it costs --stall-s each)."""
+    out: list[Plan] = []
+    models = args.models.split(",")
+    faults = [f for f in args.faults.split(",") if f]
+    for model in models:
+        steps = args.mlp_steps if model == "mlp" else args.lm_steps
+        out += [Plan(model, seed, "none", -1, steps) for seed in range(args.clean_seeds)]
+    for model in models:
+        steps = args.mlp_steps if model == "mlp" else args.lm_steps
+        for i, fault in enumerate(faults):
+            seeds = args.stuck_seeds if fault == "loader_stuck" else args.fault_seeds
+            out += [Plan(model, seed, fault, (seed + i) % args.world, steps) for seed in range(seeds)]
+    return out
+
+
+# ---------------------------------------------------------------- the tree and the API
+
+
+def api_get(api: str, path: str, timeout: float = 10.0) -> Any:
+    with urllib.request.urlopen(f"http://{api}{path}", timeout=timeout) as reply:
+        return json.load(reply)
+
+
+def start_tree(args: argparse.Namespace, workdir: Path) -> tuple[Proc, Proc]:
+    cli = [sys.executable, "-m", "collectors.cli"]
+    root_argv = [*cli, "collector", "--listen", "127.0.0.1:0", "--db", str(workdir / "root.db"),
+                 "--api", "127.0.0.1:0"]
+    if args.detectors:
+        root_argv += ["--detectors", args.detectors]
+    root = Proc("root", root_argv, workdir).start()
+    agent = Proc("agent", [*cli, "agent", "--socket", str(workdir / "agent.sock"), "--parent",
+                           root.ready["address"]], workdir).start()
+    return root, agent
+
+
+# ---------------------------------------------------------------- one run
+
+
+def torchrun_argv(plan: Plan, job: str, world: int, truth: Path, args: argparse.Namespace) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", job,
+            "--local-addr", "127.0.0.1", "--max-restarts", "0", str(TRAIN), "--job", job,
+            "--model", plan.model, "--steps", str(plan.steps), "--seed", str(plan.seed),
+            "--fault", plan.fault, "--fault-rank", str(plan.fault_rank), "--fault-step", str(plan.fault_step),
+            "--slow-factor", str(args.slow_factor), "--stall-s", str(args.stall_s), "--truth", str(truth)]
+
+
+class EventWatch:
+    """Polls a job's events; keeps each event's first sighting (when it opened, the ranks it named then)."""
+
+    def __init__(self, api: str, job: str) -> None:
+        self.api, self.job = api, job
+        self.first: dict[int, dict[str, Any]] = {}
+        self.since = 0
+
+    def poll(self) -> None:
+        now = time.time()
+        try:
+            body = api_get(self.api, f"/api/v1/jobs/{self.job}/events?since_id={self.since}&last=10000")
+        except (OSError, urllib.error.URLError, ValueError):
+            return  # the next poll sees it; a dead root is caught by the caller
+        for event in body["events"]:
+            self.since = max(self.since, event["id"])
+            # An event seen before its first change still has its opening time in `updated`.
+            exact = event["updates"] == 0 and event["status"] == "open"
+            self.first.setdefault(event["id"], {"opened": event["updated"] if exact else min(now, event["updated"]),
+                                                "exact": exact, "ranks": event["ranks"], "seen_at": now})
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every event of the job as it stands now, each with its first sighting under "seen"."""
+        body = api_get(self.api, f"/api/v1/jobs/{self.job}/events?last=10000")
+        out = []
+        for event in body["events"]:
+            seen = self.first.get(event["id"])
+            if seen is None:  # opened after the last poll: seen now, a bound only
+                seen = {"opened": event["updated"], "exact": event["updates"] == 0 and event["status"] == "open",
+                        "ranks": event["ranks"], "seen_at": time.time()}
+            out.append({**event, "seen": seen})
+        return out
+
+
+def done_lines(log: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith('{"event": "done"'):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def run_one(plan: Plan, args: argparse.Namespace, api: str, agent: str, workdir: Path,
+            services: tuple[Proc, Proc]) -> dict[str, Any]:
+    job = f"det-{plan.model}-{plan.fault}-s{plan.seed}-{uuid.uuid4().hex[:6]}"
+    truth_path, log_path = workdir / f"{job}.truth.jsonl", workdir / f"{job}.log"
+    env = {**os.environ, "TELEMETRY_AGENT": agent, "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
+           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    watch = EventWatch(api, job)
+    started = time.time()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(torchrun_argv(plan, job, args.world, truth_path, args), env=env, cwd=REPO,
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    timeout = args.run_timeout + (args.stall_s if plan.fault == "loader_stuck" else 0.0)
+    try:
+        while proc.poll() is None:
+            if time.time() - started > timeout:
+                raise BenchError(f"{job} did not finish in {timeout:.0f} s")
+            if not all(s.alive() for s in services):
+                raise BenchError(f"a service exited during {job}")
+            watch.poll()
+            time.sleep(args.poll_s)
+    finally:
+        if proc.poll() is None:
+            kill_job(proc, job)
+    wall = time.time() - started
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-3000:]
+        raise BenchError(f"{job} exited with {proc.returncode}:\n{tail}")
+    # Every rank closed durably; the last windows are finalised and judged within a flush or two.
+    deadline = time.time() + 10.0
+    while time.time() < deadline:
+        watch.poll()
+        jobs = {j["job"]: j for j in api_get(api, "/api/v1/jobs")["jobs"]}
+        if (jobs.get(job, {}).get("last_step") or -1) >= plan.steps - 1:
+            break
+        time.sleep(args.poll_s)
+    time.sleep(1.0)
+    watch.poll()
+    finalised = [[s["step"], s["finalised_ns"]] for s in
+                 api_get(api, f"/api/v1/jobs/{job}/steps?metric=step_time&last=10000")["steps"]]
+    truths = [json.loads(line) for line in truth_path.read_text().splitlines()] if truth_path.exists() else []
+    done = done_lines(log_path)
+    return {"job": job, "model": plan.model, "seed": plan.seed, "fault": plan.fault, "steps": plan.steps,
+            "steps_done": len(finalised), "world": args.world, "wall_s": round(wall, 1),
+            "truth": truths[0] if truths else None, "events": watch.events(), "finalised": finalised,
+            "ranks_done": [{"rank": d["rank"], "durable": d["durable"], "stats": d["stats"],
+                            "median_step_s": d["median_step_s"]} for d in done]}
+
+
+# ---------------------------------------------------------------- the whole bench
+
+
+def machine_facts() -> dict[str, Any]:
+    memory = memory_bytes()
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpu_model": cpu_model(),
+            "cpus": os.cpu_count(), "memory_gib": round(memory / 2**30, 1) if memory else None,
+            "git_head": git_head(), "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def run(args: argparse.Namespace, workdir: Path, progress: Progress) -> dict[str, Any]:
+    """Every planned run, scored as it ends; `result` is filled as it goes so a failure keeps what was measured."""
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    result: dict[str, Any] = {"benchmark": "detection", "complete": False, "machine": machine_facts(),
+                              "config": config, "loadavg_start": os.getloadavg(), "runs": []}
+    todo = plans(args)
+    services: tuple[Proc, Proc] | None = None
+    try:
+        services = start_tree(args, workdir)
+        root, agent = services
+        api, agent_address = root.ready["api"], f"unix:{workdir / 'agent.sock'}"
+        progress(f"tree up (root pid {root.popen.pid}, agent pid {agent.popen.pid}, API {api}); "  # type: ignore[union-attr]
+                 f"{len(todo)} runs")
+        for i, plan in enumerate(todo, 1):
+            record = run_one(plan, args, api, agent_address, workdir, services)
+            scored = score_run(record)
+            result["runs"].append({**record, "score": scored})
+            progress(f"{i}/{len(todo)} {plan.model} seed {plan.seed} {plan.fault}"
+                     f"{f' on rank {plan.fault_rank}' if plan.fault != 'none' else ''}: {record['wall_s']} s, "
+                     f"{record['steps_done']} steps; {describe(scored)}")
+        result["complete"] = True
+    except BenchError as exc:
+        result["error"] = str(exc)
+    except KeyboardInterrupt:
+        result["error"] = "interrupted"
+    finally:
+        for proc in reversed(services or ()):
+            proc.stop()
+    result["aggregate"] = aggregate([r["score"] for r in result["runs"]])
+    result["loadavg_end"] = os.getloadavg()
+    return result
+
+
+def describe(scored: dict[str, Any]) -> str:
+    found = []
+    for kind, d in scored["detections"].items():
+        found.append(f"{kind} +{d['delay_steps']} steps, {d['delay_s']} s, ranks {d['ranks']}" if d["detected"]
+                     else f"{kind} missed")
+    alarms = [f"{e['kind']}@{e['step']}{e['ranks']}" for e in scored["false_alarms"]]
+    return "; ".join(found + [f"false alarms: {', '.join(alarms) or 'none'}"])
+
+
+def interrupt(*_: object) -> None:
+    """SIGTERM acts as Ctrl-C: the job and services are stopped and what was measured is written."""
+    raise KeyboardInterrupt
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="directory for detection.json")
+    p.add_argument("--quick", action="store_true",
+                   help="development preset: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
+                        + " (explicit options still win)")
+    p.add_argument("--models", default="mlp,lm", help="comma-separated: mlp, lm (default both)")
+    p.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, of {', '.join(FAULTS)} (default all)")
+    p.add_argument("--clean-seeds", type=int, default=4, help="clean runs per model (default 4)")
+    p.add_argument("--fault-seeds", type=int, default=2, help="runs per fault and model (default 2)")
+    p.add_argument("--stuck-seeds", type=int, default=1, help="loader_stuck runs per model (default 1)")
+    p.add_argument("--mlp-steps", type=int, default=600, help="steps of an MLP run (default 600)")
+    p.add_argument("--lm-steps", type=int, default=300, help="steps of a transformer run (default 300)")
+    p.add_argument("--world", type=int, default=3, help="ranks per job (default 3)")
+    p.add_argument("--slow-factor", type=float, default=2.0,
+                   help="slow_rank / slow_loader: the rank's step or batch takes this x its median step (default 2)")
+    p.add_argument("--stall-s", type=float, default=75.0, help="loader_stuck: seconds blocked (default 75)")
+    p.add_argument("--poll-s", type=float, default=0.2, help="seconds between polls of the events API (default 0.2)")
+    p.add_argument("--run-timeout", type=float, default=300.0, help="seconds one job may take (+ --stall-s)")
+    p.add_argument("--detectors", default=None, help="the root's --detectors (file or inline JSON; default: defaults)")
+    p.add_argument("--workdir", type=Path, help="keep logs, the agent's socket and the root's DB here (else a temp dir)")
+    explicit = {a.split("=", 1)[0][2:].replace("-", "_") for a in argv if a.startswith("--")}
+    args = p.parse_args(argv)
+    if args.quick:
+        for key, value in QUICK.items():
+            if key not in explicit:
+                setattr(args, key, value)
+    for model in args.models.split(","):
+        if model not in ("mlp", "lm"):
+            p.error(f"unknown model {model!r}")
+    for fault in filter(None, args.faults.split(",")):
+        if fault not in FAULTS:
+            p.error(f"unknown fault {fault!r}")
+    if args.world < 2:
+        p.error("--world must be at least 2 (the faults are on one rank of several)")
+    for name in ("mlp_steps", "lm_steps"):
+        if getattr(args, name) < 40:
+            p.error(f"--{name.replace('_', '-')} must be at least 40")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGTERM, interrupt)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    progress = Progress()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="telemetry-detection-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    try:
+        result = run(args, workdir, progress)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    result["run_time_s"] = round(time.monotonic() - started, 1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "detection.json"
+    path.write_text(json.dumps(result, indent=1))
+    print(table(result["aggregate"]))
+    if not result["complete"]:
+        print(f"detection bench failed: {result.get('error')}", file=sys.stderr)
+        print(f"wrote {path} (incomplete)", file=sys.stderr)
+        return 1
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
