@@ -16,7 +16,7 @@ from collectors.agent.ranks import RankInfo, RankRegistry
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
-from collectors.common.validation import BadInput, MetricBudget, check_size
+from collectors.common.validation import BadInput, MetricBudget, check_index, check_size
 from collectors.delivery.lifecycle import JobLifecycle
 from collectors.delivery.node import Node
 from collectors.delivery.windows import Origin, Part, Refusal
@@ -26,7 +26,6 @@ from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
 log = logging.getLogger(__name__)
 
 LIVENESS_EVERY_S = 0.5
-MAX_STEP = 2**63 - 1  # the root stores steps as SQLite integers
 MAX_OPEN_STEPS_PER_JOB = 1024  # a rank logging into ever more steps seals the oldest early, not memory without end
 
 
@@ -133,8 +132,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             return
         try:
             for step_batch in batch.steps:
-                if step_batch.step > MAX_STEP:
-                    raise BadInput("INVALID_ARGUMENT", f"step {step_batch.step} is beyond 2**63-1")
+                check_index(step_batch.step)
             self.budget.admit_all(info.job, {v.metric for s in batch.steps for v in s.metrics})
         except BadInput as exc:
             # Name the refused batch first, so the SDK drops exactly it and resends the rest when it

@@ -13,8 +13,8 @@ from pyroaring import BitMap
 
 from collectors.common.keys import Key
 from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
-from collectors.common.validation import (DEFAULT_MAX_WORLD_SIZE, BadInput, MetricBudget, check_job, check_size,
-                                          check_world, shown)
+from collectors.common.validation import (DEFAULT_MAX_WORLD_SIZE, BadInput, MetricBudget, check_index, check_job,
+                                          check_size, check_world, shown)
 from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
 from collectors.delivery.node import COUNTER_FIELDS, Node, RankView
 from collectors.delivery.windows import Origin, Part, Refusal
@@ -25,7 +25,6 @@ from telemetry.v1 import forward_pb2, forward_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-MAX_INDEX = 2**63 - 1  # the root stores window indexes as SQLite integers
 MAX_SENDER_ID = 256
 # The one summary shape (top-k size, sketch size) of the tree: what every agent builds. Summaries merge only
 # with their own shape; a shape fixed by whichever window of a job came first would let one rogue window
@@ -163,8 +162,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         try:
             key = Key.from_proto(window.key)
             check_job(key.job)
-            if key.index > MAX_INDEX:
-                raise ValueError(f"window index {key.index} is beyond 2**63-1")
+            check_index(key.index, "window index")
             check_world(window.expected, self.max_world_size, "expected world size")
             summary = Summary.from_proto(window.summary)
             if summary._sources:

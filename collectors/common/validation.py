@@ -8,6 +8,11 @@ from telemetry.names import JOB_NAME, METRIC_NAME
 DEFAULT_MAX_METRICS_PER_JOB = 256
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_WORLD_SIZE = 1 << 20  # ranks per job; nothing a tier does may grow with a size an input declares
+# The largest step (and window index) any tier takes in. The root keeps steps in SQLite's signed 64-bit
+# integers and its detectors work past them (step + 1: a step of 2**63-1 broke the event store, issue 14);
+# heartbeats carry a rank's step as a float64 (progress.current_step), exact only up to 2**53. No real job
+# comes near it.
+MAX_INDEX = 2**53
 
 
 class BadInput(ValueError):
@@ -33,6 +38,11 @@ def check_world(world_size: int, cap: int, what: str = "world size") -> None:
     if world_size > cap:
         raise BadInput("INVALID_ARGUMENT", f"{what} {world_size}: above this tier's cap of {cap} ranks "
                                            "(--max-world-size)")
+
+
+def check_index(index: int, what: str = "step") -> None:
+    if index > MAX_INDEX:
+        raise BadInput("INVALID_ARGUMENT", f"{what} {index} is beyond this tree's limit of 2**53")
 
 
 def check_job(name: str) -> None:
@@ -66,7 +76,6 @@ class MetricBudget:
                            f"{self.limit} (--max-metrics); refusing {len(new)} new name(s): "
                            f"{', '.join(shown(m) for m in refused)}{'...' if len(new) > 3 else ''}")
         names.update(new)
-        names.add(metric)
 
     def forget(self, job: str) -> None:
         self._names.pop(job, None)

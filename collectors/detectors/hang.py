@@ -139,8 +139,14 @@ class HangDetector(Detector):
     def check(self, live: dict[str, dict]) -> None:
         """Judge every job; `live[job]` is the root's liveness view (CollectorServer.liveness)."""
         now = self.clock()
+        failed: Exception | None = None
         for job in list(self._jobs):
-            self._check(job, now, live.get(job, {}))
+            try:
+                self._check(job, now, live.get(job, {}))
+            except Exception as exc:  # one job's bad input must not blind the check for every other job
+                failed = failed or exc
+        if failed is not None:
+            raise failed  # counted and logged by the suite, once per check, after every job was judged
 
     def _check(self, job: str, now: float, live: dict) -> None:
         c, state = self.config, self._jobs[job]
