@@ -317,14 +317,18 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               help="straggler:rank=R,from=S,factor=F[,until=S] | spike:step=S,factor=F | nan:rank=R,step=S | "
                    "hang:rank=R,step=S | dead:rank=R,step=S (repeatable).")
 @click.option("--chaos", is_flag=True, help="SIGKILL and restart a rack collector, an agent and the root mid-run.")
+@click.option("--sync-collectives/--no-sync-collectives", default=False, show_default=True,
+              help="Ranks synchronise through collectives each step: step_time is the slowest rank's compute plus "
+                   "a rank's own overhead, and each rank logs its own compute as collective_arrival. Off: a job "
+                   "without collectives (step_time is a rank's own compute).")
 @click.option("--truth", "truth_path", type=click.Path(dir_okay=False), help="Write every logged value (JSON lines).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run's report (JSON).")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Check the root's steps against the ground truth; exit 1 on any mismatch.")
 @click.option("--workdir", type=click.Path(file_okay=False), help="Keep sockets, logs and the root's DB here.")
 def sim(ranks: int, ranks_per_node: int, nodes_per_rack: int, ranks_per_process: int, steps: int,
-        step_interval: float, seed: int, job: str, injects: tuple[str, ...], chaos: bool, truth_path: str | None, report_path: str | None, verify: bool,
-        workdir: str | None) -> None:
+        step_interval: float, seed: int, job: str, injects: tuple[str, ...], chaos: bool, sync_collectives: bool,
+        truth_path: str | None, report_path: str | None, verify: bool, workdir: str | None) -> None:
     """Simulate a training job on a real local tree (root, racks, one agent per node) over loopback gRPC."""
     from rich.console import Console
 
@@ -342,7 +346,8 @@ def sim(ranks: int, ranks_per_node: int, nodes_per_rack: int, ranks_per_process:
     config = SimConfig(ranks=ranks, ranks_per_node=ranks_per_node, nodes_per_rack=nodes_per_rack,
                        ranks_per_process=ranks_per_process, steps=steps,
                        step_interval=step_interval, seed=seed, job=job, injections=injections,
-                       inject_texts=list(injects), chaos=chaos, workdir=Path(workdir) if workdir else None)
+                       inject_texts=list(injects), chaos=chaos, sync_collectives=sync_collectives,
+                       workdir=Path(workdir) if workdir else None)
     with console.status("starting") as status:
         simulation = Simulation(config, progress=lambda msg: status.update(msg))
         report = simulation.run()

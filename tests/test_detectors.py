@@ -672,11 +672,17 @@ def by_kind(events: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def test_sim_faults_are_raised_as_the_right_events(tmp_path):
+@pytest.mark.parametrize("sync", [
+    pytest.param(True, id="collectives", marks=pytest.mark.xfail(
+        strict=True, reason="the straggler detector judges step_time only; collective_arrival (issue 12) next")),
+    pytest.param(False, id="no-collectives")])
+def test_sim_faults_are_raised_as_the_right_events(tmp_path, sync):
     """Straggler rank 13 from step 6, NaN on rank 6 at step 4, a loss spike at step 10: each is one event,
-    in time, naming the rank; nothing else is raised."""
+    in time, naming the rank; nothing else is raised. With collectives every rank's step_time is the
+    straggler's, and only its `collective_arrival` can name it; without, its step_time does."""
     injections = ("straggler:rank=13,from=6,factor=3", "nan:rank=6,step=4", "spike:step=10,factor=3")
-    report, sim = simulate(tmp_path, injections, ranks=16, steps=14, step_interval=0.3, seed=11)
+    report, sim = simulate(tmp_path, injections, ranks=16, steps=14, step_interval=0.3, seed=11,
+                           sync_collectives=sync)
     assert len(report["metrics"]["step_time"]) == 14
     events = by_kind(sim.final_events)
     assert set(events) == {"straggler", "nonfinite", "loss_spike"}, sim.final_events
@@ -694,7 +700,8 @@ def test_sim_faults_are_raised_as_the_right_events(tmp_path):
     text = sim.metrics_text
     assert 'telemetry_events_total{job="sim",kind="straggler"} 1.0' in text
     assert 'telemetry_events_total{job="sim",kind="nonfinite"} 1.0' in text
-    assert 'telemetry_step_time_slowest_rank{job="sim"} 13.0' in text
+    if not sync:
+        assert 'telemetry_step_time_slowest_rank{job="sim"} 13.0' in text
 
 
 def test_sim_hung_rank_is_raised_within_10s_of_its_deadline_as_stuck(tmp_path):

@@ -2,7 +2,8 @@
 node, simulated ranks on the real SDK) on loopback, checked exactly against the ranks' ground truth.
 
 - 64 ranks with chaos (SIGKILL and restart of racks, agents and the root mid-run);
-- 64 ranks without chaos, with NaN, spike and straggler injections;
+- 64 ranks without chaos, with NaN, spike and straggler injections (ranks synchronised through
+  collectives: only `collective_arrival` names the straggler), and 16 ranks without collectives;
 - a hung rank and a dead rank: the missing rank is named, the progress view tells which rank is behind
   and whether it is alive or dead.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.sim.model import METRICS, parse_injection
+from collectors.sim.model import ARRIVAL, METRICS, metrics, parse_injection
 from collectors.sim.orchestrate import SimConfig, Simulation
 from collectors.sim.verify import compare, load_truth
 
@@ -56,11 +57,12 @@ def verified(report: dict) -> None:
 
 
 def test_sim_64_ranks_with_chaos_is_exact(tmp_path):
-    report, _ = simulate(tmp_path, ranks=64, steps=20, step_interval=0.3, seed=3, chaos=True)
+    report, _ = simulate(tmp_path, ranks=64, steps=20, step_interval=0.3, seed=3, chaos=True, sync_collectives=True)
     verified(report)
     killed = Counter(entry["killed"].rstrip("0123456789") for entry in report["chaos_log"])
     assert killed["root"] == 1 and killed["rack"] >= 1 and killed["agent"] >= 1, report["chaos_log"]
-    for metric in METRICS:
+    assert set(report["metrics"]) == set(metrics(True))
+    for metric in metrics(True):
         rows = report["metrics"][metric]
         assert [r["step"] for r in rows] == list(range(1, 21)), f"{metric}: every step finalised once"
         assert all(r["count"] == 64 and r["missing"] == [] for r in rows), metric
@@ -72,7 +74,7 @@ def test_sim_64_ranks_with_chaos_is_exact(tmp_path):
 def test_sim_64_ranks_without_chaos_with_injections_is_exact(tmp_path):
     injections = ("nan:rank=5,step=3", "nan:rank=40,step=7", "spike:step=5,factor=4",
                   "straggler:rank=17,from=2,factor=3")
-    report, _ = simulate(tmp_path, injections, ranks=64, steps=10, step_interval=0.3, seed=4)
+    report, _ = simulate(tmp_path, injections, ranks=64, steps=10, step_interval=0.3, seed=4, sync_collectives=True)
     verified(report)
     loss = {r["step"]: r for r in report["metrics"]["loss"]}
     assert sorted(loss) == list(range(1, 11))
@@ -80,12 +82,25 @@ def test_sim_64_ranks_without_chaos_with_injections_is_exact(tmp_path):
     assert (loss[7]["nonfinite_sources"], loss[7]["count"]) == ([40], 63)
     assert all(r["nonfinite_count"] == 0 for s, r in loss.items() if s not in (3, 7))
     assert loss[5]["min"] > 3 * loss[4]["max"], "the spike shows at step 5"
+    arrival = report["metrics"][ARRIVAL]
+    assert all(r["argmax"] == 17 for r in arrival if r["step"] >= 2), "the straggler arrives last"
     step_time = report["metrics"]["step_time"]
-    assert all(r["argmax"] == 17 for r in step_time if r["step"] >= 2), "the straggler is named"
+    assert all(r["max"] / r["p50"] < 1.1 for r in step_time), "everyone waits for it: step_time cannot tell"
     delivery = report["delivery"]
     assert (delivery["duplicates"], delivery["rejected_overlaps"], delivery["resent"], delivery["sdk_dropped"],
             delivery["dropped_windows"], delivery["bad_inputs"]) == (0, 0, 0, 0, 0, 0), delivery
     assert report["latency_ms"]["samples"] > 0
+
+
+def test_sim_without_collectives_step_time_names_the_straggler(tmp_path):
+    report, _ = simulate(tmp_path, ("straggler:rank=9,from=2,factor=3",), ranks=16, steps=5, step_interval=0.3,
+                         seed=7, sync_collectives=False)
+    verified(report)
+    assert set(report["metrics"]) == set(METRICS)
+    assert not any(metric == ARRIVAL for metric, _ in load_truth(Path(report["truth_file"]))), "nothing to arrive at"
+    step_time = report["metrics"]["step_time"]
+    assert [r["step"] for r in step_time] == [1, 2, 3, 4, 5]
+    assert all(r["argmax"] == 9 and r["max"] / r["p50"] > 2 for r in step_time if r["step"] >= 2)
 
 
 FAST_FLOORS = {"agent_deadline_floor": 1.0, "collector_deadline_floor": 1.0, "root_deadline_floor": 1.5,
@@ -94,14 +109,14 @@ FAST_FLOORS = {"agent_deadline_floor": 1.0, "collector_deadline_floor": 1.0, "ro
 
 def test_sim_hung_rank_is_named_missing_and_behind(tmp_path):
     report, sim = simulate(tmp_path, ("hang:rank=11,step=6", "nan:rank=2,step=3"), ranks=16, steps=10,
-                           step_interval=0.3, seed=5, **FAST_FLOORS)
+                           step_interval=0.3, seed=5, sync_collectives=True, **FAST_FLOORS)
     verified(report)
     loss = {r["step"]: r for r in report["metrics"]["loss"]}
     assert sorted(loss) == list(range(1, 7)), "nobody completes step 6; the blocked ranks logged its loss"
     assert (loss[6]["missing"], loss[6]["count"]) == ([11], 15)
     assert loss[3]["nonfinite_sources"] == [2]
     assert all(loss[s]["missing"] == [] for s in range(1, 6))
-    for metric in ("step_time", "grad_norm", "mfu", "dataloader_wait"):
+    for metric in ("step_time", "grad_norm", "mfu", "dataloader_wait", ARRIVAL):
         assert [r["step"] for r in report["metrics"][metric]] == [1, 2, 3, 4, 5], metric
     behind = [s for s in sim.snapshots if s.get("min_step") == 5 and s.get("ranks_at_min") == [11]
               and s.get("max_step") == 6]

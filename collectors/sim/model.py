@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass, field
 
+from collectors.sim.sync import StepMax, compute_s, rank_rng
+
 METRICS = ("step_time", "loss", "grad_norm", "mfu", "dataloader_wait")
+ARRIVAL = "collective_arrival"  # what the SDK logs under torch.distributed: the rank's compute before the sync
+OVERHEAD_S = 0.002  # a rank's own work after the step's last collective (median; log-normal, sigma 0.3)
+
+
+def metrics(sync_collectives: bool) -> tuple[str, ...]:
+    """The metrics simulated ranks log."""
+    return (*METRICS, ARRIVAL) if sync_collectives else METRICS
+
 
 _KINDS = {
     "straggler": {"rank": int, "from": int, "factor": float, "until": int},
@@ -48,34 +57,56 @@ def parse_injection(text: str) -> Injection:
 
 
 class RankModel:
-    """Deterministic values for one rank: the same seed, rank and step always give the same figures."""
+    """Deterministic values for one rank: the same seed, rank and step always give the same figures.
 
-    def __init__(self, rank: int, seed: int, injections: list[Injection], base_step_s: float = 0.1) -> None:
+    With `sync_collectives` (the default) the job synchronises through collectives each step: the rank
+    logs its own compute as `collective_arrival` and, as `step_time`, the slowest rank's compute plus
+    its own small overhead (collectors/sim/sync.py). Without, `step_time` is its own compute.
+    """
+
+    def __init__(self, rank: int, seed: int, injections: list[Injection], world_size: int,
+                 sync_collectives: bool = True, base_step_s: float = 0.1) -> None:
         self.rank = rank
         self.seed = seed
         self.injections = injections
+        self.world_size = world_size
+        self.sync_collectives = sync_collectives
         self.base_step_s = base_step_s
 
     def values(self, step: int) -> dict[str, float]:
-        rng = random.Random(hash((self.seed, self.rank, step)) & 0xFFFFFFFF)
-        step_time = self.base_step_s * math.exp(rng.gauss(0.0, 0.05))
-        loss = 4.0 * math.exp(-step / 300.0) + 1.5 + rng.gauss(0.0, 0.02)
-        values = {
-            "step_time": step_time,
-            "loss": loss,
+        rng = rank_rng(self.seed, self.rank, step)
+        z = rng.gauss(0.0, 1.0)  # the first draw: sync.StepMax replays a straggler's
+        figures = {
+            "loss": 4.0 * math.exp(-step / 300.0) + 1.5 + rng.gauss(0.0, 0.02),
             "grad_norm": 1.0 + abs(rng.gauss(0.0, 0.1)),
             "mfu": 0.45 + rng.gauss(0.0, 0.005),
             "dataloader_wait": 0.002 * math.exp(rng.gauss(0.0, 0.3)),
         }
+        slow = self._slow(step)
+        factor = slow.get(self.rank, 1.0)
+        if self.sync_collectives:
+            step_max = StepMax(self.seed, step, self.world_size, slow, self.base_step_s)
+            arrival = compute_s(self.base_step_s, step_max.noise(self.rank, z), factor)
+            wall = step_max.max_s + OVERHEAD_S * math.exp(rng.gauss(0.0, 0.3))
+            values = {"step_time": wall, **figures, ARRIVAL: arrival}
+        else:
+            values = {"step_time": compute_s(self.base_step_s, z, factor), **figures}
         for inj in self.injections:
-            if inj.kind == "straggler" and inj["rank"] == self.rank and inj["from"] <= step <= inj["until"]:
-                values["step_time"] *= inj["factor"]
-            elif inj.kind == "spike" and inj["step"] == step:
+            if inj.kind == "spike" and inj["step"] == step:
                 values["loss"] *= inj["factor"]
                 values["grad_norm"] *= inj["factor"]
             elif inj.kind == "nan" and inj["rank"] == self.rank and inj["step"] == step:
                 values["loss"] = float("nan")
         return values
+
+    def _slow(self, step: int) -> dict[int, float]:
+        """Rank -> its compute factor at `step`, for each rank a straggler injection slows then."""
+        slow: dict[int, float] = {}
+        for inj in self.injections:
+            if inj.kind == "straggler" and inj["from"] <= step <= inj["until"]:
+                rank = int(inj["rank"])
+                slow[rank] = slow.get(rank, 1.0) * inj["factor"]
+        return slow
 
     def stops_at(self) -> tuple[int, str] | None:
         """(step, how) this rank stops at: 'hang' (alive, never enters), 'dead' (exits), 'blocked' (enters, never ends)."""

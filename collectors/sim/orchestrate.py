@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from collectors.sim.model import METRICS, Injection
+from collectors.sim.model import Injection, metrics
 from collectors.sim.procs import Proc, free_port, python_module
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,8 @@ class SimConfig:
     root_deadline_floor: float = 4.0
     probe_agents: int = 0  # the first N agents sample this host's hardware (GPU/NIC); the rest share the host
     detectors: str | None = None  # the root's --detectors (JSON text or file); None: its defaults
+    #: ranks synchronise through collectives each step (model.RankModel); False: they never wait for each other
+    sync_collectives: bool = False
 
 
 class Simulation:
@@ -116,7 +118,8 @@ class Simulation:
                     "--agent", f"unix:{self.workdir}/agent{{node}}.sock", "--steps", str(c.steps),
                     "--interval", str(c.step_interval), "--start-file", str(self.start_file), "--seed", str(c.seed),
                     "--truth", str(self.workdir / f"{name}.truth"), "--hold", str(c.hang_observe_s + 3600),
-                    "--flush-interval", str(c.sdk_flush_interval))
+                    "--flush-interval", str(c.sdk_flush_interval),
+                    *([] if c.sync_collectives else ["--no-sync-collectives"]))
                 for text in c.inject_texts:
                     argv += ["--inject", text]
                 self.progress(f"starting {name} ({len(group)} ranks)")
@@ -226,7 +229,7 @@ class Simulation:
     def report(self) -> dict:
         c = self.config
         steps = {m: self.fetch(f"/api/v1/jobs/{c.job}/steps?metric={m}&last={c.steps + 5}").get("steps", [])
-                 for m in METRICS}
+                 for m in metrics(c.sync_collectives)}
         progress = self.fetch(f"/api/v1/jobs/{c.job}/progress")
         events = self.fetch(f"/api/v1/jobs/{c.job}/events?last=10000").get("events", [])
         latencies = [(row["finalised_ns"] - row["last_time_ns"]) / 1e6 for row in steps["step_time"]

@@ -42,7 +42,8 @@ def start_time(path: Path, done: threading.Event) -> float:
 
 def run_rank(args: argparse.Namespace, rank: int, truth: list[str], lock: threading.Lock, done: threading.Event,
              connected: threading.Semaphore) -> None:
-    model = RankModel(rank, args.seed, [parse_injection(t) for t in args.inject])
+    model = RankModel(rank, args.seed, [parse_injection(t) for t in args.inject], args.world_size,
+                      sync_collectives=args.sync_collectives)
     agent = args.agent.format(node=rank // args.ranks_per_node)
     run = telemetry.init(job=args.job, rank=rank, world_size=args.world_size, local_rank=rank % args.ranks_per_node,
                          agent=agent, flush_interval_s=args.flush_interval)
@@ -106,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connect-timeout", type=float, default=120.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--inject", action="append", default=[])
+    parser.add_argument("--no-sync-collectives", dest="sync_collectives", action="store_false",
+                        help="no collectives: step_time is a rank's own compute; no collective_arrival")
     parser.add_argument("--truth", type=Path, required=True)
     parser.add_argument("--hold", type=float, default=3600.0)
     parser.add_argument("--close-timeout", type=float, default=60.0)

@@ -1,4 +1,5 @@
-"""Check the root's finalised steps against the simulator's ground truth, exactly."""
+"""Check the root's finalised steps against the simulator's ground truth, exactly; and, when the ranks
+synchronised through collectives, that no rank's step ended before the step's last rank arrived."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+
+from collectors.sim.model import ARRIVAL
 
 K = 8
 
@@ -59,6 +62,19 @@ def compare(steps_by_metric: dict[str, list[dict]], truth_path: Path, world_size
     for key in truth:
         if key[0] in steps_by_metric and key not in seen:
             problems.append(f"{key[0]} step {key[1]}: logged by ranks {sorted(truth[key])} but not at the root")
+    return problems + synchronised(steps_by_metric)
+
+
+def synchronised(steps_by_metric: dict[str, list[dict]]) -> list[str]:
+    """Steps at which, at the root, some rank's wall step time is shorter than the last rank's compute
+    (`collective_arrival`): under synchronous collectives nobody leaves a step before the last arrives."""
+    arrivals = {row["step"]: row for row in steps_by_metric.get(ARRIVAL, []) if row["count"]}
+    problems = []
+    for row in steps_by_metric.get("step_time", []):
+        arrival = arrivals.get(row["step"])
+        if row["count"] and arrival is not None and row["min"] < arrival["max"]:
+            problems.append(f"step {row['step']}: rank {row['argmin']}'s step_time {row['min']} is shorter than "
+                            f"rank {arrival['argmax']}'s {ARRIVAL} {arrival['max']}")
     return problems
 
 
