@@ -1,0 +1,134 @@
+"""The Lightning and Hugging Face Trainer callbacks with the real libraries: 2 CPU ranks under torchrun (DDP on
+gloo) against a real local tree (an in-process root and agent; the ranks are real processes on its socket).
+
+Each torchrun trains twice from one seed, without and with the callback (tests/integration_train.py):
+the losses and final weights must be identical, every rank's figures must reach the root for every
+optimizer step (gradient accumulation: one step per optimizer step), and the rank made slow must be
+named by the straggler detector (judged on compute_time, as under DDP every rank's wall step time is
+the slowest one's).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collectors.sim.procs import free_port
+from helpers_tree import api_get, make_agent, make_root, stop_all, wait_for
+from helpers_tree import steps as api_steps
+
+pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
+]
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "tests" / "integration_train.py"
+WORLD, STEPS, ACCUMULATE = 2, 8, 2
+SLOW_RANK, SLOW_FROM, SLOW_S = 1, 3, 0.12  # per micro-batch: ~10x a step's own work here
+PEAK = 1e7  # a made-up CPU peak FLOP/s, so that mfu is logged
+PER_STEP = ("step_time", "loss", "grad_norm", "lr", "dataloader_wait", "sync_wait", "compute_time")
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    tmp = tmp_path_factory.mktemp("integrations")
+    saved = os.environ.get("TELEMETRY_DETECTORS")
+    os.environ["TELEMETRY_DETECTORS"] = json.dumps({"straggler": {"metric": "compute_time"}})
+    root = agent = None
+    try:
+        root = make_root(tmp / "root.db")
+        agent = make_agent([root.address], tmp / "agent.sock", "agent0")
+        yield {"api": root.api_address, "agent": f"unix:{agent.socket_path}"}
+    finally:
+        stop_all(agent, root)
+        if saved is None:
+            os.environ.pop("TELEMETRY_DETECTORS", None)
+        else:
+            os.environ["TELEMETRY_DETECTORS"] = saved
+
+
+def _torchrun(framework: str, job: str, agent: str) -> list[dict]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(WORLD),
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", job,
+           "--local-addr", "127.0.0.1", "--max-restarts", "0", str(SCRIPT), framework, "--job", job,
+           "--steps", str(STEPS), "--accumulate", str(ACCUMULATE), "--peak-flops", str(PEAK),
+           "--slow-rank", str(SLOW_RANK), "--slow-from", str(SLOW_FROM), "--slow-seconds", str(SLOW_S)]
+    env = {**os.environ, "TELEMETRY_AGENT": agent, "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    ranks = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"rank"')]
+    assert sorted(r["rank"] for r in ranks) == list(range(WORLD)), done.stdout[-3000:]
+    return sorted(ranks, key=lambda r: r["rank"])
+
+
+def _rows(api: str, job: str, metric: str, steps: range) -> dict[int, dict]:
+    def complete() -> dict[int, dict] | None:
+        rows = {row["step"]: row for row in api_steps(api, job, metric)}
+        if not set(rows) >= set(steps) or any(rows[s]["count"] < WORLD for s in steps):
+            return None
+        return rows
+
+    return wait_for(complete, timeout=20, what=f"{metric}: steps {steps} complete at the root")
+
+
+def _check(api: str, job: str, ranks: list[dict]) -> dict[str, dict[int, dict]]:
+    """What every framework must give: no change to training, every rank's figures for every step."""
+    for r in ranks:
+        assert r["telemetry"]["losses"] == r["plain"]["losses"], "the callback changed training"
+        assert r["telemetry"]["checksum"] == r["plain"]["checksum"], "the callback changed the weights"
+        assert r["telemetry"]["durable"] is True, "everything logged is durable at the root"
+    figures = {m: _rows(api, job, m, range(STEPS)) for m in PER_STEP}
+    figures["mfu"] = _rows(api, job, "mfu", range(1, STEPS))  # step 0 is the one whose FLOPs are counted
+    for metric, rows in figures.items():
+        assert max(rows) == STEPS - 1, (metric, sorted(rows))  # one step per optimizer step, not per micro-batch
+        for step, row in rows.items():
+            assert row["count"] == WORLD and row["missing"] == [] and row["expected"] == WORLD, (metric, row)
+    assert all(0 < figures["mfu"][s]["min"] for s in range(1, STEPS))
+    assert all(figures["lr"][s]["min"] == figures["lr"][s]["max"] for s in range(STEPS)), "one lr on every rank"
+    # The straggler: rank SLOW_RANK's own work, not the wall step time every rank shares under DDP.
+    wait_for(lambda: [e for e in api_get(api, f"/api/v1/jobs/{job}/events")[1]["events"]
+                      if e["kind"] == "straggler" and e["ranks"] == [SLOW_RANK]],
+             timeout=10, what=f"a straggler event naming rank {SLOW_RANK}")
+    slow = [figures["compute_time"][s]["argmax"] for s in range(SLOW_FROM, STEPS)]
+    assert slow == [SLOW_RANK] * len(slow), slow
+    return figures
+
+
+def test_lightning_callback_under_ddp_with_accumulation(tree: dict) -> None:
+    pytest.importorskip("lightning")
+    job = f"lightning-{uuid.uuid4().hex[:8]}"
+    ranks = _torchrun("lightning", job, tree["agent"])
+    figures = _check(tree["api"], job, ranks)
+    for step in range(STEPS):
+        # the step's loss: each rank's micro-batch losses (Lightning divides them by the accumulation count) summed
+        per_rank = [sum(r["plain"]["losses"][step * ACCUMULATE:(step + 1) * ACCUMULATE]) for r in ranks]
+        assert math.isclose(figures["loss"][step]["mean"], sum(per_rank) / WORLD, rel_tol=1e-6)
+        assert math.isclose(figures["lr"][step]["mean"], 0.05 * 0.9 ** step, rel_tol=1e-6), "lr of that step"
+    # logged before Lightning clips to 0.5 (gradient_clip_val)
+    assert max(figures["grad_norm"][s]["mean"] for s in range(STEPS)) > 0.5
+
+
+def test_transformers_callback_under_ddp_with_accumulation(tree: dict) -> None:
+    pytest.importorskip("transformers")
+    job = f"hf-{uuid.uuid4().hex[:8]}"
+    ranks = _torchrun("transformers", job, tree["agent"])
+    figures = _check(tree["api"], job, ranks)
+    # The Trainer's own logged loss (logging_steps=1: mean over ranks) is what the root holds per step.
+    logged = ranks[0]["plain"]["losses"]
+    assert len(logged) == STEPS
+    for step in range(STEPS):
+        assert math.isclose(figures["loss"][step]["mean"], logged[step], rel_tol=1e-4), (step, logged)
+    assert max(figures["grad_norm"][s]["mean"] for s in range(STEPS)) > 0.5  # before max_grad_norm=0.5 clips
