@@ -443,6 +443,7 @@ def shutil_copy(src: str, dst: str) -> None:
 
 
 main.add_command(__import__("collectors.dashboards_cli", fromlist=["dashboards"]).dashboards)  # telemetry dashboards
+main.add_command(__import__("collectors.watch_cli", fromlist=["watch"]).watch)  # telemetry watch
 
 if __name__ == "__main__":
     main()

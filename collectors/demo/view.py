@@ -1,4 +1,5 @@
-"""The demo's terminal view (rich): MFU, loss, per-rank step time, hardware, and the events as raised."""
+"""The live terminal view (rich) of `telemetry demo` and `telemetry watch`: MFU, loss, per-rank step time,
+hardware, and the events as raised. Plain text panels: it works over SSH in any terminal."""
 
 from __future__ import annotations
 
@@ -72,13 +73,62 @@ def _step_time(body: Text, row: dict[str, Any], rows: list[dict[str, Any]]) -> N
     body.append(sparkline([r["max"] / r["p50"] if r.get("p50") else None for r in rows]), style="yellow")
 
 
-def _hardware_panel(hardware: dict[str, float]) -> Panel:
-    if not hardware:
-        body = Text("no GPU or NIC telemetry from this host (NVML unavailable, no NIC counters); on GPU nodes "
-                    "the agent samples NVML and the NICs every second", style="dim")
+def _flags(up: float | None, up_min: float | None, what: str) -> str:
+    """'NICs all up' / 'some down' / 'all down' from the max and min of 0/1 flags over a host's devices."""
+    if up is None:
+        return ""
+    if up_min is not None and up_min >= 1:
+        return f"{what} all up"
+    return f"{what} some down" if up >= 1 else f"{what} all down"
+
+
+def _host_line(host: str, figures: dict[str, float]) -> Text:
+    line = Text(f"host {host}: ", style="bold")
+    parts = [_flags(figures.get("NICs up"), figures.get("NICs up (min)"), "NICs")]
+    parts += [f"{name} {_num(figures[name])}" for name in ("NIC/IB errors", "rx dropped", "tx dropped")
+              if name in figures]
+    if "IB ports active" in figures:
+        parts.append(_flags(figures["IB ports active"], figures.get("IB ports active (min)"), "IB ports"))
+        if "IB Gb/s" in figures:
+            parts.append(f"IB {_num(figures['IB Gb/s'])} Gb/s")
     else:
-        body = Text("  ".join(f"{name} {_num(value)}" for name, value in sorted(hardware.items())))
-    return Panel(body, title="hardware health (max over GPUs)", border_style="blue")
+        parts.append("no InfiniBand")
+    gpus = [f"{name} {_num(value)}" for name, value in sorted(figures.items()) if name.startswith(("GPU", "ECC",
+                                                                                                   "XID"))]
+    parts += gpus
+    line.append("  ".join(p for p in parts if p))
+    return line
+
+
+def _hardware_panel(hardware: dict[str, float], hosts: dict[str, dict[str, float]] | None = None) -> Panel:
+    """What the agents sample, saying plainly what is absent: this job's GPUs, then each host's NICs/IB."""
+    body = Text()
+    if hardware:
+        body.append("job GPUs (max): " + "  ".join(f"{name} {_num(value)}" for name, value in sorted(hardware.items())))
+    else:
+        body.append("no GPU telemetry for this job (no NVML or no GPU where its ranks run)", style="dim")
+    shown = sorted(hosts or {})[:6]
+    for host in shown:
+        body.append("\n")
+        body.append_text(_host_line(host, (hosts or {})[host]))
+    if not shown:
+        body.append("\nno host NIC/InfiniBand telemetry (agents started with --no-nic-probe, or not sampled yet)",
+                    style="dim")
+    elif len(hosts or {}) > len(shown):
+        body.append(f"\n… {len(hosts or {}) - len(shown)} more hosts", style="dim")
+    return Panel(body, title="hardware health", border_style="blue")
+
+
+def jobs_table(jobs: list[dict[str, Any]]) -> Table:
+    """The root's jobs, for `telemetry watch` without --job."""
+    table = Table(title="jobs at this root (telemetry watch --job JOB)", expand=True)
+    for column in ("job", "world size", "last finalised step"):
+        table.add_column(column)
+    for job in jobs:
+        table.add_row(str(job.get("job")), _num(job.get("world_size"), "{}"), _num(job.get("last_step"), "{}"))
+    if not jobs:
+        table.add_row(Text("no jobs yet", style="dim"), "", "")
+    return table
 
 
 def events_table(events: list[dict[str, Any]], limit: int = 12, final: list[dict[str, Any]] | None = None) -> Table:
@@ -108,13 +158,17 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def render(snapshot: Snapshot, world_size: int, steps: int, scenario: list[str]) -> RenderableType:
+def render(snapshot: Snapshot, world_size: int | None = None, steps: int | None = None,
+           scenario: Sequence[str] = ()) -> RenderableType:
+    """One frame: header, MFU, loss, per-rank step time, hardware, events (and the demo's injected faults)."""
     progress = snapshot.progress
     header = Text()
     header.append(f"job {snapshot.job}  ", style="bold")
-    header.append(f"{world_size} ranks, {steps} steps  ")
+    if world_size is not None:
+        header.append(f"{world_size} ranks" + (f", {steps} steps  " if steps is not None else "  "))
     if progress:
-        header.append(f"progress: steps {progress.get('min_step', '—')}..{progress.get('max_step', '—')}  "
+        header.append(f"progress: steps {_num(progress.get('min_step'), '{:.0f}')}.."
+                      f"{_num(progress.get('max_step'), '{:.0f}')}  "
                       f"alive {progress.get('alive', 0)} stuck {progress.get('stuck', 0)} "
                       f"dead {progress.get('dead', 0)}  ")
     header.append(f"[{snapshot.status}]", style="dim")
@@ -128,6 +182,8 @@ def render(snapshot: Snapshot, world_size: int, steps: int, scenario: list[str])
     grid.add_row(mfu,
                  _step_panel("loss", "magenta", snapshot.steps.get("loss", []), _loss))
     grid.add_row(_step_panel("per-rank step time", "yellow", snapshot.steps.get("step_time", []), _step_time),
-                 _hardware_panel(snapshot.hardware))
-    injected = Text("injected: " + "; ".join(scenario), style="dim")
-    return Group(header, grid, events_table(snapshot.events), injected)
+                 _hardware_panel(snapshot.hardware, snapshot.hosts))
+    parts: list[RenderableType] = [header, grid, events_table(snapshot.events)]
+    if scenario:
+        parts.append(Text("injected: " + "; ".join(scenario), style="dim"))
+    return Group(*parts)

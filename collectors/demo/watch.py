@@ -1,7 +1,7 @@
 """Polls the root's JSON API and /metrics on a thread: what the live view, the summary and the plot show.
 
-Only the root's public interfaces are read (the same ones Grafana and scripts use), so the demo
-shows exactly what an operator would see.
+Only the root's public interfaces are read (the same ones Grafana and scripts use), so the demo and
+`telemetry watch` (attached to any running root) show exactly what an operator would see.
 """
 
 from __future__ import annotations
@@ -30,6 +30,19 @@ HARDWARE_FAMILIES = {
     "telemetry_gpu_xid_errors": "XID errors",
     "telemetry_network_errors": "NIC errors",
 }
+#: A host's own hardware (the agents' pseudo-jobs `_host:NAME`: NICs, IB ports, GPUs no rank uses).
+HOST_JOB_PREFIX = "_host:"
+HOST_FAMILIES = {
+    **HARDWARE_FAMILIES,
+    "telemetry_nic_up": "NICs up",
+    "telemetry_nic_rx_dropped": "rx dropped",
+    "telemetry_nic_tx_dropped": "tx dropped",
+    "telemetry_ib_port_active": "IB ports active",
+    "telemetry_ib_rate_gbps": "IB Gb/s",
+    "telemetry_network_errors": "NIC/IB errors",
+}
+#: 0/1 flags kept as both max and min over the host's devices ("label (min)"): are all, some or none up?
+HOST_FLAG_FAMILIES = frozenset({"telemetry_nic_up", "telemetry_ib_port_active"})
 
 
 @dataclass
@@ -41,6 +54,8 @@ class Snapshot:
     progress: dict[str, Any] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     hardware: dict[str, float] = field(default_factory=dict)
+    #: per host (`_host:NAME` pseudo-job) its NIC/IB/GPU figures, e.g. {"vm": {"NICs up": 0.0, ...}}
+    hosts: dict[str, dict[str, float]] = field(default_factory=dict)
     status: str = "starting"
     updated: float = 0.0
 
@@ -73,8 +88,8 @@ class RootWatcher:
     def snapshot(self) -> Snapshot:
         with self._lock:
             s = self._snapshot
-            return Snapshot(s.job, dict(s.steps), dict(s.progress), list(s.events), dict(s.hardware), s.status,
-                            s.updated)
+            return Snapshot(s.job, dict(s.steps), dict(s.progress), list(s.events), dict(s.hardware),
+                            dict(s.hosts), s.status, s.updated)
 
     def refresh(self) -> None:
         """One poll (also called once more after the run, so the summary sees the final state)."""
@@ -82,7 +97,7 @@ class RootWatcher:
                  for m in PANEL_METRICS}
         progress = self._json(f"/api/v1/jobs/{self.job}/progress")
         events = self._json(f"/api/v1/jobs/{self.job}/events?last=10000").get("events", [])
-        hardware = self._hardware()
+        hardware, hosts = self._hardware()
         now = time.time()
         with self._lock:
             s = self._snapshot
@@ -91,6 +106,7 @@ class RootWatcher:
             s.progress = progress or s.progress
             s.events = events or s.events
             s.hardware = hardware or s.hardware
+            s.hosts = hosts or s.hosts
             s.updated = now
             if hardware:
                 self.hardware_history.append((now, hardware))
@@ -111,21 +127,38 @@ class RootWatcher:
         except (OSError, ValueError, urllib.error.URLError):
             return {}
 
-    def _hardware(self) -> dict[str, float]:
+    def _hardware(self) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+        """This job's hardware gauges (max over its GPUs), and each host's own (`_host:NAME` pseudo-jobs)."""
         try:
             with urllib.request.urlopen(self.api + "/metrics", timeout=5) as reply:
                 text = reply.read().decode()
         except OSError:
-            return {}
-        out: dict[str, float] = {}
+            return {}, {}
+        job: dict[str, float] = {}
+        hosts: dict[str, dict[str, float]] = {}
         for family in text_string_to_metric_families(text):
-            label = HARDWARE_FAMILIES.get(family.name.removesuffix("_total"))
-            if label is None:
-                continue
+            name = family.name.removesuffix("_total")
             for sample in family.samples:
-                if sample.name.endswith("_created") or sample.labels.get("job") not in (None, self.job):
+                owner = sample.labels.get("job")
+                if sample.name.endswith("_created") or owner is None:
                     continue
-                if sample.labels.get("stat", "max") != "max":
-                    continue
-                out[label] = max(out.get(label, float("-inf")), sample.value)
-        return out
+                if owner.startswith(HOST_JOB_PREFIX) and name in HOST_FAMILIES:
+                    stat, label = sample.labels.get("stat", "max"), HOST_FAMILIES[name]
+                    if stat == "min" and name in HOST_FLAG_FAMILIES:
+                        label += " (min)"
+                    elif stat != "max":
+                        continue
+                    hosts.setdefault(owner[len(HOST_JOB_PREFIX):], {})[label] = sample.value
+                elif owner == self.job and name in HARDWARE_FAMILIES and sample.labels.get("stat", "max") == "max":
+                    label = HARDWARE_FAMILIES[name]
+                    job[label] = max(job.get(label, float("-inf")), sample.value)
+        return job, hosts
+
+
+def list_jobs(api: str) -> list[dict[str, Any]] | None:
+    """The root's jobs (`/api/v1/jobs`: job, world_size, last_step), or None when the root does not answer."""
+    try:
+        with urllib.request.urlopen(api.rstrip("/") + "/api/v1/jobs", timeout=5) as reply:
+            return list(json.load(reply).get("jobs", []))
+    except (OSError, ValueError):
+        return None
