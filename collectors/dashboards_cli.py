@@ -17,7 +17,8 @@ import click
 DATASOURCE_UID = "telemetry-prometheus"
 DATASOURCE_NAME = "Telemetry Prometheus"
 FOLDER_UID = "telemetry"
-DEFAULT_DIR = Path(__file__).resolve().parents[1] / "dashboards"
+# In the package (a link to the checkout's dashboards/, package data in a wheel): found without a checkout.
+DEFAULT_DIR = Path(__file__).resolve().parent / "dashboards"
 
 
 def _status(exc: Exception) -> int | None:
@@ -86,7 +87,8 @@ def dashboards() -> None:
 
 
 @dashboards.command()
-@click.option("--grafana-url", required=True, envvar="GRAFANA_URL", help="Grafana's base URL, e.g. http://grafana:3000.")
+@click.option("--grafana-url", envvar="GRAFANA_URL", help="Grafana's base URL, e.g. http://grafana:3000 (required "
+              "unless --dry-run).")
 @click.option("--token", envvar="GRAFANA_TOKEN", help="Service-account token (sent as a Bearer token).")
 @click.option("--prometheus-url", help="Create or update the Prometheus datasource (uid telemetry-prometheus) "
               "pointing here, e.g. http://prometheus:9090. Without it the datasource is left as it is.")
@@ -96,13 +98,20 @@ def dashboards() -> None:
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DIR,
               show_default=True, help="Folder holding the dashboards' JSON.")
 @click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds per HTTP request.")
-def push(grafana_url: str, token: str | None, prometheus_url: str | None, scrape_interval: str, folder: str,
-         directory: Path, timeout: float) -> None:
+@click.option("--dry-run", is_flag=True, help="Load and check the dashboards, say what would be pushed, push nothing.")
+def push(grafana_url: str | None, token: str | None, prometheus_url: str | None, scrape_interval: str, folder: str,
+         directory: Path, timeout: float, dry_run: bool) -> None:
     """Provision the Prometheus datasource and the dashboards in Grafana (idempotent)."""
+    boards = load_dashboards(directory)
+    if dry_run:
+        for board in boards:
+            click.echo(f"would push dashboard {board['uid']} ({board.get('title', '')}) from {directory}")
+        return
+    if not grafana_url:
+        raise click.UsageError("--grafana-url (or GRAFANA_URL) is required unless --dry-run")
     from grafana_client import GrafanaApi
     from grafana_client.client import GrafanaException
 
-    boards = load_dashboards(directory)
     api = GrafanaApi.from_url(grafana_url, credential=token, timeout=timeout)
     try:
         for line in push_all(api, boards, prometheus_url, folder, scrape_interval):

@@ -1,0 +1,55 @@
+"""The wheel carries what the services need, and installs quietly.
+
+Builds the wheel from this checkout (``python -m build --wheel --no-isolation``: the environment's
+setuptools, no download), checks the build says nothing deprecated about our packaging, installs
+``telemetry[services]`` from it into a fresh venv and runs the services' commands there, outside
+any checkout: ``telemetry dashboards push`` must find the dashboards in the installed package.
+
+Needs the package registry for the fresh venv's dependencies (marked ``network``; deselect with
+``-m "not network"`` on a machine without one).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SYSTEMD = {"telemetry-agent.service", "telemetry-collector@.service", "telemetry.sysusers.conf", "agent.toml",
+           "agent.env", "collector-example.toml"}
+
+pytestmark = [pytest.mark.network, pytest.mark.timeout(300)]
+
+
+def _run(cmd: list, cwd: Path, timeout: float = 240) -> str:
+    done = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{cmd}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout + done.stderr
+
+
+def test_wheel_installs_the_services_with_their_data(tmp_path: Path) -> None:
+    pytest.importorskip("build")
+    out = tmp_path / "dist"
+    log = _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", out, REPO], cwd=tmp_path)
+    assert "deprecat" not in log.lower(), log  # e.g. SetuptoolsDeprecationWarning for a TOML license table
+    (wheel,) = out.glob("telemetry-*.whl")
+
+    env = tmp_path / "venv"
+    venv.create(env, with_pip=False)  # the outer pip installs into it: quicker than bootstrapping one
+    python = env / "bin" / "python"
+    _run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--disable-pip-version-check",
+          f"{wheel}[services]"], cwd=tmp_path)
+
+    elsewhere = tmp_path / "elsewhere"  # no checkout on the path: everything comes from the installed package
+    elsewhere.mkdir()
+    dry = _run([env / "bin" / "telemetry", "dashboards", "push", "--dry-run"], cwd=elsewhere)
+    assert "would push dashboard telemetry-training-run" in dry and str(env) in dry, dry
+    assert "watch" in _run([env / "bin" / "telemetry", "--help"], cwd=elsewhere)
+    where = _run([python, "-c", "import collectors, pathlib; print(pathlib.Path(collectors.__file__).parent)"],
+                 cwd=elsewhere).strip()
+    assert where.startswith(str(env)), where
+    assert {p.name for p in (Path(where) / "systemd").iterdir()} >= SYSTEMD
