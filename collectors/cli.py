@@ -175,7 +175,11 @@ def with_options(options):  # type: ignore[no-untyped-def]
 @config_option
 @click.option("--socket", "socket_path", type=click.Path(), help="Unix socket ranks connect to "
               "[default: /run/telemetry/agent.sock, else a per-user runtime dir].")
-@click.option("--tcp", help="Also listen on this loopback TCP address, e.g. 127.0.0.1:7400.")
+@click.option("--tcp", help="Also listen on this loopback TCP address, e.g. 127.0.0.1:7400 (no peer check: TCP "
+              "carries no credentials).")
+@click.option("--allowed-uids", multiple=True, type=click.IntRange(min=0), metavar="UID",
+              help="A uid whose processes may send (repeatable), besides the agent's own and root's; checked with "
+              "SO_PEERCRED, see docs/reliability.md.")
 @click.option("--id", "node_id", default="", help="This agent's id in the tree [default: agent-HOST-PID].")
 @with_options(parent_options)
 @click.option("--deadline-floor", type=float, default=2.0, show_default=True,
@@ -203,7 +207,7 @@ def with_options(options):  # type: ignore[no-untyped-def]
 @click.option("--host-id", default="", help="Name of this host's hardware pseudo-job _host:NAME "
               "[default: the hostname]. Give each agent its own when several share one machine (simulations).")
 @click.option("-v", "--verbose", count=True)
-def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple[str, ...], fallbacks: tuple[str, ...],
+def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...], node_id: str, parents: tuple[str, ...], fallbacks: tuple[str, ...],
           parent_ca: str | None, parent_cert: str | None, parent_key: str | None, parent_token: str | None,
           parent_token_file: str | None, parent_server_name: str | None, allow_insecure_token: bool,
           deadline_floor: float,
@@ -222,6 +226,7 @@ def agent(socket_path: str | None, tcp: str | None, node_id: str, parents: tuple
     security = _security(parent_cert, parent_key, parent_ca, parent_token, parent_server_name)
     config = AgentConfig(
         parents=[*parents, *fallbacks], socket=Path(socket_path) if socket_path else None, tcp=tcp,
+        allowed_uids=allowed_uids,
         node_id=node_id, parent_security=security, deadline_floor_s=deadline_floor,
         deadline_factor=deadline_factor, stuck_after_s=stuck_after, max_metrics_per_job=max_metrics,
         max_ranks=max_ranks, job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size, gpu_probe=gpu_probe, nic_probe=nic_probe, probe_interval_s=probe_interval,

@@ -9,6 +9,7 @@ bytes that bypass protobuf's serializer.
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.error
 import urllib.parse
@@ -44,7 +45,7 @@ rank_messages = st.one_of(st.builds(ingest_pb2.RankMessage, hello=hellos), st.bu
                           st.builds(ingest_pb2.RankMessage, bye=st.just(ingest_pb2.RankBye())))
 # A stream usually starts with a plausible hello, so the fuzz reaches past the first check.
 plausible_hello = st.builds(lambda job, rank, world: ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(
-    job=job, rank=rank, world_size=world, pid=1)), st.sampled_from(["fz", "fz2"]), st.integers(0, 3),
+    job=job, rank=rank, world_size=world, pid=os.getpid())), st.sampled_from(["fz", "fz2"]), st.integers(0, 3),
     st.sampled_from([4, 2**31 - 1, 0]))
 rank_streams = st.one_of(st.lists(rank_messages, max_size=5),
                          st.builds(lambda first, rest: [first, *rest], plausible_hello, st.lists(rank_messages, max_size=4)))

@@ -8,6 +8,7 @@ parent. Real servers on loopback and Unix sockets, the real SDK; the timeout is 
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.request
 from pathlib import Path
@@ -151,7 +152,7 @@ def test_a_job_that_went_silent_is_forgotten_after_the_idle_timeout(tree) -> Non
     root, rack, agent, sock = tree
     channel = grpc.insecure_channel(f"unix:{sock}")
     stub = ingest_pb2_grpc.AgentStub(channel)
-    messages = [ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(job="silent", rank=0, world_size=2, pid=1)),
+    messages = [ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(job="silent", rank=0, world_size=2, pid=os.getpid())),
                 ingest_pb2.RankMessage(batch=ingest_pb2.RankBatch(job="silent", rank=0, seq=1, steps=[
                     ingest_pb2.RankStepBatch(step=0, closed=True, metrics=[
                         ingest_pb2.MetricValues(metric="loss", values=[1.5])])]))]
@@ -194,7 +195,7 @@ def test_open_steps_are_bounded_and_nothing_is_lost(tree) -> None:  # type: igno
         ingest_pb2.RankStepBatch(step=step, metrics=[ingest_pb2.MetricValues(metric="loss", values=[float(step)])])
         for step in reversed(range(many))])
     held: list[int] = []
-    requests = [ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(job="wide", rank=0, world_size=2, pid=1)),
+    requests = [ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(job="wide", rank=0, world_size=2, pid=os.getpid())),
                 ingest_pb2.RankMessage(batch=batch)]
     call = stub.Stream(iter(requests), timeout=60)
     for ack in call:

@@ -6,11 +6,12 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from telemetry.sdk.env import default_socket
+from collectors.agent.peercred import PeerCheck, PeerRelay, default_uids
 from collectors.agent.hardware import DEFAULT_NIC_EXCLUDE, DEFAULT_PROBE_INTERVAL_S, HardwareSampler, offer_exits
 from collectors.agent.ranks import DEFAULT_STUCK_AFTER_S, RankRegistry
 from collectors.agent.service import AgentService
@@ -46,7 +47,8 @@ class AgentConfig:
     max_ranks: int = DEFAULT_MAX_RANKS  # concurrent rank streams; past it a stream is refused (RESOURCE_EXHAUSTED)
     job_idle_timeout_s: float = DEFAULT_JOB_IDLE_TIMEOUT_S  # a job nothing arrived of for this long is forgotten
     max_world_size: int = DEFAULT_MAX_WORLD_SIZE  # a rank declaring a larger world is refused at its hello
-    extra_sockets: list[Path] = field(default_factory=list)
+    # Uids allowed to send besides this process's own and root's (SO_PEERCRED; collectors/agent/peercred.py).
+    allowed_uids: tuple[int, ...] = ()
     # Hardware probes (collectors/agent/hardware.py, docs/hardware.md). Off unless asked for here;
     # `telemetry agent` turns both on by default.
     gpu_probe: bool = False
@@ -82,20 +84,25 @@ class AgentServer:
         self.grpc = AioServer("agent", None, ("telemetry.v1.Agent",), self.flusher.healthy)
         self.lifecycle = JobLifecycle(config.job_idle_timeout_s)
         self._swept_at = 0.0
-        self.service = AgentService(self.node, self.registry, MetricBudget(config.max_metrics_per_job),
-                                    self.grpc.host, slots, self.lifecycle)
-        self.grpc.add(lambda server: ingest_pb2_grpc.add_AgentServicer_to_server(self.service, server))
         self.socket_path = config.socket or default_socket()
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         if self.socket_path.exists():
             self.socket_path.unlink()  # a stale socket from a previous run
-        self.addresses = [self.grpc.bind(f"unix:{self.socket_path}")]
+        # Ranks connect to the relay, which reads each connection's SO_PEERCRED; grpc listens behind it.
+        self.relay = PeerRelay(self.socket_path)
+        self.service = AgentService(self.node, self.registry, MetricBudget(config.max_metrics_per_job),
+                                    self.grpc.host, slots, self.lifecycle,
+                                    PeerCheck(self.relay, default_uids(config.allowed_uids)))
+        self.grpc.add(lambda server: ingest_pb2_grpc.add_AgentServicer_to_server(self.service, server))
+        self.grpc.bind(self.relay.grpc_address)
+        self.addresses = [f"unix:{self.socket_path}"]
         if config.tcp:
             self.addresses.append(self.grpc.bind(config.tcp))
 
     def start(self) -> None:
         tune_gc()
         self.grpc.start()
+        self.relay.start()
         os.chmod(self.socket_path, 0o660)
         self.upstream.outbox.start()
         self.flusher.start()
@@ -141,7 +148,4 @@ class AgentServer:
         self.flusher.stop()
         self.upstream.outbox.close()
         self.grpc.stop(grace)
-        try:
-            self.socket_path.unlink()
-        except FileNotFoundError:
-            pass
+        self.relay.stop()

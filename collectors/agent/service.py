@@ -12,6 +12,7 @@ import grpc
 from pyroaring import BitMap
 
 from collectors.agent.intake import OpenBeat, OpenStep, RankValues, beat_key
+from collectors.agent.peercred import PeerCheck
 from collectors.agent.ranks import RankInfo, RankRegistry
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
@@ -31,13 +32,14 @@ MAX_OPEN_STEPS_PER_JOB = 1024  # a rank logging into ever more steps seals the o
 
 class AgentService(ingest_pb2_grpc.AgentServicer):
     def __init__(self, node: Node, registry: RankRegistry, budget: MetricBudget, host: Host,
-                 slots: StreamSlots, lifecycle: JobLifecycle) -> None:
+                 slots: StreamSlots, lifecycle: JobLifecycle, peers: PeerCheck | None = None) -> None:
         self.node = node
         self.host = host
         self.slots = slots
         self.lifecycle = lifecycle
         self.registry = registry
         self.budget = budget
+        self.peers = peers  # None: no peer check (in-process harnesses that call the service directly)
         self.steps: dict[tuple[str, int], OpenStep] = {}
         self.beats: dict[Key, OpenBeat] = {}
         self._open_per_job: dict[str, int] = {}
@@ -71,12 +73,13 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
     # ------------------------------------------------------------ the stream
     async def Stream(self, request_iterator: AsyncIterator[ingest_pb2.RankMessage],
                      context: grpc.aio.ServicerContext) -> AsyncIterator[ingest_pb2.RankAck]:
-        async for answer in serve_stream(self.host, self.slots, context, request_iterator, self._start,
-                                         self._count):
+        peer = context.peer()
+        async for answer in serve_stream(self.host, self.slots, context, request_iterator,
+                                         lambda answers: self._start(answers, peer), self._count):
             yield answer  # type: ignore[misc]
 
-    def _start(self, answers: Answers) -> StreamWork:
-        stream = _RankStream(answers)
+    def _start(self, answers: Answers, peer: str) -> StreamWork:
+        stream = _RankStream(answers, peer)
         return StreamWork(lambda message: self._one(stream, message), lambda: self._ended(stream))
 
     def _count(self, name: str) -> None:
@@ -94,6 +97,8 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         which = message.WhichOneof("body")
         with self.node.lock:
             if which == "hello":
+                if self.peers is not None:
+                    self.peers.check(stream.peer, message.hello.pid)
                 stream.info = self._hello(message.hello, stream.answers)
             elif stream.info is None:
                 raise BadInput("INVALID_ARGUMENT", "the first message on a rank stream must be a hello")
@@ -277,4 +282,5 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
 @dataclass
 class _RankStream:
     answers: Answers
+    peer: str  # grpc's name for the connection (context.peer()): the key to its SO_PEERCRED
     info: RankInfo | None = None
