@@ -17,6 +17,8 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -30,6 +32,8 @@ from telemetry.v1 import ingest_pb2
 log = logging.getLogger("telemetry.sdk")
 
 DEFAULT_BUFFER_RECORDS = 100_000
+ARRIVAL = "collective_arrival"  # = telemetry.torch.collective.ARRIVAL (the SDK does not import torch)
+COLLECTIVES_ENV = "TELEMETRY_COLLECTIVES"  # "0" turns the flight-recorder readers off
 _VALUES, _CLOSE, _STAGED = 0, 1, 2
 
 
@@ -38,7 +42,8 @@ class Run:
 
     def __init__(self, job: str, rank: int, world_size: int, local_rank: int = 0, agent: str | None = None,
                  device: str = "", buffer_records: int = DEFAULT_BUFFER_RECORDS, flush_interval_s: float = 0.1,
-                 heartbeat_interval_s: float = 1.0, max_backlog_values: int = 1_000_000) -> None:
+                 heartbeat_interval_s: float = 1.0, max_backlog_values: int = 1_000_000,
+                 collectives: bool | None = None) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
         self.job, self.rank, self.world_size, self.local_rank = job, rank, world_size, local_rank
@@ -53,6 +58,13 @@ class Run:
         self._sender = Sender(Identity(job, rank, world_size, local_rank, device), self.agent, self._drain,
                               self._beat, max_backlog_values, flush_interval_s, heartbeat_interval_s)
         self._closed = False
+        # Flight-recorder readers (telemetry.torch.collective), set up once torch.distributed is initialised.
+        if collectives is None:
+            collectives = os.environ.get(COLLECTIVES_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+        self._collectives_wanted = collectives
+        self._collectives_lock = threading.Lock()
+        self._clock: Any = None
+        self._last_exit_ns = 0
         self._sender.start()
 
     # ------------------------------------------------------------ training thread
@@ -75,16 +87,29 @@ class Run:
 
     @contextmanager
     def step(self, step: int) -> Iterator[None]:
-        """Times the block as `step_time` (seconds) and closes this rank's contribution to `step` on exit."""
+        """Times the block as `step_time` (seconds) and closes this rank's contribution to `step` on exit.
+
+        Under torch.distributed it also logs `collective_arrival`: seconds from this rank's previous step
+        exit to its last collective in this step (see telemetry.torch.collective.ArrivalClock)."""
         _check_step(step)
         if step > self.current_step:
             self.current_step = step
+        clock = self._clock if self._clock is not None else self._collectives()
+        since_ns = self._last_exit_ns or time.time_ns()
+        if clock is not None:
+            clock.begin()
         start = time.perf_counter()
         try:
             yield
         finally:
-            self._append((_VALUES, step, {"step_time": time.perf_counter() - start}))
-            self._append((_CLOSE, step, time.time_ns()))
+            values = {"step_time": time.perf_counter() - start}
+            end_ns = self._last_exit_ns = time.time_ns()
+            if clock is not None:
+                arrived_ns = clock.end(end_ns)
+                if arrived_ns is not None:
+                    values[ARRIVAL] = max(0, arrived_ns - since_ns) / 1e9
+            self._append((_VALUES, step, values))
+            self._append((_CLOSE, step, end_ns))
             self.steps_completed += 1
 
     def end_step(self, step: int) -> None:
@@ -104,6 +129,29 @@ class Run:
                 return
             self.log(self.current_step, dataloader_wait=time.perf_counter() - start)
             yield item
+
+    def _collectives(self) -> Any:
+        """The ArrivalClock once torch.distributed is initialised (the collective progress reader joins the
+        heartbeat then too); None before, and for good when turned off or unreadable. Never imports torch."""
+        if not self._collectives_wanted:
+            return None
+        dist = sys.modules.get("torch.distributed")
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return None
+        with self._collectives_lock:
+            if self._clock is None and self._collectives_wanted:
+                try:
+                    from telemetry.torch.collective import ArrivalClock
+                    from telemetry.torch.integration import attach
+                    progress = attach(self)
+                    if progress is None:
+                        raise RuntimeError("no collective progress reader")
+                    progress.read()  # finds the recorder holding the default group now, not a step later
+                    self._clock = ArrivalClock(progress)
+                except Exception as e:
+                    log.debug("telemetry: flight-recorder readers unavailable: %s", e)
+                    self._collectives_wanted = False
+        return self._clock
 
     def _append(self, record: tuple) -> None:
         records = self._records
@@ -147,6 +195,8 @@ class Run:
         return out
 
     def _beat(self) -> ingest_pb2.Heartbeat:
+        if self._clock is None:
+            self._collectives()  # collective progress in the heartbeat from the first one after init
         beat = ingest_pb2.Heartbeat(time_ns=time.time_ns(), current_step=self.current_step,
                                     steps_completed=self.steps_completed)
         for extra in self.heartbeat_extras:
@@ -173,6 +223,8 @@ class Run:
         if self._closed:
             return True
         self._closed = True
+        if self._clock is not None:
+            self._clock.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and (self._records or self._sender.unacknowledged()):
             self._sender.wake()

@@ -1,0 +1,57 @@
+"""A torchrun job that uses only the README's three lines, for tests/test_straggler_torchrun.py.
+
+A small DDP MLP on random data (gloo, CPU). With --slow-rank R --slow-from S, rank R sleeps
+--slow-s seconds before its forward from step S on: under DDP's synchronous all-reduce every rank's
+wall step_time grows by the same amount, so only the SDK's automatic collective_arrival names it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+import telemetry
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--job", required=True)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--slow-rank", type=int, default=-1)
+    p.add_argument("--slow-from", type=int, default=10)
+    p.add_argument("--slow-s", type=float, default=0.3)
+    p.add_argument("--pace-s", type=float, default=0.05, help="every rank's own work per step (sleep)")
+    args = p.parse_args()
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 32), torch.randn(16, 1)
+
+    run = telemetry.init(job=args.job)
+    for step in range(args.steps):
+        with run.step(step):
+            time.sleep(args.pace_s)
+            if rank == args.slow_rank and step >= args.slow_from:
+                time.sleep(args.slow_s)
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            run.log(step, loss=loss.detach())
+    ok = run.close(timeout=60)
+    dist.destroy_process_group()
+    print(f'{{"event": "done", "rank": {rank}, "durable": {str(ok).lower()}}}', flush=True)
+    os._exit(0 if ok else 3)
+
+
+if __name__ == "__main__":
+    main()
