@@ -535,7 +535,7 @@ def test_event_log_persists_reopens_and_counts(tmp_path):
 
 def test_detectors_config_from_mapping_env_and_typos(tmp_path, monkeypatch):
     config = DetectorsConfig.from_mapping({"straggler": {"factor": 2.0}, "hang": {"grace_s": 1}})
-    assert config.straggler.factor == 2.0 and config.hang.grace_s == 1 and config.loss_spike.k == 3.0
+    assert config.straggler.factor == 2.0 and config.hang.grace_s == 1 and config.loss_spike.k == LossSpikeConfig().k
     with pytest.raises(ValueError, match="unknown option"):
         DetectorsConfig.from_mapping({"straggler": {"factr": 2}})
     with pytest.raises(ValueError, match="unknown section"):

@@ -95,35 +95,40 @@ class Baseline:
     def mean(self) -> float:
         return math.fsum(self.values) / len(self.values) if self.values else math.nan
 
-    def stdev(self) -> float:
-        """Population standard deviation (two passes; the window is small)."""
-        n = len(self.values)
-        if n < 2:
-            return 0.0
-        mu = math.fsum(self.values) / n
-        return math.sqrt(math.fsum((v - mu) ** 2 for v in self.values) / n)
-
-    def trend(self) -> tuple[float, float]:
-        """A least-squares line through the window (in order): its value one step past the end, and the
-        residuals' standard deviation. A training loss falls; against a falling window's mean ± k sigma a
-        spike hides, against the window's line it stands out."""
-        n = len(self.values)
-        if n < 3:
-            return self.mean(), self.stdev()
-        x_mean, y_mean = (n - 1) / 2, math.fsum(self.values) / n
-        sxx = math.fsum((x - x_mean) ** 2 for x in range(n))
-        slope = math.fsum((x - x_mean) * (y - y_mean) for x, y in enumerate(self.values)) / sxx
-        at = y_mean - slope * x_mean
-        residual = math.fsum((y - at - slope * x) ** 2 for x, y in enumerate(self.values))
-        return at + slope * n, math.sqrt(residual / (n - 2))
-
     def max(self) -> float:
         return max(self.values) if self.values else math.nan
+
+    def mad_sigma(self) -> float:
+        """The window's spread as a robust sigma: 1.4826 x the median absolute deviation from the median
+        (the standard deviation for normal noise; one wild value in the window barely moves it)."""
+        return mad_sigma(self.values)
+
+    def robust_line(self, recent: int) -> tuple[float, float]:
+        """A line through the last `recent` values that outliers and a falling loss do not bend: Theil-Sen
+        (the median of the pairwise slopes, the median intercept). Returns its value one step past the
+        end and the robust sigma of the residuals around it."""
+        ys = list(self.values)[-max(2, recent):]
+        n = len(ys)
+        if n < 3:
+            return (statistics.median(ys) if ys else math.nan), 0.0
+        slope = statistics.median((ys[j] - ys[i]) / (j - i) for i in range(n) for j in range(i + 1, n))
+        intercept = statistics.median(y - slope * x for x, y in enumerate(ys))
+        residuals = [y - intercept - slope * x for x, y in enumerate(ys)]
+        return intercept + slope * n, mad_sigma(residuals)
 
     def reset(self, values: Iterable[float] = ()) -> None:
         self.values.clear()
         for value in values:
             self.add(value)
+
+
+def mad_sigma(values: Iterable[float]) -> float:
+    """1.4826 x the median absolute deviation from the median: a sigma that outliers do not inflate."""
+    values = list(values)
+    if len(values) < 2:
+        return 0.0
+    centre = statistics.median(values)
+    return 1.4826 * statistics.median(abs(v - centre) for v in values)
 
 
 def event_time(row: Row) -> float:
@@ -162,4 +167,4 @@ def from_mapping(cls, data: dict | None):  # type: ignore[no-untyped-def]
     return cls(**data)
 
 
-__all__ = ["Baseline", "Context", "Detector", "distinct", "event_time", "fnum", "from_mapping", "p50"]
+__all__ = ["Baseline", "Context", "Detector", "distinct", "event_time", "fnum", "from_mapping", "mad_sigma", "p50"]

@@ -7,6 +7,13 @@ one rank waiting on data holds every rank back). A step is stalled when the frac
 `baseline_steps` normal steps), above `baseline_factor` x that baseline too; raised after
 `consecutive` stalled steps, closed after `clear_steps` normal ones. Names the ranks whose wait is
 above the threshold (top-k).
+
+One long stall is raised at once: a wait of at least `stall_steps` median step times and `stall_min_s`
+seconds (a loader blocked for seconds is not noise, and waiting for `consecutive` more would wait for
+more stalls). That wait often reaches the root as a late delta: with the README's loop the wait before
+step s is logged while step s - 1 is current, and a rank whose loader blocks has already closed s - 1,
+so the value arrives after the window was finalised. Late deltas of `dataloader_wait` are therefore
+judged by this rule (against the job's recent median step time), and only by it.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ class DataloaderStallConfig:
     baseline_steps: int = 50
     baseline_factor: float = 2.0
     min_baseline: int = 5
+    stall_steps: float = 20.0
+    stall_min_s: float = 1.0
     top: int = 5
     severity: str = "warning"
 
@@ -54,11 +63,18 @@ class DataloaderStallDetector(Detector):
         self._pending: dict[str, OrderedDict[int, dict[str, Row]]] = {}
         self._state: dict[str, _State] = {}
         self._baseline: dict[str, Baseline] = {}
+        self._step_p50: dict[str, Baseline] = {}
 
     def observe(self, row: Row) -> None:
-        if row.late or not row.key.is_step:
+        if not row.key.is_step:
+            return
+        if row.late:
+            if row.key.metric == self.config.metric:
+                self._judge_late(row)
             return
         job, step = row.key.job, row.key.index
+        if row.key.metric == self.config.step_metric:
+            self._step_p50.setdefault(job, Baseline(self.config.baseline_steps)).add(p50(row.summary))
         pending = self._pending.setdefault(job, OrderedDict())
         pair = pending.setdefault(step, {})
         pair[row.key.metric] = row
@@ -83,7 +99,8 @@ class DataloaderStallDetector(Detector):
         threshold = c.fraction
         if len(baseline) >= c.min_baseline:
             threshold = max(c.fraction, c.baseline_factor * baseline.median())
-        if frac <= threshold:
+        long = self._long_stall(wait.max, median_step)
+        if frac <= threshold and not long:
             baseline.add(frac)
             state.streak, state.start = 0, None
             state.clean += 1
@@ -94,8 +111,30 @@ class DataloaderStallDetector(Detector):
         if state.streak == 0:
             state.start, state.start_time = step, event_time(wait_row)
         state.streak += 1
-        if state.streak < c.consecutive and not self.is_open(job):
+        if not long and state.streak < c.consecutive and not self.is_open(job):
             return
+        self._raise(job, step, wait_row, median_step, threshold, "long_stall" if long else "sustained")
+
+    def _long_stall(self, wait_s: float, median_step: float) -> bool:
+        c = self.config
+        return wait_s >= c.stall_min_s and wait_s >= c.stall_steps * median_step
+
+    def _judge_late(self, row: Row) -> None:
+        """A late delta: only a long stall is judged, against the job's recent median step time."""
+        job, wait = row.key.job, row.summary
+        steps = self._step_p50.get(job)
+        median_step = steps.median() if steps else math.nan
+        if not (median_step > 0 and wait.count and math.isfinite(wait.max)) or not self._long_stall(wait.max, median_step):
+            return
+        state = self._state.setdefault(job, _State())
+        state.clean = 0
+        if not self.is_open(job):
+            state.start, state.start_time = row.key.index, event_time(row)
+        self._raise(job, row.key.index, row, median_step, self.config.fraction, "long_stall")
+
+    def _raise(self, job: str, step: int, wait_row: Row, median_step: float, threshold: float, rule: str) -> None:
+        c, wait, state = self.config, wait_row.summary, self._state[job]
+        frac = wait.max / median_step
         cut = threshold * median_step
         ranks = distinct(wait.top(), lambda v: v > cut, c.top) or [wait.argmax]
         event = self.events.get_open(self.kind, job)
@@ -104,8 +143,8 @@ class DataloaderStallDetector(Detector):
                        f"({frac:.0%})",
             "fraction": fnum(frac, 4), "threshold": fnum(threshold, 4), "wait_max_s": fnum(wait.max),
             "wait_mean_s": fnum(wait.mean), "step_time_p50_s": fnum(median_step),
-            "mean_fraction": fnum(wait.mean / step_time.mean, 4) if step_time.mean else None,
-            "steps": state.streak, "top": [[fnum(v), r] for v, r in wait.top(c.top)],
+            "mean_fraction": fnum(wait.mean / median_step, 4),
+            "steps": state.streak, "rule": rule, "top": [[fnum(v), r] for v, r in wait.top(c.top)],
         }
         self.raise_(job, step=state.start if event is None else step, ranks=ranks, detail=detail,
                     severity=c.severity, time=state.start_time)
