@@ -17,6 +17,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,48 @@ def test_transformers_callback_under_ddp_with_accumulation(tree: dict) -> None:
     for step in range(STEPS):
         assert math.isclose(figures["loss"][step]["mean"], logged[step], rel_tol=1e-4), (step, logged)
     assert max(figures["grad_norm"][s]["mean"] for s in range(STEPS)) > 0.5  # before max_grad_norm=0.5 clips
+
+
+def test_lightning_callback_without_an_agent_leaves_training_alone(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """One process, no agent listening: fit runs to the end, its end does not wait for the agent, and the
+    callback says nothing was durable."""
+    import time
+
+    L = pytest.importorskip("lightning.pytorch")
+    import torch
+
+    from telemetry.integrations import lightning as integration
+    from telemetry.integrations.lightning import TelemetryCallback
+
+    closing: list[float] = []
+    close_run = integration.close_run
+
+    def timed_close(run: Any, timeout: float) -> bool:
+        started = time.monotonic()
+        try:
+            return close_run(run, timeout)
+        finally:
+            closing.append(time.monotonic() - started)
+
+    monkeypatch.setattr(integration, "close_run", timed_close)
+
+    class Tiny(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.net(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = torch.utils.data.TensorDataset(torch.randn(32, 4))
+    callback = TelemetryCallback(job="no-agent", agent=f"unix:{tmp_path}/nobody.sock")
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=6, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[callback])
+    trainer.fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=4))
+    assert trainer.global_step == 6
+    assert callback.durable is False and callback.run is None
+    assert len(closing) == 1 and closing[0] < 5, f"the end of fit waited {closing} s for an absent agent"
