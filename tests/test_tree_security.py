@@ -64,6 +64,7 @@ class Pki:
               "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
         _leaf(d, "client", "ca", "rack0", "extendedKeyUsage=clientAuth\n")
         _leaf(d, "rogue-client", "rogue-ca", "rack0", "extendedKeyUsage=clientAuth\n")
+        _leaf(d, "san-client", "ca", "someone", "subjectAltName=DNS:agent-h7\nextendedKeyUsage=clientAuth\n")
 
     def path(self, name: str) -> Path:
         return self.dir / name
@@ -125,7 +126,7 @@ def test_tls_tree_delivers_and_refuses_untrusting_clients(tmp_path, pki):
 
 def test_mtls_refuses_a_client_without_a_trusted_certificate(tmp_path, pki):
     root = make_root(tmp_path / "root.db", security=pki.server(client_ca=True))
-    good = make_collector([root.address], "rack-good", parent_security=pki.client(cert="client"))
+    good = make_collector([root.address], "rack0", parent_security=pki.client(cert="client"))  # its cert's CN
     bare = make_collector([root.address], "rack-bare", parent_security=pki.client())
     rogue = make_collector([root.address], "rack-rogue", parent_security=pki.client(cert="rogue-client"))
     agent = make_agent([good.address], tmp_path / "a.sock", "agent-good")
@@ -144,6 +145,39 @@ def test_mtls_refuses_a_client_without_a_trusted_certificate(tmp_path, pki):
         assert steps(root.api_address, "nocert", "loss") == []
     finally:
         stop_all(agent, lost, good, bare, rogue, root)
+
+
+def test_mtls_binds_a_childs_sender_id_to_its_certificate(tmp_path, pki):
+    """Issue 14 item 5: under mTLS a child's sender_id must be a name its certificate vouches for (subject CN
+    or a subjectAltName); another is refused PERMISSION_DENIED and counted, so a child holding a valid
+    certificate still cannot speak (and take DURABLE acks) for another child. A real collector whose --id
+    does not match its certificate delivers nothing and keeps its data."""
+    root = make_root(tmp_path / "root.db", security=pki.server(client_ca=True))
+    impostor = make_collector([root.address], "agent-h7", parent_security=pki.client(cert="client"))
+    agent = make_agent([impostor.address], tmp_path / "a.sock", "agent0")
+    children = []
+    try:
+        for cert, sender, allowed in (("client", "agent-h7", False), ("client", "rack0", True),
+                                      ("san-client", "agent-h7", True), ("san-client", "someone", True),
+                                      ("san-client", "rack0", False)):
+            child = RawChild(root.address, sender, channel=make_channel(root.address, pki.client(cert=cert)))
+            children.append(child)
+            ack = child.ack()
+            if allowed:
+                assert ack is not None and ack.seq == 0, (cert, sender, child.error)
+            else:
+                assert ack is None, (cert, sender)
+                assert child.error.code() == grpc.StatusCode.PERMISSION_DENIED
+                assert f"sender_id '{sender}' is not an identity of this client's certificate" in \
+                    child.error.details()
+        assert root.node.counters["bad_inputs"] >= 2  # the two raw children, and each try of the impostor rack
+        assert not _deliver(agent, "impostor", world=1, timeout=1.0), "the mismatched rack cannot deliver"
+        assert impostor.upstream.outbox.pending() > 0, "... and keeps what it could not deliver"
+        assert steps(root.api_address, "impostor", "loss") == []
+    finally:
+        for child in children:
+            child.close()
+        stop_all(agent, impostor, root)
 
 
 # ---------------------------------------------------------------- bearer token

@@ -13,6 +13,7 @@ from pyroaring import BitMap
 
 from collectors.common.keys import Key
 from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
+from collectors.common.transport import certificate_names
 from collectors.common.validation import (DEFAULT_MAX_WORLD_SIZE, BadInput, MetricBudget, check_index, check_job,
                                           check_size, check_world, shown)
 from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
@@ -71,12 +72,13 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
 
     async def Forward(self, request_iterator: AsyncIterator[forward_pb2.SummaryBatch],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[forward_pb2.Ack]:
-        async for answer in serve_stream(self.host, self.slots, context, request_iterator, self._start,
-                                         self._count):
+        names = certificate_names(context)
+        async for answer in serve_stream(self.host, self.slots, context, request_iterator,
+                                         lambda answers: self._start(answers, names), self._count):
             yield answer  # type: ignore[misc]
 
-    def _start(self, answers: Answers) -> StreamWork:
-        stream = _ChildStream(answers)
+    def _start(self, answers: Answers, names: frozenset[str] | None) -> StreamWork:
+        stream = _ChildStream(answers, names)
         return StreamWork(lambda batch: self._one(stream, batch), lambda: self._ended(stream))
 
     def _count(self, name: str) -> None:
@@ -100,6 +102,11 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             if not sender or len(sender) > MAX_SENDER_ID:
                 raise BadInput("INVALID_ARGUMENT", f"the first batch must name its sender_id (1 to {MAX_SENDER_ID} "
                                                    f"characters), got {shown(sender)}")
+            if stream.names is not None and sender not in stream.names:
+                # Under mTLS a child is who its certificate says: it cannot speak (and take acks) for another.
+                raise BadInput("PERMISSION_DENIED", f"sender_id {shown(sender)} is not an identity of this "
+                                                    f"client's certificate (CN/subjectAltName: "
+                                                    f"{', '.join(shown(n, 64) for n in sorted(stream.names)[:4])})")
             with self._links_lock:
                 # Another live stream already speaks for this child: a second host with the same id, or an
                 # impostor. Taking its acks would strand the real child's data, so the newcomer is refused
@@ -203,4 +210,5 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
 @dataclass
 class _ChildStream:
     answers: Answers
+    names: frozenset[str] | None  # what the child's certificate vouches for (mTLS), else None
     sender: str | None = None

@@ -116,5 +116,13 @@ def make_channel(address: str, security: Security | None = None,
     return grpc.insecure_channel(address, options=options)
 
 
+def certificate_names(context: grpc.aio.ServicerContext) -> frozenset[str] | None:
+    """The names the client's certificate vouches for (its subject CN and subjectAltName entries), or None
+    when the call came without one (no mTLS). A collector binds a child's sender_id to them."""
+    auth = context.auth_context()
+    names = [*auth.get("x509_common_name", ()), *auth.get("x509_subject_alternative_name", ())]
+    return frozenset(name.decode(errors="replace") for name in names) if names else None
+
+
 def call_metadata(security: Security | None) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {security.token}"),) if security and security.token else ()
