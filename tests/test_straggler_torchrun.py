@@ -100,15 +100,20 @@ def _events(tree: dict, job: str) -> list[dict]:
     return body.get("events", [])
 
 
-def test_slow_rank_is_named_with_its_wait(tree: dict) -> None:
+@pytest.mark.parametrize("where", ["forward", "after-update"])
+def test_slow_rank_is_named_with_its_wait(tree: dict, where: str) -> None:
+    """Slow before the step's last collective (its forward) or after it (its update): both are the rank's
+    own work between two synchronisations, and both make the others wait."""
     job = f"strag-{uuid.uuid4().hex[:8]}"
-    _job(tree, job, "--slow-rank", str(SLOW_RANK), "--slow-from", str(SLOW_FROM), "--slow-s", str(SLOW_S))
+    _job(tree, job, "--slow-rank", str(SLOW_RANK), "--slow-from", str(SLOW_FROM), "--slow-s", str(SLOW_S),
+         "--slow-where", where)
     arrivals = _all_steps(tree, job, "collective_arrival")
     step_times = _all_steps(tree, job, "step_time")
     # The failing case of the issue: step_time alone does not single the rank out (max/p50 stays ~1).
     late = [s for s in range(SLOW_FROM + 1, STEPS)]
     assert sum(step_times[s]["max"] / step_times[s]["p50"] < 1.5 for s in late) >= len(late) - 2
     # Every rank logged collective_arrival on every step; the slow rank arrives last on the slow steps.
+    print({s: (round(r["p50"], 3), round(r["max"], 3), r["argmax"]) for s, r in arrivals.items()})
     assert all(arrivals[s]["count"] == WORLD for s in range(STEPS))
     assert sum(arrivals[s]["argmax"] == SLOW_RANK for s in late) >= len(late) - 2
     events = wait_for(lambda: _events(tree, job) or None, timeout=20, what="a straggler event")

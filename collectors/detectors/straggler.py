@@ -8,8 +8,10 @@ Two signals, chosen per job:
   rank's, so only the arrival can name it: `argmax` arrived last and `lag` = max - p50 is how long the
   median rank waited for it. A step is over when the median rank's wait is a large share of the step,
   `lag / scale` > max(`min_wait_frac`, the run's usual share + `mad_k` robust sigmas), where `scale` =
-  max(step_time p50, arrival max). Only steps where every rank reported an arrival are judged (a rank
-  without one could be the slow one). Once a job logs arrivals, its `step_time` is not judged.
+  max(step_time p50, arrival max), and the wait is over `min_wait_s` (below it, a wait is the OS
+  scheduler's noise on a shared host). Only steps where every rank reported an arrival are judged (a rank
+  without one could be the slow one), after the first `warmup` of them (start-up: first iterations,
+  allocator, compilation). Once a job logs arrivals, its `step_time` is not judged.
 * `step_time`, for jobs without collectives (each rank's wall time is its own): over when max / p50 >
   max(`factor`, `baseline_factor` x the run's median ratio over its last `baseline_steps` normal steps),
   so a job whose ranks are always a little uneven does not cry wolf.
@@ -41,6 +43,8 @@ class StragglerConfig:
     arrival_metric: str = ARRIVAL
     factor: float = 1.5
     min_wait_frac: float = 0.25
+    min_wait_s: float = 0.02
+    warmup: int = 5
     mad_k: float = 6.0
     consecutive: int = 2
     clear_steps: int = 2
@@ -63,6 +67,7 @@ class _State:
     wait_rank_s_total: float = 0.0
     steps: int = 0
     arrivals: bool = False    # the job logs collective_arrival: judge that, not step_time
+    warm: int = 0             # arrival steps seen (the first `warmup` are start-up, not judged)
     step_scale: float = 0.0   # the last step_time p50 seen
 
 
@@ -105,6 +110,9 @@ class StragglerDetector(Detector):
         if step <= state.last_step or s.count < 2 or not math.isfinite(s.max):
             return
         if arrival and len(s.sources) < row.expected:
+            return
+        if arrival and state.warm < c.warmup:
+            state.warm += 1
             return
         baseline = self._baseline.setdefault(job, Baseline(c.baseline_steps))
         judged = self._arrival(s, state, baseline) if arrival else self._step_time(s, baseline)
@@ -176,4 +184,5 @@ class StragglerDetector(Detector):
         threshold = c.min_wait_frac
         if len(baseline) >= c.min_baseline:
             threshold = max(threshold, baseline.median() + c.mad_k * mad_sigma(baseline.values))
-        return _Judged(share > threshold, share, threshold, median + threshold * scale, lag, median)
+        over = share > threshold and lag > c.min_wait_s
+        return _Judged(over, share, threshold, median + threshold * scale, lag, median)

@@ -64,7 +64,6 @@ class Run:
         self._collectives_wanted = collectives
         self._collectives_lock = threading.Lock()
         self._clock: Any = None
-        self._last_exit_ns = 0
         self._sender.start()
 
     # ------------------------------------------------------------ training thread
@@ -89,21 +88,20 @@ class Run:
     def step(self, step: int) -> Iterator[None]:
         """Times the block as `step_time` (seconds) and closes this rank's contribution to `step` on exit.
 
-        Under torch.distributed it also logs `collective_arrival`: seconds from this rank's previous step
-        exit to its last collective in this step (see telemetry.torch.collective.ArrivalClock)."""
+        Under torch.distributed it also logs `collective_arrival`: seconds from this rank's previous sync (the
+        completion of the last step's last collective) to its last collective in this step: its own work,
+        without waiting for others (see telemetry.torch.collective.ArrivalClock)."""
         _check_step(step)
         if step > self.current_step:
             self.current_step = step
         clock = self._clock if self._clock is not None else self._collectives()
-        since_ns = self._last_exit_ns or time.time_ns()
-        if clock is not None:
-            clock.begin()
+        since_ns = clock.begin(time.time_ns()) if clock is not None else 0
         start = time.perf_counter()
         try:
             yield
         finally:
             values = {"step_time": time.perf_counter() - start}
-            end_ns = self._last_exit_ns = time.time_ns()
+            end_ns = time.time_ns()
             if clock is not None:
                 arrived_ns = clock.end(end_ns)
                 if arrived_ns is not None:

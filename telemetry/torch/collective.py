@@ -93,20 +93,23 @@ class CollectiveProgress:
                                  "collective progress unavailable: %s: %s", type(e).__name__, e)
                 return None
 
-    def last_enqueued(self) -> int | None:
-        """The default group's last enqueued collective sequence number, without taking the lock.
+    def status(self) -> tuple[int, int] | None:
+        """(last enqueued, last completed) sequence numbers of the default group, without the lock.
 
         ~10 us (one status-only dump, independent of the ring's size): cheap enough for the
         training thread at every step exit, and never blocked behind ``read()``'s occasional full
-        dump. None until ``read()`` has found which recorder holds the default group."""
+        dump. ``completed`` is the raw field (gloo's can lag or step back, see _check_pending).
+        None until ``read()`` has found which recorder holds the default group."""
         dump, key = self._dump, self._pg_key
         if dump is None or key is None:
             return None
         try:
             entry = (json.loads(dump(includeCollectives=False, onlyActive=True)).get("pg_status") or {}).get(key)
-            return None if entry is None else int(entry["last_enqueued_collective"])
+            if entry is None:
+                return None
+            return int(entry["last_enqueued_collective"]), int(entry["last_completed_collective"])
         except Exception as e:
-            self._debug_once(f"enqueued:{type(e).__name__}", "last enqueued collective unavailable: %s", e)
+            self._debug_once(f"status:{type(e).__name__}", "collective status unavailable: %s", e)
             return None
 
     # -- internals ------------------------------------------------------------------------
@@ -231,30 +234,32 @@ class CollectiveProgress:
 
 
 class ArrivalClock:
-    """When this rank reached the last collective of each step: the straggler signal.
+    """When this rank reached the last collective of each step, counted from its previous sync.
 
     Under synchronous collectives (DDP, FSDP, tensor and pipeline parallelism) every rank's wall
-    ``step_time`` becomes the slowest rank's, so ``step_time`` cannot name it. What differs is
-    *when* each rank reaches the collective that synchronises the step: the slow rank arrives
-    last and the others wait for it. ``collective_arrival`` is, per step, the seconds from the
-    rank's previous step exit (its entry, for its first step) to the moment it enqueued the
-    step's last collective: the rank's own work up to its synchronisation, the wait excluded.
-    Across ranks the root's summary is exact and constant-size: ``argmax`` arrived last and
-    ``max - p50`` is the time the median rank waited for it. Both ends are read on the rank's own
-    clock; clocks of different hosts are never compared.
+    ``step_time`` becomes the slowest rank's, so ``step_time`` cannot name it. What differs is the
+    rank's own work between two synchronisations: ``collective_arrival`` is, per step, the seconds
+    from the moment the rank saw the previous step's last collective complete (its sync) to the
+    moment it enqueued this step's last collective (its arrival at the next one). Slowness before
+    the collective (a slow forward) and after it (a slow optimizer step, checkpoint or loader)
+    both land in it, the time spent waiting for others in neither. Across ranks the root's summary
+    is exact and constant-size: ``argmax`` arrived last, and ``max - p50`` is how long the median
+    rank waited for it. Both ends are read on the rank's own clock; hosts' clocks are never
+    compared.
 
-    Where the time comes from (torch 2.13.0, gloo, measured): the flight recorder keeps each
-    entry's ``time_created_ns``, but reading entries needs a full dump whose cost grows with the
-    ring (20-80 ms for the default 2,000 entries on this machine, holding the GIL), too much to
-    do per step. The status-only dump (``pg_status``: last enqueued sequence number) costs ~10 us
-    whatever the ring holds. So a daemon thread polls it while a step is open, every
-    ``period`` (1/``resolution`` of the last step's duration, within [``min_period_s``,
-    ``max_period_s``]) and notes when the sequence number changed; at step exit the training
-    thread reads the step's last sequence number once and takes the moment the poller first saw
-    it (or the exit, if the poller had not yet). The error is one period at most, late, on every
-    rank alike. A step without a collective has no figure. gloo never fills the recorder's
-    started/completed times, so the enqueue is the only arrival there is; with NCCL the enqueue
-    is the host's arrival, which leads the GPU's (see docs/torch.md).
+    Where the times come from (torch 2.13.0, gloo, measured): the recorder keeps each entry's
+    ``time_created_ns``, but reading entries needs a full dump whose cost grows with the ring
+    (20-80 ms for the default 2,000 entries on this machine, holding the GIL): too much per step.
+    The status-only dump (``pg_status``: last enqueued and last completed sequence numbers) costs
+    ~10 us whatever the ring holds. So a daemon thread polls it while a step is open, every
+    ``period_s`` (1/``resolution`` of the last step, within [``min_period_s``, ``max_period_s``]),
+    noting when each number changed; at step exit the training thread reads it once more. The
+    arrival is when the poller first saw the step's last sequence number enqueued (the exit, if it
+    had not yet); the sync is when it was first seen completed (the exit, if not yet: gloo's
+    completed field sometimes stays one behind, and then the step counts from its exit, which only
+    hides work done after the collective). Errors are one period at most, late, on every rank
+    alike. A step without a collective has no figure. With NCCL the host enqueues ahead of the GPU
+    and completion is seen by the watchdog: not verified here (no GPU); see docs/torch.md.
     """
 
     def __init__(self, progress: CollectiveProgress, resolution: int = 50, min_period_s: float = 0.002,
@@ -265,22 +270,27 @@ class ArrivalClock:
         self.max_period_s = max_period_s
         self.period_s = max_period_s
         self.polls = 0
-        self._seen: tuple[int, int] = (-1, 0)        # (sequence number, first seen, time_ns): poller-owned
+        # Written by the poller only, read by the training thread (tuple assignment is atomic):
+        self._enqueued: tuple[int, int] = (-1, 0)    # (sequence number, first seen, time_ns)
+        self._completed: tuple[int, int] = (-1, 0)   # (highest sequence number seen completed, first seen)
         self._open = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
-        self._step_seq: int | None = None            # sequence number at the open step's entry
-        self._exit_seq: int | None = None            # ... at the last step's exit
+        self._exit_seq: int | None = None            # last enqueued at the previous step's exit
+        self._sync_ns = 0                            # when the previous step's last collective completed
         self._entered = 0.0
 
-    def begin(self) -> None:
-        """Training thread, at step entry: start polling for this step."""
+    def begin(self, entry_ns: int) -> int:
+        """Training thread, at step entry: start polling; returns the ``time_ns`` to count from."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._poll, name="telemetry-arrivals", daemon=True)
             self._thread.start()
-        self._step_seq = self._exit_seq if self._exit_seq is not None else self.progress.last_enqueued()
+        if self._exit_seq is None:
+            status = self.progress.status()
+            self._exit_seq = status[0] if status is not None else None
         self._entered = time.perf_counter()
         self._open.set()
+        return self._sync_ns or entry_ns
 
     def end(self, exit_ns: int) -> int | None:
         """Training thread, at step exit: when (``time_ns``) this rank enqueued the step's last
@@ -288,11 +298,16 @@ class ArrivalClock:
         self._open.clear()
         took = time.perf_counter() - self._entered
         self.period_s = min(self.max_period_s, max(self.min_period_s, took / self.resolution))
-        last = self._exit_seq = self.progress.last_enqueued()
-        before, self._step_seq = self._step_seq, None
-        if last is None or before is None or last <= before:
+        status = self.progress.status()
+        before = self._exit_seq
+        self._exit_seq = status[0] if status is not None else None
+        if status is None or before is None or status[0] <= before:
+            self._sync_ns = 0
             return None
-        seq, seen_ns = self._seen
+        last, completed = status
+        seq, seen_ns = self._enqueued
+        done, done_ns = self._completed
+        self._sync_ns = done_ns if done >= last else exit_ns
         return seen_ns if seq == last and seen_ns <= exit_ns else exit_ns
 
     def close(self) -> None:
@@ -305,10 +320,14 @@ class ArrivalClock:
             self._open.wait()
             if self._stop:
                 return
-            last = progress.last_enqueued()
-            if last is None:
+            status = progress.status()
+            if status is None:
                 progress.read()  # finds the recorder holding the default group (once)
-            elif last != self._seen[0]:
-                self._seen = (last, time.time_ns())
+            else:
+                now = time.time_ns()
+                if status[0] != self._enqueued[0]:
+                    self._enqueued = (status[0], now)
+                if status[1] > self._completed[0]:
+                    self._completed = (status[1], now)
             self.polls += 1
             time.sleep(self.period_s)
