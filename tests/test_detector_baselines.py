@@ -80,7 +80,7 @@ def test_loss_spike_issue_case_stationary_noise_on_three_ranks_and_a_loss_below_
     assert log.query(JOB) == []
 
 
-@pytest.mark.parametrize("shape,rise", [(falling_loss, 1.9), (noise_floor_loss, 20.0)])
+@pytest.mark.parametrize("shape,rise", [(falling_loss, 3.0), (noise_floor_loss, 20.0)])
 def test_loss_spike_bad_batch_on_one_rank_is_raised_in_its_step_naming_it(shape, rise):  # type: ignore[no-untyped-def]
     log = EventLog(None)
     det = LossSpikeDetector(log)

@@ -44,7 +44,7 @@ class LossSpikeConfig:
     warmup: int = 8
     window_max: int = 50
     recent: int = 20
-    k: float = 10.0
+    k: float = 15.0
     min_rise: float = 0.2
     factor: float = 10.0
     rebaseline_after: int = 20
