@@ -95,12 +95,14 @@ def plans(args: argparse.Namespace) -> list[Plan]:
     faults = [f for f in args.faults.split(",") if f]
     for model in models:
         steps = args.mlp_steps if model == "mlp" else args.lm_steps
-        out += [Plan(model, seed, "none", -1, steps) for seed in range(args.clean_seeds)]
+        out += [Plan(model, seed, "none", -1, steps)
+                for seed in range(args.first_seed, args.first_seed + args.clean_seeds)]
     for model in models:
         steps = args.mlp_steps if model == "mlp" else args.lm_steps
         for i, fault in enumerate(faults):
             seeds = args.stuck_seeds if fault == "loader_stuck" else args.fault_seeds
-            out += [Plan(model, seed, fault, (seed + i) % args.world, steps) for seed in range(seeds)]
+            out += [Plan(model, seed, fault, (seed + i) % args.world, steps)
+                    for seed in range(args.first_seed, args.first_seed + seeds)]
     return out
 
 
@@ -188,6 +190,7 @@ def run_one(plan: Plan, args: argparse.Namespace, api: str, agent: str, workdir:
     env = {**os.environ, "TELEMETRY_AGENT": agent, "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
            "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     watch = EventWatch(api, job)
+    load_start = os.getloadavg()[0]
     started = time.time()
     with log_path.open("wb") as log:
         proc = subprocess.Popen(torchrun_argv(plan, job, args.world, truth_path, args), env=env, cwd=REPO,
@@ -224,6 +227,7 @@ def run_one(plan: Plan, args: argparse.Namespace, api: str, agent: str, workdir:
     done = done_lines(log_path)
     return {"job": job, "model": plan.model, "seed": plan.seed, "fault": plan.fault, "steps": plan.steps,
             "steps_done": len(finalised), "world": args.world, "wall_s": round(wall, 1),
+            "loadavg_1min": [round(load_start, 2), round(os.getloadavg()[0], 2)],
             "truth": truths[0] if truths else None, "events": watch.events(), "finalised": finalised,
             "ranks_done": [{"rank": d["rank"], "durable": d["durable"], "stats": d["stats"],
                             "median_step_s": d["median_step_s"]} for d in done]}
@@ -298,6 +302,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--clean-seeds", type=int, default=4, help="clean runs per model (default 4)")
     p.add_argument("--fault-seeds", type=int, default=2, help="runs per fault and model (default 2)")
     p.add_argument("--stuck-seeds", type=int, default=1, help="loader_stuck runs per model (default 1)")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="seeds start here (default 0; tune thresholds on other seeds than those reported)")
     p.add_argument("--mlp-steps", type=int, default=600, help="steps of an MLP run (default 600)")
     p.add_argument("--lm-steps", type=int, default=300, help="steps of a transformer run (default 300)")
     p.add_argument("--world", type=int, default=3, help="ranks per job (default 3)")

@@ -1,0 +1,86 @@
+"""bench/detection.py: its scoring rules on hand-made runs, and a small real run (one clean MLP job and one with
+a bad batch, 3 gloo ranks under torchrun against a real root and agent) that writes a well-formed
+detection.json and catches the fault, naming the rank.
+
+No threshold on false alarms here: the figures depend on the machine's load, and reporting them is the
+bench's job; the test checks that they are measured and that a real fault is caught.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.detection_jobs.score import aggregate, rank_verdict, score_run, step_at, table
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _event(id_: int, kind: str, step: int, opened: float, ranks: list[int]) -> dict:
+    return {"id": id_, "kind": kind, "step": step, "detail": {"summary": kind},
+            "seen": {"opened": opened, "exact": True, "ranks": ranks}}
+
+
+def test_scoring_false_alarms_detections_delays_and_ranks():
+    finalised = [[s, int((100 + s) * 1e9)] for s in range(200)]  # step s finalised at t = 100 + s
+    clean = {"job": "c", "model": "mlp", "seed": 0, "fault": "none", "steps_done": 200, "truth": None,
+             "finalised": finalised, "events": [_event(1, "loss_spike", 50, 150.5, [])]}
+    fault = {"job": "f", "model": "lm", "seed": 0, "fault": "bad_batch", "steps_done": 200, "finalised": finalised,
+             "truth": {"rank": 2, "step": 100, "time": 199.5},
+             "events": [_event(2, "straggler", 40, 140.2, [1]),         # before the fault: a false alarm
+                        _event(3, "loss_spike", 100, 203.2, [2]),       # the detection
+                        _event(4, "mfu_drop", 120, 221.0, [])]}         # after it, not expected: collateral
+    a, b = score_run(clean), score_run(fault)
+    assert a["clean_steps"] == 200 and [e["kind"] for e in a["false_alarms"]] == ["loss_spike"]
+    assert b["clean_steps"] == 100 and [e["kind"] for e in b["false_alarms"]] == ["straggler"]
+    hit = b["detections"]["loss_spike"]
+    assert hit["detected"] and hit["delay_s"] == pytest.approx(3.7) and hit["delay_steps"] == 3
+    assert hit["rank"] == "exact" and [e["kind"] for e in b["collateral"]] == ["mfu_drop"]
+    agg = aggregate([a, b])
+    spike = agg["per_detector"]["loss_spike"]
+    assert (spike["false_alarms"], spike["clean_steps"], spike["false_alarms_per_1000_steps"]) == (1, 300, 3.333)
+    assert (spike["detected"], spike["fault_runs"], spike["ranks"]) == (1, 1, {"exact": 1})
+    assert agg["per_fault"]["bad_batch"] == {"runs": 1, "caught": 1, "expected": ["loss_spike"],
+                                             "by": {"loss_spike": 1}, "collateral": ["mfu_drop"]}
+    assert "| loss_spike | 3.333 (1) | 1/1 |" in table(agg)
+    assert step_at(finalised, 99.9) is None and step_at(finalised, 150.0) == 50
+    assert [rank_verdict(n, 2) for n in ([2], [1, 2], [1], [])] == ["exact", "includes", "wrong", "none"]
+
+
+def test_help_and_bad_arguments():
+    bench = [sys.executable, str(REPO / "bench" / "detection.py")]
+    done = subprocess.run([*bench, "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "false alarms per 1,000 clean steps" in done.stdout
+    done = subprocess.run([*bench, "--faults", "meteor"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unknown fault" in done.stderr
+
+
+@pytest.mark.timeout(240)
+def test_quick_run_catches_a_bad_batch_and_writes_json(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "detection.py"), "--quick", "--faults", "bad_batch", "--mlp-steps", "120",
+         "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=230)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "| loss_spike |" in done.stdout and "2/2 mlp seed 0 bad_batch" in done.stderr
+    result = json.loads((tmp_path / "detection.json").read_text())
+    assert result["benchmark"] == "detection" and result["complete"] is True and "error" not in result
+    assert result["machine"]["cpus"] >= 1 and result["config"]["quick"] is True
+    clean, fault = result["runs"]
+    assert (clean["fault"], fault["fault"]) == ("none", "bad_batch")
+    for run in (clean, fault):
+        assert run["steps_done"] == 120 and len(run["finalised"]) == 120
+        assert sorted(r["rank"] for r in run["ranks_done"]) == [0, 1, 2]
+        assert all(r["durable"] is True for r in run["ranks_done"]), run["ranks_done"]
+    truth = fault["truth"]
+    assert (truth["fault"], truth["step"], truth["rank"]) == ("bad_batch", 60, 0)
+    hit = fault["score"]["detections"]["loss_spike"]
+    assert hit["detected"] and hit["rank"] == "exact" and hit["ranks"] == [0], fault["score"]
+    assert 0 <= hit["delay_s"] < 10 and hit["delay_steps"] is not None and hit["delay_steps"] >= 0
+    agg = result["aggregate"]
+    assert agg["clean_runs"] == 1 and agg["fault_runs"] == 1 and agg["clean_steps"] == 120 + 60
+    assert set(agg["per_detector"]) == {"straggler", "loss_spike", "mfu_drop", "dataloader_stall", "nonfinite", "hang"}
+    assert agg["per_detector"]["loss_spike"]["detected"] == 1 and agg["per_fault"]["bad_batch"]["caught"] == 1
