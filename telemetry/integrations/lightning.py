@@ -65,6 +65,7 @@ def _callback_bases() -> tuple[type, ...]:
 __all__ = ["TelemetryCallback"]
 
 _SHARDED_STRATEGIES = ("FSDPStrategy", "ModelParallelStrategy")
+_OWN_GRADIENTS_STRATEGIES = ("DeepSpeedStrategy",)  # gradients not on the parameters: no grad_norm
 _FETCH_ACTION = "train_dataloader_next"  # Lightning's profiler action around each training-batch fetch
 
 
@@ -104,6 +105,7 @@ class TelemetryCallback(*_callback_bases()):  # type: ignore[misc]
         self.durable: bool | None = None
         self._recorder: StepRecorder | None = None
         self._sharded = False
+        self._grads_on_params = True
         self._clock: SyncWaitClock | None = None
         self._flops: FlopCount | None = None
         self._batch_start = 0.0
@@ -118,7 +120,9 @@ class TelemetryCallback(*_callback_bases()):  # type: ignore[misc]
                             device)
         peak = peak_for(device, str(trainer.precision), self.peak_flops)
         self._recorder = StepRecorder(self.run, self.flops_per_step, peak)
-        self._sharded = any(c.__name__ in _SHARDED_STRATEGIES for c in type(trainer.strategy).__mro__)
+        strategies = {c.__name__ for c in type(trainer.strategy).__mro__}
+        self._sharded = bool(strategies.intersection(_SHARDED_STRATEGIES))
+        self._grads_on_params = not strategies.intersection(_OWN_GRADIENTS_STRATEGIES)
         self._profiler_class = type(trainer.profiler)
         trainer.profiler.__class__ = _fetch_timing(self._profiler_class, self._recorder.add_wait)
 
@@ -164,7 +168,8 @@ class TelemetryCallback(*_callback_bases()):  # type: ignore[misc]
         if self._recorder is None:
             return
         groups = getattr(optimizer, "param_groups", None) or [{}]
-        self._recorder.set_grad_norm(total_grad_norm(pl_module, self._sharded))
+        if self._grads_on_params:
+            self._recorder.set_grad_norm(total_grad_norm(pl_module, self._sharded))
         self._recorder.set_lr(groups[0].get("lr"))
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
