@@ -250,6 +250,9 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
               help="Root only: SQLite file of finalised windows.")
 @click.option("--api", default="127.0.0.1:7600", show_default=True,
               help="Root only: HTTP JSON API address (loopback by default).")
+@click.option("--api-token", envvar="TELEMETRY_API_TOKEN",
+              help="Root only: require this bearer token on the HTTP API (all but /healthz).")
+@click.option("--api-token-file", type=click.Path(exists=True), help="File holding the API's token.")
 @click.option("--durability", type=click.Choice(["process", "power"]), default="process", show_default=True,
               help="Root only: what a DURABLE acknowledgement promises. process: the data survives a crash of "
                    "the root process (SQLite synchronous=NORMAL); power: it survives a power loss too "
@@ -272,7 +275,8 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               parent_token_file: str | None, parent_server_name: str | None, allow_insecure_token: bool,
               tls_cert: str | None,
               tls_key: str | None, tls_client_ca: str | None, token: str | None, token_file: str | None, db: str,
-              api: str, deadline_floor: float | None, deadline_factor: float, max_metrics: int,
+              api: str, api_token: str | None, api_token_file: str | None, deadline_floor: float | None,
+              deadline_factor: float, max_metrics: int,
               durability: str, max_world_size: int, job_idle_timeout: float, max_children: int,
               detectors_config: str | None, verbose: int) -> None:
     """Run a collector (rack or cluster tier); with no --parent it is the root (store, API)."""
@@ -293,13 +297,17 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
     parent_token = _token(parent_token, parent_token_file, "--parent-token")
     _plaintext_token(parent_token, bool(parent_ca), [*parents, *fallbacks], "sent to the parent",
                      allow_insecure_token)
+    api_token = _token(api_token, api_token_file, "--api-token")
+    # The API is plain HTTP: its token is safe on loopback only (or behind a TLS proxy, with the flag).
+    loopback = api.rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "[::1]")
+    _plaintext_token(api_token, False, [] if loopback else [api], "required by the HTTP API", allow_insecure_token)
     security = _security(tls_cert, tls_key, tls_client_ca, token)
     parent_security = _security(parent_cert, parent_key, parent_ca, parent_token, parent_server_name)
     is_root = not parents
     floor = deadline_floor if deadline_floor is not None else (4.0 if is_root else 3.0)
     config = CollectorConfig(
         listen=listen, parents=[*parents, *fallbacks], node_id=node_id, security=security,
-        parent_security=parent_security, db=Path(db), api=api, deadline_floor_s=floor,
+        parent_security=parent_security, db=Path(db), api=api, api_token=api_token, deadline_floor_s=floor,
         deadline_factor=deadline_factor, max_metrics_per_job=max_metrics, max_children=max_children,
         job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size, durability=durability)
     _serve(signals, lambda: CollectorServer(config),
@@ -322,7 +330,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               help="straggler:rank=R,from=S,factor=F[,until=S] | spike:step=S,factor=F | nan:rank=R,step=S | "
                    "hang:rank=R,step=S | dead:rank=R,step=S (repeatable).")
 @click.option("--chaos", is_flag=True, help="SIGKILL and restart a rack collector, an agent and the root mid-run.")
-@click.option("--sync-collectives/--no-sync-collectives", default=False, show_default=True,
+@click.option("--sync-collectives/--no-sync-collectives", default=True, show_default=True,
               help="Ranks synchronise through collectives each step: step_time is the slowest rank's compute plus "
                    "a rank's own overhead, and each rank logs its own compute as collective_arrival. Off: a job "
                    "without collectives (step_time is a rank's own compute).")

@@ -29,7 +29,7 @@ from collectors.detectors.nonfinite import NonfiniteDetector
 from collectors.detectors.dataloader_stall import DataloaderStallDetector
 from collectors.detectors.straggler import StragglerDetector
 from collectors.root.store import Row
-from collectors.sim.model import parse_injection
+from collectors.sim.model import ARRIVAL, parse_injection
 from collectors.sim.orchestrate import SimConfig, Simulation
 from telemetry.summary import Summary
 
@@ -672,10 +672,7 @@ def by_kind(events: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-@pytest.mark.parametrize("sync", [
-    pytest.param(True, id="collectives", marks=pytest.mark.xfail(
-        strict=True, reason="the straggler detector judges step_time only; collective_arrival (issue 12) next")),
-    pytest.param(False, id="no-collectives")])
+@pytest.mark.parametrize("sync", [True, False], ids=["collectives", "no-collectives"])
 def test_sim_faults_are_raised_as_the_right_events(tmp_path, sync):
     """Straggler rank 13 from step 6, NaN on rank 6 at step 4, a loss spike at step 10: each is one event,
     in time, naming the rank; nothing else is raised. With collectives every rank's step_time is the
@@ -691,6 +688,7 @@ def test_sim_faults_are_raised_as_the_right_events(tmp_path, sync):
     assert straggler["ranks"] == [13] and 6 <= straggler["step"] <= 8, straggler
     assert straggler["detail"]["detected_step"] - 6 <= 2, "raised within 3 steps of its start"
     assert straggler["detail"]["wait_s"] > 0.1 and straggler["detail"]["wait_rank_s_total"] > 0
+    assert straggler["detail"]["signal"] == (ARRIVAL if sync else "step_time"), straggler["detail"]
     (nan,) = events["nonfinite"]
     assert (nan["step"], nan["ranks"], nan["detail"]["metrics"]) == (4, [6], ["loss"])
     (spike,) = events["loss_spike"]

@@ -40,6 +40,7 @@ class CollectorConfig:
     parent_security: Security | None = None
     db: Path | None = None  # root only
     api: str | None = "127.0.0.1:0"  # root only; None disables
+    api_token: str | None = None  # root only: the bearer token the HTTP API requires (all but /healthz)
     deadline_floor_s: float = 3.0
     deadline_factor: float = 4.0
     flush_interval_s: float = 0.02
@@ -104,7 +105,7 @@ class CollectorServer:
                 host, port = self.config.api.rsplit(":", 1)
                 api = RootApi(self.store, self.liveness)  # type: ignore[arg-type]
                 api.events = self.wiring.events_endpoint  # GET /api/v1/jobs/{job}/events
-                self.api_server = serve(api, host, int(port), extra=self.wiring.routes)
+                self.api_server = serve(api, host, int(port), extra=self.wiring.routes, token=self.config.api_token)
                 self.api_address = f"{host}:{self.api_server.server_address[1]}"
         self.flusher.start()
 

@@ -5,10 +5,15 @@ GET /api/v1/jobs/{job}/steps?metric=NAME&last=N
 GET /api/v1/jobs/{job}/progress
 GET /api/v1/jobs/{job}/events?status=open|closed&kind=K&since_id=N&last=N (when detectors are attached)
 GET /healthz
+
+With a token (`--api-token-file`), every path but /healthz (which says nothing but "up") needs
+`Authorization: Bearer TOKEN`, /metrics included (Prometheus sends it with `authorization:
+credentials_file:`); a request without it is answered 401.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import socket
@@ -108,16 +113,26 @@ class RootApi:
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")
 
 
-def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tuple[str, bytes]]] | None = None
-          ) -> BoundedHTTPServer:
-    """Start the API on a daemon thread; `extra` maps paths (e.g. /metrics) to (content type, body) makers."""
+OPEN_PATHS = frozenset({"/healthz"})  # answered without the token: liveness probes carry none
+
+
+def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tuple[str, bytes]]] | None = None,
+          token: str | None = None) -> BoundedHTTPServer:
+    """Start the API on a daemon thread; `extra` maps paths (e.g. /metrics) to (content type, body) makers;
+    with `token`, requests need it as a bearer token (see the module docstring)."""
     routes = extra or {}
+    expected = f"Bearer {token}".encode() if token else None
 
     class Handler(BaseHTTPRequestHandler):
         timeout = REQUEST_TIMEOUT_S
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             url = urlparse(self.path)
+            if expected is not None and url.path not in OPEN_PATHS and not hmac.compare_digest(
+                    self.headers.get("Authorization", "").encode(errors="replace"), expected):
+                self._send(HTTPStatus.UNAUTHORIZED, "application/json",
+                           b'{"error": "missing or wrong bearer token"}', {"WWW-Authenticate": "Bearer"})
+                return
             try:
                 if url.path in routes:
                     ctype, body = routes[url.path]()
@@ -132,8 +147,10 @@ def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tupl
                 self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "application/json",
                            json.dumps({"error": "internal error (logged by the root)"}).encode())
 
-        def _send(self, status: HTTPStatus, ctype: str, body: bytes) -> None:
+        def _send(self, status: HTTPStatus, ctype: str, body: bytes, headers: dict[str, str] | None = None) -> None:
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

@@ -51,7 +51,7 @@ class SimConfig:
     probe_agents: int = 0  # the first N agents sample this host's hardware (GPU/NIC); the rest share the host
     detectors: str | None = None  # the root's --detectors (JSON text or file); None: its defaults
     #: ranks synchronise through collectives each step (model.RankModel); False: they never wait for each other
-    sync_collectives: bool = False
+    sync_collectives: bool = True
 
 
 class Simulation:
