@@ -236,11 +236,22 @@ def run_one(plan: Plan, args: argparse.Namespace, api: str, agent: str, workdir:
 # ---------------------------------------------------------------- the whole bench
 
 
+def git_dirty() -> list[str]:
+    """Tracked files with uncommitted changes: the detectors measured may not be git HEAD's."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                             text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line[3:] for line in out.splitlines() if line.strip()]
+
+
 def machine_facts() -> dict[str, Any]:
     memory = memory_bytes()
     return {"platform": platform.platform(), "python": platform.python_version(), "cpu_model": cpu_model(),
             "cpus": os.cpu_count(), "memory_gib": round(memory / 2**30, 1) if memory else None,
-            "git_head": git_head(), "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            "git_head": git_head(), "git_dirty_files": git_dirty(),
+            "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
 def run(args: argparse.Namespace, workdir: Path, progress: Progress) -> dict[str, Any]:
