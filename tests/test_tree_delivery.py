@@ -326,6 +326,8 @@ def test_outbox_drop_is_exported_in_the_counters_sent_up(tmp_path):
             with parent.lock:
                 return any(b.counters.dropped_windows > 0 for b in parent.batches)
         wait_for(exported, 4, what="a batch whose counters report the dropped windows")
+        # ... and the ranks whose batches went with the dropped units are told so (close() is not True).
+        wait_for(lambda: any(run.stats["refused_batches"] for run in runs), 5, what="the drop told to the ranks")
     finally:
         for run in runs:
             run.close(0.1)
