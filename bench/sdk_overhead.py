@@ -50,16 +50,18 @@ sys.path.insert(0, str(REPO))
 
 import telemetry  # noqa: E402
 from collectors.demo.train import run as run_torchrun  # noqa: E402
+from arrival_cost import measure as measure_readers  # noqa: E402  (bench/arrival_cost.py)
+from arrival_cost import report_lines as reader_lines  # noqa: E402
 from machine import cpu_model, git_head, memory_bytes  # noqa: E402  (bench/machine.py)
 
 EXAMPLE = REPO / "examples" / "train_ddp.py"
 DEFAULT_JSON = REPO / "bench" / "results" / "sdk_overhead.json"
 TARGETS = {"log_1_float_us": 2.0, "log_10_values_us": 10.0, "sdk_step_overhead_percent": 1.0,
-           "allgather_over_sdk_overhead": 10.0}
+           "allgather_over_sdk_overhead": 10.0, "readers_step_overhead_percent": 1.0}
 CONFIGS = {"none": ["--no-telemetry"], "sdk": [], "allgather": ["--no-telemetry", "--allgather-metrics"]}
 CONFIG_LABELS = {"none": "no telemetry", "sdk": "SDK", "allgather": "all_gather"}
 LOG_CASES = ("1 float", "10 floats", "10 CPU tensors", "floor: empty function, 10 kwargs")
-QUICK = {"calls": 300, "repeats": 3, "steps": 12, "warmup": 4, "rounds": 1}
+QUICK = {"calls": 300, "repeats": 3, "steps": 12, "warmup": 4, "rounds": 1, "reader_rounds": 2, "reader_steps": 10}
 MEASURES = {"wall": "per_step_s", "thread_cpu": "thread_cpu_per_step_s", "process_cpu": "process_cpu_per_step_s"}
 MEASURE_LABELS = {"wall": "wall time", "thread_cpu": "training-thread CPU", "process_cpu": "process CPU"}
 
@@ -528,18 +530,27 @@ def main(argv: list[str] | None = None) -> int:
                    help="interleaved rounds of the three configurations (a multiple of 3 puts each first equally often) "
                         "[default: 9]")
     p.add_argument("--run-timeout", type=float, default=600.0, help="seconds one example run may take")
-    p.add_argument("--skip-steps", action="store_true", help="only the log() part")
+    p.add_argument("--skip-steps", action="store_true", help="no example runs (log() and the readers only)")
+    p.add_argument("--skip-readers", action="store_true", help="do not measure the flight-recorder readers")
+    p.add_argument("--reader-rounds", type=int, default=None,
+                   help="interleaved rounds (readers on, off) of the flight-recorder readers' cost [default: 10]")
+    p.add_argument("--reader-steps", type=int, default=None, help="steps per block of those rounds [default: 50]")
+    p.add_argument("--reader-work-ms", type=float, default=20.0,
+                   help="CPU-bound Python work per step while the readers are measured [default: 20]")
     p.add_argument("--wait-load", type=float, default=None, metavar="LOAD",
                    help="first wait until the 1-minute load average is below LOAD (polled every 30 s)")
     p.add_argument("--wait-max", type=float, default=2400.0, help="seconds --wait-load waits at most [2400]")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (notes are still printed)")
     args = p.parse_args(argv)
-    defaults = {"calls": 2000, "repeats": 25, "steps": 200, "warmup": 20, "rounds": 9}
+    defaults = {"calls": 2000, "repeats": 25, "steps": 200, "warmup": 20, "rounds": 9, "reader_rounds": 10,
+                "reader_steps": 50}
     for key, value in (QUICK if args.quick else defaults).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.steps <= args.warmup or args.rounds < 1 or args.calls < 1 or args.repeats < 1:
         p.error("need --steps > --warmup and at least one round, call and repeat")
+    if args.reader_rounds < 1 or args.reader_steps < 1 or args.reader_work_ms <= 0:
+        p.error("need at least one reader round and step, and positive --reader-work-ms")
     json_path = Path(args.json) if args.json else (None if args.quick else DEFAULT_JSON)
 
     with Progress(enabled=not args.no_progress) as progress:
@@ -561,6 +572,11 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.skip_steps:
                     step_results = bench_steps(agent, [root.pid, agent_proc.pid], args.world, args.steps,
                                                args.warmup, args.rounds, tmp, args.run_timeout, progress)
+                reader_results = None
+                if not args.skip_readers:
+                    progress.note("flight-recorder readers: on vs off ...")
+                    reader_results = measure_readers(agent, args.reader_rounds, args.reader_steps,
+                                                     args.reader_work_ms, progress.note)
             finally:
                 if agent_proc is not None:
                     stop(agent_proc)
@@ -568,15 +584,22 @@ def main(argv: list[str] | None = None) -> int:
         load_after = os.getloadavg()
 
     lines, summary = report(log_results, step_results, load_before, load_after)
+    if reader_results is not None:
+        lines[-1:-1] = reader_lines(reader_results)
+        o = reader_results["overhead_percent"]
+        summary["targets"]["readers_step_overhead_percent"] = judge(
+            o["median"], o["stdev"], TARGETS["readers_step_overhead_percent"])
+        summary["readers_step_overhead_percent"] = o["median"]
     print("\n".join(lines), flush=True)
     machine.update({"load_avg_before": list(load_before), "load_avg_after": list(load_after),
                     "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "load_wait": {"threshold": args.wait_load, "polls": polls} if polls is not None else None})
     out = {"benchmark": "sdk_overhead", "command": " ".join([Path(sys.executable).name, *sys.argv]),
            "quick": args.quick,
-           "parameters": {k: getattr(args, k) for k in ("calls", "repeats", "world", "steps", "warmup", "rounds")},
+           "parameters": {k: getattr(args, k) for k in ("calls", "repeats", "world", "steps", "warmup", "rounds",
+                                                        "reader_rounds", "reader_steps", "reader_work_ms")},
            "targets": TARGETS, "summary": summary, "machine": machine,
-           "log": log_results, "steps": step_results, "printed": lines}
+           "log": log_results, "steps": step_results, "readers": reader_results, "printed": lines}
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(out, indent=2, allow_nan=False) + "\n")

@@ -10,13 +10,13 @@ Two signals, chosen per job:
   `lag / scale` > max(`min_wait_frac`, the run's usual share + `mad_k` robust sigmas), where `scale` =
   max(step_time p50, arrival max), and the wait is over `min_wait_s` (below it, a wait is the OS
   scheduler's noise on a shared host). Only steps where every rank reported an arrival are judged (a rank
-  without one could be the slow one), after the first `warmup` of them (start-up: first iterations,
-  allocator, compilation). Once a job logs arrivals, its `step_time` is not judged.
+  without one could be the slow one). Once a job logs arrivals, its `step_time` is not judged.
 * `step_time`, for jobs without collectives (each rank's wall time is its own): over when max / p50 >
   max(`factor`, `baseline_factor` x the run's median ratio over its last `baseline_steps` normal steps),
   so a job whose ranks are always a little uneven does not cry wolf.
 
-Noise does not make a straggler: an event opens after `consecutive` over steps in a row whose slowest
+The first `warmup` steps of either signal are start-up (first iterations, allocator, compilation, DDP
+building its buckets) and are not judged. Noise does not make a straggler: an event opens after `consecutive` over steps in a row whose slowest
 rank is the *same* rank (a rank descheduled once, or a different rank each step, is not one), is
 updated every over step, and closes after `clear_steps` normal ones. Its `step` is the first over step.
 The detail names the top ranks above the threshold and the seconds they cost: `wait_s` = max - p50 (the
@@ -67,7 +67,7 @@ class _State:
     wait_rank_s_total: float = 0.0
     steps: int = 0
     arrivals: bool = False    # the job logs collective_arrival: judge that, not step_time
-    warm: int = 0             # arrival steps seen (the first `warmup` are start-up, not judged)
+    warm: int = 0             # steps seen (the first `warmup` are start-up, not judged)
     step_scale: float = 0.0   # the last step_time p50 seen
 
 
@@ -105,13 +105,13 @@ class StragglerDetector(Detector):
                 return
         elif not state.arrivals:
             state.arrivals = True
-            state.last_step = -1  # judged on step_time until now: start again on the new signal
+            state.last_step, state.warm = -1, 0  # judged on step_time until now: start again on the new signal
             self._baseline.pop(job, None)
         if step <= state.last_step or s.count < 2 or not math.isfinite(s.max):
             return
         if arrival and len(s.sources) < row.expected:
             return
-        if arrival and state.warm < c.warmup:
+        if state.warm < c.warmup:
             state.warm += 1
             return
         baseline = self._baseline.setdefault(job, Baseline(c.baseline_steps))

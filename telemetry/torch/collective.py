@@ -252,8 +252,10 @@ class ArrivalClock:
     (20-80 ms for the default 2,000 entries on this machine, holding the GIL): too much per step.
     The status-only dump (``pg_status``: last enqueued and last completed sequence numbers) costs
     ~10 us whatever the ring holds. So a daemon thread polls it while a step is open, every
-    ``period_s`` (1/``resolution`` of the last step, within [``min_period_s``, ``max_period_s``]),
-    noting when each number changed; at step exit the training thread reads it once more. The
+    ``period_s`` (1/``resolution`` of the last step, within [``min_period_s``, ``max_period_s``]:
+    1/20 of a step in 10-100 ms; each poll takes the GIL from a training thread running Python, a
+    hand-off of ~0.1 ms, so at most 100 polls a second keep that under 1 %; see
+    bench/arrival_cost.py), noting when each number changed; at step exit the training thread reads it once more. The
     arrival is when the poller first saw the step's last sequence number enqueued (the exit, if it
     had not yet); the sync is when it was first seen completed (the exit, if not yet: gloo's
     completed field sometimes stays one behind, and then the step counts from its exit, which only
@@ -262,8 +264,8 @@ class ArrivalClock:
     and completion is seen by the watchdog: not verified here (no GPU); see docs/torch.md.
     """
 
-    def __init__(self, progress: CollectiveProgress, resolution: int = 50, min_period_s: float = 0.002,
-                 max_period_s: float = 0.05) -> None:
+    def __init__(self, progress: CollectiveProgress, resolution: int = 20, min_period_s: float = 0.01,
+                 max_period_s: float = 0.1) -> None:
         self.progress = progress
         self.resolution = resolution
         self.min_period_s = min_period_s
