@@ -181,6 +181,7 @@ class PeerRelay:
 
     async def _pair(self, outer: _Outer, cred: PeerCred) -> None:
         inner = _Half(self)
+        sock: socket.socket | None = None
         try:
             sock, name = self._bound_socket()
             with self._lock:
@@ -190,6 +191,8 @@ class PeerRelay:
             await self._loop.create_unix_connection(lambda: inner, sock=sock)
         except OSError as exc:
             log.warning("could not relay a rank connection (pid %d) to the agent's gRPC socket: %s", cred.pid, exc)
+            if sock is not None and inner.transport is None:
+                sock.close()
             if inner.name is not None:
                 self.forget(inner.name)
             if outer.transport is not None:
@@ -233,6 +236,8 @@ class PeerRelay:
                 log.warning("peer relay did not close cleanly: %r", exc)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self._loop.close()
         for path in (self.inner, self.public):
             try:
                 path.unlink()
@@ -240,5 +245,7 @@ class PeerRelay:
                 pass
         try:
             os.rmdir(self._dir)
+        except FileNotFoundError:
+            pass  # stopped twice
         except OSError as exc:
             log.warning("could not remove %s: %s", self._dir, exc)
