@@ -146,6 +146,54 @@ def test_many_jobs_in_a_row_leave_nothing_behind(tree) -> None:  # type: ignore[
     assert not [k for k in list(root.finaliser.final) if k.job in jobs]
 
 
+def _per_job_maps(server) -> dict[str, set[str]]:  # type: ignore[no-untyped-def]
+    """The jobs each per-job map of a tier holds (the soak's per-job memory growth lived in one of these)."""
+    node = server.node
+    with node.lock:
+        maps = {"node.jobs": node.jobs(), "windows": {k.job for k in node.table.windows},
+                "deadlines": set(node.table.deadlines._starts) | set(node.table.deadlines._medians),
+                "durability": {origin[0].rpartition("/")[0] for origin in node.durability._refs},
+                "lifecycle.live": set(server.lifecycle.live_jobs()),
+                "budget": set(server.service.budget._names)}
+        upstream = getattr(server, "upstream", None)
+        if upstream is not None:
+            maps["upstream.hosts_sent"] = set(upstream._hosts_sent)
+        if hasattr(server, "registry"):  # the agent
+            maps["registry"] = server.registry.jobs()
+            maps["steps"] = {job for job, _ in server.service.steps}
+            maps["open_per_job"] = set(server.service._open_per_job)
+            maps["beats"] = {key.job for key in server.service.beats}
+    return maps
+
+
+def test_a_finished_job_leaves_no_per_job_state_in_any_tier(tree) -> None:  # type: ignore[no-untyped-def]
+    """Many short jobs: once each is forgotten (grace over), no map of agent, rack or root still names it. The
+    soak (docs/soak.md) saw the agent grow per job while every map the other tests look at was empty: the
+    rank->host lists an Upstream had sent its parent were kept per job for the life of the connection."""
+    root, rack, agent, sock = tree
+    jobs = [f"gone-{i}" for i in range(6)]
+    for job in jobs:
+        _run_job(sock, job, ranks=2, steps_=2)
+    wait_for(lambda: not agent.registry.ranks and not rack.node.jobs() and not root.jobs(), timeout=30,
+             what="every finished job forgotten")
+
+    def left() -> dict[str, list[str]]:
+        found = {f"{name} {what}": sorted(held & set(jobs))
+                 for name, server in (("agent", agent), ("rack", rack), ("root", root))
+                 for what, held in _per_job_maps(server).items() if held & set(jobs)}
+        if set(root.wiring.hosts) & set(jobs):
+            found["root wiring.hosts"] = sorted(set(root.wiring.hosts) & set(jobs))
+        return found
+
+    # The next unit after the forgetting (within the liveness interval, 1 s) sends the rank states without the
+    # jobs: what an Upstream keeps of the hosts it sent is brought up to date there.
+    try:
+        wait_for(lambda: not left(), timeout=5, what="no per-job state left")
+    except AssertionError:
+        assert left() == {}
+        raise
+
+
 def test_a_job_that_went_silent_is_forgotten_after_the_idle_timeout(tree) -> None:  # type: ignore[no-untyped-def]
     """A rank that registered, sent one step and vanished without closing (a crash the agent may even
     see as a live process): nothing arrives any more, so the job goes after the idle timeout."""

@@ -381,11 +381,16 @@ class Upstream:
             return [{} for _ in jobs]
         self._hosts_version = node.hosts_version
         deltas = []
+        sent_now: dict[str, dict[int, str]] = {}
         for job in jobs:
             hosts = node.hosts(job)
             sent = self._hosts_sent.get(job, {})
             deltas.append({rank: host for rank, host in hosts.items() if sent.get(rank) != host})
-            self._hosts_sent[job] = hosts
+            sent_now[job] = hosts
+        # Only the jobs the node still knows: a forgotten job's entry would stay for the connection's life (the
+        # soak's agent grew per job), and the parent forgets a job absent from the states, so one that comes
+        # back must be sent in full.
+        self._hosts_sent = sent_now
         return deltas
 
     def _on_ack(self, unit: Unit, ack: forward_pb2.Ack) -> None:
