@@ -194,6 +194,34 @@ def test_a_finished_job_leaves_no_per_job_state_in_any_tier(tree) -> None:  # ty
         raise
 
 
+def test_the_roots_periodic_check_does_not_bring_back_a_finished_jobs_hosts(tmp_path: Path) -> None:
+    """The root's detector check reads its jobs, then their liveness and hosts, then stores the hosts: a job
+    forgotten in between (the flush thread's sweep) was put back into the hosts map for good (the soak's root
+    kept ~1 job in 15). Here the job is forgotten exactly there, from inside the liveness read."""
+    root = make_root(tmp_path / "root.db", job_idle_timeout_s=IDLE_S)
+    child = RawChild(root.address, "raw")
+    try:
+        child.batch(window("racy", "step_time", 0, {0: 1.0}, expected=1))
+        wait_for(lambda: "racy" in root.wiring.hosts, what="the job in the root's hosts map")
+        fired = []
+        liveness = root.liveness
+
+        def forgotten_meanwhile(job: str) -> dict[str, object]:
+            if job == "racy" and not fired:
+                fired.append(job)
+                for callback in root.on_job_finished:  # what the sweep does when it forgets the job
+                    callback(job)
+            return liveness(job)
+
+        root.liveness = forgotten_meanwhile  # type: ignore[method-assign]
+        wait_for(lambda: fired, what="the periodic check to read the job's liveness")
+        time.sleep(1.0)  # two more checks (every 0.5 s)
+        assert "racy" not in root.wiring.hosts
+    finally:
+        child.close()
+        stop_all(root)
+
+
 def test_a_job_that_went_silent_is_forgotten_after_the_idle_timeout(tree) -> None:  # type: ignore[no-untyped-def]
     """A rank that registered, sent one step and vanished without closing (a crash the agent may even
     see as a live process): nothing arrives any more, so the job goes after the idle timeout."""

@@ -127,10 +127,13 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
 
     server.finaliser.on_finalised.append(on_finalised)
 
+    hosts_lock = threading.Lock()  # the periodic check must not put back the hosts of a job forgotten meanwhile
+
     def finished(job: str) -> None:
         detectors.forget(job)
         metrics.forget(job)
-        hosts.pop(job, None)
+        with hosts_lock:
+            hosts.pop(job, None)
         latest.pop(job, None)
 
     server.on_job_finished.append(finished)
@@ -153,7 +156,9 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
                 live = {job: server.liveness(job) for job in jobs}
                 with server.node.lock:
                     views = {job: dict(server.node.ranks(job).hosts) for job in jobs}
-                hosts.update(views)
+                with hosts_lock:  # only jobs the detectors still hold: one finished since `jobs` was read is gone
+                    known = set(detectors.jobs())
+                    hosts.update({job: view for job, view in views.items() if job in known})
                 detectors.check(live)
             except Exception:
                 log.exception("periodic detector check failed")
