@@ -193,6 +193,23 @@ def test_dataloader_one_long_stall_is_raised_at_once_naming_the_rank(late):  # t
     assert event["detail"]["rule"] == "long_stall" and event["detail"]["wait_max_s"] == 5.0
 
 
+def test_dataloader_long_stall_rank_stays_named_when_other_ranks_stall_after_it():
+    """bench/detection.py saw it: after a rank's 75 s stall (a late delta), another rank waited a third of
+    each step for three steps while catching up; the event must still name the rank that stalled."""
+    log = EventLog(None)
+    det = DataloaderStallDetector(log)
+    for step in range(40):
+        waits = [0.0002] * WORLD
+        if 36 <= step <= 38:
+            waits[0] = 0.02  # 40 % of a 0.05 s step
+        det.observe(row("dataloader_wait", step, waits))
+        det.observe(row("step_time", step, [0.05] * WORLD))
+        if step == 35:
+            det.observe(row("dataloader_wait", step, [0.0002, 75.0, 0.0002], late=1))
+    (event,) = log.query(JOB)
+    assert (event["step"], event["last_step"], event["ranks"]) == (35, 38, [0, 1])
+
+
 def test_dataloader_short_waits_are_not_long_stalls():
     log = EventLog(None)
     det = DataloaderStallDetector(log)

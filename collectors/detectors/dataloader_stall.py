@@ -6,7 +6,7 @@ one rank waiting on data holds every rank back). A step is stalled when the frac
 `fraction` (default 0.25) and, once the run has a baseline (its median fraction over the last
 `baseline_steps` normal steps), above `baseline_factor` x that baseline too; raised after
 `consecutive` stalled steps, closed after `clear_steps` normal ones. Names the ranks whose wait is
-above the threshold (top-k).
+above the threshold (top-k); while the event is open the ranks named accumulate.
 
 One long stall is raised at once: a wait of at least `stall_steps` median step times and `stall_min_s`
 seconds (a loader blocked for seconds is not noise, and waiting for `consecutive` more would wait for
@@ -138,6 +138,8 @@ class DataloaderStallDetector(Detector):
         cut = threshold * median_step
         ranks = distinct(wait.top(), lambda v: v > cut, c.top) or [wait.argmax]
         event = self.events.get_open(self.kind, job)
+        if event is not None:  # the ranks named accumulate: a long stall's rank stays named after it
+            ranks += [r for r in event.ranks if r not in ranks]
         detail = {
             "summary": f"rank {ranks[0]} waited {wait.max:.3g} s for data in a {median_step:.3g} s step "
                        f"({frac:.0%})",
