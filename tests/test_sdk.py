@@ -217,7 +217,7 @@ def test_several_runs_in_one_process(tmp_path, root, closing):
 
 
 # ---------------------------------------------------------------- a step the wire cannot carry
-@pytest.mark.parametrize("bad_step", [-1, 2**64, 1.5], ids=["negative", "beyond_uint64", "float"])
+@pytest.mark.parametrize("bad_step", [-1, 2**53 + 1, 2**64, 1.5], ids=["negative", "beyond_2_53", "beyond_uint64", "float"])
 def test_a_bad_step_never_costs_the_other_values(tmp_path, root, closing, bad_step):
     """log() with a step that is not a uint64 must be refused on the spot (ValueError/TypeError), not fail
     later on the sender thread and take every value drained with it, uncounted, while close() says True."""
@@ -239,5 +239,50 @@ def test_a_bad_step_never_costs_the_other_values(tmp_path, root, closing, bad_st
         assert [(r["step"], r["count"], r["max"]) for r in rows] == [(s, 1, float(s)) for s in range(1, 4)], (
             f"close() said {closed}, stats {run.stats}")
         assert closed
+    finally:
+        stop_all(agent)
+
+
+# ---------------------------------------------------------------- dataloader_wait lands on the step that eats the batch
+def _slow_batches(waits: list[float]):  # type: ignore[no-untyped-def]
+    for i, wait in enumerate(waits):
+        time.sleep(wait)
+        yield i
+
+
+WAITS = [0.05, 0.01, 0.12, 0.01, 0.08]  # batch k takes WAITS[k]
+
+
+@pytest.mark.parametrize("pattern", ["readme", "inside_step", "end_step"])
+def test_wrap_loader_logs_each_wait_on_the_step_that_consumes_the_batch(tmp_path, root, closing, pattern):
+    """The README's loop fetches batch `step` before entering `run.step(step)`: its wait belongs to `step`, not
+    to the step still current (step - 1), and the last step gets its own wait. Fetching inside the step, or a
+    loop closed with end_step, attributes the same way."""
+    agent = make_agent([root.address], tmp_path / "loader.sock", "agent0")
+    try:
+        run = telemetry.init(job=f"loader-{pattern}", rank=0, world_size=1, agent=f"unix:{agent.socket_path}")
+        closing.append(run)
+        if pattern == "readme":
+            for step, batch in enumerate(run.wrap_loader(_slow_batches(WAITS))):
+                with run.step(step):
+                    run.log(step, batch=batch)
+        elif pattern == "inside_step":
+            batches = iter(run.wrap_loader(_slow_batches(WAITS)))
+            for step in range(len(WAITS)):
+                with run.step(step):
+                    run.log(step, batch=next(batches))
+        else:
+            for step, batch in enumerate(run.wrap_loader(_slow_batches(WAITS))):
+                run.log(step, batch=batch)
+                run.end_step(step)
+        assert run.close(10)
+        rows = wait_for(lambda: (r := steps(root.api_address, f"loader-{pattern}", "dataloader_wait"))
+                        and len(r) == len(WAITS) and r, what="every step's dataloader_wait")
+        assert [r["step"] for r in rows] == list(range(len(WAITS)))
+        assert all(r["count"] == 1 for r in rows), rows
+        for row, wait in zip(rows, WAITS):
+            assert wait <= row["max"] < wait + 0.08, (row["step"], row["max"], wait)
+        batches = steps(root.api_address, f"loader-{pattern}", "batch")
+        assert [(r["step"], r["max"]) for r in batches] == [(s, float(s)) for s in range(len(WAITS))]
     finally:
         stop_all(agent)

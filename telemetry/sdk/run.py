@@ -64,6 +64,9 @@ class Run:
         self._collectives_wanted = collectives
         self._collectives_lock = threading.Lock()
         self._clock: Any = None
+        self._open_step: int | None = None  # inside `with run.step(s)`: s
+        self._loader_wait = 0.0             # wrap_loader's waits since the last step entry, outside any step
+        self._loader_waits = 0
         self._sender.start()
 
     # ------------------------------------------------------------ training thread
@@ -83,6 +86,8 @@ class Run:
                 staged = _stage(values)
                 break
         self._append((_STAGED, step, staged) if staged is not None else (_VALUES, step, values))
+        if self._loader_waits and self._open_step is None:
+            self._take_loader_wait(step)  # a loop without run.step: the batch went to this step
 
     @contextmanager
     def step(self, step: int) -> Iterator[None]:
@@ -96,10 +101,14 @@ class Run:
             self.current_step = step
         clock = self._clock if self._clock is not None else self._collectives()
         since_ns = clock.begin(time.time_ns()) if clock is not None else 0
+        if self._loader_waits:
+            self._take_loader_wait(step)
+        self._open_step = step
         start = time.perf_counter()
         try:
             yield
         finally:
+            self._open_step = None
             values = {"step_time": time.perf_counter() - start}
             end_ns = time.time_ns()
             if clock is not None:
@@ -113,11 +122,16 @@ class Run:
     def end_step(self, step: int) -> None:
         """Close this rank's contribution to `step` without timing it (what `step()` does on exit)."""
         _check_step(step)
+        if self._loader_waits:
+            self._take_loader_wait(step)
         self._append((_CLOSE, step, time.time_ns()))
         self.steps_completed += 1
 
     def wrap_loader(self, iterable: Iterable) -> Iterator:
-        """Yield from `iterable`, logging the seconds each `next()` waited as `dataloader_wait` for the current step."""
+        """Yield from `iterable`, logging the seconds each `next()` waited as `dataloader_wait` of the step
+        that consumes the batch: the step open at the time (batches fetched inside `run.step`), else the next
+        step entered (the README's `for step, batch in enumerate(run.wrap_loader(loader)): with
+        run.step(step):`, where the batch is fetched before its step; waits before one step are summed)."""
         iterator = iter(iterable)
         while True:
             start = time.perf_counter()
@@ -125,8 +139,17 @@ class Run:
                 item = next(iterator)
             except StopIteration:
                 return
-            self.log(self.current_step, dataloader_wait=time.perf_counter() - start)
+            waited = time.perf_counter() - start
+            if self._open_step is not None:
+                self.log(self._open_step, dataloader_wait=waited)
+            else:
+                self._loader_wait += waited
+                self._loader_waits += 1
             yield item
+
+    def _take_loader_wait(self, step: int) -> None:
+        self._append((_VALUES, step, {"dataloader_wait": self._loader_wait}))
+        self._loader_wait, self._loader_waits = 0.0, 0
 
     def _collectives(self) -> Any:
         """The ArrivalClock once torch.distributed is initialised (the collective progress reader joins the
@@ -241,14 +264,14 @@ class Run:
                 "late_dropped_values": self._sender.late_dropped_values}
 
 
-MAX_STEP = 2**63 - 1  # steps are stored as SQLite integers at the root
+MAX_STEP = 2**53  # = collectors.common.validation.MAX_INDEX: heartbeats carry steps as float64, exact to 2**53
 
 
 def _check_step(step: int) -> None:
     if type(step) is not int:  # noqa: E721 (bool and numpy ints are refused too: say int(step))
         raise TypeError(f"step must be an int, got {type(step).__name__}")
     if not 0 <= step <= MAX_STEP:
-        raise ValueError(f"step must be in [0, 2**63), got {step}")
+        raise ValueError(f"step must be in [0, 2**53], got {step}")
 
 
 _stage_tensors: Callable[[dict[str, Any]], Any] | None = None
