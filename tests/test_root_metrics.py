@@ -200,8 +200,8 @@ def test_real_root_serves_metrics_and_events(tmp_path):
     try:
         assert root.wiring is not None and root.wiring.thread.is_alive()
         child = RawChild(root.address, "rack0")
-        for step in range(1, 8):
-            values = {r: (0.5 if r == 3 and step >= 4 else 0.1 + 0.001 * r) for r in range(4)}
+        for step in range(1, 11):  # the detector's first 5 steps are its warm-up
+            values = {r: (0.5 if r == 3 and step >= 7 else 0.1 + 0.001 * r) for r in range(4)}
             windows = [forward_pb2.WindowSummary(key=Key(JOB, "step_time", step).to_proto(),
                                                  summary=summary(values).to_proto(), expected=4)]
             child.batch(*windows)
@@ -209,7 +209,7 @@ def test_real_root_serves_metrics_and_events(tmp_path):
             api_get(root.api_address, f"/api/v1/jobs/{JOB}/events")), what="a straggler event")
         assert status == 200
         (event,) = body["events"]
-        assert event["kind"] == "straggler" and event["ranks"] == [3] and event["step"] == 4
+        assert event["kind"] == "straggler" and event["ranks"] == [3] and event["step"] == 7
         assert api_get(root.api_address, f"/api/v1/jobs/{JOB}/events?status=closed")[1]["events"] == []
         assert api_get(root.api_address, f"/api/v1/jobs/{JOB}/events?kind=straggler&since_id={event['id']}"
                        )[1]["events"] == []
