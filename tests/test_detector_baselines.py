@@ -210,6 +210,23 @@ def test_dataloader_long_stall_rank_stays_named_when_other_ranks_stall_after_it(
     assert (event["step"], event["last_step"], event["ranks"]) == (35, 38, [0, 1])
 
 
+def test_dataloader_waits_under_three_ms_are_not_stalls_however_short_the_step():
+    """A 4 ms step: bursts of 1.5 ms waits (the host, the SDK's thread) are 40 % of it and not a stall;
+    a loader 5 ms slower per batch on one rank is."""
+    log = EventLog(None)
+    det = DataloaderStallDetector(log)
+    for step in range(80):
+        waits = [0.0001] * WORLD
+        if step % 20 in (10, 11, 12):
+            waits[step % WORLD] = 0.0015
+        if step >= 60:
+            waits[2] = 0.005
+        det.observe(row("dataloader_wait", step, waits))
+        det.observe(row("step_time", step, [0.004] * WORLD))
+    (event,) = log.query(JOB)
+    assert (event["step"], event["ranks"]) == (60, [2])
+
+
 def test_dataloader_short_waits_are_not_long_stalls():
     log = EventLog(None)
     det = DataloaderStallDetector(log)
