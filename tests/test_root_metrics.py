@@ -237,3 +237,20 @@ def _get_text(address: str, path: str) -> str:
     import urllib.request
     with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as reply:
         return reply.read().decode()
+
+
+def test_the_slowest_rank_of_a_synchronous_job_comes_from_collective_arrival():
+    """Under synchronous collectives every rank's step_time is the slowest one's (its argmax is noise): the
+    slowest-rank, top and wait figures follow collective_arrival once the job logs it."""
+    m = RootMetrics()
+    walls = {r: 0.31 + 0.001 * ((r * 7) % 4) for r in range(4)}    # all ~equal; argmax rank 1 by noise
+    arrivals = {r: (0.3 if r == 2 else 0.1) for r in range(4)}      # rank 2 is the one the others wait for
+    m.observe([row("step_time", 5, walls), row("collective_arrival", 5, arrivals)])
+    text = m.render()[1].decode()
+    assert value(text, "telemetry_step_time_slowest_rank", job=JOB) == 2
+    assert value(text, "telemetry_step_time_top_rank", job=JOB, position="1") == 2
+    assert value(text, "telemetry_step_collective_wait_seconds", job=JOB) == pytest.approx(0.2)
+    assert value(text, "telemetry_collective_wait_rank_seconds_total", job=JOB) == pytest.approx(0.6)
+    other = RootMetrics()  # without arrivals, step_time is all there is
+    other.observe([row("step_time", 5, walls)])
+    assert value(other.render()[1].decode(), "telemetry_step_time_slowest_rank", job=JOB) == 1

@@ -30,6 +30,10 @@ from telemetry.summary import Summary
 STATS = ("p50", "p90", "p99", "max", "min", "mean")
 TOP_POSITIONS = 5
 
+# Who the others wait for: collective_arrival (each rank's own work between two synchronisations, logged by the SDK
+# under torch.distributed) when a job logs it, else step_time (under synchronous collectives every rank's step_time
+# is the slowest rank's, so it names nobody).
+WAIT_SIGNALS = ("collective_arrival", "step_time")
 # step metric -> (family name, help); others are exported as telemetry_metric{job,metric,stat}
 STEP_METRICS = {
     "step_time": ("telemetry_step_time_seconds", "Step time across ranks, latest finalised step"),
@@ -92,6 +96,7 @@ class _Job:
     last_step: int = -1
     wait_total: float = 0.0
     wait_rank_total: float = 0.0
+    arrivals: bool = False  # the job logs collective_arrival: its waits are read from that, not step_time
     incomplete_total: int = 0
     late_total: int = 0
     expected: int = 0
@@ -124,7 +129,11 @@ class RootMetrics:
 
     # ------------------------------------------------------------------ intake
     def observe(self, rows: Iterable[Row]) -> None:
+        rows = list(rows)
         with self._lock:
+            for row in rows:  # a job's first arrivals come in the same flush as its step_time: flag it first
+                if row.key.metric == WAIT_SIGNALS[0]:
+                    self._jobs.setdefault(row.key.job, _Job()).arrivals = True
             for row in rows:
                 job = self._jobs.setdefault(row.key.job, _Job())
                 if row.key.is_step:
@@ -156,11 +165,11 @@ class RootMetrics:
             job.incomplete_total += 1
         if metric == "step_time":
             job.steps_total += 1
-            if s.count:
-                p50 = s.quantile(0.5)
-                if math.isfinite(p50) and math.isfinite(s.max):
-                    job.wait_total += max(0.0, s.max - p50)
-                    job.wait_rank_total += max(0.0, s.count * s.max - s.sum)
+        if metric in WAIT_SIGNALS and (metric == WAIT_SIGNALS[0] or not job.arrivals) and s.count:
+            p50 = s.quantile(0.5)
+            if math.isfinite(p50) and math.isfinite(s.max):
+                job.wait_total += max(0.0, s.max - p50)
+                job.wait_rank_total += max(0.0, s.count * s.max - s.sum)
         job.last_step = max(job.last_step, step)
 
     def _observe_hardware(self, job: _Job, row: Row) -> None:
@@ -218,18 +227,19 @@ class RootMetrics:
         # declared up front so the families exist (with HELP/TYPE) even before any job
         for metric, (name, doc) in STEP_METRICS.items():
             gauge(name, doc + " (stat: p50, p90, p99, max, min, mean).", ["job", "stat"])
-        gauge("telemetry_step_time_slowest_rank", "Rank with the largest step time in the latest finalised step.",
+        gauge("telemetry_step_time_slowest_rank", "Rank the others wait for in the latest finalised step: the "
+              "largest collective_arrival when the job logs it (synchronous jobs), else the largest step time.",
               ["job"])
-        gauge("telemetry_step_time_top_seconds", "The 5 largest step times of the latest finalised step "
-              "(position 1 = slowest).", ["job", "position"])
+        gauge("telemetry_step_time_top_seconds", "The 5 largest collective_arrival (else step time) values of the "
+              "latest finalised step (position 1 = slowest).", ["job", "position"])
         gauge("telemetry_step_time_top_rank", "Rank at each position of telemetry_step_time_top_seconds.",
               ["job", "position"])
-        gauge("telemetry_step_collective_wait_seconds", "Max minus p50 of step_time in the latest finalised step: "
-              "seconds the median rank waits for the slowest at the next collective.", ["job"])
-        counter("telemetry_collective_wait_seconds", "Sum over finalised steps of max minus p50 of step_time.",
-                ["job"])
+        gauge("telemetry_step_collective_wait_seconds", "Max minus p50 of collective_arrival (else step_time) in "
+              "the latest finalised step: seconds the median rank waits for the slowest.", ["job"])
+        counter("telemetry_collective_wait_seconds", "Sum over finalised steps of max minus p50 of "
+                "collective_arrival (else step_time).", ["job"])
         counter("telemetry_collective_wait_rank_seconds", "Sum over finalised steps of count x max - sum of "
-                "step_time: every rank's waiting for the slowest, added up.", ["job"])
+                "collective_arrival (else step_time): every rank's waiting for the slowest, added up.", ["job"])
         gauge("telemetry_last_step", "Latest finalised step.", ["job"])
         counter("telemetry_steps", "Step windows of step_time finalised.", ["job"])
         gauge("telemetry_world_size", "Ranks in the job.", ["job"])
@@ -263,8 +273,9 @@ class RootMetrics:
                     for stat in STATS:
                         _add(family, [job_name, metric, stat], stats[stat])
             step_time = latest.get("step_time")
-            if step_time is not None and step_time.summary.count:
-                s = step_time.summary
+            signal = latest.get(WAIT_SIGNALS[0]) or step_time  # who the others wait for (see WAIT_SIGNALS)
+            if signal is not None and signal.summary.count:
+                s = signal.summary
                 _add(gauge("telemetry_step_time_slowest_rank", "", ["job"]), [job_name], s.argmax)
                 for position, (value, rank) in enumerate(s.top(min(TOP_POSITIONS, s.k)), start=1):
                     _add(gauge("telemetry_step_time_top_seconds", "", ["job", "position"]), [job_name, str(position)],
@@ -273,7 +284,8 @@ class RootMetrics:
                          rank)
                 _add(gauge("telemetry_step_collective_wait_seconds", "", ["job"]), [job_name],
                      max(0.0, s.max - s.quantile(0.5)))
-                missing = max(0, step_time.expected - len(s.sources))
+            if step_time is not None and step_time.summary.count:
+                missing = max(0, step_time.expected - len(step_time.summary.sources))
                 _add(gauge("telemetry_step_ranks_missing", "", ["job"]), [job_name], missing)
             training = job.last_step >= 0 or bool(latest)  # a job with step windows (not a host's pseudo-job)
             if training:
