@@ -125,6 +125,17 @@ def test_view_renders_an_empty_and_a_full_snapshot():
     assert "GPU temp °C 81" in text and "rank 5 at 2x" in text and "3–5" in text
 
 
+def test_view_of_a_synchronous_job_names_who_the_others_wait_for():
+    """step_time's argmax is noise when every rank waits for the slowest: the panel reads collective_arrival."""
+    wall = {"step": 7, "p50": 0.31, "p99": 0.31, "max": 0.312, "argmax": 0, "count": 8, "expected": 8}
+    arrival = {"step": 7, "p50": 0.1, "p99": 0.3, "max": 0.3, "argmax": 6, "count": 8, "expected": 8}
+    console = Console(record=True, width=160)
+    console.print(render(Snapshot("j", steps={"step_time": [wall], "collective_arrival": [arrival]}), 8, 60, []))
+    text = console.export_text()
+    assert "who the others wait for" in text and "last to the collective: rank 6 (300 ms)" in text
+    assert "the median rank waits 200 ms" in text and "step time p50 310 ms" in text
+
+
 def test_events_table_shows_first_raised_detail_with_final_status():
     raised = [{"id": 1, "kind": "hang", "status": "open", "step": 9, "ranks": [7], "severity": "critical",
                "detail": {"summary": "ranks [7] behind (stuck)"}}]

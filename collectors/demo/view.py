@@ -73,6 +73,24 @@ def _step_time(body: Text, row: dict[str, Any], rows: list[dict[str, Any]]) -> N
     body.append(sparkline([r["max"] / r["p50"] if r.get("p50") else None for r in rows]), style="yellow")
 
 
+def _arrival(step_rows: list[dict[str, Any]]) -> Callable[[Text, dict[str, Any], list[dict[str, Any]]], None]:
+    """A synchronous job: every rank's step time is the slowest one's, so the panel shows who the others wait
+    for, from collective_arrival (each rank's own work between two synchronisations)."""
+    walls = {r["step"]: r for r in step_rows}
+
+    def fill(body: Text, row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+        p50, high = row["p50"], row["max"]
+        wall = walls.get(row["step"])
+        body.append(f"step {row['step']}  step time p50 {_num(wall['p50'] * 1e3 if wall else None, '{:.0f}')} ms  "
+                    f"own work p50 {_num(p50 * 1e3, '{:.0f}')} ms\n")
+        body.append(f"last to the collective: rank {row['argmax']} ({_num(high * 1e3, '{:.0f}')} ms); the median "
+                    f"rank waits {_num((high - p50) * 1e3, '{:.0f}')} ms   ranks {row['count']}/{row['expected']}\n")
+        body.append("wait ")
+        body.append(sparkline([r["max"] - r["p50"] if r.get("p50") is not None else None for r in rows]),
+                    style="yellow")
+    return fill
+
+
 def _flags(up: float | None, up_min: float | None, what: str) -> str:
     """'NICs all up' / 'some down' / 'all down' from the max and min of 0/1 flags over a host's devices."""
     if up is None:
@@ -181,7 +199,11 @@ def render(snapshot: Snapshot, world_size: int | None = None, steps: int | None 
                            "TELEMETRY_PEAK_FLOPS or --peak-flops)", style="dim"), title="MFU", border_style="green"))
     grid.add_row(mfu,
                  _step_panel("loss", "magenta", snapshot.steps.get("loss", []), _loss))
-    grid.add_row(_step_panel("per-rank step time", "yellow", snapshot.steps.get("step_time", []), _step_time),
+    arrivals = snapshot.steps.get("collective_arrival", [])
+    per_rank = (_step_panel("per-rank step time (who the others wait for)", "yellow", arrivals,
+                            _arrival(snapshot.steps.get("step_time", []))) if arrivals
+                else _step_panel("per-rank step time", "yellow", snapshot.steps.get("step_time", []), _step_time))
+    grid.add_row(per_rank,
                  _hardware_panel(snapshot.hardware, snapshot.hosts))
     parts: list[RenderableType] = [header, grid, events_table(snapshot.events)]
     if scenario:

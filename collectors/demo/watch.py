@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 log = logging.getLogger(__name__)
 
-PANEL_METRICS = ("step_time", "loss", "mfu", "grad_norm")
+PANEL_METRICS = ("step_time", "collective_arrival", "loss", "mfu", "grad_norm")
 #: Hardware gauges shown (as the max over the job's GPUs/NICs) when an agent reports them.
 HARDWARE_FAMILIES = {
     "telemetry_gpu_temperature_celsius": "GPU temp °C",
