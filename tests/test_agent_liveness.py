@@ -29,7 +29,7 @@ WAIT = 30.0  # bounded waits; generous because a loaded CI machine is slow, whil
 
 def hello(rank: int, pid: int, job: str = "j", world: int = 4) -> SimpleNamespace:
     return SimpleNamespace(job=job, rank=rank, world_size=world, local_rank=rank, host="h", pid=pid, device="",
-                           incarnation=1)
+                           incarnation=1, attempt=0)
 
 
 def verdict_of(registry: RankRegistry, rank: int, job: str = "j"):  # type: ignore[no-untyped-def]

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 
 from collectors.common.aioserve import Answers
+from collectors.common.attempts import scoped
 from telemetry.streams import END
 from collectors.common.validation import DEFAULT_MAX_WORLD_SIZE, BadInput, check_job, check_world
 from collectors.delivery.node import RankView
@@ -69,7 +70,7 @@ def describe_exit(code: int | None) -> str:
 
 @dataclass
 class RankInfo:
-    job: str
+    job: str  # scoped by the attempt (collectors/common/attempts.py)
     rank: int
     world_size: int
     local_rank: int
@@ -145,16 +146,26 @@ class RankRegistry:
         check_world(hello.world_size, self.max_world_size)
         if hello.rank >= hello.world_size:
             raise BadInput("INVALID_ARGUMENT", f"rank {hello.rank} is out of range for world size {hello.world_size}")
-        for (job, _), other in self.ranks.items():
-            if job == hello.job and other.world_size != hello.world_size:
-                raise BadInput("INVALID_ARGUMENT", f"job {job!r} has world size {other.world_size}, "
-                                                   f"rank {hello.rank} says {hello.world_size}")
-        key = (hello.job, hello.rank)
+        job = scoped(hello.job, hello.attempt)  # the attempt is part of the job's identity
+        for (other_job, _), other in self.ranks.items():
+            if other_job == job and other.world_size != hello.world_size:
+                raise BadInput("INVALID_ARGUMENT", f"job {hello.job!r} attempt {hello.attempt} has world size "
+                                                   f"{other.world_size}, rank {hello.rank} says {hello.world_size} "
+                                                   "(a resized job is a new attempt: telemetry.init(attempt=...))")
+        key = (job, hello.rank)
         existing = self.ranks.get(key)
         if (existing is not None and existing.pid != hello.pid and existing.link is not None
                 and self._process_alive(existing)):
             raise BadInput("ALREADY_EXISTS", f"rank {hello.rank} of job {hello.job!r} is already registered "
                                              f"by live pid {existing.pid}")
+        if existing is not None and existing.pid != hello.pid and (existing.last_seq or existing.closed):
+            # Another process already ran this rank of this attempt and sent data: the tree would take the new
+            # run's steps for resends of the old one's and drop them as duplicates (issue 17). Refused, so
+            # the new run's close() says so, instead of its values vanishing.
+            raise BadInput("FAILED_PRECONDITION",
+                           f"rank {hello.rank} of job {hello.job!r} attempt {hello.attempt} already ran in pid "
+                           f"{existing.pid}: a new run under the same job name needs a new attempt "
+                           "(telemetry.init(attempt=...), or a launcher that sets one; docs/restarts.md)")
         now = time.monotonic()
         if existing is not None and existing.pid == hello.pid:
             existing.link = link
@@ -169,7 +180,7 @@ class RankRegistry:
             if existing.verdict == "dead":  # the same process talks again: it was not dead after all
                 self._set_verdict(existing, "alive", now)
             return existing
-        info = RankInfo(hello.job, hello.rank, hello.world_size, hello.local_rank, hello.host, hello.pid,
+        info = RankInfo(job, hello.rank, hello.world_size, hello.local_rank, hello.host, hello.pid,
                         hello.device, link, incarnation=hello.incarnation)
         status = _status(info.pid, self.reap)
         info.start_ticks, info.state = status.start_ticks, status.state

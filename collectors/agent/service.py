@@ -14,6 +14,7 @@ from pyroaring import BitMap
 from collectors.agent.intake import OpenBeat, OpenStep, RankValues, beat_key
 from collectors.agent.peercred import PeerCheck
 from collectors.agent.ranks import RankInfo, RankRegistry
+from collectors.common.attempts import split
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
@@ -120,7 +121,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         return info
 
     def _batch(self, info: RankInfo, batch: ingest_pb2.RankBatch, responses: Answers) -> None:
-        if batch.job and batch.job != info.job:
+        if batch.job and batch.job != split(info.job)[0]:
             raise BadInput("INVALID_ARGUMENT", f"batch for job {batch.job!r} on a stream registered for {info.job!r}")
         if batch.rank != info.rank:
             raise BadInput("INVALID_ARGUMENT", f"batch for rank {batch.rank} on a stream registered for rank {info.rank}")

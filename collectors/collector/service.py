@@ -14,6 +14,7 @@ from pyroaring import BitMap
 from collectors.common.keys import Key
 from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
 from collectors.common.transport import certificate_names
+from collectors.common.attempts import scoped
 from collectors.common.validation import (DEFAULT_MAX_WORLD_SIZE, BadInput, MetricBudget, check_index, check_job,
                                           check_size, check_world, shown)
 from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
@@ -159,16 +160,17 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             for bitmap in (view.alive, view.stuck, view.dead, view.closed):
                 if bitmap:
                     check_world(bitmap.max() + 1, self.max_world_size, f"rank {bitmap.max()} implies a world size")
-            if msg.job in views:
-                raise BadInput("INVALID_ARGUMENT", f"rank states of job {msg.job!r} sent twice in one unit")
-            views[msg.job] = view
+            job = scoped(msg.job, msg.attempt)
+            if job in views:
+                raise BadInput("INVALID_ARGUMENT", f"rank states of job {job!r} sent twice in one unit")
+            views[job] = view
         return views
 
     def _parse(self, origin: Origin, index: int, window: forward_pb2.WindowSummary) -> tuple[Key, Summary] | str:
         """The window's key and summary, or why it is refused (checked without the node's lock)."""
         try:
+            check_job(window.key.job)
             key = Key.from_proto(window.key)
-            check_job(key.job)
             check_index(key.index, "window index")
             check_world(window.expected, self.max_world_size, "expected world size")
             summary = Summary.from_proto(window.summary)

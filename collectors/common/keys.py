@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from collectors.common.attempts import scoped, split
 from telemetry.v1 import summary_pb2
 
 
 class Key(NamedTuple):
-    """One window: a step window when width_ms == 0 (index = step), else a time bucket starting at index ms."""
+    """One window: a step window when width_ms == 0 (index = step), else a time bucket starting at index ms.
+
+    `job` is the scoped name (collectors/common/attempts.py): the wire's job and attempt, folded."""
 
     job: str
     metric: str
@@ -20,20 +23,22 @@ class Key(NamedTuple):
         return self.width_ms == 0
 
     def to_proto(self) -> summary_pb2.WindowKey:
+        job, attempt = split(self.job)
         if self.width_ms:
-            return summary_pb2.WindowKey(job=self.job, metric=self.metric,
+            return summary_pb2.WindowKey(job=job, metric=self.metric, attempt=attempt,
                                          bucket=summary_pb2.TimeBucket(start_ms=self.index, width_ms=self.width_ms))
-        return summary_pb2.WindowKey(job=self.job, metric=self.metric, step=self.index)
+        return summary_pb2.WindowKey(job=job, metric=self.metric, step=self.index, attempt=attempt)
 
     @classmethod
     def from_proto(cls, msg: summary_pb2.WindowKey) -> Key:
         which = msg.WhichOneof("window")
+        job = scoped(msg.job, msg.attempt)
         if which == "step":
-            return cls(msg.job, msg.metric, msg.step, 0)
+            return cls(job, msg.metric, msg.step, 0)
         if which == "bucket":
             if msg.bucket.width_ms <= 0:
                 raise ValueError("time bucket width_ms must be > 0")
-            return cls(msg.job, msg.metric, msg.bucket.start_ms, msg.bucket.width_ms)
+            return cls(job, msg.metric, msg.bucket.start_ms, msg.bucket.width_ms)
         raise ValueError("window key has neither step nor bucket")
 
 

@@ -18,6 +18,7 @@ from typing import Protocol
 from pyroaring import BitMap
 
 from collectors.delivery.outbox import Outbox, Unit
+from collectors.common.attempts import split
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from collectors.delivery.windows import (Deadlines, Durability, Origin, OutPart, Part, Refusal, Window, WindowTable,
@@ -50,7 +51,8 @@ class RankView:
         for bitmap in (self.alive, self.stuck, self.dead, self.closed):
             bitmap.run_optimize()  # contiguous ranks travel as runs, not 2 bytes per rank
         hosts = self.hosts if hosts is None else hosts
-        return forward_pb2.RankStates(job=job, alive=self.alive.serialize(), stuck=self.stuck.serialize(),
+        job, attempt = split(job)
+        return forward_pb2.RankStates(job=job, attempt=attempt, alive=self.alive.serialize(), stuck=self.stuck.serialize(),
                                       dead=self.dead.serialize(), world_size=self.world_size,
                                       host_ranks=list(hosts), hosts=list(hosts.values()),
                                       closed=self.closed.serialize())

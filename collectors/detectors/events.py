@@ -27,10 +27,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collectors.common.attempts import like_prefix
+
 log = logging.getLogger(__name__)
 
 SEVERITIES = ("info", "warning", "critical")
-KINDS = ("straggler", "loss_spike", "nonfinite", "hang", "mfu_drop", "dataloader_stall", "hardware")
+KINDS = ("straggler", "loss_spike", "nonfinite", "hang", "mfu_drop", "dataloader_stall", "hardware", "restart")
 MAX_LISTED_RANKS = 64  # ranks named on one event (the detail may say how many there were in all)
 
 _SCHEMA = """
@@ -209,7 +211,10 @@ class EventLog:
               since_id: int = 0, limit: int = 100) -> list[dict[str, Any]]:
         """Stored events, oldest first (the newest `limit` of those matching)."""
         clauses, args = ["id > ?"], [since_id]
-        for column, value in (("job", job), ("kind", kind), ("status", status)):
+        if job is not None:  # the job under any of its attempts (scoped names: collectors/common/attempts.py)
+            clauses.append("(job = ? OR substr(job, 1, ?) = ?)")
+            args += [job, len(like_prefix(job)), like_prefix(job)]
+        for column, value in (("kind", kind), ("status", status)):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 args.append(value)

@@ -1,8 +1,9 @@
 """The root's HTTP JSON API (loopback by default): jobs, per-step figures, progress.
 
 GET /api/v1/jobs
-GET /api/v1/jobs/{job}/steps?metric=NAME&last=N
+GET /api/v1/jobs/{job}/steps?metric=NAME&last=N&attempt=latest|all|A
 GET /api/v1/jobs/{job}/progress
+GET /api/v1/jobs/{job}/goodput
 GET /api/v1/jobs/{job}/events?status=open|closed&kind=K&since_id=N&last=N (when detectors are attached)
 GET /healthz
 
@@ -24,6 +25,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, unquote, urlparse
 
+from collectors.common.attempts import split
+from collectors.root.goodput import goodput, scoped_names
 from collectors.root.store import Store
 
 log = logging.getLogger(__name__)
@@ -49,27 +52,68 @@ class RootApi:
         self.events: Callable[[str, dict[str, list[str]]], object] | None = None  # set by root.wiring
 
     def jobs(self) -> list[dict[str, object]]:
+        """One entry per job (its attempts together): the latest attempt's world size, the last step of any."""
         with closing(self.store.reader()) as db:
             rows = db.execute("SELECT j.job, j.world_size, (SELECT max(idx) FROM windows w WHERE w.job=j.job "
                               "AND w.width_ms=0) AS last_step FROM jobs j ORDER BY j.job").fetchall()
-        return [dict(row) for row in rows]
+        jobs: dict[str, dict[str, object]] = {}
+        for row in rows:
+            job, attempt = split(row["job"])
+            entry = jobs.setdefault(job, {"job": job, "world_size": 0, "last_step": None, "attempt": -1, "attempts": 0})
+            entry["attempts"] += 1  # type: ignore[operator]
+            if attempt > entry["attempt"]:  # type: ignore[operator]
+                entry["attempt"], entry["world_size"] = attempt, row["world_size"]
+            if row["last_step"] is not None and (entry["last_step"] is None or row["last_step"] > entry["last_step"]):
+                entry["last_step"] = row["last_step"]
+        return [jobs[job] for job in sorted(jobs)]
 
-    def steps(self, job: str, metric: str, last: int) -> list[dict[str, object]]:
+    def steps(self, job: str, metric: str, last: int, attempt: str = "latest") -> list[dict[str, object]]:
+        """The last `last` steps of `metric`, each with its `attempt`: by default, per step, the latest attempt
+        that ran it (a resumed job reads as one timeline); `all`: every attempt's run of each step (by step,
+        then attempt); a number: that attempt only."""
         with closing(self.store.reader()) as db:
-            rows = db.execute(
-                "SELECT idx AS step, count, expected, missing, mean, stddev, min, argmin, max, argmax, top, "
-                "p50, p90, p99, p999, nonfinite_count, nonfinite_sources, late, sources, last_time_ns, finalised_ns "
-                "FROM windows WHERE job=? AND metric=? AND width_ms=0 ORDER BY idx DESC LIMIT ?",
-                (job, metric, last)).fetchall()
+            names = [name for name, _ in scoped_names(db, job)] or [job]
+            if attempt not in ("latest", "all"):
+                names = [name for name in names if str(split(name)[1]) == attempt]
+            found = []
+            for name in names:
+                found += [(split(name)[1], row) for row in db.execute(
+                    "SELECT idx AS step, count, expected, missing, mean, stddev, min, argmin, max, argmax, top, "
+                    "p50, p90, p99, p999, nonfinite_count, nonfinite_sources, late, sources, last_time_ns, "
+                    "finalised_ns FROM windows WHERE job=? AND metric=? AND width_ms=0 ORDER BY idx DESC LIMIT ?",
+                    (name, metric, last)).fetchall()]
+        if attempt == "latest":
+            best: dict[int, tuple[int, object]] = {}
+            for number, row in found:
+                if row["step"] not in best or number > best[row["step"]][0]:
+                    best[row["step"]] = (number, row)
+            found = list(best.values())
+        found.sort(key=lambda item: (item[1]["step"], item[0]))  # type: ignore[index]
+        wanted = set(sorted({row["step"] for _, row in found})[-last:])  # type: ignore[index]
         out = []
-        for row in reversed(rows):
-            item = dict(row)
+        for number, row in found:
+            if row["step"] not in wanted:  # type: ignore[index]
+                continue
+            item = dict(row)  # type: ignore[call-overload]
             for name in ("missing", "top", "nonfinite_sources"):
                 item[name] = json.loads(item[name])
+            item["attempt"] = number
             out.append(item)
         return out
 
+    def goodput(self, job: str) -> dict[str, object]:
+        with closing(self.store.reader()) as db:
+            return goodput(db, job)
+
     def progress(self, job: str) -> dict[str, object]:
+        with closing(self.store.reader()) as db:
+            names = scoped_names(db, job)
+        scoped = names[-1][0] if names else job  # the latest attempt's
+        result = self._progress(scoped)
+        result["job"], result["attempt"] = split(scoped)
+        return result
+
+    def _progress(self, job: str) -> dict[str, object]:
         with closing(self.store.reader()) as db:
             row = db.execute(
                 "SELECT idx, min, max, summary FROM windows WHERE job=? AND metric=? AND width_ms>0 "
@@ -105,9 +149,14 @@ class RootApi:
                 raise ApiError(HTTPStatus.BAD_REQUEST, "last must be an integer") from None
             if not 1 <= last <= MAX_LAST:
                 raise ApiError(HTTPStatus.BAD_REQUEST, f"last must be in [1, {MAX_LAST}]")
-            return {"job": job, "metric": metric, "steps": self.steps(job, metric, last)}
+            attempt = query.get("attempt", ["latest"])[0]
+            if attempt not in ("latest", "all") and not (attempt.isdigit() and int(attempt) < 2**63):
+                raise ApiError(HTTPStatus.BAD_REQUEST, "attempt must be latest, all or an attempt number")
+            return {"job": job, "metric": metric, "steps": self.steps(job, metric, last, attempt)}
         if len(parts) == 5 and parts[4] == "progress":
             return self.progress(job)
+        if len(parts) == 5 and parts[4] == "goodput":
+            return self.goodput(job)
         if len(parts) == 5 and parts[4] == "events" and self.events is not None:
             return self.events(job, query)
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")

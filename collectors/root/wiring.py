@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 
+from collectors.common.attempts import split
 from collectors.detectors.base import Context
 from collectors.detectors.events import EventLog, make_sinks
 from collectors.detectors.suite import Detectors, DetectorsConfig
 from collectors.root.api import MAX_LAST, ApiError
 from collectors.root.metrics import RootMetrics
+from collectors.root.restarts import GoodputMetrics, RestartWatch
 from collectors.root.store import Row
 
 if TYPE_CHECKING:
@@ -81,12 +83,18 @@ class Wiring:
         if status not in (None, "open", "closed"):
             raise ApiError(HTTPStatus.BAD_REQUEST, "status must be open or closed")
         events = self.events.query(job, kind=one("kind"), status=status, since_id=since_id, limit=last)
-        return {"job": job, "events": events}
+        return {"job": job, "events": [_with_attempt(event) for event in events]}
 
     def all_events(self) -> tuple[str, bytes]:
         """GET /api/v1/events: the latest 1,000 events of every job."""
-        body = json.dumps({"events": self.events.query(None, limit=1000)}).encode()
+        body = json.dumps({"events": [_with_attempt(e) for e in self.events.query(None, limit=1000)]}).encode()
         return "application/json", body
+
+
+def _with_attempt(event: dict) -> dict:
+    """An event as the API serves it: the job's name and its attempt apart (events are kept per attempt)."""
+    event["job"], event["attempt"] = split(event["job"])
+    return event
 
 
 def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wiring:
@@ -114,6 +122,8 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
                                          "files_lost": finaliser.files_lost})
     wiring = Wiring(detectors, events, metrics, hosts=hosts)
     wiring.routes = {"/metrics": metrics.render, "/api/v1/events": wiring.all_events}
+    restarts = RestartWatch(server.store, events)
+    metrics.registry.register(GoodputMetrics(server.store, registered))
 
     def on_finalised(rows: list[Row]) -> None:
         # A window taken in before its job was forgotten may be finalised after: it is stored (history) but
@@ -124,6 +134,10 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
             if row.key.is_step and row.key.index > latest.get(row.key.job, -1):
                 latest[row.key.job] = row.key.index
         wiring.on_finalised(rows)
+        try:
+            restarts.on_rows(rows)
+        except Exception:
+            log.exception("restart watch failed")
 
     server.finaliser.on_finalised.append(on_finalised)
 
@@ -135,6 +149,7 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
         with hosts_lock:
             hosts.pop(job, None)
         latest.pop(job, None)
+        restarts.forget(job)
 
     server.on_job_finished.append(finished)
 

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from telemetry.names import is_metric_name
+from telemetry.sdk.attempt import check_attempt, default_attempt
 from telemetry.sdk.env import default_agent, env_int
 from telemetry.sdk.sender import Identity, Sender
 from telemetry.v1 import ingest_pb2
@@ -43,10 +44,11 @@ class Run:
     def __init__(self, job: str, rank: int, world_size: int, local_rank: int = 0, agent: str | None = None,
                  device: str = "", buffer_records: int = DEFAULT_BUFFER_RECORDS, flush_interval_s: float = 0.1,
                  heartbeat_interval_s: float = 1.0, max_backlog_values: int = 1_000_000,
-                 collectives: bool | None = None) -> None:
+                 collectives: bool | None = None, attempt: int = 0) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
         self.job, self.rank, self.world_size, self.local_rank = job, rank, world_size, local_rank
+        self.attempt = check_attempt(attempt)  # the job's launch this Run belongs to (docs/restarts.md)
         self.agent = agent or default_agent()
         self._records: collections.deque = collections.deque()
         self._max_records = buffer_records
@@ -55,7 +57,7 @@ class Run:
         self.current_step = 0
         self.steps_completed = 0
         self.heartbeat_extras: list[Callable[[], dict[str, float] | None]] = []
-        self._sender = Sender(Identity(job, rank, world_size, local_rank, device), self.agent, self._drain,
+        self._sender = Sender(Identity(job, rank, world_size, local_rank, device, self.attempt), self.agent, self._drain,
                               self._beat, max_backlog_values, flush_interval_s, heartbeat_interval_s)
         self._closed = False
         # Flight-recorder readers (telemetry.torch.collective), set up once torch.distributed is initialised.
@@ -287,14 +289,17 @@ def _stage(values: dict[str, Any]):  # type: ignore[no-untyped-def]
 
 
 def init(job: str | None = None, rank: int | None = None, world_size: int | None = None,
-         local_rank: int | None = None, agent: str | None = None, **options: Any) -> Run:
+         local_rank: int | None = None, agent: str | None = None, attempt: int | None = None,
+         **options: Any) -> Run:
     """Start telemetry for this rank; every argument defaults from torchrun's environment.
 
     job: TORCHELASTIC_RUN_ID (else "default"); rank: RANK; world_size: WORLD_SIZE; local_rank: LOCAL_RANK;
-    agent: TELEMETRY_AGENT, else the node agent's default Unix socket.
+    agent: TELEMETRY_AGENT, else the node agent's default Unix socket; attempt: which launch of the job this
+    is (TELEMETRY_ATTEMPT, torchrun's restarts, Slurm's, ...: telemetry/sdk/attempt.py, docs/restarts.md).
     """
     job = job or os.environ.get("TORCHELASTIC_RUN_ID") or "default"
     rank = rank if rank is not None else env_int("RANK", 0)
     world_size = world_size if world_size is not None else env_int("WORLD_SIZE", 1)
     local_rank = local_rank if local_rank is not None else env_int("LOCAL_RANK", 0)
-    return Run(job, rank, world_size, local_rank, agent, **options)  # type: ignore[arg-type]
+    attempt = check_attempt(attempt) if attempt is not None else default_attempt(world_size)  # type: ignore[arg-type]
+    return Run(job, rank, world_size, local_rank, agent, attempt=attempt, **options)  # type: ignore[arg-type]

@@ -39,6 +39,7 @@ class Identity:
     world_size: int
     local_rank: int
     device: str = ""
+    attempt: int = 0  # RankHello.attempt
 
 
 @dataclass
@@ -154,7 +155,7 @@ class Sender:
         outgoing.put(ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(
             job=ident.job, rank=ident.rank, world_size=ident.world_size, local_rank=ident.local_rank,
             host=socket.gethostname(), pid=os.getpid(), device=ident.device, dropped=self.dropped_values,
-            incarnation=self.incarnation)))
+            incarnation=self.incarnation, attempt=ident.attempt)))
         with self._lock:
             for kept in self._kept.values():
                 outgoing.put(kept.message)

@@ -59,7 +59,7 @@ class Heartbeat(_message.Message):
     def __init__(self, time_ns: _Optional[int] = ..., current_step: _Optional[int] = ..., steps_completed: _Optional[int] = ..., extra: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class RankHello(_message.Message):
-    __slots__ = ("job", "rank", "world_size", "local_rank", "host", "pid", "device", "dropped", "incarnation")
+    __slots__ = ("job", "rank", "world_size", "local_rank", "host", "pid", "device", "dropped", "incarnation", "attempt")
     JOB_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +69,7 @@ class RankHello(_message.Message):
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job: str
     rank: int
     world_size: int
@@ -78,7 +79,8 @@ class RankHello(_message.Message):
     device: str
     dropped: int
     incarnation: int
-    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., local_rank: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., device: _Optional[str] = ..., dropped: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
+    attempt: int
+    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., local_rank: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., device: _Optional[str] = ..., dropped: _Optional[int] = ..., incarnation: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class RankBye(_message.Message):
     __slots__ = ()

@@ -67,13 +67,15 @@ class TimeBucket(_message.Message):
     def __init__(self, start_ms: _Optional[int] = ..., width_ms: _Optional[int] = ...) -> None: ...
 
 class WindowKey(_message.Message):
-    __slots__ = ("job", "metric", "step", "bucket")
+    __slots__ = ("job", "metric", "step", "bucket", "attempt")
     JOB_FIELD_NUMBER: _ClassVar[int]
     METRIC_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     BUCKET_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job: str
     metric: str
     step: int
     bucket: TimeBucket
-    def __init__(self, job: _Optional[str] = ..., metric: _Optional[str] = ..., step: _Optional[int] = ..., bucket: _Optional[_Union[TimeBucket, _Mapping]] = ...) -> None: ...
+    attempt: int
+    def __init__(self, job: _Optional[str] = ..., metric: _Optional[str] = ..., step: _Optional[int] = ..., bucket: _Optional[_Union[TimeBucket, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,95 @@
+"""Goodput: how much of a job's wall time trained, and what its restarts cost (docs/restarts.md).
+
+Computed from the step windows already in the root's store: each step of each attempt ended when its last
+rank ended it (the window's ``last_time_ns``, the latest over the step's metrics). Within an attempt a step
+took the time since the attempt's previous step ended; the first step of an attempt is part of the restart's
+downtime (for the first attempt, the wall time starts when it ends). So, exactly:
+
+    wall_s = productive_s + lost_s + restart_downtime_s
+
+* productive_s: the steps whose run stands (no later attempt ran that step again);
+* lost_s: the steps a later attempt ran again (work done after the checkpoint, thrown away by the restart);
+* restart_downtime_s: from the last step of attempt k to the first step of attempt k+1;
+* replay_s: the part of productive_s spent re-running steps an earlier attempt had already run
+  (about lost_s when step times are steady);
+* goodput: productive_s / wall_s (the "effective training time ratio").
+
+Attempts are ordered by their number (docs/restarts.md: launchers' numbers grow with each launch).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from collectors.common.attempts import like_prefix, split
+
+
+@dataclass
+class AttemptSteps:
+    """One attempt's step windows: (step, end time ns), by step."""
+
+    attempt: int
+    world_size: int
+    ends: list[tuple[int, int]] = field(default_factory=list)
+
+
+def scoped_names(db: sqlite3.Connection, job: str) -> list[tuple[str, int]]:
+    """The scoped names (and world sizes) of `job`'s attempts the store knows, oldest attempt first."""
+    prefix = like_prefix(job)
+    rows = db.execute("SELECT job, world_size FROM jobs WHERE job=? OR substr(job, 1, ?)=?",
+                      (job, len(prefix), prefix)).fetchall()
+    named = [(str(name), int(world)) for name, world in rows if split(str(name))[0] == job]
+    return sorted(named, key=lambda item: split(item[0])[1])
+
+
+def load(db: sqlite3.Connection, job: str) -> list[AttemptSteps]:
+    """Every attempt of `job` with at least one step window, oldest first."""
+    out = []
+    for name, world in scoped_names(db, job):
+        ends = db.execute("SELECT idx, max(last_time_ns) FROM windows WHERE job=? AND width_ms=0 GROUP BY idx "
+                          "ORDER BY idx", (name,)).fetchall()
+        if ends:
+            out.append(AttemptSteps(split(name)[1], world, [(int(i), int(t)) for i, t in ends]))
+    return out
+
+
+def compute(job: str, attempts: Iterable[AttemptSteps]) -> dict[str, object]:
+    """The goodput figures of `job` (see the module docstring), with one entry per attempt."""
+    ordered = sorted((a for a in attempts if a.ends), key=lambda a: a.attempt)
+    latest: dict[int, int] = {}  # step -> the last attempt that ran it
+    for attempt in ordered:
+        for step, _ in attempt.ends:
+            latest[step] = attempt.attempt
+    productive = lost = replay = downtime_total = 0
+    seen: set[int] = set()
+    entries: list[dict[str, object]] = []
+    previous_end: int | None = None
+    for attempt in ordered:
+        ends = attempt.ends
+        downtime = max(0, ends[0][1] - previous_end) if previous_end is not None else 0
+        downtime_total += downtime
+        for (_, before), (step, end) in zip(ends, ends[1:]):
+            took = max(0, end - before)
+            if latest[step] != attempt.attempt:
+                lost += took
+            else:
+                productive += took
+                if step in seen:
+                    replay += took
+        replayed = sum(1 for step, _ in ends if step in seen)
+        seen.update(step for step, _ in ends)
+        entries.append({"attempt": attempt.attempt, "world_size": attempt.world_size, "first_step": ends[0][0],
+                        "last_step": ends[-1][0], "steps": len(ends), "start_ns": ends[0][1], "end_ns": ends[-1][1],
+                        "downtime_s": downtime / 1e9, "steps_replayed": replayed})
+        previous_end = ends[-1][1]
+    wall = (ordered[-1].ends[-1][1] - ordered[0].ends[0][1]) if ordered else 0
+    return {"job": job, "wall_s": wall / 1e9, "productive_s": productive / 1e9, "lost_s": lost / 1e9,
+            "restart_downtime_s": downtime_total / 1e9, "replay_s": replay / 1e9,
+            "goodput": productive / wall if wall > 0 else None, "restarts": max(0, len(ordered) - 1),
+            "attempts": entries}
+
+
+def goodput(db: sqlite3.Connection, job: str) -> dict[str, object]:
+    return compute(job, load(db, job))

@@ -1,0 +1,122 @@
+"""Issue 17: attempts of a job (a reused name, a restart, a resize) reach the root apart, or are refused.
+
+In process: a root and an agent; job "none" run as attempt 1 (2 ranks, steps 1-5) and then attempt 2
+(3 ranks, resumed from step 3 to 7). Both reach the root whole; the API answers per step with the latest
+attempt, or every attempt; goodput and the `restart` event say what the restart cost. In subprocesses: a
+second run under the same job and attempt is refused with a clear error (close() False), not dropped.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import telemetry
+from collectors.root.goodput import AttemptSteps, compute
+from helpers_tree import api_get, make_agent, make_root, stop_all, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run_attempt(agent: str, attempt: int, world: int, first: int, last: int, offset: float) -> list[bool]:
+    runs = [telemetry.init(job="none", rank=r, world_size=world, agent=agent, attempt=attempt) for r in range(world)]
+    for step in range(first, last + 1):
+        for rank, run in enumerate(runs):
+            run.log(step, loss=offset + step + rank / 10)
+            run.end_step(step)
+    return [run.close(15) for run in runs]
+
+
+@pytest.fixture
+def tree(tmp_path: Path):  # type: ignore[no-untyped-def]
+    root = make_root(tmp_path / "root.db")
+    agent = make_agent([root.address], tmp_path / "a.sock", "agent0")
+    try:
+        yield root, f"unix:{agent.socket_path}"
+    finally:
+        stop_all(agent, root)
+
+
+def test_two_attempts_of_one_name_both_reach_the_root(tree) -> None:  # type: ignore[no-untyped-def]
+    root, agent = tree
+    assert _run_attempt(agent, 1, 2, 1, 5, 0.0) == [True, True]
+    assert _run_attempt(agent, 2, 3, 3, 7, 100.0) == [True, True, True]  # resized and resumed: a new attempt
+
+    def steps(query: str = "") -> list[dict]:
+        status, body = api_get(root.api_address, f"/api/v1/jobs/none/steps?metric=loss{query}")
+        assert status == 200, body
+        return body["steps"]
+
+    wait_for(lambda: len(steps("&attempt=all")) == 10, 15, what="both attempts' steps at the root")
+    timeline = steps()
+    assert [(s["step"], s["attempt"]) for s in timeline] == [(1, 1), (2, 1), (3, 2), (4, 2), (5, 2), (6, 2), (7, 2)]
+    assert [s["min"] for s in timeline] == [1.0, 2.0, 103.0, 104.0, 105.0, 106.0, 107.0]
+    assert [s["count"] for s in timeline] == [2, 2, 3, 3, 3, 3, 3]
+    every = steps("&attempt=all")
+    assert [(s["step"], s["attempt"]) for s in every if s["step"] in (3, 4, 5)] == [
+        (3, 1), (3, 2), (4, 1), (4, 2), (5, 1), (5, 2)]
+    assert [s["step"] for s in steps("&attempt=1")] == [1, 2, 3, 4, 5]
+    assert [s["step"] for s in steps("&last=2")] == [6, 7]
+    assert api_get(root.api_address, "/api/v1/jobs/none/steps?attempt=x")[0] == 400
+
+    jobs = api_get(root.api_address, "/api/v1/jobs")[1]["jobs"]
+    assert jobs == [{"job": "none", "world_size": 3, "last_step": 7, "attempt": 2, "attempts": 2}]
+    figures = api_get(root.api_address, "/api/v1/jobs/none/goodput")[1]
+    assert [(a["attempt"], a["world_size"], a["first_step"], a["last_step"], a["steps_replayed"])
+            for a in figures["attempts"]] == [(1, 2, 1, 5, 0), (2, 3, 3, 7, 3)]
+    assert figures["restarts"] == 1
+    parts = figures["productive_s"] + figures["lost_s"] + figures["restart_downtime_s"]
+    assert parts == pytest.approx(figures["wall_s"], abs=1e-6)
+
+    def restart_events() -> list[dict]:
+        return api_get(root.api_address, "/api/v1/jobs/none/events?kind=restart")[1]["events"]
+
+    [event] = wait_for(restart_events, 10, what="the restart event")
+    assert event["severity"] == "info" and event["job"] == "none" and event["attempt"] == 2
+    assert event["detail"]["steps_replayed"] == 3 and event["detail"]["previous_attempt"] == 1
+    assert event["detail"]["world_size"] == 3 and event["detail"]["previous_world_size"] == 2
+
+
+RANK_SCRIPT = textwrap.dedent("""
+    import sys, telemetry
+    run = telemetry.init(job="same", rank=0, world_size=2, agent=sys.argv[1], attempt=0)
+    other = telemetry.init(job="same", rank=1, world_size=2, agent=sys.argv[1], attempt=0)
+    for step in range(1, 4):
+        for r in (run, other):
+            r.log(step, loss=float(step))
+            r.end_step(step)
+    print(run.close(10), other.close(10), run.stats["dropped_values"] > 0)
+""")
+
+
+def test_a_second_run_under_the_same_attempt_is_refused_not_dropped(tree) -> None:  # type: ignore[no-untyped-def]
+    root, agent = tree
+    runs = [subprocess.run([sys.executable, "-c", RANK_SCRIPT, agent], capture_output=True, text=True, timeout=60,
+                           cwd=REPO) for _ in range(2)]
+    assert runs[0].stdout.split() == ["True", "True", "False"], runs[0].stderr
+    assert runs[1].stdout.split() == ["False", "False", "True"], runs[1].stderr
+    assert "already ran in pid" in runs[1].stderr and "needs a new attempt" in runs[1].stderr
+
+
+def test_goodput_accounts_every_second() -> None:
+    """Attempt 1 runs steps 1-4 a second apart, dies; attempt 2 comes back 10 s later at step 3 (resumed from
+    the step-2 checkpoint) and runs to step 6, a second per step."""
+    s = 1_000_000_000
+    first = AttemptSteps(1, 4, [(1, 0), (2, 1 * s), (3, 2 * s), (4, 3 * s)])
+    second = AttemptSteps(7, 2, [(3, 13 * s), (4, 14 * s), (5, 15 * s), (6, 16 * s)])
+    figures = compute("j", [second, first])
+    assert figures["wall_s"] == 16.0
+    assert figures["restart_downtime_s"] == 10.0  # step 4 of attempt 1 to step 3 of attempt 2
+    assert figures["lost_s"] == 2.0  # attempt 1's steps 3 and 4, run again
+    assert figures["productive_s"] == 4.0  # steps 2, 4, 5, 6 as they stand (step 3's second run is in the downtime)
+    assert figures["replay_s"] == 1.0  # step 4 run again
+    assert figures["goodput"] == 0.25
+    assert [(a["attempt"], a["steps_replayed"], a["downtime_s"]) for a in figures["attempts"]] == [(1, 0, 0.0),
+                                                                                                   (7, 2, 10.0)]
+    assert compute("j", [])["goodput"] is None
