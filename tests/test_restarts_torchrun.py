@@ -1,0 +1,153 @@
+"""Issue 17 item 4: real torchrun jobs that restart, resize and reuse torchrun's default run id `none`.
+
+tests/restart_job.py under torchrun (gloo, CPU) against a real root and agent: the SDK takes the attempt from
+torchrun's store by itself (telemetry.init() with no argument), and every launch and restart must reach the
+root apart, with goodput figures equal to what the ranks' own clocks say.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collectors.demo.train import kill_job, torchrun_env
+from collectors.root.goodput import AttemptSteps, compute
+from collectors.sim.procs import free_port
+from helpers_tree import api_get, wait_for
+
+pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
+]
+
+REPO = Path(__file__).resolve().parents[1]
+JOB_SCRIPT = Path(__file__).with_name("restart_job.py")
+
+
+def _start(args: list[str]) -> tuple[subprocess.Popen, dict]:
+    proc = subprocess.Popen([sys.executable, "-m", "collectors.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+    line = proc.stdout.readline()  # type: ignore[union-attr]
+    if not line:
+        proc.kill()
+        raise AssertionError(f"{args[0]} did not start: {proc.stderr.read()}")  # type: ignore[union-attr]
+    return proc, json.loads(line)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[dict]:
+    root, ready = _start(["collector", "--listen", "127.0.0.1:0", "--db", str(tmp_path / "root.db"),
+                          "--api", "127.0.0.1:0"])
+    agent = None
+    try:
+        sock = tmp_path / "agent.sock"
+        agent, _ = _start(["agent", "--socket", str(sock), "--parent", ready["address"]])
+        yield {"api": ready["api"], "agent": f"unix:{sock}", "tmp": tmp_path}
+    finally:
+        if agent is not None:
+            _stop(agent)
+        _stop(root)
+
+
+def _launch(tree: dict, world: int, steps: int, *args: str, restarts: int = 0, name: str = "run") -> None:
+    """torchrun with the default run id (`none`), as a user who passes no --rdzv-id gets it."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--local-addr", "127.0.0.1",
+           "--max-restarts", str(restarts), str(JOB_SCRIPT), "--steps", str(steps),
+           "--checkpoint", str(tree["tmp"] / f"{name}.ckpt"), "--times", str(tree["tmp"] / "times.jsonl"), *args]
+    env = {**torchrun_env(tree["agent"]), "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=200)
+    except subprocess.TimeoutExpired:
+        kill_job(proc, "none")
+        out, err = proc.communicate(timeout=10)
+        raise AssertionError(f"job timed out\n{out}\n{err[-4000:]}") from None
+    assert proc.returncode == 0, f"job failed ({proc.returncode})\n{out}\n{err[-4000:]}"
+    assert out.count('"durable": true') == world, out
+
+
+def _rows(tree: dict, count: int) -> list[dict]:
+    """Every attempt's `loss` rows, once `count` of them are at the root."""
+    def enough() -> list[dict] | None:
+        status, body = api_get(tree["api"], "/api/v1/jobs/none/steps?metric=loss&attempt=all&last=1000")
+        assert status == 200, body
+        return body["steps"] if len(body["steps"]) >= count else None
+    return wait_for(enough, 30, what=f"{count} loss rows at the root")
+
+
+def _timeline(tree: dict) -> list[tuple[int, float, int]]:
+    status, body = api_get(tree["api"], "/api/v1/jobs/none/steps?metric=loss&last=1000")
+    assert status == 200, body
+    return [(row["step"], row["min"], row["count"]) for row in body["steps"]]
+
+
+def test_a_restart_resumes_from_its_checkpoint_as_a_new_attempt(tree: dict) -> None:
+    """Rank 1 dies entering step 7; torchrun restarts both ranks; they resume after the step-4 checkpoint."""
+    _launch(tree, 2, 12, "--fail-rank", "1", "--fail-step", "7", restarts=1)
+    rows = _rows(tree, 6 + 8)
+    attempts = sorted({row["attempt"] for row in rows})
+    assert len(attempts) == 2 and attempts[0] > 0, attempts
+    by_attempt = {a: [(r["step"], r["min"], r["count"]) for r in rows if r["attempt"] == a] for a in attempts}
+    assert by_attempt[attempts[0]] == [(s, float(s), 2) for s in range(1, 7)]
+    assert by_attempt[attempts[1]] == [(s, s + 1000.0, 2) for s in range(5, 13)]  # steps 5, 6 kept apart
+    # The default view reads as one timeline: each step from the latest attempt that ran it.
+    assert _timeline(tree) == [(s, float(s), 2) for s in range(1, 5)] + [(s, s + 1000.0, 2) for s in range(5, 13)]
+
+    # Goodput against the ranks' own clocks: per attempt and step, when the last rank ended it.
+    ends: dict[tuple[int, int], int] = {}
+    for line in (tree["tmp"] / "times.jsonl").read_text().splitlines():
+        restart, step, end = json.loads(line)
+        ends[(restart, step)] = max(ends.get((restart, step), 0), end)
+    truth = compute("none", [AttemptSteps(r, 2, sorted((s, t) for (rr, s), t in ends.items() if rr == r))
+                             for r in (0, 1)])
+    figures = api_get(tree["api"], "/api/v1/jobs/none/goodput")[1]
+    assert [(a["world_size"], a["first_step"], a["last_step"], a["steps_replayed"]) for a in figures["attempts"]] == [
+        (2, 1, 6, 0), (2, 5, 12, 2)]
+    for name in ("wall_s", "productive_s", "lost_s", "restart_downtime_s", "replay_s", "goodput"):
+        assert figures[name] == pytest.approx(truth[name], abs=0.05), (name, figures, truth)
+    assert figures["restart_downtime_s"] > 0 and figures["lost_s"] > 0
+    status, body = api_get(tree["api"], "/api/v1/jobs/none/events?kind=restart")
+    [event] = body["events"]
+    assert event["attempt"] == attempts[1] and event["detail"]["steps_replayed"] == 2
+
+
+def test_a_resize_under_the_same_run_id_is_a_new_attempt(tree: dict) -> None:
+    _launch(tree, 2, 4, name="small")
+    _launch(tree, 3, 4, "--tag", "0.5", name="large")
+    rows = _rows(tree, 8)
+    figures = api_get(tree["api"], "/api/v1/jobs/none/goodput")[1]
+    assert [(a["world_size"], a["first_step"], a["last_step"]) for a in figures["attempts"]] == [(2, 1, 4), (3, 1, 4)]
+    assert sorted((r["step"], r["count"]) for r in rows) == sorted([(s, 2) for s in range(1, 5)] +
+                                                                   [(s, 3) for s in range(1, 5)])
+    assert _timeline(tree) == [(s, s + 0.5, 3) for s in range(1, 5)]
+
+
+def test_two_launches_with_the_default_run_id_both_reach_the_root(tree: dict) -> None:
+    _launch(tree, 2, 5, name="first")
+    _launch(tree, 2, 5, "--tag", "0.25", name="second")
+    rows = _rows(tree, 10)
+    attempts = sorted({row["attempt"] for row in rows})
+    assert len(attempts) == 2
+    for attempt, tag in zip(attempts, (0.0, 0.25)):
+        assert [(r["step"], r["min"], r["count"]) for r in rows if r["attempt"] == attempt] == [
+            (s, s + tag, 2) for s in range(1, 6)]
+    assert _timeline(tree) == [(s, s + 0.25, 2) for s in range(1, 6)]
