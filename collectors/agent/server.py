@@ -18,6 +18,7 @@ from collectors.agent.service import AgentService
 from collectors.common.aioserve import AioServer, StreamSlots
 from collectors.common.flushloop import FlushLoop
 from collectors.common.gctune import tune_gc
+from collectors.common.memory import FreedMemory
 from collectors.common.transport import Security
 from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, DEFAULT_MAX_WORLD_SIZE, MetricBudget
 from collectors.delivery.lifecycle import DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, JobLifecycle
@@ -84,6 +85,7 @@ class AgentServer:
         self.grpc = AioServer("agent", None, ("telemetry.v1.Agent",), self.flusher.healthy)
         self.lifecycle = JobLifecycle(config.job_idle_timeout_s)
         self._swept_at = 0.0
+        self.freed = FreedMemory()
         self.socket_path = config.socket or default_socket()
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         if self.socket_path.exists():
@@ -118,16 +120,20 @@ class AgentServer:
 
     def _flush(self) -> None:
         now = time.monotonic()
+        forgot = False
         with self.node.lock:
             self.service.seal(now)
             offer_exits(self.node, self.registry)  # exit statuses seal() just learned of
             if now - self._swept_at >= SWEEP_EVERY_S:
                 self._swept_at = now
-                self._sweep(now)
+                forgot = self._sweep(now)
+        if forgot:
+            self.freed.release(now)
         self.node.flush()
 
-    def _sweep(self, now: float) -> None:
-        """Forget the jobs that finished (every local rank closed, or idle); caller holds the node's lock."""
+    def _sweep(self, now: float) -> bool:
+        """Forget the jobs that finished (every local rank closed, or idle); caller holds the node's lock.
+        True when some job was forgotten."""
         node, service = self.node, self.service
         finished = self.lifecycle.sweep(
             now, self.registry.jobs(), lambda job: node.all_closed(job) and not service.open_steps(job))
@@ -138,6 +144,7 @@ class AgentServer:
         if finished:
             node.forget_jobs({job for job, _ in finished})
             node.own_ranks = self.registry.views(now)
+        return bool(finished)
 
     def healthy(self) -> bool:
         return self.flusher.healthy()

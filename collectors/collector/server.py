@@ -13,6 +13,7 @@ from pathlib import Path
 from collectors.common.aioserve import AioServer, StreamSlots
 from collectors.common.flushloop import FlushLoop
 from collectors.common.gctune import tune_gc
+from collectors.common.memory import FreedMemory
 from collectors.common.transport import Security
 from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, DEFAULT_MAX_WORLD_SIZE, MetricBudget
 from collectors.delivery.lifecycle import (DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, ChildLifecycle,
@@ -82,6 +83,7 @@ class CollectorServer:
         self.children = ChildLifecycle(config.job_idle_timeout_s)
         self.on_job_finished: list[Callable[[str], None]] = []  # run without the node's lock (the root's wiring)
         self._swept_at = 0.0
+        self.freed = FreedMemory()
         self.grpc = AioServer("root" if config.is_root else "collector", config.security,
                               ("telemetry.v1.Collector",), self.flusher.healthy)
         self.service = CollectorService(self.node, self.grpc.host,
@@ -116,11 +118,13 @@ class CollectorServer:
         now = time.monotonic()
         if now - self._swept_at >= SWEEP_EVERY_S:
             self._swept_at = now
-            self._sweep(now)
+            if self._sweep(now):
+                self.freed.release(now)
         self.node.flush(now)
 
-    def _sweep(self, now: float) -> None:
-        """Forget children gone past the timeout, then jobs that finished (all ranks closed, or idle)."""
+    def _sweep(self, now: float) -> bool:
+        """Forget children gone past the timeout, then jobs that finished (all ranks closed, or idle); True
+        when some job was forgotten."""
         node, is_root = self.node, self.config.is_root
         with node.lock:
             for child in self.children.sweep(now):
@@ -136,6 +140,7 @@ class CollectorServer:
         for job, _ in finished:
             for callback in self.on_job_finished:
                 callback(job)
+        return bool(finished)
 
     def jobs(self) -> list[str]:
         """The jobs live here (known from rank states or windows, and not finished)."""
