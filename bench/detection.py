@@ -173,11 +173,13 @@ class EventWatch:
 
 
 def done_lines(log: Path) -> list[dict[str, Any]]:
-    out = []
+    """Each rank's closing JSON line (the ranks share torchrun's output, so look inside every line)."""
+    out, marker, decoder = [], '{"event": "done"', json.JSONDecoder()
     for line in log.read_text(errors="replace").splitlines():
-        if line.startswith('{"event": "done"'):
+        at = line.find(marker)
+        if at >= 0:
             try:
-                out.append(json.loads(line))
+                out.append(decoder.raw_decode(line, at)[0])
             except ValueError:
                 pass
     return out

@@ -9,12 +9,14 @@ bench's job; the test checks that they are measured and that a real fault is cau
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from bench.detection_jobs.replay import stored_job
 from bench.detection_jobs.score import aggregate, rank_verdict, score_run, step_at, table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,6 +53,13 @@ def test_scoring_false_alarms_detections_delays_and_ranks():
     assert [rank_verdict(n, 2) for n in ([2], [1, 2], [1], [])] == ["exact", "includes", "wrong", "none"]
 
 
+def test_replay_finds_a_jobs_windows_under_its_latest_attempt(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "root.db")
+    db.execute("CREATE TABLE windows (job TEXT)")
+    db.executemany("INSERT INTO windows VALUES (?)", [("a@5",), ("a@17",), ("ab@99",), ("b",)])
+    assert [stored_job(db, j) for j in ("a", "b", "c")] == ["a@17", "b", "c"]
+
+
 def test_help_and_bad_arguments():
     bench = [sys.executable, str(REPO / "bench" / "detection.py")]
     done = subprocess.run([*bench, "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
@@ -63,7 +72,8 @@ def test_help_and_bad_arguments():
 def test_quick_run_catches_a_bad_batch_and_writes_json(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "detection.py"), "--quick", "--faults", "bad_batch", "--mlp-steps", "120",
-         "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=230)
+         "--out", str(tmp_path), "--workdir", str(tmp_path / "work")], cwd=REPO, capture_output=True, text=True,
+        timeout=230)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "| loss_spike |" in done.stdout and "2/2 mlp seed 0 bad_batch" in done.stderr
     result = json.loads((tmp_path / "detection.json").read_text())
@@ -73,7 +83,8 @@ def test_quick_run_catches_a_bad_batch_and_writes_json(tmp_path: Path) -> None:
     assert (clean["fault"], fault["fault"]) == ("none", "bad_batch")
     for run in (clean, fault):
         assert run["steps_done"] == 120 and len(run["finalised"]) == 120
-        assert sorted(r["rank"] for r in run["ranks_done"]) == [0, 1, 2]
+        log = (tmp_path / "work" / f"{run['job']}.log").read_text(errors="replace")
+        assert sorted(r["rank"] for r in run["ranks_done"]) == [0, 1, 2], log[-6000:]
         assert all(r["durable"] is True for r in run["ranks_done"]), run["ranks_done"]
     truth = fault["truth"]
     assert (truth["fault"], truth["step"], truth["rank"]) == ("bad_batch", 60, 0)

@@ -30,6 +30,13 @@ from collectors.root.store import Row  # noqa: E402
 from telemetry.summary import Summary  # noqa: E402
 
 
+def stored_job(db: sqlite3.Connection, job: str) -> str:
+    """The key the root stored a job's windows under: `job`, or `job@attempt` (the latest) since attempts."""
+    found = [j for (j,) in db.execute("SELECT DISTINCT job FROM windows WHERE job=? OR substr(job, 1, ?)=?",
+                                      (job, len(job) + 1, job + "@"))]
+    return max(found, key=lambda j: (j != job, int(j.rsplit("@", 1)[1]) if j != job else 0), default=job)
+
+
 def rows_of(db: sqlite3.Connection, job: str) -> list[Row]:
     found = db.execute("SELECT metric, idx, expected, summary, finalised_ns FROM windows WHERE job=? AND width_ms=0 "
                        "ORDER BY finalised_ns, idx", (job,)).fetchall()
@@ -48,10 +55,11 @@ def replay_run(db: sqlite3.Connection, run: dict[str, Any], settings: dict[str, 
 
     events = EventLog(None, sinks=[sink], clock=lambda: now[0])
     suite = Detectors(events, DetectorsConfig.from_mapping({**settings, "hang": {"enabled": False}}))
-    for row in rows_of(db, run["job"]):
+    job = stored_job(db, run["job"])
+    for row in rows_of(db, job):
         now[0] = row.finalised_ns / 1e9
         suite.on_rows([row])
-    stored = events.query(run["job"], limit=10_000)
+    stored = events.query(job, limit=10_000)
     events.close()
     return {**run, "events": [{**e, "seen": seen[e["id"]]} for e in stored]}
 

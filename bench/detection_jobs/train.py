@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             run.log(step, loss=loss.detach(), grad_norm=gn, mfu=mfu(flops, elapsed, PEAK_FLOPS))
     durable = run.close(timeout=args.close_timeout)
     print(json.dumps({"event": "done", "rank": rank, "durable": durable, "stats": run.stats,
-                      "final_loss": float(loss), "median_step_s": statistics.median(own) if own else None}),
+                      "final_loss": loss.item(), "median_step_s": statistics.median(own) if own else None}),
           flush=True)
     dist.barrier()
     dist.destroy_process_group()
