@@ -10,6 +10,7 @@ run and exits 1 on entering step S, so torchrun (--max-restarts) starts every ra
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import time
@@ -34,8 +35,15 @@ def main() -> None:
     args = p.parse_args()
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank, restart = dist.get_rank(), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    rank, restart = int(os.environ["RANK"]), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    # The process group meets in a file store of its own per restart: through torchrun's store, a restarted
+    # gloo group here often read the previous attempt's addresses ("Gloo connectFullMesh ... Connection
+    # refused", seen without telemetry too, 2 launches in 4). Telemetry still agrees on the attempt through
+    # torchrun's store (telemetry.init() below).
+    store = dist.FileStore(str(args.checkpoint.with_name(f"{args.checkpoint.name}.pg{restart}")),
+                           int(os.environ["WORLD_SIZE"]))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=int(os.environ["WORLD_SIZE"]),
+                            timeout=datetime.timedelta(seconds=60))
     start = int(args.checkpoint.read_text()) + 1 if args.checkpoint.exists() else 1
     run = telemetry.init()
     with args.times.open("a") as times:  # written as it goes: the other ranks of a failed launch are killed

@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,12 @@ def test_two_attempts_of_one_name_both_reach_the_root(tree) -> None:  # type: ig
 
     def restart_events() -> list[dict]:
         return api_get(root.api_address, "/api/v1/jobs/none/events?kind=restart")[1]["events"]
+
+    with urllib.request.urlopen(f"http://{root.api_address}/metrics", timeout=10) as reply:
+        exposition = reply.read().decode()
+    assert f'telemetry_goodput_ratio{{job="none"}} {figures["goodput"]}' in exposition
+    assert 'telemetry_restarts_total{job="none"} 1.0' in exposition
+    assert 'telemetry_goodput_seconds_total{job="none",kind="restart_downtime"}' in exposition
 
     [event] = wait_for(restart_events, 10, what="the restart event")
     assert event["severity"] == "info" and event["job"] == "none" and event["attempt"] == 2
