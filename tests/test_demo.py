@@ -37,7 +37,7 @@ def _first(events: list[dict], kind: str) -> dict:
 
 
 def test_demo_simulated_job_raises_each_injected_fault_naming_the_rank(tmp_path):
-    ranks, steps = 16, 24
+    ranks, steps = 16, 30  # the straggler lasts long enough to be late on 7 of 8 judged steps
     s = Scenario.for_run(ranks, steps)
     done, report = _demo(tmp_path, "--ranks", str(ranks), "--steps", str(steps), "--step-interval", "0.3")
     raised = report["events_as_raised"]

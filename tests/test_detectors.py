@@ -686,7 +686,9 @@ def test_sim_faults_are_raised_as_the_right_events(tmp_path, sync):
     assert by_kind(report["events"]).keys() == events.keys(), "the report carries the events"
     (straggler,) = events["straggler"]
     assert straggler["ranks"] == [13] and 6 <= straggler["step"] <= 8, straggler
-    assert straggler["detail"]["detected_step"] - 6 <= 2, "raised within 3 steps of its start"
+    # on arrivals a straggler is a rank late on 7 of the last 8 steps (noise on a shared host holds ranks back
+    # for a few steps in a row); on step_time, 2 over steps in a row
+    assert straggler["detail"]["detected_step"] - 6 <= (6 if sync else 2), "raised soon after its start"
     assert straggler["detail"]["wait_s"] > 0.1 and straggler["detail"]["wait_rank_s_total"] > 0
     assert straggler["detail"]["signal"] == (ARRIVAL if sync else "step_time"), straggler["detail"]
     (nan,) = events["nonfinite"]

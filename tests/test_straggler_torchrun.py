@@ -121,7 +121,8 @@ def test_slow_rank_is_named_with_its_wait(tree: dict, where: str) -> None:
     event = events[0]
     assert event["ranks"][0] == SLOW_RANK, event
     assert event["detail"]["signal"] == "collective_arrival", event
-    assert SLOW_FROM <= event["detail"]["detected_step"] <= SLOW_FROM + 3, event
+    # the lead builds up over a few steps (persistence), then 5 over steps in a row: detected within ~10 steps
+    assert SLOW_FROM <= event["detail"]["detected_step"] <= SLOW_FROM + 12, event
     assert 0.2 < event["detail"]["wait_s"] < 0.6, event
 
 

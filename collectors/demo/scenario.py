@@ -37,7 +37,7 @@ class Scenario:
         def rank(preferred: int) -> int:
             return preferred % ranks
 
-        return cls(straggler_rank=rank(13), straggler_from=at(0.15), straggler_until=at(0.4),
+        return cls(straggler_rank=rank(13), straggler_from=at(0.15), straggler_until=at(0.45),
                    straggler_factor=2.5, spike_step=at(0.5), spike_factor=4.0, nan_rank=rank(42),
                    nan_step=at(0.65), hang_rank=rank(7) if ranks > 7 else ranks - 1, hang_step=at(0.85))
 

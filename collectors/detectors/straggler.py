@@ -3,21 +3,24 @@
 Two signals, chosen per job:
 
 * `collective_arrival` (logged by the SDK itself under torch.distributed; see
-  telemetry.torch.collective.ArrivalClock): per rank, the seconds from its previous step exit to its last
-  collective of the step. Under synchronous collectives every rank's wall `step_time` is the slowest
+  telemetry.torch.collective.ArrivalClock): per rank, the seconds from its previous synchronisation to its
+  last collective of the step. Under synchronous collectives every rank's wall `step_time` is the slowest
   rank's, so only the arrival can name it: `argmax` arrived last and `lag` = max - p50 is how long the
-  median rank waited for it. A step is over when the median rank's wait is a large share of the step,
-  `lag / scale` > max(`min_wait_frac`, the run's usual share + `mad_k` robust sigmas), where `scale` =
-  max(step_time p50, arrival max), and the wait is over `min_wait_s` (below it, a wait is the OS
-  scheduler's noise on a shared host). Only steps where every rank reported an arrival are judged (a rank
-  without one could be the slow one). Once a job logs arrivals, its `step_time` is not judged.
+  median rank waited for it. A rank is late on a step when it arrives more than max(`min_wait_frac` x
+  `scale`, `min_wait_s`) after the median rank, `scale` = max(step_time p50, arrival max); below
+  `min_wait_s` a wait is the OS scheduler's noise on a shared host. A straggler is a rank late on at least
+  `persist_k` of the last `persist_n` steps (7 of 8): measured on real torchrun jobs on an oversubscribed
+  2-core machine (bench/detection.py, replayed with bench/detection_jobs/replay.py), ranks held back by
+  the scheduler for several steps in a row are common, a rank late on 7 of 8 steps is not. Only steps
+  where every rank reported an arrival are judged (a rank without one could be the slow one). Once a job
+  logs arrivals, its `step_time` is not judged.
 * `step_time`, for jobs without collectives (each rank's wall time is its own): over when max / p50 >
   max(`factor`, `baseline_factor` x the run's median ratio over its last `baseline_steps` normal steps),
   so a job whose ranks are always a little uneven does not cry wolf.
 
 The first `warmup` steps of either signal are start-up (first iterations, allocator, compilation, DDP
-building its buckets) and are not judged. Noise does not make a straggler: an event opens after `consecutive` over steps in a row whose slowest
-rank is the *same* rank (a rank descheduled once, or a different rank each step, is not one), is
+building its buckets) and are not judged. Noise does not make a straggler: on `step_time` an event opens
+after `consecutive` over steps in a row whose slowest rank is the *same* rank (a rank descheduled once, or a different rank each step, is not one), is
 updated every over step, and closes after `clear_steps` normal ones. Its `step` is the first over step.
 The detail names the top ranks above the threshold and the seconds they cost: `wait_s` = max - p50 (the
 median rank's wait) and `wait_rank_s` = count x max - sum (every rank's waiting, summed), per step and
@@ -27,9 +30,10 @@ in total over the event.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
-from collectors.detectors.base import Baseline, Detector, distinct, event_time, fnum, mad_sigma, p50
+from collectors.detectors.base import Baseline, Detector, distinct, event_time, fnum, p50
 from collectors.root.store import Row
 from telemetry.summary import Summary
 
@@ -44,8 +48,9 @@ class StragglerConfig:
     factor: float = 1.5
     min_wait_frac: float = 0.25
     min_wait_s: float = 0.02
+    persist_k: int = 7
+    persist_n: int = 8
     warmup: int = 5
-    mad_k: float = 6.0
     consecutive: int = 2
     clear_steps: int = 2
     baseline_steps: int = 50
@@ -74,11 +79,14 @@ class _State:
 @dataclass
 class _Judged:
     over: bool
-    measure: float      # ratio (step_time) or share of the step waited (arrival)
+    measure: float      # ratio (step_time) or share of the step waited for the culprit (arrival)
     threshold: float
-    cut: float          # values above it are named
+    cut: float          # values above it are named (step_time)
     wait_s: float
     median: float
+    culprit: int        # the rank the others wait for
+    ranks: list[int] | None = None  # named, when the signal says so itself (arrival)
+    began: int = 0      # steps ago the culprit's lateness began (arrival: within the persistence window)
 
 
 class StragglerDetector(Detector):
@@ -90,6 +98,7 @@ class StragglerDetector(Detector):
         self.metrics = frozenset({self.config.metric, self.config.arrival_metric})
         self._state: dict[str, _State] = {}
         self._baseline: dict[str, Baseline] = {}
+        self._recent: dict[str, deque[frozenset[int]]] = {}  # job -> ranks late on each of its last steps
 
     def observe(self, row: Row) -> None:
         if row.late or not row.key.is_step:
@@ -115,7 +124,7 @@ class StragglerDetector(Detector):
             state.warm += 1
             return
         baseline = self._baseline.setdefault(job, Baseline(c.baseline_steps))
-        judged = self._arrival(s, state, baseline) if arrival else self._step_time(s, baseline)
+        judged = self._arrival(s, state, job) if arrival else self._step_time(s, baseline)
         if judged is None:
             return
         state.last_step = step
@@ -127,10 +136,10 @@ class StragglerDetector(Detector):
                 self.clear(job, step=step)
             return
         state.clean = 0
-        if state.streak and s.argmax != state.streak_rank and not self.is_open(job):
+        if state.streak and judged.culprit != state.streak_rank and not self.is_open(job):
             state.streak = 0  # a different rank each step is noise, not a straggler
         if state.streak == 0:
-            state.streak_start, state.streak_time, state.streak_rank = step, event_time(row), s.argmax
+            state.streak_start, state.streak_time, state.streak_rank = step - judged.began, event_time(row), judged.culprit
             if not self.is_open(job):
                 state.wait_s_total = state.wait_rank_s_total = 0.0
                 state.steps = 0
@@ -139,9 +148,9 @@ class StragglerDetector(Detector):
         state.wait_s_total += judged.wait_s
         state.wait_rank_s_total += wait_rank_s
         state.steps += 1
-        if state.streak < c.consecutive and not self.is_open(job):
+        if state.streak < (1 if arrival else c.consecutive) and not self.is_open(job):
             return
-        ranks = distinct(s.top(), lambda v: v > judged.cut, c.top) or [s.argmax]
+        ranks = judged.ranks or distinct(s.top(), lambda v: v > judged.cut, c.top) or [s.argmax]
         open_event = self.events.get_open(self.kind, job)
         signal = c.arrival_metric if arrival else c.metric
         if arrival:
@@ -172,17 +181,25 @@ class StragglerDetector(Detector):
         threshold = c.factor
         if len(baseline) >= c.min_baseline:
             threshold = max(c.factor, c.baseline_factor * baseline.median())
-        return _Judged(ratio > threshold, ratio, threshold, threshold * median, s.max - median, median)
+        return _Judged(ratio > threshold, ratio, threshold, threshold * median, s.max - median, median, s.argmax)
 
-    def _arrival(self, s: Summary, state: _State, baseline: Baseline) -> _Judged | None:
+    def _arrival(self, s: Summary, state: _State, job: str) -> _Judged | None:
+        """A rank is over on a step when it arrives a large share of the step after the median rank (and over
+        `min_wait_s`); the step counts as over when the same rank was over on at least `persist_k` of the last
+        `persist_n` steps: a rank that is late step after step, not one the OS scheduler held back now and
+        then."""
         c, median = self.config, p50(s)
         scale = max(state.step_scale, s.max)
         if not (scale > 0 and math.isfinite(median)):
             return None
+        cut = median + max(c.min_wait_frac * scale, c.min_wait_s)
+        late = [rank for value, rank in s.top(c.top) if value > cut]
+        recent = self._recent.setdefault(job, deque(maxlen=c.persist_n))
+        recent.append(frozenset(late))
+        counts = {rank: sum(rank in step for step in recent) for rank in late}
+        persistent = sorted((r for r in late if counts[r] >= c.persist_k), key=lambda r: -counts[r])
         lag = max(0.0, s.max - median)
-        share = lag / scale
-        threshold = c.min_wait_frac
-        if len(baseline) >= c.min_baseline:
-            threshold = max(threshold, baseline.median() + c.mad_k * mad_sigma(baseline.values))
-        over = share > threshold and lag > c.min_wait_s
-        return _Judged(over, share, threshold, median + threshold * scale, lag, median)
+        culprit = persistent[0] if persistent else s.argmax
+        began = next((len(recent) - 1 - i for i, ranks in enumerate(recent) if culprit in ranks), 0)
+        return _Judged(bool(persistent), lag / scale, c.min_wait_frac, cut, lag, median, culprit, persistent or None,
+                       began)
