@@ -34,3 +34,66 @@ def test_agent_and_root_trim_after_forgetting_a_finished_job(tmp_path):
                  what="both tiers trimmed after forgetting the job (the only job they saw)")
     finally:
         stop_all(agent, root)
+
+
+_THRESHOLD_PROBE = r"""
+import ctypes, os, sys, threading
+sys.path.insert(0, os.getcwd())
+class MI2(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MI2
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+if sys.argv[1] == "fixed":
+    from collectors.common.memory import FreedMemory
+    FreedMemory()
+out = []
+def thread():  # in a thread of its own, as the root's API requests are (a thread arena, not the main heap)
+    libc.free(libc.malloc(1 << 20))  # glibc's dynamic thresholds rise to 1 MiB here, unless fixed
+    before = libc.mallinfo2().hblkhd
+    p = libc.malloc(1 << 20)
+    out.append(libc.mallinfo2().hblkhd - before >= 1 << 20)  # mmapped (given back on free), not from the arena
+    libc.free(p)
+t = threading.Thread(target=thread)
+t.start()
+t.join()
+print("mmapped" if out[0] else "arena")
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc thresholds")
+@pytest.mark.parametrize("mode, expected", [("dynamic", "arena"), ("fixed", "mmapped")])
+def test_large_buffers_freed_by_threads_do_not_stay_in_their_arenas(mode, expected):
+    """Without fixed thresholds, one 1 MiB buffer freed makes the next ones come from (and stay in) the arena
+    of the thread that asks: the root's RSS grew 7 MiB over 900 soak jobs that way (collectors/common/memory.py).
+    A FreedMemory (every service makes one) fixes the thresholds, so such buffers are mmapped and given back."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
+    done = subprocess.run([sys.executable, "-c", _THRESHOLD_PROBE, mode], capture_output=True, text=True, timeout=60,
+                          env=env, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
+
+
+def test_sqlite_page_caches_are_bounded(tmp_path):
+    """Every connection the root holds has an explicit page cache bound (collectors/root/store.py CACHE_KIB)."""
+    from contextlib import closing
+
+    from collectors.detectors.events import EventLog
+    from collectors.root.store import CACHE_KIB, Store
+
+    store = Store(tmp_path / "root.db")
+    events = EventLog(store.path)
+    try:
+        with closing(store.reader()) as reader:
+            for db in (store._db, events._db, reader):  # noqa: SLF001
+                assert db.execute("PRAGMA cache_size").fetchone()[0] == -CACHE_KIB
+    finally:
+        events.close()
+        store.close()

@@ -45,6 +45,11 @@ CREATE TABLE IF NOT EXISTS jobs (job TEXT PRIMARY KEY, world_size INTEGER NOT NU
 """
 
 SYNC_MODES = {"process": "NORMAL", "power": "FULL"}
+# Page cache per connection, KiB (SQLite's usual default, explicit so that no build's default changes it). The
+# writer's fills as the file grows and then stays there: 0.75 MB after 100 soak-shaped jobs, 2.05 MB from job ~300
+# to 1,000 (6 misses in 100,000 lookups: it writes new windows, near the end of the index). Readers (one per API
+# request or goodput read, closed after) and the event log are bounded by it too.
+CACHE_KIB = 2000
 
 
 class StoreLost(OSError):
@@ -102,6 +107,7 @@ class Store:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={SYNC_MODES[self.sync]}")
+        self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         self._db.executescript(_SCHEMA)
         self._inode = os.stat(self.path).st_ino
 
@@ -162,6 +168,7 @@ class Store:
     def reader(self) -> sqlite3.Connection:
         db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
         db.row_factory = sqlite3.Row
+        db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         return db
 
     def close(self) -> None:
