@@ -17,6 +17,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from collectors.common.attempts import split
+
 log = logging.getLogger(__name__)
 
 PANEL_METRICS = ("step_time", "collective_arrival", "loss", "mfu", "grad_norm")
@@ -149,7 +151,7 @@ class RootWatcher:
                     elif stat != "max":
                         continue
                     hosts.setdefault(owner[len(HOST_JOB_PREFIX):], {})[label] = sample.value
-                elif owner == self.job and name in HARDWARE_FAMILIES and sample.labels.get("stat", "max") == "max":
+                elif split(owner)[0] == self.job and name in HARDWARE_FAMILIES and sample.labels.get("stat", "max") == "max":
                     label = HARDWARE_FAMILIES[name]
                     job[label] = max(job.get(label, float("-inf")), sample.value)
         return job, hosts
