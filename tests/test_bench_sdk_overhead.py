@@ -87,7 +87,12 @@ def test_quick_run_writes_well_formed_json(tmp_path: Path) -> None:
     # Targets: all five judged, with a value or (for a ratio over noise) none.
     targets = summary["targets"]
     assert set(targets) == {"log_1_float_us", "log_10_floats_us", "log_10_cpu_tensors_us",
-                            "sdk_step_overhead_percent", "allgather_over_sdk_overhead"}
+                            "sdk_step_overhead_percent", "allgather_over_sdk_overhead",
+                            "readers_step_overhead_percent"}
+    readers = data["readers"]  # the flight-recorder readers, on vs off
+    assert readers["close_durable"] == {"on": True, "off": True}
+    assert all(finite(v) and v > 0 for v in readers["status_read_us"].values())
+    assert finite(readers["overhead_percent"]["median"]) and readers["polls_per_step"] > 0
     for key, v in targets.items():
         assert positive(v["target"]) and v["met"] in (True, False, None) and isinstance(v["text"], str), (key, v)
         assert v["value"] is None or finite(v["value"]), (key, v)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from collectors.common.attempts import like_prefix
 from collectors.demo.train import run as run_torchrun
 from collectors.sim.procs import free_port
 from helpers_tree import steps as api_steps
@@ -102,8 +103,10 @@ def _time_windows(db: Path, job: str, metric: str) -> list[sqlite3.Row]:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     con.row_factory = sqlite3.Row
     try:
-        return con.execute("SELECT idx, count, min, max FROM windows WHERE job=? AND metric=? AND width_ms>0 "
-                           "ORDER BY idx", (job, metric)).fetchall()
+        # the job's windows are stored under its attempt-scoped name (job@attempt) when it has an attempt
+        return con.execute("SELECT idx, count, min, max FROM windows WHERE (job=? OR substr(job, 1, ?)=?) "
+                           "AND metric=? AND width_ms>0 ORDER BY idx",
+                           (job, len(job) + 1, like_prefix(job), metric)).fetchall()
     finally:
         con.close()
 
