@@ -49,6 +49,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.detection_jobs.logs import done_lines  # noqa: E402
 from machine import cpu_model, git_head, memory_bytes  # noqa: E402  (bench/machine.py)
 
 from bench.detection_jobs.score import aggregate, score_run, table  # noqa: E402
@@ -170,19 +171,6 @@ class EventWatch:
                         "ranks": event["ranks"], "seen_at": time.time()}
             out.append({**event, "seen": seen})
         return out
-
-
-def done_lines(log: Path) -> list[dict[str, Any]]:
-    """Each rank's closing JSON line (the ranks share torchrun's output, so look inside every line)."""
-    out, marker, decoder = [], '{"event": "done"', json.JSONDecoder()
-    for line in log.read_text(errors="replace").splitlines():
-        at = line.find(marker)
-        if at >= 0:
-            try:
-                out.append(decoder.raw_decode(line, at)[0])
-            except ValueError:
-                pass
-    return out
 
 
 def run_one(plan: Plan, args: argparse.Namespace, api: str, agent: str, workdir: Path,

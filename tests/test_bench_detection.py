@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.detection_jobs.logs import done_lines
 from bench.detection_jobs.replay import stored_job
 from bench.detection_jobs.score import aggregate, rank_verdict, score_run, step_at, table
 
@@ -58,6 +59,14 @@ def test_replay_finds_a_jobs_windows_under_its_latest_attempt(tmp_path: Path) ->
     db.execute("CREATE TABLE windows (job TEXT)")
     db.executemany("INSERT INTO windows VALUES (?)", [("a@5",), ("a@17",), ("ab@99",), ("b",)])
     assert [stored_job(db, j) for j in ("a", "b", "c")] == ["a@17", "b", "c"]
+
+
+def test_done_lines_finds_every_rank_even_two_on_one_line(tmp_path: Path) -> None:
+    """The ranks share torchrun's output: two ranks' prints can land on one line with no newline between."""
+    log = tmp_path / "job.log"
+    log.write_text('[rank1]: noise {"event": "done", "rank": 1, "durable": true}{"event": "done", "rank": 2, '
+                   '"durable": false}\n{"event": "done", "rank": 0, "durable": true}\n{"event": "done", "ra\n')
+    assert [(d["rank"], d["durable"]) for d in done_lines(log)] == [(1, True), (2, False), (0, True)]
 
 
 def test_help_and_bad_arguments():
