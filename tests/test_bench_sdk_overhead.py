@@ -92,7 +92,7 @@ def test_quick_run_writes_well_formed_json(tmp_path: Path) -> None:
     readers = data["readers"]  # the flight-recorder readers, on vs off
     assert readers["close_durable"] == {"on": True, "off": True}
     assert all(finite(v) and v > 0 for v in readers["status_read_us"].values())
-    assert finite(readers["overhead_percent"]["median"]) and readers["polls_per_step"] > 0
+    assert finite(readers["overhead_percent"]["median"]) and readers["polls_per_step"] >= 0  # a figure, not a floor
     for key, v in targets.items():
         assert positive(v["target"]) and v["met"] in (True, False, None) and isinstance(v["text"], str), (key, v)
         assert v["value"] is None or finite(v["value"]), (key, v)
