@@ -45,7 +45,8 @@ def _status_us(progress: Any, repeats: int = 2000) -> float:
     return statistics.median(samples)
 
 
-def measure(agent: str, rounds: int, steps: int, work_ms: float, note: Callable[[str], None]) -> dict[str, Any]:
+def measure(agent: str, rounds: int, steps: int, work_ms: float, note: Callable[[str], None],
+            ring: int = 2100) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
@@ -61,11 +62,11 @@ def measure(agent: str, rounds: int, steps: int, work_ms: float, note: Callable[
         if progress.read() is None:
             raise RuntimeError("the flight recorder cannot be read (TORCH_FR_BUFFER_SIZE=0?)")
         status_small = _status_us(progress)
-        for _ in range(2100):  # fill the ring (2,000 entries by default)
+        for _ in range(ring):  # fill the ring (2,000 entries by default) with the default `ring`
             dist.all_reduce(tensor)
         status_full = _status_us(progress)
         note(f"  flight-recorder status read: {status_small:.1f} µs (ring nearly empty), "
-             f"{status_full:.1f} µs (ring full)")
+             f"{status_full:.1f} µs (after {ring} more collectives)")
 
         runs = {on: telemetry.init(job=f"arrival-cost-{'on' if on else 'off'}-{time.time_ns()}", rank=0,
                                    world_size=1, agent=agent, collectives=on) for on in (True, False)}
@@ -102,6 +103,7 @@ def measure(agent: str, rounds: int, steps: int, work_ms: float, note: Callable[
                   "vs off in interleaved blocks; overhead = paired block medians",
         "work_ms": work_ms, "rounds": rounds, "steps_per_block": steps,
         "status_read_us": {"ring_nearly_empty": status_small, "ring_full": status_full},
+        "collectives_before_full_read": ring,
         "step_ms": {"readers_on": statistics.median(blocks[True]) * 1e3, "readers_off": median_off * 1e3},
         "overhead_percent": {"median": statistics.median(paired) * 100,
                              "stdev": statistics.stdev(paired) * 100 if len(paired) > 1 else None,

@@ -61,7 +61,7 @@ TARGETS = {"log_1_float_us": 2.0, "log_10_values_us": 10.0, "sdk_step_overhead_p
 CONFIGS = {"none": ["--no-telemetry"], "sdk": [], "allgather": ["--no-telemetry", "--allgather-metrics"]}
 CONFIG_LABELS = {"none": "no telemetry", "sdk": "SDK", "allgather": "all_gather"}
 LOG_CASES = ("1 float", "10 floats", "10 CPU tensors", "floor: empty function, 10 kwargs")
-QUICK = {"calls": 300, "repeats": 3, "steps": 12, "warmup": 4, "rounds": 1, "reader_rounds": 2, "reader_steps": 10}
+QUICK = {"calls": 300, "repeats": 3, "steps": 12, "warmup": 4, "rounds": 1, "reader_rounds": 2, "reader_steps": 10, "reader_ring": 200}
 MEASURES = {"wall": "per_step_s", "thread_cpu": "thread_cpu_per_step_s", "process_cpu": "process_cpu_per_step_s"}
 MEASURE_LABELS = {"wall": "wall time", "thread_cpu": "training-thread CPU", "process_cpu": "process CPU"}
 
@@ -535,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reader-rounds", type=int, default=None,
                    help="interleaved rounds (readers on, off) of the flight-recorder readers' cost [default: 10]")
     p.add_argument("--reader-steps", type=int, default=None, help="steps per block of those rounds [default: 50]")
+    p.add_argument("--reader-ring", type=int, default=None,
+                   help="collectives issued before the full-ring status read (2,000 entries by default) [2100]")
     p.add_argument("--reader-work-ms", type=float, default=20.0,
                    help="CPU-bound Python work per step while the readers are measured [default: 20]")
     p.add_argument("--wait-load", type=float, default=None, metavar="LOAD",
@@ -543,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true", help="no progress bar (notes are still printed)")
     args = p.parse_args(argv)
     defaults = {"calls": 2000, "repeats": 25, "steps": 200, "warmup": 20, "rounds": 9, "reader_rounds": 10,
-                "reader_steps": 50}
+                "reader_steps": 50, "reader_ring": 2100}
     for key, value in (QUICK if args.quick else defaults).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -576,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.skip_readers:
                     progress.note("flight-recorder readers: on vs off ...")
                     reader_results = measure_readers(agent, args.reader_rounds, args.reader_steps,
-                                                     args.reader_work_ms, progress.note)
+                                                     args.reader_work_ms, progress.note, args.reader_ring)
             finally:
                 if agent_proc is not None:
                     stop(agent_proc)
@@ -597,7 +599,8 @@ def main(argv: list[str] | None = None) -> int:
     out = {"benchmark": "sdk_overhead", "command": " ".join([Path(sys.executable).name, *sys.argv]),
            "quick": args.quick,
            "parameters": {k: getattr(args, k) for k in ("calls", "repeats", "world", "steps", "warmup", "rounds",
-                                                        "reader_rounds", "reader_steps", "reader_work_ms")},
+                                                        "reader_rounds", "reader_steps", "reader_work_ms",
+                                                        "reader_ring")},
            "targets": TARGETS, "summary": summary, "machine": machine,
            "log": log_results, "steps": step_results, "readers": reader_results, "printed": lines}
     if json_path is not None:

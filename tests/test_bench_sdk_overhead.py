@@ -20,7 +20,7 @@ BENCH = REPO / "bench" / "sdk_overhead.py"
 WORLD = 2  # fewer ranks than the real bench's 4: the smoke test has to fit in its timeout on 2 cores
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.timeout(60)  # ~20-40 s on a 2-core machine; the bench is given 55 s
+pytestmark = pytest.mark.timeout(130)  # ~20-40 s on a quiet 2-core machine; the bench is given 120 s
 
 
 def positive(x: object) -> bool:
@@ -35,7 +35,7 @@ def test_quick_run_writes_well_formed_json(tmp_path: Path) -> None:
     out = tmp_path / "sdk_overhead.json"
     proc = subprocess.run([sys.executable, str(BENCH), "--quick", "--no-progress", "--world", str(WORLD),
                            "--run-timeout", "40", "--json", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=55)
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "run.log() on the training thread" in proc.stdout and "targets" in proc.stdout
     data = json.loads(out.read_text())  # allow_nan=False on the writing side: no NaN/Infinity in it
