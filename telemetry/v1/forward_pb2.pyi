@@ -1,3 +1,4 @@
+from telemetry.v1 import forensics_pb2 as _forensics_pb2
 from telemetry.v1 import summary_pb2 as _summary_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -21,18 +22,22 @@ class WindowSummary(_message.Message):
     def __init__(self, key: _Optional[_Union[_summary_pb2.WindowKey, _Mapping]] = ..., summary: _Optional[_Union[_summary_pb2.Summary, _Mapping]] = ..., expected: _Optional[int] = ..., late: _Optional[bool] = ...) -> None: ...
 
 class SummaryBatch(_message.Message):
-    __slots__ = ("sender_id", "seq", "windows", "ranks", "counters")
+    __slots__ = ("sender_id", "seq", "windows", "ranks", "counters", "captures", "fingerprints")
     SENDER_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    CAPTURES_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINTS_FIELD_NUMBER: _ClassVar[int]
     sender_id: str
     seq: int
     windows: _containers.RepeatedCompositeFieldContainer[WindowSummary]
     ranks: _containers.RepeatedCompositeFieldContainer[RankStates]
     counters: Counters
-    def __init__(self, sender_id: _Optional[str] = ..., seq: _Optional[int] = ..., windows: _Optional[_Iterable[_Union[WindowSummary, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[RankStates, _Mapping]]] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ...) -> None: ...
+    captures: _containers.RepeatedCompositeFieldContainer[_forensics_pb2.Capture]
+    fingerprints: _containers.RepeatedCompositeFieldContainer[_forensics_pb2.JobFingerprints]
+    def __init__(self, sender_id: _Optional[str] = ..., seq: _Optional[int] = ..., windows: _Optional[_Iterable[_Union[WindowSummary, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[RankStates, _Mapping]]] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ..., captures: _Optional[_Iterable[_Union[_forensics_pb2.Capture, _Mapping]]] = ..., fingerprints: _Optional[_Iterable[_Union[_forensics_pb2.JobFingerprints, _Mapping]]] = ...) -> None: ...
 
 class RankStates(_message.Message):
     __slots__ = ("job", "alive", "stuck", "dead", "world_size", "host_ranks", "hosts", "closed", "attempt")
@@ -91,7 +96,7 @@ class Rejection(_message.Message):
     def __init__(self, index: _Optional[int] = ..., key: _Optional[_Union[_summary_pb2.WindowKey, _Mapping]] = ..., overlapping_sources: _Optional[_Iterable[int]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Ack(_message.Message):
-    __slots__ = ("seq", "status", "rejections")
+    __slots__ = ("seq", "status", "rejections", "capture_requests")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[Ack.Status]
@@ -105,7 +110,9 @@ class Ack(_message.Message):
     SEQ_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REJECTIONS_FIELD_NUMBER: _ClassVar[int]
+    CAPTURE_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     seq: int
     status: Ack.Status
     rejections: _containers.RepeatedCompositeFieldContainer[Rejection]
-    def __init__(self, seq: _Optional[int] = ..., status: _Optional[_Union[Ack.Status, str]] = ..., rejections: _Optional[_Iterable[_Union[Rejection, _Mapping]]] = ...) -> None: ...
+    capture_requests: _containers.RepeatedCompositeFieldContainer[_forensics_pb2.CaptureRequest]
+    def __init__(self, seq: _Optional[int] = ..., status: _Optional[_Union[Ack.Status, str]] = ..., rejections: _Optional[_Iterable[_Union[Rejection, _Mapping]]] = ..., capture_requests: _Optional[_Iterable[_Union[_forensics_pb2.CaptureRequest, _Mapping]]] = ...) -> None: ...

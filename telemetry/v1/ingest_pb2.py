@@ -22,9 +22,10 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from telemetry.v1 import forensics_pb2 as telemetry_dot_v1_dot_forensics__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19telemetry/v1/ingest.proto\x12\x0ctelemetry.v1\".\n\x0cMetricValues\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x0e\n\x06values\x18\x02 \x03(\x01\"o\n\rRankStepBatch\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12+\n\x07metrics\x18\x02 \x03(\x0b\x32\x1a.telemetry.v1.MetricValues\x12\x0e\n\x06\x63losed\x18\x03 \x01(\x08\x12\x13\n\x0b\x65nd_time_ns\x18\x04 \x01(\x03\"_\n\tRankBatch\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12*\n\x05steps\x18\x04 \x03(\x0b\x32\x1b.telemetry.v1.RankStepBatch\"\xac\x01\n\tHeartbeat\x12\x0f\n\x07time_ns\x18\x01 \x01(\x03\x12\x14\n\x0c\x63urrent_step\x18\x02 \x01(\x04\x12\x17\n\x0fsteps_completed\x18\x03 \x01(\x04\x12\x31\n\x05\x65xtra\x18\x04 \x03(\x0b\x32\".telemetry.v1.Heartbeat.ExtraEntry\x1a,\n\nExtraEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xb0\x01\n\tRankHello\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x12\n\nworld_size\x18\x03 \x01(\r\x12\x12\n\nlocal_rank\x18\x04 \x01(\r\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x0b\n\x03pid\x18\x06 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\x0f\n\x07\x64ropped\x18\x08 \x01(\x04\x12\x13\n\x0bincarnation\x18\t \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\n \x01(\x04\"\t\n\x07RankBye\"\xbd\x01\n\x0bRankMessage\x12(\n\x05hello\x18\x01 \x01(\x0b\x32\x17.telemetry.v1.RankHelloH\x00\x12(\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x17.telemetry.v1.RankBatchH\x00\x12,\n\theartbeat\x18\x03 \x01(\x0b\x32\x17.telemetry.v1.HeartbeatH\x00\x12$\n\x03\x62ye\x18\x04 \x01(\x0b\x32\x15.telemetry.v1.RankByeH\x00\x42\x06\n\x04\x62ody\"\xd8\x01\n\x07RankAck\x12,\n\x06status\x18\x01 \x01(\x0e\x32\x1c.telemetry.v1.RankAck.Status\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x16\n\x0e\x64ropped_values\x18\x04 \x01(\x04\"j\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0e\n\nREGISTERED\x10\x01\x12\x0c\n\x08RECEIVED\x10\x02\x12\x0b\n\x07\x44URABLE\x10\x03\x12\x0b\n\x07REFUSED\x10\x04\x12\x10\n\x0c\x44ROPPED_LATE\x10\x05\x32G\n\x05\x41gent\x12>\n\x06Stream\x12\x19.telemetry.v1.RankMessage\x1a\x15.telemetry.v1.RankAck(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19telemetry/v1/ingest.proto\x12\x0ctelemetry.v1\x1a\x1ctelemetry/v1/forensics.proto\".\n\x0cMetricValues\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x0e\n\x06values\x18\x02 \x03(\x01\"o\n\rRankStepBatch\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12+\n\x07metrics\x18\x02 \x03(\x0b\x32\x1a.telemetry.v1.MetricValues\x12\x0e\n\x06\x63losed\x18\x03 \x01(\x08\x12\x13\n\x0b\x65nd_time_ns\x18\x04 \x01(\x03\"_\n\tRankBatch\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12*\n\x05steps\x18\x04 \x03(\x0b\x32\x1b.telemetry.v1.RankStepBatch\"\xe7\x01\n\tHeartbeat\x12\x0f\n\x07time_ns\x18\x01 \x01(\x03\x12\x14\n\x0c\x63urrent_step\x18\x02 \x01(\x04\x12\x17\n\x0fsteps_completed\x18\x03 \x01(\x04\x12\x31\n\x05\x65xtra\x18\x04 \x03(\x0b\x32\".telemetry.v1.Heartbeat.ExtraEntry\x12\x39\n\x0c\x66ingerprints\x18\x05 \x03(\x0b\x32#.telemetry.v1.CollectiveFingerprint\x1a,\n\nExtraEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xb0\x01\n\tRankHello\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x12\n\nworld_size\x18\x03 \x01(\r\x12\x12\n\nlocal_rank\x18\x04 \x01(\r\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x0b\n\x03pid\x18\x06 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\x0f\n\x07\x64ropped\x18\x08 \x01(\x04\x12\x13\n\x0bincarnation\x18\t \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\n \x01(\x04\"\t\n\x07RankBye\"\xeb\x01\n\x0bRankMessage\x12(\n\x05hello\x18\x01 \x01(\x0b\x32\x17.telemetry.v1.RankHelloH\x00\x12(\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x17.telemetry.v1.RankBatchH\x00\x12,\n\theartbeat\x18\x03 \x01(\x0b\x32\x17.telemetry.v1.HeartbeatH\x00\x12$\n\x03\x62ye\x18\x04 \x01(\x0b\x32\x15.telemetry.v1.RankByeH\x00\x12,\n\x07\x63\x61pture\x18\x05 \x01(\x0b\x32\x19.telemetry.v1.RankCaptureH\x00\x42\x06\n\x04\x62ody\"\x94\x02\n\x07RankAck\x12,\n\x06status\x18\x01 \x01(\x0e\x32\x1c.telemetry.v1.RankAck.Status\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x16\n\x0e\x64ropped_values\x18\x04 \x01(\x04\x12-\n\x07\x63\x61pture\x18\x05 \x01(\x0b\x32\x1c.telemetry.v1.CaptureRequest\"w\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0e\n\nREGISTERED\x10\x01\x12\x0c\n\x08RECEIVED\x10\x02\x12\x0b\n\x07\x44URABLE\x10\x03\x12\x0b\n\x07REFUSED\x10\x04\x12\x10\n\x0c\x44ROPPED_LATE\x10\x05\x12\x0b\n\x07\x43\x41PTURE\x10\x06\x32G\n\x05\x41gent\x12>\n\x06Stream\x12\x19.telemetry.v1.RankMessage\x1a\x15.telemetry.v1.RankAck(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,26 +34,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_HEARTBEAT_EXTRAENTRY']._loaded_options = None
   _globals['_HEARTBEAT_EXTRAENTRY']._serialized_options = b'8\001'
-  _globals['_METRICVALUES']._serialized_start=43
-  _globals['_METRICVALUES']._serialized_end=89
-  _globals['_RANKSTEPBATCH']._serialized_start=91
-  _globals['_RANKSTEPBATCH']._serialized_end=202
-  _globals['_RANKBATCH']._serialized_start=204
-  _globals['_RANKBATCH']._serialized_end=299
-  _globals['_HEARTBEAT']._serialized_start=302
-  _globals['_HEARTBEAT']._serialized_end=474
-  _globals['_HEARTBEAT_EXTRAENTRY']._serialized_start=430
-  _globals['_HEARTBEAT_EXTRAENTRY']._serialized_end=474
-  _globals['_RANKHELLO']._serialized_start=477
-  _globals['_RANKHELLO']._serialized_end=653
-  _globals['_RANKBYE']._serialized_start=655
-  _globals['_RANKBYE']._serialized_end=664
-  _globals['_RANKMESSAGE']._serialized_start=667
-  _globals['_RANKMESSAGE']._serialized_end=856
-  _globals['_RANKACK']._serialized_start=859
-  _globals['_RANKACK']._serialized_end=1075
-  _globals['_RANKACK_STATUS']._serialized_start=969
-  _globals['_RANKACK_STATUS']._serialized_end=1075
-  _globals['_AGENT']._serialized_start=1077
-  _globals['_AGENT']._serialized_end=1148
+  _globals['_METRICVALUES']._serialized_start=73
+  _globals['_METRICVALUES']._serialized_end=119
+  _globals['_RANKSTEPBATCH']._serialized_start=121
+  _globals['_RANKSTEPBATCH']._serialized_end=232
+  _globals['_RANKBATCH']._serialized_start=234
+  _globals['_RANKBATCH']._serialized_end=329
+  _globals['_HEARTBEAT']._serialized_start=332
+  _globals['_HEARTBEAT']._serialized_end=563
+  _globals['_HEARTBEAT_EXTRAENTRY']._serialized_start=519
+  _globals['_HEARTBEAT_EXTRAENTRY']._serialized_end=563
+  _globals['_RANKHELLO']._serialized_start=566
+  _globals['_RANKHELLO']._serialized_end=742
+  _globals['_RANKBYE']._serialized_start=744
+  _globals['_RANKBYE']._serialized_end=753
+  _globals['_RANKMESSAGE']._serialized_start=756
+  _globals['_RANKMESSAGE']._serialized_end=991
+  _globals['_RANKACK']._serialized_start=994
+  _globals['_RANKACK']._serialized_end=1270
+  _globals['_RANKACK_STATUS']._serialized_start=1151
+  _globals['_RANKACK_STATUS']._serialized_end=1270
+  _globals['_AGENT']._serialized_start=1272
+  _globals['_AGENT']._serialized_end=1343
 # @@protoc_insertion_point(module_scope)

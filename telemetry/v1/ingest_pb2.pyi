@@ -1,3 +1,4 @@
+from telemetry.v1 import forensics_pb2 as _forensics_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -40,7 +41,7 @@ class RankBatch(_message.Message):
     def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., seq: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[RankStepBatch, _Mapping]]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("time_ns", "current_step", "steps_completed", "extra")
+    __slots__ = ("time_ns", "current_step", "steps_completed", "extra", "fingerprints")
     class ExtraEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -52,11 +53,13 @@ class Heartbeat(_message.Message):
     CURRENT_STEP_FIELD_NUMBER: _ClassVar[int]
     STEPS_COMPLETED_FIELD_NUMBER: _ClassVar[int]
     EXTRA_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINTS_FIELD_NUMBER: _ClassVar[int]
     time_ns: int
     current_step: int
     steps_completed: int
     extra: _containers.ScalarMap[str, float]
-    def __init__(self, time_ns: _Optional[int] = ..., current_step: _Optional[int] = ..., steps_completed: _Optional[int] = ..., extra: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    fingerprints: _containers.RepeatedCompositeFieldContainer[_forensics_pb2.CollectiveFingerprint]
+    def __init__(self, time_ns: _Optional[int] = ..., current_step: _Optional[int] = ..., steps_completed: _Optional[int] = ..., extra: _Optional[_Mapping[str, float]] = ..., fingerprints: _Optional[_Iterable[_Union[_forensics_pb2.CollectiveFingerprint, _Mapping]]] = ...) -> None: ...
 
 class RankHello(_message.Message):
     __slots__ = ("job", "rank", "world_size", "local_rank", "host", "pid", "device", "dropped", "incarnation", "attempt")
@@ -87,19 +90,21 @@ class RankBye(_message.Message):
     def __init__(self) -> None: ...
 
 class RankMessage(_message.Message):
-    __slots__ = ("hello", "batch", "heartbeat", "bye")
+    __slots__ = ("hello", "batch", "heartbeat", "bye", "capture")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     BYE_FIELD_NUMBER: _ClassVar[int]
+    CAPTURE_FIELD_NUMBER: _ClassVar[int]
     hello: RankHello
     batch: RankBatch
     heartbeat: Heartbeat
     bye: RankBye
-    def __init__(self, hello: _Optional[_Union[RankHello, _Mapping]] = ..., batch: _Optional[_Union[RankBatch, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., bye: _Optional[_Union[RankBye, _Mapping]] = ...) -> None: ...
+    capture: _forensics_pb2.RankCapture
+    def __init__(self, hello: _Optional[_Union[RankHello, _Mapping]] = ..., batch: _Optional[_Union[RankBatch, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., bye: _Optional[_Union[RankBye, _Mapping]] = ..., capture: _Optional[_Union[_forensics_pb2.RankCapture, _Mapping]] = ...) -> None: ...
 
 class RankAck(_message.Message):
-    __slots__ = ("status", "seq", "reason", "dropped_values")
+    __slots__ = ("status", "seq", "reason", "dropped_values", "capture")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[RankAck.Status]
@@ -108,18 +113,22 @@ class RankAck(_message.Message):
         DURABLE: _ClassVar[RankAck.Status]
         REFUSED: _ClassVar[RankAck.Status]
         DROPPED_LATE: _ClassVar[RankAck.Status]
+        CAPTURE: _ClassVar[RankAck.Status]
     STATUS_UNSPECIFIED: RankAck.Status
     REGISTERED: RankAck.Status
     RECEIVED: RankAck.Status
     DURABLE: RankAck.Status
     REFUSED: RankAck.Status
     DROPPED_LATE: RankAck.Status
+    CAPTURE: RankAck.Status
     STATUS_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DROPPED_VALUES_FIELD_NUMBER: _ClassVar[int]
+    CAPTURE_FIELD_NUMBER: _ClassVar[int]
     status: RankAck.Status
     seq: int
     reason: str
     dropped_values: int
-    def __init__(self, status: _Optional[_Union[RankAck.Status, str]] = ..., seq: _Optional[int] = ..., reason: _Optional[str] = ..., dropped_values: _Optional[int] = ...) -> None: ...
+    capture: _forensics_pb2.CaptureRequest
+    def __init__(self, status: _Optional[_Union[RankAck.Status, str]] = ..., seq: _Optional[int] = ..., reason: _Optional[str] = ..., dropped_values: _Optional[int] = ..., capture: _Optional[_Union[_forensics_pb2.CaptureRequest, _Mapping]] = ...) -> None: ...
