@@ -236,6 +236,26 @@ def test_loss_level_shift_rebaselines_and_closes():
     assert event["status"] == "closed" and event["detail"]["level_shift"] is True and event["step"] == 10
 
 
+@pytest.mark.timeout(10)
+def test_loss_spike_event_over_a_huge_step_gap_finishes_at_once():
+    """Step numbers are the sender's (uint64): one spike event spanning steps 11 and 2**52 must not walk every
+    step number between them (range(first, last + 1) would loop for ever inside the root)."""
+    log = EventLog(None)
+    det = LossSpikeDetector(log)
+    rng = random.Random(7)
+    for step in range(1, 11):
+        values = healthy_step(rng, step)
+        feed(det, {"loss": values["loss"], "grad_norm": values["grad_norm"]}, step)
+    started = time.monotonic()
+    for step in (11, 2**52, 2**63 - 1):
+        values = healthy_step(rng, 11)
+        feed(det, {"loss": [v * 4 for v in values["loss"]], "grad_norm": [g * 5 for g in values["grad_norm"]]}, step)
+    assert time.monotonic() - started < 2.0
+    (event,) = log.query(JOB)
+    assert event["step"] == 11 and event["last_step"] == 2**63 - 1 and event["status"] == "open"
+    assert event["detail"]["grad_norm_spiked"] is True, "the grad_norm steps kept inside the span are still read"
+
+
 # ------------------------------------------------------------------ non-finite
 def test_nonfinite_names_ranks_in_its_step_and_closes():
     log = EventLog(None)

@@ -131,8 +131,10 @@ class LossSpikeDetector(Detector):
                                severity=event.severity)
 
     def _grad_detail(self, detail: dict, job: str, first: int, last: int) -> None:
+        # the steps kept (at most 256), not range(first, last + 1): step numbers are the sender's (uint64),
+        # and a gap like 5 -> 2**52 inside one event would loop for ever
         steps = self._grad_steps.get(job, {})
-        seen = [steps[s] for s in range(first, last + 1) if s in steps]
+        seen = [g for s, g in steps.items() if first <= s <= last]
         if not seen:
             detail.setdefault("grad_norm_spiked", None)
             return
