@@ -279,6 +279,47 @@ def test_nonfinite_names_ranks_in_its_step_and_closes():
     assert (second["step"], second["ranks"], second["status"]) == (8, [1], "closed")
 
 
+def test_nonfinite_names_the_rank_where_it_first_appeared_not_every_rank_it_spread_to():
+    """Rank 2's loss goes NaN at step 10; the all-reduce spreads it, so every rank's loss and grad_norm are NaN
+    from step 11 (and grad_norm at step 10 already, reduced after rank 2's backward). The event names rank 2:
+    the ranks non-finite at its earliest step, leaving out grad_norm whose ranks there contain the loss's."""
+    log = EventLog(None)
+    det = NonfiniteDetector(log)
+    world = 4
+    for step in range(1, 15):
+        loss = [2.0] * world
+        grad = [1.0] * world
+        if step == 10:
+            loss[2] = math.nan
+            grad = [math.nan] * world
+        elif step >= 11:
+            loss = [math.nan] * world
+            grad = [math.nan] * world
+        det.observe(row("grad_norm", step, grad, expected=world))  # grad_norm finalised first: order must not matter
+        det.observe(row("loss", step, loss, expected=world))
+        if step >= 10:
+            (event,) = log.query(JOB)
+            assert event["step"] == 10 and event["ranks"] == [2], (step, event["ranks"])
+            d = event["detail"]
+            assert (d["origin_step"], d["origin_metrics"], d["origin_ranks"]) == (10, ["loss"], [2])
+            assert d["ranks_affected"] == [0, 1, 2, 3] and d["summary"].startswith("non-finite loss at step 10")
+    for step in range(15, 60):  # a long NaN streak: the detail keeps its origin when it prunes its steps
+        det.observe(row("loss", step, [math.nan] * world, expected=world))
+    (event,) = log.query(JOB)
+    assert event["ranks"] == [2] and event["detail"]["origin_step"] == 10 and len(event["detail"]["steps"]) <= 32
+    assert "10" in event["detail"]["steps"]
+
+
+def test_nonfinite_late_delta_at_an_earlier_step_becomes_the_origin():
+    log = EventLog(None)
+    det = NonfiniteDetector(log)
+    det.observe(row("loss", 7, [math.nan] * 4, expected=4))
+    assert log.query(JOB)[0]["ranks"] == [0, 1, 2, 3]
+    det.observe(row("loss", 6, [1.0, math.nan, 1.0, 1.0], expected=4, late=1))
+    (event,) = log.query(JOB)
+    assert event["ranks"] == [1] and event["detail"]["origin_step"] == 6
+
+
 def test_nonfinite_late_delta_is_named():
     log = EventLog(None)
     det = NonfiniteDetector(log)

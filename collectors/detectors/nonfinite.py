@@ -1,8 +1,14 @@
-"""Non-finite: NaN or Inf in loss or grad_norm, naming the ranks (Summary.nonfinite_sources), in its step.
+"""Non-finite: NaN or Inf in loss or grad_norm, naming the rank(s) where it first appeared.
 
-One event per job while steps keep going non-finite (each such step updates it, adding its ranks);
-it closes once every watched metric that went non-finite has a later step without. Late deltas are
-judged too: a rank whose NaN arrived after its step was finalised is still named.
+One event per job while steps keep going non-finite (each such step updates it); it closes once every
+watched metric that went non-finite has a later step without. The ranks named are the origin's, not every
+rank it spread to: under a synchronous all-reduce one rank's NaN is every rank's from the next step on
+(and its grad_norm is every rank's in the same step, reduced after the bad backward). So the event names
+the ranks non-finite at its earliest step (Summary.nonfinite_sources), leaving out a metric whose ranks
+there strictly contain another metric's (grad_norm on every rank, loss on one: the spread, not a second
+origin); `ranks_affected` in the detail lists every rank seen non-finite. Late deltas are judged too: a
+rank whose NaN arrived after its step was finalised is still named, and a late delta for an earlier step
+becomes the origin.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ class NonfiniteDetector(Detector):
         self.metrics = frozenset(self.config.metrics)
         self._bad: dict[str, dict[str, int]] = {}  # job -> metric -> last non-finite step
 
+    def _order(self, metric: str) -> tuple[int, str]:
+        metrics = self.config.metrics
+        return (metrics.index(metric) if metric in metrics else len(metrics), metric)
+
     def observe(self, row: Row) -> None:
         if not row.key.is_step:
             return
@@ -50,13 +60,24 @@ class NonfiniteDetector(Detector):
         entry = dict(steps.get(str(step), {}))
         entry[metric] = {"count": s.nonfinite_count, "ranks": ranks[:64]}
         steps[str(step)] = entry
-        while len(steps) > 32:  # keep the detail small on a long NaN streak
-            steps.pop(min(steps, key=int))
-        all_ranks = sorted({r for e in steps.values() for m in e.values() for r in m["ranks"]})
-        metrics = sorted({m for e in steps.values() for m in e})
+        while len(steps) > 32:  # keep the detail small on a long NaN streak, and its earliest step (the origin)
+            steps.pop(sorted(steps, key=int)[1])
+        origin_step = min(steps, key=int)
+        origin = steps[origin_step]
+        sets = {m: frozenset(e["ranks"]) for m, e in origin.items()}
+        # a metric whose ranks strictly contain another's at that step is the spread (grad_norm reduced
+        # after one rank's NaN loss), not a second origin
+        kept = [m for m in sorted(sets, key=self._order) if not any(o and o < sets[m] for o in sets.values())]
+        origin_ranks = sorted(set().union(*(sets[m] for m in kept)))
+        affected = sorted({*detail.get("ranks_affected", ()), *ranks[:64]})
+        metrics = sorted({*detail.get("metrics", ()), metric})
+        last = max(step, detail.get("last_step", step))
         detail.update({
-            "summary": f"non-finite {', '.join(metrics)} at step {step} from ranks {ranks[:8]}",
-            "steps": steps, "metrics": metrics, "first_step": min(map(int, steps)), "last_step": step,
+            "summary": f"non-finite {', '.join(kept)} at step {origin_step} from ranks {origin_ranks[:8]}"
+                       + (f" (spread to {len(affected)} ranks by step {last})" if affected != origin_ranks else ""),
+            "steps": steps, "metrics": metrics, "first_step": int(origin_step), "last_step": last,
+            "origin_step": int(origin_step), "origin_metrics": kept, "origin_ranks": origin_ranks[:64],
+            "ranks_affected": affected[:64],
         })
-        self.raise_(job, step=step, ranks=all_ranks, detail=detail,
+        self.raise_(job, step=step, ranks=origin_ranks, detail=detail,
                     severity=self.config.severity, time=event_time(row))
