@@ -310,6 +310,43 @@ def test_nonfinite_names_the_rank_where_it_first_appeared_not_every_rank_it_spre
     assert "10" in event["detail"]["steps"]
 
 
+def test_nonfinite_grad_norm_finalised_before_its_loss_waits_for_it_and_a_job_without_loss_is_not_held():
+    """The root may hand grad_norm's window of a step over before loss's: the event still opens naming the
+    rank whose loss went NaN, not every rank the all-reduce spread grad_norm's NaN to."""
+    log = EventLog(None)
+    det = NonfiniteDetector(log)
+    opened: list[list[int]] = []
+    log.sinks.append(lambda action, event: opened.append(list(event.ranks)) if action == "open" else None)
+    for step in range(1, 4):
+        det.observe(row("grad_norm", step, [1.0] * 4, expected=4))
+        det.observe(row("loss", step, [2.0] * 4, expected=4))
+    det.observe(row("grad_norm", 4, [math.nan] * 4, expected=4))
+    assert log.query(JOB) == [], "held until loss's window of step 4"
+    det.observe(row("loss", 4, [2.0, 2.0, 2.0, math.nan], expected=4))
+    (event,) = log.query(JOB)
+    assert opened == [[3]] and event["ranks"] == [3] and event["detail"]["origin_ranks"] == [3]
+    # loss finite at the step: grad_norm's ranks are the origin, judged when the loss arrives
+    log = EventLog(None)
+    det = NonfiniteDetector(log)
+    det.observe(row("loss", 1, [2.0] * 4, expected=4))
+    det.observe(row("grad_norm", 2, [math.nan] * 4, expected=4))
+    det.observe(row("loss", 2, [2.0] * 4, expected=4))
+    assert log.query(JOB)[0]["ranks"] == [0, 1, 2, 3]
+    # loss of that step never comes: the next step's window lets it through
+    log = EventLog(None)
+    det = NonfiniteDetector(log)
+    det.observe(row("loss", 1, [2.0] * 4, expected=4))
+    det.observe(row("grad_norm", 2, [1.0, math.inf, 1.0, 1.0], expected=4))
+    det.observe(row("grad_norm", 3, [1.0] * 4, expected=4))
+    (event,) = log.query(JOB)
+    assert (event["step"], event["ranks"]) == (2, [1])
+    # a job that never logs loss is not held
+    log = EventLog(None)
+    det = NonfiniteDetector(log)
+    det.observe(row("grad_norm", 1, [math.nan, 1.0, 1.0, 1.0], expected=4))
+    assert log.query(JOB)[0]["ranks"] == [0]
+
+
 def test_nonfinite_late_delta_at_an_earlier_step_becomes_the_origin():
     log = EventLog(None)
     det = NonfiniteDetector(log)

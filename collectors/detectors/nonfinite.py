@@ -34,14 +34,41 @@ class NonfiniteDetector(Detector):
         self.config = config or NonfiniteConfig()
         self.metrics = frozenset(self.config.metrics)
         self._bad: dict[str, dict[str, int]] = {}  # job -> metric -> last non-finite step
+        self._first_step: dict[str, int] = {}  # job -> latest step of metrics[0] (loss) judged
+        self._held: dict[str, dict[int, list[Row]]] = {}  # job -> step -> non-finite rows awaiting its loss
 
     def _order(self, metric: str) -> tuple[int, str]:
         metrics = self.config.metrics
         return (metrics.index(metric) if metric in metrics else len(metrics), metric)
 
     def observe(self, row: Row) -> None:
+        """A later metric's (grad_norm's) non-finite window waits for the first metric's (loss's) window of
+        its step, in a job that logs that metric: the root may hand grad_norm's window over first, and its
+        NaN on every rank (the all-reduce's spread) must not open the event naming them all. It is judged
+        as soon as that window, or any window of a later step of the job, arrives."""
         if not row.key.is_step:
             return
+        job, metric, step = row.key.job, row.key.metric, row.key.index
+        first = self.config.metrics[0] if self.config.metrics else metric
+        held = self._held.get(job)
+        if held:
+            for early in sorted(s for s in held if s < step):
+                for waiting in held.pop(early):
+                    self._judge(waiting)
+        if (metric != first and not row.late and row.summary.nonfinite_count and job in self._first_step
+                and self._first_step[job] < step):
+            rows = self._held.setdefault(job, {}).setdefault(step, [])
+            if len(rows) < len(self.config.metrics):
+                rows.append(row)
+            return
+        if metric == first and not row.late:
+            self._first_step[job] = max(step, self._first_step.get(job, step))
+        self._judge(row)
+        if held and metric == first and step in held:
+            for waiting in held.pop(step):
+                self._judge(waiting)
+
+    def _judge(self, row: Row) -> None:
         job, metric, step, s = row.key.job, row.key.metric, row.key.index, row.summary
         bad = self._bad.setdefault(job, {})
         if s.nonfinite_count == 0:
