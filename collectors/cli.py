@@ -328,7 +328,8 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
 @click.option("--job", default="sim", show_default=True)
 @click.option("--inject", "injects", multiple=True, metavar="KIND:key=value,...",
               help="straggler:rank=R,from=S,factor=F[,until=S] | spike:step=S,factor=F | nan:rank=R,step=S | "
-                   "hang:rank=R,step=S | dead:rank=R,step=S (repeatable).")
+                   "hang:rank=R,step=S | dead:rank=R,step=S | restart:step=S,resume=K[,world=W] (the job crashes "
+                   "after step S; a new attempt resumes at step K <= S on W ranks) (repeatable).")
 @click.option("--chaos", is_flag=True, help="SIGKILL and restart a rack collector, an agent and the root mid-run.")
 @click.option("--sync-collectives/--no-sync-collectives", default=True, show_default=True,
               help="Ranks synchronise through collectives each step: step_time is the slowest rank's compute plus "
@@ -345,16 +346,14 @@ def sim(ranks: int, ranks_per_node: int, nodes_per_rack: int, ranks_per_process:
     """Simulate a training job on a real local tree (root, racks, one agent per node) over loopback gRPC."""
     from rich.console import Console
 
-    from collectors.sim.model import parse_injection
+    from collectors.sim.model import check_injections, parse_injection
     from collectors.sim.orchestrate import SimConfig, Simulation
     from collectors.sim.verify import compare
     try:
         injections = [parse_injection(text) for text in injects]
+        check_injections(injections, ranks, steps)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--inject") from None
-    for inj in injections:
-        if "rank" in inj.args and inj["rank"] >= ranks:
-            raise click.BadParameter(f"{inj.kind}: rank {int(inj['rank'])} >= --ranks {ranks}", param_hint="--inject")
     console = Console(stderr=True)
     config = SimConfig(ranks=ranks, ranks_per_node=ranks_per_node, nodes_per_rack=nodes_per_rack,
                        ranks_per_process=ranks_per_process, steps=steps,
@@ -366,7 +365,7 @@ def sim(ranks: int, ranks_per_node: int, nodes_per_rack: int, ranks_per_process:
         report = simulation.run()
     if truth_path:
         shutil_copy(report["truth_file"], truth_path)
-    problems = compare(report["metrics"], Path(report["truth_file"]), ranks) if verify else []
+    problems = compare(report["metrics"], Path(report["truth_file"]), report["world_sizes"] or ranks) if verify else []
     report["verification"] = {"checked": verify, "problems": problems[:200], "problem_count": len(problems)}
     if report_path:
         Path(report_path).write_text(json.dumps(report, indent=1))

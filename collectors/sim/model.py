@@ -23,8 +23,12 @@ _KINDS = {
     "nan": {"rank": int, "step": int},
     "hang": {"rank": int, "step": int},
     "dead": {"rank": int, "step": int},
+    # the job crashes after step `step`; a new attempt resumes at step `resume` (<= step: resume..step are
+    # run again), on `world` ranks (default: as before). Run by the orchestrator, not by RankModel.
+    "restart": {"step": int, "resume": int, "world": int},
 }
 _DEFAULTS = {"straggler": {"factor": 3.0, "until": 2**62}, "spike": {"factor": 5.0}}  # until: last slow step
+_OPTIONAL = {"restart": {"world"}}  # may be left out, without a default value
 
 
 @dataclass(frozen=True)
@@ -50,10 +54,37 @@ def parse_injection(text: str) -> Injection:
             args[name] = _KINDS[kind][name](value)
         except ValueError:
             raise ValueError(f"{kind}: {name}={value!r} is not a number") from None
-    missing = [name for name in _KINDS[kind] if name not in args]
+    missing = [name for name in _KINDS[kind] if name not in args and name not in _OPTIONAL.get(kind, ())]
     if missing:
         raise ValueError(f"{kind}: missing {', '.join(missing)}")
+    if kind == "restart":
+        if args["resume"] < 1 or args["step"] < 1:
+            raise ValueError(f"restart: step and resume must be >= 1, got step={args['step']}, resume={args['resume']}")
+        if args["resume"] > args["step"]:
+            raise ValueError(f"restart: resume={args['resume']} is after step={args['step']}; a job resumes from a "
+                             "checkpoint at or before the step it crashed after (resume <= step)")
+        if "world" in args and args["world"] < 1:
+            raise ValueError(f"restart: world={args['world']} must be >= 1")
     return Injection(kind, args)
+
+
+def check_injections(injections: list[Injection], ranks: int, steps: int) -> None:
+    """What a set of injections cannot do in a run of `ranks` ranks and `steps` steps; raises ValueError."""
+    for inj in injections:
+        if "rank" in inj.args and inj["rank"] >= ranks:
+            raise ValueError(f"{inj.kind}: rank {int(inj['rank'])} >= --ranks {ranks}")
+    restarts = [inj for inj in injections if inj.kind == "restart"]
+    if len(restarts) > 1:
+        raise ValueError("restart: at most one restart per run")
+    if restarts:
+        if restarts[0]["step"] >= steps:
+            raise ValueError(f"restart: step={restarts[0]['step']} must be before the last step (--steps {steps})")
+        if any(inj.kind in ("hang", "dead") for inj in injections):
+            raise ValueError("restart cannot be combined with hang or dead (they stop ranks of the first attempt)")
+
+
+def restart_of(injections: list[Injection]) -> Injection | None:
+    return next((inj for inj in injections if inj.kind == "restart"), None)
 
 
 class RankModel:

@@ -3,7 +3,10 @@
 Run as `python -m collectors.sim.ranks ...` by the orchestrator. Writes every
 value logged to a truth file (JSON lines) so the root's figures can be
 checked exactly. Ranks that a `dead` injection kills live in a process of
-their own, which exits at that step.
+their own, which exits at that step. With `--crash` (the first attempt of a
+`restart` injection) every rank stops after its last step and the process
+exits abruptly, without closing its runs, once what they logged is durable
+at the root (so the truth holds exactly what the root can hold).
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from pathlib import Path
 import telemetry
 from collectors.common.lifetime import die_with_parent
 from collectors.sim.model import RankModel, parse_injection
+
+
+CRASH_EXIT = 17
 
 
 def _encode(value: float) -> float | str:
@@ -45,8 +51,9 @@ def run_rank(args: argparse.Namespace, rank: int, truth: list[str], lock: thread
     model = RankModel(rank, args.seed, [parse_injection(t) for t in args.inject], args.world_size,
                       sync_collectives=args.sync_collectives)
     agent = args.agent.format(node=rank // args.ranks_per_node)
+    attempt = {} if args.attempt is None else {"attempt": args.attempt}
     run = telemetry.init(job=args.job, rank=rank, world_size=args.world_size, local_rank=rank % args.ranks_per_node,
-                         agent=agent, flush_interval_s=args.flush_interval)
+                         agent=agent, flush_interval_s=args.flush_interval, **attempt)
     stop = model.stops_at()
     lines = []
     try:
@@ -54,8 +61,8 @@ def run_rank(args: argparse.Namespace, rank: int, truth: list[str], lock: thread
             print(json.dumps({"rank": rank, "not_connected_after_s": args.connect_timeout}), file=sys.stderr, flush=True)
         connected.release()
         start = start_time(args.start_file, done)
-        for step in range(1, args.steps + 1):
-            target = start + (step - 1) * args.interval
+        for step in range(args.first_step, args.steps + 1):
+            target = start + (step - args.first_step) * args.interval
             delay = target - time.time()
             if delay > 0:
                 time.sleep(delay)
@@ -69,21 +76,37 @@ def run_rank(args: argparse.Namespace, rank: int, truth: list[str], lock: thread
                 if how == "blocked" and step == stop[0]:
                     value = model.values(step)["loss"]
                     run.log(step, loss=value)
-                    lines.append(json.dumps({"rank": rank, "step": step, "metric": "loss", "value": _encode(value)}))
+                    lines.append(json.dumps({"rank": rank, "step": step, "metric": "loss", "value": _encode(value),
+                                             "attempt": run.attempt}))
                 run.current_step = step if how == "blocked" else step - 1
                 break
             values = model.values(step)
             run.log(step, **values)
             run.end_step(step)
             for metric, value in values.items():
-                lines.append(json.dumps({"rank": rank, "step": step, "metric": metric, "value": _encode(value)}))
+                lines.append(json.dumps({"rank": rank, "step": step, "metric": metric, "value": _encode(value),
+                                         "attempt": run.attempt}))
         if stop is not None:
             done.wait(args.hold)  # hung or blocked: stay alive (heartbeating) until told to stop
+        if args.crash:
+            if not _durable(run, args.close_timeout):
+                print(json.dumps({"rank": rank, "undelivered_before_crash": run.stats}), file=sys.stderr, flush=True)
+            return  # not closed: main() exits the process abruptly
     finally:
         _flush_truth(truth, lines, lock)
-        ok = run.close(timeout=args.close_timeout)
+        ok = True if args.crash else run.close(timeout=args.close_timeout)
         if not ok:
             print(json.dumps({"rank": rank, "undelivered": run.stats}), file=sys.stderr, flush=True)
+
+
+def _durable(run: telemetry.Run, timeout: float) -> bool:
+    """Wait until everything `run` logged is durable at the root, without closing it (as close() waits)."""
+    deadline = time.monotonic() + timeout
+    # The SDK has no public flush: the simulator reads the same state close() waits on.
+    while time.monotonic() < deadline and (run._records or run._sender.unacknowledged()):
+        run._sender.wake()
+        time.sleep(0.01)
+    return not run._records and not run._sender.unacknowledged()
 
 
 def _flush_truth(truth: list[str], lines: list[str], lock: threading.Lock) -> None:
@@ -100,7 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--world-size", type=int, required=True)
     parser.add_argument("--ranks-per-node", type=int, default=8)
     parser.add_argument("--agent", required=True, help="agent address; {node} is replaced by rank // ranks-per-node")
-    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--steps", type=int, required=True, help="the last step")
+    parser.add_argument("--first-step", type=int, default=1, help="the first step (a resumed attempt's)")
+    parser.add_argument("--attempt", type=int, default=None, help="the job's attempt [default: the SDK's]")
+    parser.add_argument("--crash", action="store_true",
+                        help="after the last step, once it is durable, exit abruptly without closing the runs")
     parser.add_argument("--interval", type=float, required=True)
     parser.add_argument("--start-file", type=Path, required=True,
                         help="file the simulator writes step 1's wall time into once all ranks are connected")
@@ -140,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         thread.join()
     done.set()
     args.truth.write_text("\n".join(truth) + ("\n" if truth else ""))
+    if args.crash:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(CRASH_EXIT)  # a crash: the runs' streams break without a close
     return 0
 
 

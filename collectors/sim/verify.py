@@ -1,12 +1,16 @@
 """Check the root's finalised steps against the simulator's ground truth, exactly; and, when the ranks
-synchronised through collectives, that no rank's step ended before the step's last rank arrived."""
+synchronised through collectives, that no rank's step ended before the step's last rank arrived.
+
+Steps are told apart by attempt: a restarted job's replayed steps are one window per attempt at the root
+(rows carry `attempt`) and one set of values per attempt in the truth (lines carry `attempt`; 0 when absent).
+"""
 
 from __future__ import annotations
 
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -17,13 +21,22 @@ K = 8
 
 
 def load_truth(path: Path) -> dict[tuple[str, int], dict[int, list[float]]]:
-    """(metric, step) -> rank -> values."""
+    """(metric, step) -> rank -> values, every attempt's together (see load_truth_by_attempt)."""
     truth: dict[tuple[str, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for (metric, step, _), by_rank in load_truth_by_attempt(path).items():
+        for rank, values in by_rank.items():
+            truth[(metric, step)][rank].extend(values)
+    return truth
+
+
+def load_truth_by_attempt(path: Path) -> dict[tuple[str, int, int], dict[int, list[float]]]:
+    """(metric, step, attempt) -> rank -> values."""
+    truth: dict[tuple[str, int, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for line in path.read_text().splitlines():
         if line.strip():
             rec = json.loads(line)
             value = rec["value"]
-            truth[(rec["metric"], rec["step"])][rec["rank"]].append(float(value))
+            truth[(rec["metric"], rec["step"], int(rec.get("attempt", 0)))][rec["rank"]].append(float(value))
     return truth
 
 
@@ -45,33 +58,45 @@ def expected_figures(by_rank: dict[int, list[float]], world_size: int) -> dict[s
     return out
 
 
-def compare(steps_by_metric: dict[str, list[dict]], truth_path: Path, world_size: int,
+def compare(steps_by_metric: dict[str, list[dict]], truth_path: Path, world_size: int | Mapping[int, int],
             quantile_tolerance: float = 0.02) -> list[str]:
-    """Every mismatch between the root and the truth, as sentences; [] when they agree."""
-    truth = load_truth(truth_path)
+    """Every mismatch between the root and the truth, as sentences; [] when they agree. `world_size`: the
+    job's, or attempt -> its world size (attempts may differ); rows without `attempt` are attempt 0."""
+    truth = load_truth_by_attempt(truth_path)
+
+    def world(attempt: int) -> int:
+        return world_size if isinstance(world_size, int) else world_size[attempt]
+
     problems: list[str] = []
     seen = set()
     for metric, rows in steps_by_metric.items():
         for row in rows:
-            key = (metric, row["step"])
+            attempt = int(row.get("attempt", 0))
+            key = (metric, row["step"], attempt)
             seen.add(key)
             if key not in truth:
-                problems.append(f"{metric} step {row['step']}: at the root but no rank logged it")
+                problems.append(f"{metric} step {row['step']}{_of(attempt)}: at the root but no rank logged it")
                 continue
-            problems.extend(_compare_row(metric, row, expected_figures(truth[key], world_size), quantile_tolerance))
+            problems.extend(_compare_row(metric, row, expected_figures(truth[key], world(attempt)),
+                                         quantile_tolerance))
     for key in truth:
         if key[0] in steps_by_metric and key not in seen:
-            problems.append(f"{key[0]} step {key[1]}: logged by ranks {sorted(truth[key])} but not at the root")
+            problems.append(f"{key[0]} step {key[1]}{_of(key[2])}: logged by ranks {sorted(truth[key])} but not "
+                            "at the root")
     return problems + synchronised(steps_by_metric)
+
+
+def _of(attempt: int) -> str:
+    return f" (attempt {attempt})" if attempt else ""
 
 
 def synchronised(steps_by_metric: dict[str, list[dict]]) -> list[str]:
     """Steps at which, at the root, some rank's wall step time is shorter than the last rank's compute
     (`collective_arrival`): under synchronous collectives nobody leaves a step before the last arrives."""
-    arrivals = {row["step"]: row for row in steps_by_metric.get(ARRIVAL, []) if row["count"]}
+    arrivals = {(row["step"], row.get("attempt", 0)): row for row in steps_by_metric.get(ARRIVAL, []) if row["count"]}
     problems = []
     for row in steps_by_metric.get("step_time", []):
-        arrival = arrivals.get(row["step"])
+        arrival = arrivals.get((row["step"], row.get("attempt", 0)))
         if row["count"] and arrival is not None and row["min"] < arrival["max"]:
             problems.append(f"step {row['step']}: rank {row['argmin']}'s step_time {row['min']} is shorter than "
                             f"rank {arrival['argmax']}'s {ARRIVAL} {arrival['max']}")
@@ -79,7 +104,7 @@ def synchronised(steps_by_metric: dict[str, list[dict]]) -> list[str]:
 
 
 def _compare_row(metric: str, row: dict, want: dict, tol: float) -> Iterable[str]:
-    where = f"{metric} step {row['step']}"
+    where = f"{metric} step {row['step']}{_of(int(row.get('attempt', 0)))}"
     for name in ("count", "missing", "nonfinite_count", "nonfinite_sources"):
         if row[name] != want[name]:
             yield f"{where}: {name} is {row[name]}, truth {want[name]}"
