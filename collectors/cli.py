@@ -206,6 +206,9 @@ def with_options(options):  # type: ignore[no-untyped-def]
               help="Read the NVLink error counters on every Nth sample only.")
 @click.option("--host-id", default="", help="Name of this host's hardware pseudo-job _host:NAME "
               "[default: the hostname]. Give each agent its own when several share one machine (simulations).")
+@click.option("--capture-timeout", type=click.FloatRange(min=0.1), default=3.0, show_default=True,
+              help="Seconds a rank has to answer a capture request (docs/forensics.md) before the agent dumps it "
+                   "from outside (py-spy, else /proc).")
 @click.option("-v", "--verbose", count=True)
 def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...], node_id: str, parents: tuple[str, ...], fallbacks: tuple[str, ...],
           parent_ca: str | None, parent_cert: str | None, parent_key: str | None, parent_token: str | None,
@@ -213,7 +216,7 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
           deadline_floor: float,
           deadline_factor: float, stuck_after: float, max_metrics: int, max_world_size: int, job_idle_timeout: float, max_ranks: int, gpu_probe: bool, nic_probe: bool,
           probe_interval: float, sysfs_root: str, nic_exclude: tuple[str, ...], nvlink_every: int, host_id: str,
-          verbose: int) -> None:
+          capture_timeout: float, verbose: int) -> None:
     """Run the node agent: ranks on this host stream to it; it forwards sealed step summaries to --parent."""
     signals = _signals()
     from collectors.agent.server import AgentConfig, AgentServer
@@ -230,7 +233,8 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
         node_id=node_id, parent_security=security, deadline_floor_s=deadline_floor,
         deadline_factor=deadline_factor, stuck_after_s=stuck_after, max_metrics_per_job=max_metrics,
         max_ranks=max_ranks, job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size, gpu_probe=gpu_probe, nic_probe=nic_probe, probe_interval_s=probe_interval,
-        sysfs_root=sysfs_root, nic_exclude=tuple(nic_exclude), nvlink_every=nvlink_every, host_id=host_id)
+        sysfs_root=sysfs_root, nic_exclude=tuple(nic_exclude), nvlink_every=nvlink_every, host_id=host_id,
+        capture_timeout_s=capture_timeout)
     _serve(signals, lambda: AgentServer(config),
            lambda server: {"role": "agent", "id": server.node.node_id, "addresses": server.addresses})
 
@@ -456,6 +460,7 @@ def shutil_copy(src: str, dst: str) -> None:
 
 main.add_command(__import__("collectors.dashboards_cli", fromlist=["dashboards"]).dashboards)  # telemetry dashboards
 main.add_command(__import__("collectors.watch_cli", fromlist=["watch"]).watch)  # telemetry watch
+main.add_command(__import__("collectors.forensics_cli", fromlist=["forensics"]).forensics)  # telemetry forensics
 
 if __name__ == "__main__":
     main()

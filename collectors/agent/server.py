@@ -14,6 +14,7 @@ from telemetry.sdk.env import default_socket
 from collectors.agent.peercred import PeerCheck, PeerRelay, default_uids
 from collectors.agent.hardware import DEFAULT_NIC_EXCLUDE, DEFAULT_PROBE_INTERVAL_S, HardwareSampler, offer_exits
 from collectors.agent.ranks import DEFAULT_STUCK_AFTER_S, RankRegistry
+from collectors.agent.captures import DEFAULT_ANSWER_TIMEOUT_S, Captures
 from collectors.agent.service import AgentService
 from collectors.common.aioserve import AioServer, StreamSlots
 from collectors.common.flushloop import FlushLoop
@@ -62,6 +63,7 @@ class AgentConfig:
     nvml: Any = None  # replaces the pynvml module (tests: collectors.probes.nvml_double.FakeNvml)
     host_id: str = ""  # the host's pseudo-job is _host:<host_id> [default: the hostname, as the ranks report it]
     reap_rank_children: bool = False  # waitpid() ranks that are this process's children (see RankRegistry)
+    capture_timeout_s: float = DEFAULT_ANSWER_TIMEOUT_S  # a rank's time to answer a capture before py-spy/proc
 
 
 class AgentServer:
@@ -92,9 +94,14 @@ class AgentServer:
             self.socket_path.unlink()  # a stale socket from a previous run
         # Ranks connect to the relay, which reads each connection's SO_PEERCRED; grpc listens behind it.
         self.relay = PeerRelay(self.socket_path)
+        self.captures = Captures(self.registry, self.upstream.captures.put, self.node.lock,
+                                 answer_timeout_s=config.capture_timeout_s)
+        self.upstream.fingerprints = None  # FINGERPRINTS-WIRE
         self.service = AgentService(self.node, self.registry, MetricBudget(config.max_metrics_per_job),
                                     self.grpc.host, slots, self.lifecycle,
-                                    PeerCheck(self.relay, default_uids(config.allowed_uids)))
+                                    PeerCheck(self.relay, default_uids(config.allowed_uids)),
+                                    captures=self.captures, fingerprints=self.upstream.fingerprints)
+        self.upstream.outbox.on_requests = self.service.request_captures
         self.grpc.add(lambda server: ingest_pb2_grpc.add_AgentServicer_to_server(self.service, server))
         self.grpc.bind(self.relay.grpc_address)
         self.addresses = [f"unix:{self.socket_path}"]
@@ -154,5 +161,6 @@ class AgentServer:
             self.hardware.stop()
         self.flusher.stop()
         self.upstream.outbox.close()
+        self.captures.close()
         self.grpc.stop(grace)
         self.relay.stop()

@@ -7,14 +7,17 @@ import time
 from itertools import islice
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from pyroaring import BitMap
 
+from collectors.agent.captures import Captures
 from collectors.agent.intake import OpenBeat, OpenStep, RankValues, beat_key
 from collectors.agent.peercred import PeerCheck
 from collectors.agent.ranks import RankInfo, RankRegistry
 from collectors.common.attempts import split
+from collectors.probes.snapshot import process_facts
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
@@ -23,7 +26,7 @@ from collectors.delivery.lifecycle import JobLifecycle
 from collectors.delivery.node import Node
 from collectors.delivery.windows import Origin, Part, Refusal
 from telemetry.streams import END
-from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
+from telemetry.v1 import forensics_pb2, ingest_pb2, ingest_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +36,8 @@ MAX_OPEN_STEPS_PER_JOB = 1024  # a rank logging into ever more steps seals the o
 
 class AgentService(ingest_pb2_grpc.AgentServicer):
     def __init__(self, node: Node, registry: RankRegistry, budget: MetricBudget, host: Host,
-                 slots: StreamSlots, lifecycle: JobLifecycle, peers: PeerCheck | None = None) -> None:
+                 slots: StreamSlots, lifecycle: JobLifecycle, peers: PeerCheck | None = None,
+                 captures: Captures | None = None, fingerprints: Any = None) -> None:
         self.node = node
         self.host = host
         self.slots = slots
@@ -46,6 +50,10 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         self._open_per_job: dict[str, int] = {}
         self._late_log = RateLimitedLog(log)
         self._views_at = 0.0
+        # Forensics (docs/forensics.md): capture requests for this agent's ranks, and the ranks' collective
+        # fingerprints merged for the parent (a FingerprintTable). None: not kept (in-process harnesses).
+        self.captures = captures
+        self.fingerprints = fingerprints
 
     # ------------------------------------------------------------ acks down
     def ack_down(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None,
@@ -96,6 +104,9 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         """One message from a rank, on the pool."""
         check_size(message)
         which = message.WhichOneof("body")
+        if which == "capture":
+            self._capture(stream, message.capture)
+            return
         with self.node.lock:
             if which == "hello":
                 if self.peers is not None:
@@ -111,6 +122,31 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
                 self._bye(stream.info)
                 stream.answers.put(END)
             self.lifecycle.touch(stream.info.job, time.monotonic())
+
+    # ------------------------------------------------------------ forensics
+    def request_captures(self, requests: list[forensics_pb2.CaptureRequest]) -> None:
+        """Capture requests from the parent (the outbox thread): each hosted rank named is asked."""
+        if self.captures is None:
+            return
+        now = time.monotonic()
+        with self.node.lock:
+            for request in requests:
+                try:
+                    self.captures.request(request, now)
+                except BadInput as exc:
+                    self.node.counters["bad_inputs"] += 1
+                    log.warning("refused a capture request from the parent: %s", exc)
+
+    def _capture(self, stream: _RankStream, capture: forensics_pb2.RankCapture) -> None:
+        """A rank's answer to a capture; its /proc facts are read before the node's lock is taken."""
+        info = stream.info
+        if info is None:
+            raise BadInput("INVALID_ARGUMENT", "the first message on a rank stream must be a hello")
+        if self.captures is None:
+            return
+        facts = process_facts(info.pid)
+        with self.node.lock:
+            self.captures.answered(info, capture, facts)
 
     def _hello(self, hello: ingest_pb2.RankHello, responses: Answers) -> RankInfo:
         info = self.registry.register(hello, responses)
@@ -194,6 +230,10 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             del self.steps[key]
             log.warning("job %s was given up with step %d still open; its values there are dropped", job, key[1])
         self._open_per_job.pop(job, None)
+        if self.captures is not None:
+            self.captures.forget_job(job)
+        if self.fingerprints is not None:
+            self.fingerprints.forget(job)
         for key in [key for key in self.beats if key.job == job]:
             del self.beats[key]
         self.budget.forget(job)
@@ -216,6 +256,9 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
                    "progress.steps_completed": float(beat.steps_completed)}
         self.budget.admit_all(info.job, beat.extra)
         figures.update(beat.extra)
+        if beat.fingerprints and self.fingerprints is not None:
+            job, attempt = split(info.job)
+            self.fingerprints.add(job, attempt, info.rank, beat.fingerprints)
         for metric, value in figures.items():
             key = beat_key(info.job, metric, stamp)
             open_beat = self.beats.get(key)
@@ -255,6 +298,8 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
     def seal(self, now: float) -> None:
         """Move finished steps and heartbeat buckets into the node's window table; caller holds the lock."""
         node = self.node
+        if self.captures is not None:
+            self.captures.tick(now)
         if now - self._views_at >= LIVENESS_EVERY_S or self.registry.changed:
             node.own_ranks = self.registry.views(now)  # reads /proc per rank: not on every flush
             self._views_at, self.registry.changed = now, False

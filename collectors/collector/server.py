@@ -90,10 +90,18 @@ class CollectorServer:
                                         StreamSlots(config.max_children, "child", "--max-children"),
                                         MetricBudget(config.max_metrics_per_job), before, self.lifecycle,
                                         self.children, config.max_world_size)
+        if not config.is_root:
+            # Forensics pass through: captures up with this collector's units, requests down to its children.
+            self.service.on_captures = self._captures_up
+            self.upstream.outbox.on_requests = self.service.route_requests
         self.grpc.add(lambda server: forward_pb2_grpc.add_CollectorServicer_to_server(self.service, server))
         self.address = self.grpc.bind(config.listen, config.security)
         self.api_address: str | None = None
         self.wiring = None  # the root's detectors, events and /metrics, attached by start()
+
+    def _captures_up(self, captures: list) -> None:
+        for capture in captures:
+            self.upstream.captures.put(capture)
 
     def start(self) -> None:
         tune_gc()
@@ -107,6 +115,8 @@ class CollectorServer:
                 host, port = self.config.api.rsplit(":", 1)
                 api = RootApi(self.store, self.liveness)  # type: ignore[arg-type]
                 api.events = self.wiring.events_endpoint  # GET /api/v1/jobs/{job}/events
+                api.forensics = self.wiring.forensics_endpoint  # GET .../events/{id}/forensics, .../forensics/{rid}
+                api.ask_forensics = self.wiring.ask_forensics  # POST /api/v1/jobs/{job}/forensics
                 self.api_server = serve(api, host, int(port), extra=self.wiring.routes, token=self.config.api_token)
                 self.api_address = f"{host}:{self.api_server.server_address[1]}"
         self.flusher.start()

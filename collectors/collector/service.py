@@ -18,12 +18,13 @@ from collectors.common.attempts import scoped
 from collectors.common.validation import (DEFAULT_MAX_WORLD_SIZE, BadInput, MetricBudget, check_index, check_job,
                                           check_size, check_world, shown)
 from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
+from collectors.delivery.forensics import check_capture, request_ranks, with_ranks
 from collectors.delivery.node import COUNTER_FIELDS, Node, RankView
 from collectors.delivery.windows import Origin, Part, Refusal
 from telemetry.summary import Summary
 from telemetry.summary.sketch import DEFAULT_MAX_CENTROIDS
 from telemetry.summary.summary import DEFAULT_K
-from telemetry.v1 import forward_pb2, forward_pb2_grpc
+from telemetry.v1 import forensics_pb2, forward_pb2, forward_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,10 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         self.before_offer = before_offer
         self._links: dict[str, Answers] = {}
         self._links_lock = threading.Lock()
+        # Forensics riding on the units (docs/forensics.md), called under the node's lock: a collector passes
+        # both up with its own units, the root stores captures and judges fingerprints.
+        self.on_captures: Callable[[list[forensics_pb2.Capture]], None] | None = None
+        self.on_fingerprints: Callable[[list[forensics_pb2.JobFingerprints]], None] | None = None
 
     # Called by the node (under its lock) to answer a child about one of its units.
     def ack_down(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None,
@@ -70,6 +75,35 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             link.put(forward_pb2.Ack(seq=seq, status=forward_pb2.Ack.REJECTED_OVERLAP, rejections=[
                 forward_pb2.Rejection(index=index, overlapping_sources=list(overlap or ()),
                                       reason="sources already held upstream; split and resend")]))
+
+    def route_requests(self, requests: list[forensics_pb2.CaptureRequest]) -> int:
+        """Send capture requests down: each child is sent the ones naming ranks it covers, narrowed to those
+        ranks. Returns how many children were sent one. (From the root's forensics, or a collector's outbox.)"""
+        sent = 0
+        with self.node.lock:
+            per_child: dict[str, list[forensics_pb2.CaptureRequest]] = {}
+            for request in requests:
+                try:
+                    ranks = request_ranks(request, self.max_world_size)
+                except BadInput as exc:
+                    self.node.counters["bad_inputs"] += 1
+                    log.warning("refused a capture request: %s", exc)
+                    continue
+                job = scoped(request.job, request.attempt)
+                for child, views in self.node.child_ranks.items():
+                    view = views.get(job)
+                    if view is None:
+                        continue
+                    mine = ranks & (view.covered | view.closed)
+                    if mine:
+                        per_child.setdefault(child, []).append(with_ranks(request, mine))
+        for child, asks in per_child.items():
+            with self._links_lock:
+                link = self._links.get(child)
+            if link is not None:
+                link.put(forward_pb2.Ack(seq=0, capture_requests=asks))
+                sent += 1
+        return sent
 
     async def Forward(self, request_iterator: AsyncIterator[forward_pb2.SummaryBatch],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[forward_pb2.Ack]:
@@ -131,6 +165,8 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         with node.lock:
             node.child_states(sender, views)
             node.child_counters[sender] = {name: getattr(batch.counters, name) for name in COUNTER_FIELDS}
+            if batch.captures or batch.fingerprints:
+                self._forensics(sender, batch)
             if batch.seq == 0:
                 responses.put(forward_pb2.Ack(seq=0, status=forward_pb2.Ack.RECEIVED))
                 return
@@ -145,6 +181,26 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             status = forward_pb2.Ack.REJECTED_OVERLAP if rejections else forward_pb2.Ack.RECEIVED
             responses.put(forward_pb2.Ack(seq=batch.seq, status=status, rejections=rejections))
             node.durability.settle(origin)
+
+    def _forensics(self, sender: str, batch: forward_pb2.SummaryBatch) -> None:
+        """A child's captures and fingerprints: checked one by one (a bad one is counted and dropped, never the
+        unit), then handed on. Caller holds the node's lock."""
+        captures = []
+        for capture in batch.captures:
+            try:
+                check_capture(capture, self.max_world_size)
+                captures.append(capture)
+            except BadInput as exc:
+                self.node.counters["bad_inputs"] += 1
+                log.warning("refused a capture from %s: %s", sender, exc)
+        if captures and self.on_captures is not None:
+            self.on_captures(captures)
+        if batch.fingerprints and self.on_fingerprints is not None:
+            try:
+                self.on_fingerprints(list(batch.fingerprints))
+            except (ValueError, BadInput) as exc:
+                self.node.counters["bad_inputs"] += 1
+                log.warning("refused fingerprints from %s: %s", sender, exc)
 
     def _states(self, states: Iterable[forward_pb2.RankStates]) -> dict[str, RankView]:
         """A child's rank states, parsed and checked: a malformed bitmap, a rank or world beyond the cap, or a

@@ -13,10 +13,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from pyroaring import BitMap
 
+from collectors.delivery.forensics import CaptureQueue
 from collectors.delivery.outbox import Outbox, Unit
 from collectors.common.attempts import split
 from collectors.common.keys import Key
@@ -327,6 +328,10 @@ class Upstream:
         self._hosts_version = -1
         self._hosts_connection = -1
         self._refusal_log = RateLimitedLog(log)
+        # Forensics riding on the units (docs/forensics.md): captures for the root, and this subtree's merged
+        # collective fingerprints (a FingerprintTable, set by the tier that keeps one). Both under the node's lock.
+        self.captures = CaptureQueue()
+        self.fingerprints: Any = None
 
     def ship(self, node: Node, windows: list[Window], now: float) -> None:
         """Hand the windows to the outbox, which sends them from its own thread: nothing slow here."""
@@ -337,7 +342,7 @@ class Upstream:
             if out.late:
                 node.counters["late"] += 1
             parts.append((win, out))
-        if parts or now - self._last_sent >= self.liveness_every_s:
+        if parts or self.captures or now - self._last_sent >= self.liveness_every_s:
             self._send(node, parts, now)
 
     def forget(self, keys: list) -> None:
@@ -364,6 +369,9 @@ class Upstream:
         jobs = sorted(node.jobs())
         for job, hosts in zip(jobs, self._host_deltas(node, jobs)):
             message.ranks.append(node.states(job).to_proto(job, hosts))
+        message.captures.extend(self.captures.take())
+        if self.fingerprints is not None:
+            message.fingerprints.extend(self.fingerprints.drain())
         counters = node.subtree_counters()
         counters["resent"] += self.outbox.resent
         for name, value in counters.items():

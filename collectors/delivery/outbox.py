@@ -20,7 +20,7 @@ import grpc
 from collectors.common.backoff import Backoff
 from collectors.common.transport import Security, call_metadata, make_channel
 from telemetry.streams import END, until_end
-from telemetry.v1 import forward_pb2, forward_pb2_grpc
+from telemetry.v1 import forensics_pb2, forward_pb2, forward_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,8 @@ class Outbox:
         self.security = security
         self._on_ack = on_ack
         self.on_drop = on_drop
+        # Capture requests the parent sends down (on Acks with seq 0); called on the outbox thread.
+        self.on_requests: Callable[[list[forensics_pb2.CaptureRequest]], None] | None = None
         self.max_units = max_units
         self.connect_timeout_s = connect_timeout_s
         self._lock = threading.Lock()
@@ -176,6 +178,8 @@ class Outbox:
             call.cancel()
         try:
             for ack in call:
+                if ack.capture_requests and self.on_requests is not None:
+                    self.on_requests(list(ack.capture_requests))
                 if ack.seq == 0:
                     continue
                 with self._lock:

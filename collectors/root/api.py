@@ -5,6 +5,9 @@ GET /api/v1/jobs/{job}/steps?metric=NAME&last=N&attempt=latest|all|A
 GET /api/v1/jobs/{job}/progress
 GET /api/v1/jobs/{job}/goodput
 GET /api/v1/jobs/{job}/events?status=open|closed&kind=K&since_id=N&last=N (when detectors are attached)
+GET /api/v1/jobs/{job}/events/{id}/forensics      the captures an event asked for (docs/forensics.md)
+GET /api/v1/jobs/{job}/forensics/{request_id}     the captures an on-demand request asked for
+POST /api/v1/jobs/{job}/forensics                 {"ranks": [...], "attempt": N}: ask for captures now
 GET /healthz
 
 With a token (`--api-token-file`), every path but /healthz (which says nothing but "up") needs
@@ -32,6 +35,7 @@ from collectors.root.store import Store
 log = logging.getLogger(__name__)
 
 MAX_LAST = 10_000
+MAX_BODY_BYTES = 64 * 1024  # a POST body past this is refused (413) before it is read
 MAX_WORKERS = 16          # requests served at once; one more is answered 503 at once, not queued
 REQUEST_TIMEOUT_S = 5.0   # a connection idle this long (reading the request, or the answer) is closed
 PROGRESS_METRIC = "progress.current_step"
@@ -50,6 +54,8 @@ class RootApi:
         self.store = store
         self.live = live
         self.events: Callable[[str, dict[str, list[str]]], object] | None = None  # set by root.wiring
+        self.forensics: Callable[[str, str], object] | None = None                # set by root.wiring
+        self.ask_forensics: Callable[[str, object], object] | None = None         # set by root.wiring
 
     def jobs(self) -> list[dict[str, object]]:
         """One entry per job (its attempts together): the latest attempt's world size, the last step of any."""
@@ -159,7 +165,25 @@ class RootApi:
             return self.goodput(job)
         if len(parts) == 5 and parts[4] == "events" and self.events is not None:
             return self.events(job, query)
+        if self.forensics is not None:
+            if len(parts) == 7 and parts[4] == "events" and parts[6] == "forensics":
+                if not parts[5].isdigit() or len(parts[5]) > 19:
+                    raise ApiError(HTTPStatus.BAD_REQUEST, "an event id is a non-negative integer")
+                return self.forensics(job, f"event-{int(parts[5])}")
+            if len(parts) == 6 and parts[4] == "forensics":
+                return self.forensics(job, parts[5])
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")
+
+    def handle_post(self, path: str, body: bytes) -> object:
+        parts = [unquote(p) for p in path.strip("/").split("/")]
+        if (len(parts) == 5 and parts[:3] == ["api", "v1", "jobs"] and parts[4] == "forensics"
+                and self.ask_forensics is not None):
+            try:
+                payload = json.loads(body or b"{}")
+            except ValueError:
+                raise ApiError(HTTPStatus.BAD_REQUEST, "the body must be JSON") from None
+            return self.ask_forensics(parts[3], payload)
+        raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint: POST {path}")
 
 
 OPEN_PATHS = frozenset({"/healthz"})  # answered without the token: liveness probes carry none
@@ -175,12 +199,41 @@ def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tupl
     class Handler(BaseHTTPRequestHandler):
         timeout = REQUEST_TIMEOUT_S
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            url = urlparse(self.path)
-            if expected is not None and url.path not in OPEN_PATHS and not hmac.compare_digest(
+        def _authorised(self, path: str) -> bool:
+            if expected is not None and path not in OPEN_PATHS and not hmac.compare_digest(
                     self.headers.get("Authorization", "").encode(errors="replace"), expected):
                 self._send(HTTPStatus.UNAUTHORIZED, "application/json",
                            b'{"error": "missing or wrong bearer token"}', {"WWW-Authenticate": "Bearer"})
+                return False
+            return True
+
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            url = urlparse(self.path)
+            if not self._authorised(url.path):
+                return
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if not 0 <= length <= MAX_BODY_BYTES:
+                self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "application/json",
+                           json.dumps({"error": f"the body must be 0 to {MAX_BODY_BYTES} bytes with a "
+                                                "Content-Length"}).encode(), {"Connection": "close"})
+                self.close_connection = True
+                return
+            try:
+                payload = api.handle_post(url.path, self.rfile.read(length))
+                self._send(HTTPStatus.ACCEPTED, "application/json", json.dumps(payload).encode())
+            except ApiError as exc:
+                self._send(exc.status, "application/json", json.dumps({"error": str(exc)}).encode())
+            except Exception:
+                log.exception("API error on POST %s", self.path)
+                self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "application/json",
+                           json.dumps({"error": "internal error (logged by the root)"}).encode())
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            url = urlparse(self.path)
+            if not self._authorised(url.path):
                 return
             try:
                 if url.path in routes:

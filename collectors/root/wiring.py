@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 
-from collectors.common.attempts import split
+from collectors.common.attempts import scoped, split
 from collectors.detectors.base import Context
 from collectors.detectors.events import EventLog, make_sinks
 from collectors.detectors.suite import Detectors, DetectorsConfig
 from collectors.root.api import MAX_LAST, ApiError
+from collectors.root.forensics import Forensics, ForensicsStore
 from collectors.root.metrics import RootMetrics
 from collectors.root.restarts import GoodputMetrics, RestartWatch
 from collectors.root.store import Row
@@ -49,12 +50,16 @@ class Wiring:
     thread: threading.Thread | None = None
     hosts: dict[str, dict[int, str]] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
+    forensics: Forensics | None = None
+    live_jobs: Callable[[], list[str]] = lambda: []  # the root's live jobs, scoped names
 
     def close(self, timeout: float = 2.0) -> None:
         """Stop the periodic check, then close the event log (call after the flush loop has stopped)."""
         self.stop.set()
         if self.thread is not None:
             self.thread.join(timeout)
+        if self.forensics is not None:
+            self.forensics.close(timeout)
         self.events.close()
 
     def on_finalised(self, rows: list[Row]) -> None:
@@ -84,6 +89,37 @@ class Wiring:
             raise ApiError(HTTPStatus.BAD_REQUEST, "status must be open or closed")
         events = self.events.query(job, kind=one("kind"), status=status, since_id=since_id, limit=last)
         return {"job": job, "events": [_with_attempt(event) for event in events]}
+
+    def forensics_endpoint(self, job: str, request_id: str) -> dict[str, object]:
+        """GET /api/v1/jobs/{job}/events/{id}/forensics and /api/v1/jobs/{job}/forensics/{request_id}."""
+        found = self.forensics.answer(job, request_id) if self.forensics is not None else None
+        if found is None:
+            raise ApiError(HTTPStatus.NOT_FOUND, f"no capture {request_id!r} of job {job!r} (none was asked for, "
+                                                 "or it was evicted)")
+        return found
+
+    def ask_forensics(self, job: str, body: object) -> dict[str, object]:
+        """POST /api/v1/jobs/{job}/forensics {"ranks": [...], "attempt": N (default: the latest live one)}."""
+        if self.forensics is None:
+            raise ApiError(HTTPStatus.NOT_FOUND, "forensics are off on this root")
+        if not isinstance(body, dict) or not isinstance(body.get("ranks"), list) or not all(
+                type(r) is int and 0 <= r < 2**32 for r in body["ranks"]):
+            raise ApiError(HTTPStatus.BAD_REQUEST, 'the body must be JSON {"ranks": [rank, ...]} with ranks as '
+                                                   'non-negative integers')
+        attempts = sorted(a for name, a in map(split, self.live_jobs()) if name == job)
+        wanted = body.get("attempt")
+        if wanted is None:
+            if not attempts:
+                raise ApiError(HTTPStatus.NOT_FOUND, f"job {job!r} is not live at this root: nothing to ask")
+            wanted = attempts[-1]
+        elif type(wanted) is not int or wanted not in attempts:
+            raise ApiError(HTTPStatus.NOT_FOUND, f"attempt {wanted!r} of job {job!r} is not live (live: {attempts})")
+        try:
+            request_id = self.forensics.ask(scoped(job, wanted), body["ranks"])
+        except ValueError as exc:
+            raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+        return {"job": job, "attempt": wanted, "request_id": request_id, "ranks": sorted(set(body["ranks"])),
+                "url": f"/api/v1/jobs/{job}/forensics/{request_id}"}
 
     def all_events(self) -> tuple[str, bytes]:
         """GET /api/v1/events: the latest 1,000 events of every job."""
@@ -140,6 +176,15 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
             log.exception("restart watch failed")
 
     server.finaliser.on_finalised.append(on_finalised)
+
+    # Forensics: culprit-naming events ask their ranks for a capture; captures from the tree are kept on disk.
+    forensics = Forensics(ForensicsStore(server.store.path.with_name(server.store.path.name + ".forensics")),
+                          server.service.route_requests)
+    events.sinks.append(forensics.on_event)
+    server.service.on_captures = forensics.on_captures
+    forensics.start()
+    wiring.forensics = forensics
+    wiring.live_jobs = server.jobs
 
     hosts_lock = threading.Lock()  # the periodic check must not put back the hosts of a job forgotten meanwhile
 

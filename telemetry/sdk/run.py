@@ -26,6 +26,7 @@ from typing import Any
 
 from telemetry.names import is_metric_name
 from telemetry.sdk.attempt import check_attempt, default_attempt
+from telemetry.sdk.capture import Responder
 from telemetry.sdk.env import default_agent, env_int
 from telemetry.sdk.sender import Identity, Sender
 from telemetry.v1 import ingest_pb2
@@ -66,6 +67,10 @@ class Run:
         self._collectives_wanted = collectives
         self._collectives_lock = threading.Lock()
         self._clock: Any = None
+        self._progress: Any = None  # the flight-recorder reader (CollectiveProgress), once torch.distributed is up
+        # Stacks always; flight-recorder entries with them once the readers are up (docs/forensics.md).
+        self.captures = Responder(lambda: self._progress, self._sender.send_capture)
+        self._sender.on_capture = self.captures.request
         self._open_step: int | None = None  # inside `with run.step(s)`: s
         self._loader_wait = 0.0             # wrap_loader's waits since the last step entry, outside any step
         self._loader_waits = 0
@@ -171,6 +176,7 @@ class Run:
                         raise RuntimeError("no collective progress reader")
                     progress.read()  # finds the recorder holding the default group now, not a step later
                     self._clock = ArrivalClock(progress)
+                    self._progress = progress
                 except Exception as e:
                     log.debug("telemetry: flight-recorder readers unavailable: %s", e)
                     self._collectives_wanted = False

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import grpc
 
 from telemetry.streams import END, until_end
-from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
+from telemetry.v1 import forensics_pb2, ingest_pb2, ingest_pb2_grpc
 
 log = logging.getLogger("telemetry.sdk")
 LATE_WARN_EVERY_S = 10.0
@@ -77,6 +77,8 @@ class Sender:
         self.refused = False  # the agent refused this rank: nothing is sent any more
         self.connected = threading.Event()
         self._stream_error: grpc.RpcError | None = None
+        # Capture requests (RankAck.CAPTURE) go here, on the ack-reading thread: it must return at once.
+        self.on_capture: Callable[[forensics_pb2.CaptureRequest], None] | None = None
         self._thread = threading.Thread(target=self._run, name=f"telemetry-sender-{identity.rank}", daemon=True)
 
     def start(self) -> None:
@@ -84,6 +86,16 @@ class Sender:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def send_capture(self, capture: forensics_pb2.RankCapture) -> bool:
+        """Send a capture on the current stream (not retained: after a break the agent's own fallback
+        answers for this rank); False when there is no stream."""
+        with self._lock:
+            outgoing = self._outgoing
+        if outgoing is None:
+            return False
+        outgoing.put(ingest_pb2.RankMessage(capture=capture))
+        return True
 
     def unacknowledged(self) -> int:
         with self._lock:
@@ -195,6 +207,9 @@ class Sender:
                     self.connected.set()
                 elif ack.status == ingest_pb2.RankAck.DROPPED_LATE:
                     self._dropped_late(ack)
+                elif ack.status == ingest_pb2.RankAck.CAPTURE:
+                    if self.on_capture is not None:
+                        self.on_capture(ack.capture)
                 elif ack.status in (ingest_pb2.RankAck.DURABLE, ingest_pb2.RankAck.REFUSED):
                     with self._lock:
                         kept = self._kept.pop(ack.seq, None)

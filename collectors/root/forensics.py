@@ -1,0 +1,267 @@
+"""The root's forensics (docs/forensics.md): ask the culprits for a capture, keep what comes back, serve it.
+
+When an event of a kind that names a culprit opens (hang, straggler, collective mismatch) - or when someone
+asks (`POST /api/v1/jobs/{job}/forensics`, `telemetry forensics`) - the root sends a CaptureRequest down the
+tree for the named ranks only (at most `max_ranks` per event, one capture per rank per event: an event
+updated with new ranks asks only for those). Each rank's agent answers with the rank's own capture, or its
+fallback's; captures ride up on the ordinary units and are written here, one JSON file per rank, beside a
+per-rank flight-recorder dump in the layout PyTorch's `torchfrtrace` reads:
+
+    <db file>.forensics/<job>/<request_id>/request.json        who was asked, when, why
+    <db file>.forensics/<job>/<request_id>/rank-<r>.json       one capture
+    <db file>.forensics/<job>/<request_id>/fr/rank_<r>         the rank's flight recorder (pickle), if any
+
+At most `max_requests` requests are kept (the oldest directory goes first). Everything that touches the
+disk or the tree runs on one worker thread: event sinks are called under the detectors' lock, and captures
+arrive under the node's lock, so neither may wait for the other's lock or for the disk.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import queue
+import re
+import secrets
+import shutil
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from pyroaring import BitMap
+
+from collectors.common.attempts import split
+from collectors.detectors.events import Event
+from telemetry.v1 import forensics_pb2
+
+log = logging.getLogger(__name__)
+
+CAPTURE_KINDS = ("hang", "straggler", "collective_mismatch")
+DEFAULT_MAX_RANKS = 8
+DEFAULT_MAX_BYTES = 64 * 1024
+DEFAULT_MAX_REQUESTS = 1000
+REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _dir_name(job: str) -> str:
+    """A job's directory: percent-encoded, so no job name ("..", "a/b") can leave the forensics folder."""
+    return "job-" + quote(job, safe="")
+
+
+class ForensicsStore:
+    """Captures on disk, one directory per request; the newest `max_requests` kept."""
+
+    def __init__(self, folder: Path, max_requests: int = DEFAULT_MAX_REQUESTS) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.max_requests = max_requests
+        found = sorted((p for p in self.folder.glob("job-*/*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+        self._requests: OrderedDict[Path, None] = OrderedDict((p, None) for p in found)
+
+    def _dir(self, job: str, request_id: str) -> Path:
+        if not REQUEST_ID.fullmatch(request_id):
+            raise ValueError(f"request id {request_id[:80]!r} must match {REQUEST_ID.pattern}")
+        return self.folder / _dir_name(job) / request_id
+
+    def open_request(self, job: str, request_id: str, meta: dict[str, Any]) -> None:
+        where = self._dir(job, request_id)
+        where.mkdir(parents=True, exist_ok=True)
+        _write_json(where / "request.json", meta)
+        self._requests[where] = None
+        self._requests.move_to_end(where)
+        while len(self._requests) > self.max_requests:
+            oldest, _ = self._requests.popitem(last=False)
+            shutil.rmtree(oldest, ignore_errors=True)
+
+    def meta(self, job: str, request_id: str) -> dict[str, Any] | None:
+        try:
+            return json.loads((self._dir(job, request_id) / "request.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def save(self, capture: dict[str, Any], flight_recorder: dict[str, Any] | None) -> bool:
+        """Write one rank's capture (the first one wins: a resent unit brings it again). False when the
+        request is unknown here (evicted, or never asked by this root)."""
+        where = self._dir(capture["job"], capture["request_id"])
+        if not (where / "request.json").exists():
+            return False
+        target = where / f"rank-{capture['rank']}.json"
+        if target.exists():
+            return True
+        if flight_recorder is not None:
+            (where / "fr").mkdir(exist_ok=True)
+            with open(where / "fr" / f"rank_{capture['rank']}", "wb") as f:
+                pickle.dump(flight_recorder, f)
+        _write_json(target, capture)
+        return True
+
+    def captures(self, job: str, request_id: str) -> list[dict[str, Any]]:
+        where = self._dir(job, request_id)
+        out = []
+        for path in sorted(where.glob("rank-*.json"), key=lambda p: int(p.stem.split("-")[1])):
+            try:
+                out.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue
+        return out
+
+    def fr_dir(self, job: str, request_id: str) -> Path:
+        return self._dir(job, request_id) / "fr"
+
+
+def _write_json(path: Path, value: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, separators=(",", ":")))
+    os.replace(tmp, path)
+
+
+class Forensics:
+    """Decides what to capture, sends the requests down, stores the answers (on its own worker thread)."""
+
+    def __init__(self, store: ForensicsStore, route: Callable[[list[forensics_pb2.CaptureRequest]], int],
+                 max_ranks: int = DEFAULT_MAX_RANKS, max_bytes: int = DEFAULT_MAX_BYTES,
+                 kinds: Iterable[str] = CAPTURE_KINDS, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.route = route
+        self.max_ranks = max_ranks
+        self.max_bytes = max_bytes
+        self.kinds = frozenset(kinds)
+        self.clock = clock
+        self._asked: dict[str, BitMap] = {}          # request id -> ranks asked (events: grows with updates)
+        self._work: queue.Queue = queue.Queue(maxsize=10_000)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="forensics", daemon=True)
+        self.counts = {"requests": 0, "captures": 0, "unknown": 0, "dropped": 0}
+        self.latencies: list[float] = []  # seconds from asking to storing, the latest 1,000
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        self._put(("stop",))
+        self._thread.join(timeout)
+
+    # ----------------------------------------------------------------- inputs (any thread, never block)
+    def on_event(self, action: str, event: Event) -> None:
+        """EventLog sink: a culprit-naming event opened or named new ranks."""
+        if action in ("open", "update") and event.kind in self.kinds and event.ranks and event.id is not None:
+            self._put(("event", event.job, event.id, event.kind, list(event.ranks)))
+
+    def on_captures(self, captures: list[forensics_pb2.Capture]) -> None:
+        """Captures from the tree (called under the node's lock: only queued here)."""
+        for capture in captures:
+            self._put(("capture", capture, self.clock()))
+
+    def ask(self, job: str, ranks: Iterable[int], reason: str = "on demand") -> str:
+        """An on-demand capture of `ranks` of `job` (its scoped name, collectors/common/attempts.py); returns
+        the request id."""
+        request_id = "od-" + secrets.token_hex(6)
+        ranks = sorted({int(r) for r in ranks})
+        if not ranks or len(ranks) > self.max_ranks:
+            raise ValueError(f"name 1 to {self.max_ranks} ranks, got {len(ranks)}")
+        self._put(("ask", job, request_id, ranks, reason, None, None))
+        return request_id
+
+    def _put(self, item: tuple) -> None:
+        try:
+            self._work.put_nowait(item)
+        except queue.Full:
+            self.counts["dropped"] += 1
+
+    # ----------------------------------------------------------------- the worker
+    def _run(self) -> None:
+        while True:
+            item = self._work.get()
+            if item[0] == "stop":
+                return
+            try:
+                if item[0] == "event":
+                    self._event(*item[1:])
+                elif item[0] == "ask":
+                    self._ask(*item[1:])
+                elif item[0] == "capture":
+                    self._capture(*item[1:])
+            except Exception:
+                log.exception("forensics: %s failed", item[0])
+
+    def _event(self, job: str, event_id: int, kind: str, ranks: list[int]) -> None:
+        request_id = f"event-{event_id}"
+        asked = self._asked.get(request_id, BitMap())
+        room = self.max_ranks - len(asked)
+        new = [r for r in ranks if r not in asked][:max(0, room)]
+        if new:
+            self._ask(job, request_id, new, kind, event_id, asked)
+
+    def _ask(self, job: str, request_id: str, ranks: list[int], reason: str, event_id: int | None,
+             before: BitMap | None) -> None:
+        name, attempt = split(job)
+        asked = BitMap(before or ()) | BitMap(ranks)
+        self._asked[request_id] = asked
+        while len(self._asked) > self.store.max_requests:
+            del self._asked[next(iter(self._asked))]
+        meta = self.store.meta(name, request_id) or {"request_id": request_id, "job": name, "attempt": attempt,
+                                                    "event_id": event_id, "reason": reason, "asked_at": self.clock(),
+                                                    "asks": []}
+        meta["ranks"] = list(asked)
+        meta["asks"].append({"ranks": ranks, "at": self.clock()})
+        self.store.open_request(name, request_id, meta)
+        request = forensics_pb2.CaptureRequest(request_id=request_id, job=name, attempt=attempt,
+                                               ranks=BitMap(ranks).serialize(), reason=reason,
+                                               max_bytes=self.max_bytes)
+        children = self.route([request])
+        self.counts["requests"] += 1
+        log.info("forensics: asked %d child(ren) for a capture of ranks %s of %s (%s)", children, ranks, job, reason)
+
+    def _capture(self, capture: forensics_pb2.Capture, received: float) -> None:
+        job = capture.job  # directories are by the job's name: request ids are unique across its attempts
+        meta = self.store.meta(job, capture.request_id) if REQUEST_ID.fullmatch(capture.request_id) else None
+        if meta is None:
+            self.counts["unknown"] += 1
+            return
+        asked_at = next((a["at"] for a in meta.get("asks", ()) if capture.rank in a["ranks"]), meta["asked_at"])
+        fr = _parse_json(capture.flight_recorder)
+        record = {"request_id": capture.request_id, "job": job, "attempt": capture.attempt, "rank": capture.rank, "host": capture.host,
+                  "captured_at": capture.captured_at_ns / 1e9, "stored_at": received,
+                  "seconds_to_store": round(received - asked_at, 3), "source": capture.source,
+                  "reason": capture.reason, "error": capture.error, "stacks": capture.stacks,
+                  "flight_recorder": fr, "process": _parse_json(capture.process),
+                  "bytes": capture.ByteSize()}
+        dump = None
+        if isinstance(fr, dict) and fr.get("entries") is not None:
+            dump = {"version": fr.get("version", ""), "pg_config": fr.get("pg_config") or {},
+                    "pg_status": fr.get("pg_status") or {}, "entries": fr["entries"]}
+        if self.store.save(record, dump):
+            self.counts["captures"] += 1
+            self.latencies = (self.latencies + [received - asked_at])[-1000:]
+
+    # ----------------------------------------------------------------- reading (the API's threads)
+    def answer(self, job: str, request_id: str) -> dict[str, Any] | None:
+        """Everything kept for one request: who was asked, what came back, who has not answered yet."""
+        try:
+            meta = self.store.meta(job, request_id)
+        except ValueError:
+            return None
+        if meta is None:
+            return None
+        captures = self.store.captures(job, request_id)
+        answered = {c["rank"] for c in captures}
+        return {**meta, "pending": [r for r in meta.get("ranks", []) if r not in answered],
+                "fr_dir": str(self.store.fr_dir(job, request_id)) if any(c.get("flight_recorder")
+                                                                          for c in captures) else None,
+                "captures": captures}
+
+
+def _parse_json(text: str) -> Any:
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {"unparsed": text[:1000]}

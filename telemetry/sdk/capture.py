@@ -1,0 +1,127 @@
+"""A rank's answer to a capture request (docs/forensics.md): every thread's Python stack, and the flight
+recorder's recent entries when torch.distributed is in use.
+
+It runs on a thread of its own, started by the sender when the agent asks (RankAck.CAPTURE), so it answers
+while the training thread is blocked in a collective, in I/O or in any C call that released the GIL; a
+training thread spinning in pure Python still lets it run (the GIL switches every 5 ms). A rank whose GIL is
+held by a C call that never releases it cannot answer: the agent then dumps it from outside (py-spy) or
+from /proc alone, and the capture says which source it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from telemetry.v1 import forensics_pb2
+
+log = logging.getLogger("telemetry.sdk")
+
+DEFAULT_MAX_BYTES = 64 * 1024
+FR_ENTRIES = 200  # newest flight-recorder entries asked for; fewer are kept if they do not fit max_bytes
+
+
+def thread_stacks(max_bytes: int = DEFAULT_MAX_BYTES, skip: int | None = None) -> str:
+    """Every thread's stack as readable text, most recent call last (traceback's layout), the main thread
+    first; `skip`: a thread id left out (the capturing thread itself). Truncated to max_bytes, keeping each
+    thread's innermost frames (where it is stuck) when a stack is too long."""
+    names = {t.ident: t for t in threading.enumerate()}
+    frames = sys._current_frames()
+    main = threading.main_thread().ident
+    parts = []
+    for ident in sorted(frames, key=lambda i: (i != main, i)):
+        if ident == skip:
+            continue
+        thread = names.get(ident)
+        name = thread.name if thread is not None else "?"
+        daemon = " daemon" if thread is not None and thread.daemon else ""
+        lines = traceback.format_stack(frames[ident])
+        parts.append((f'Thread {ident} "{name}"{daemon} (most recent call last):\n', lines))
+    return _fit(parts, max_bytes)
+
+
+def _fit(parts: list[tuple[str, list[str]]], max_bytes: int) -> str:
+    """Join the threads' stacks; while over max_bytes, cut the outer half of the longest stack (the innermost
+    frames, where a thread is stuck, are what a capture is for)."""
+    cut = [0] * len(parts)
+    sizes = [sum(map(len, lines)) for _, lines in parts]
+    while sum(sizes) + sum(len(head) for head, _ in parts) > max_bytes:
+        longest = max(range(len(parts)), key=lambda i: sizes[i] if len(parts[i][1]) > 1 else -1, default=None)
+        if longest is None or len(parts[longest][1]) <= 1:
+            break
+        head, lines = parts[longest]
+        drop = len(lines) // 2
+        parts[longest] = (head, lines[drop:])
+        cut[longest] += drop
+        sizes[longest] = sum(map(len, parts[longest][1]))
+    text = "".join(head + (f"  ... {n} outer frame(s) cut to fit the capture\n" if n else "") + "".join(lines)
+                   for (head, lines), n in zip(parts, cut))
+    return text[:max_bytes]
+
+
+def flight_recorder_json(progress: Any, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+    """The default group's recent flight-recorder entries as JSON, newest kept, within max_bytes; "" when
+    there is no recorder to read (no torch.distributed, recorder off, no collective yet)."""
+    if progress is None:
+        return ""
+    try:
+        from telemetry.torch.flight_recorder import default_group_dump
+        dump = default_group_dump(progress, last=FR_ENTRIES)
+    except Exception as e:
+        log.debug("telemetry: flight recorder not readable for a capture: %s", e)
+        return ""
+    if not dump:
+        return ""
+    entries = list(dump.get("entries") or ())
+    while True:
+        text = json.dumps({**dump, "entries": entries}, default=str, separators=(",", ":"))
+        if len(text) <= max_bytes or not entries:
+            return text if len(text) <= max_bytes else ""
+        entries = entries[len(entries) // 2:] if len(entries) > 1 else []
+
+
+def take(request: forensics_pb2.CaptureRequest, progress: Any) -> forensics_pb2.RankCapture:
+    """The capture for `request`, taken now on the calling thread."""
+    max_bytes = request.max_bytes or DEFAULT_MAX_BYTES
+    stacks = thread_stacks(max_bytes, skip=threading.get_ident())
+    return forensics_pb2.RankCapture(request_id=request.request_id, captured_at_ns=time.time_ns(), stacks=stacks,
+                                     flight_recorder=flight_recorder_json(progress, max_bytes))
+
+
+class Responder:
+    """Answers capture requests, each once, each on a thread of its own (a slow recorder dump never delays
+    the acks the sender reads); `progress` gives the flight recorder once torch.distributed is up."""
+
+    MAX_REMEMBERED = 256
+
+    def __init__(self, progress: Callable[[], Any], send: Callable[[forensics_pb2.RankCapture], None]) -> None:
+        self._progress = progress
+        self._send = send
+        self._seen: dict[str, None] = {}
+        self._lock = threading.Lock()
+        self.answered = 0
+
+    def request(self, request: forensics_pb2.CaptureRequest) -> None:
+        with self._lock:
+            if request.request_id in self._seen:
+                return
+            self._seen[request.request_id] = None
+            while len(self._seen) > self.MAX_REMEMBERED:
+                del self._seen[next(iter(self._seen))]
+        threading.Thread(target=self._answer, args=(request,), name="telemetry-capture", daemon=True).start()
+
+    def _answer(self, request: forensics_pb2.CaptureRequest) -> None:
+        try:
+            capture = take(request, self._progress())
+        except Exception as e:  # never let a capture take the rank down
+            log.debug("telemetry: capture %s failed: %s", request.request_id, e)
+            capture = forensics_pb2.RankCapture(request_id=request.request_id, captured_at_ns=time.time_ns(),
+                                                stacks=f"capture failed: {type(e).__name__}: {e}")
+        self._send(capture)
+        self.answered += 1

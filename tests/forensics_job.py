@@ -1,0 +1,64 @@
+"""A torchrun job for tests/test_forensics_torchrun.py: the README's lines only, and one injected fault.
+
+Each step every rank loads a batch (`load_batch`), then all-reduces a 4-element and an 8-element tensor
+(gloo, CPU). --fault names what rank --fault-rank does at step --fault-step:
+  block   blocks forever inside `load_batch` (waiting on an event nobody sets: the GIL is released)
+  longer  all-reduces a 5-element tensor instead of the 4-element one (gloo returns garbage, then hangs)
+  skip    skips the 4-element all-reduce (its later collectives pair with the others' earlier ones)
+  stop    SIGSTOPs itself inside `load_batch` (cannot answer anything; the agent must look from outside)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+import telemetry
+
+
+def load_batch(step: int, fault: str, faulty: bool) -> torch.Tensor:
+    if faulty and fault == "block":
+        threading.Event().wait()  # a data source that never answers
+    if faulty and fault == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    time.sleep(0.02)
+    return torch.full((4,), float(step))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--job", required=True)
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--fault", choices=("none", "block", "longer", "skip", "stop"), default="none")
+    p.add_argument("--fault-rank", type=int, default=2)
+    p.add_argument("--fault-step", type=int, default=10)
+    args = p.parse_args()
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    run = telemetry.init(job=args.job)
+    for step in range(args.steps):
+        with run.step(step):
+            faulty = rank == args.fault_rank and step == args.fault_step
+            batch = load_batch(step, args.fault, faulty)
+            first = torch.ones(5) if faulty and args.fault == "longer" else batch.clone()
+            if not (faulty and args.fault == "skip"):
+                dist.all_reduce(first)
+            second = torch.ones(8)
+            dist.all_reduce(second)
+            run.log(step, loss=float(first.sum()) / (step + 1))
+    ok = run.close(timeout=30)
+    dist.destroy_process_group()
+    print(f'{{"event": "done", "rank": {rank}, "durable": {str(ok).lower()}}}', flush=True)
+    os._exit(0 if ok else 3)
+
+
+if __name__ == "__main__":
+    main()

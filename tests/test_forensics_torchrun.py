@@ -1,0 +1,98 @@
+"""Issue 13 item 5: forensics on real torchrun jobs (gloo, CPU, 3 ranks), using only the README's lines.
+
+Each job's rank 2 misbehaves at one step (tests/forensics_job.py); the root must raise an event naming
+rank 2 and, for the hang cases, keep a capture of rank 2 that shows where it is: from the rank itself
+when it can answer, from outside (py-spy or /proc) when it cannot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collectors.demo.train import kill_job
+from collectors.probes.snapshot import pyspy_path
+from helpers_tree import api_get, wait_for
+from torchrun_tree import root_and_agent, torchrun
+
+pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
+]
+
+JOB_SCRIPT = Path(__file__).with_name("forensics_job.py")
+# A hang is judged after 4 s without progress (default 60 s), so the tests take seconds, not minutes.
+DETECTORS = json.dumps({"hang": {"no_progress_floor_s": 4.0, "check_interval_s": 0.25}})
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[dict]:
+    with root_and_agent(tmp_path, root_args=("--detectors", DETECTORS),
+                        agent_args=("--stuck-after", "3", "--capture-timeout", "2")) as found:
+        yield found
+
+
+def _run_until(tree: dict, job: str, fault: str, found, timeout: float = 90.0):  # type: ignore[no-untyped-def]
+    log = tree["tmp"] / f"{job}.log"
+    proc = torchrun(3, JOB_SCRIPT, ["--job", job, "--fault", fault, "--fault-rank", "2", "--fault-step", "10"],
+                    tree["agent"], log)
+    try:
+        return wait_for(lambda: found(), timeout, interval=0.25, what=f"{fault}: the event and its capture "
+                        f"(job log: {log})")
+    finally:
+        kill_job(proc, job)
+
+
+def _event(tree: dict, job: str, kind: str) -> dict | None:
+    status, body = api_get(tree["api"], f"/api/v1/jobs/{job}/events?kind={kind}")
+    assert status == 200, body
+    return body["events"][0] if body["events"] else None
+
+
+def _captured(tree: dict, job: str, kind: str, rank: int) -> tuple[dict, dict] | None:
+    event = _event(tree, job, kind)
+    if event is None or rank not in event["ranks"]:
+        return None
+    status, body = api_get(tree["api"], f"/api/v1/jobs/{job}/events/{event['id']}/forensics")
+    if status != 200:
+        return None
+    capture = next((c for c in body["captures"] if c["rank"] == rank), None)
+    return (event, body) if capture is not None else None
+
+
+def test_a_rank_blocked_in_data_loading_is_named_and_its_capture_shows_the_loader(tree: dict) -> None:
+    job = "fx-block"
+    event, body = _run_until(tree, job, "block", lambda: _captured(tree, job, "hang", 2))
+    assert event["ranks"] == [2], event   # every rank is in step 10; only rank 2 never reached its collective
+    [capture] = [c for c in body["captures"] if c["rank"] == 2]
+    assert capture["source"] == "sdk", capture
+    assert "in load_batch" in capture["stacks"] and "threading.Event().wait()" in capture["stacks"], capture["stacks"]
+    fr = capture["flight_recorder"]
+    assert fr is not None and fr["entries"], fr
+    assert all(e["profiling_name"].endswith("all_reduce") for e in fr["entries"])
+    assert capture["process"]["alive"] and capture["process"]["threads"] >= 1
+    assert 0 <= capture["seconds_to_store"] < 10, capture["seconds_to_store"]
+    # The flight recorder is also written where torchfrtrace reads it: <dir>/rank_<r>.
+    assert body["fr_dir"] and (Path(body["fr_dir"]) / "rank_2").exists()
+    assert body["pending"] == []
+
+
+def test_a_sigstopped_rank_is_captured_from_outside_and_says_so(tree: dict) -> None:
+    job = "fx-stop"
+    event, body = _run_until(tree, job, "stop", lambda: _captured(tree, job, "hang", 2))
+    assert 2 in event["ranks"], event
+    [capture] = [c for c in body["captures"] if c["rank"] == 2]
+    assert capture["source"] in ("py-spy", "proc"), capture
+    assert "did not answer" in capture["error"], capture["error"]
+    assert capture["process"]["state"] == "T", capture["process"]  # stopped
+    if pyspy_path() is not None and os.geteuid() == 0:
+        assert capture["source"] == "py-spy", capture["error"]
+        assert "load_batch" in capture["stacks"], capture["stacks"]
