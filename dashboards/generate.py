@@ -31,7 +31,8 @@ from grafana_foundation_sdk.models import prometheus as prom
 HERE = Path(__file__).resolve().parent
 DATASOURCE_UID = "telemetry-prometheus"  # what `telemetry dashboards push` provisions
 DS = dash.DataSourceRef(type_val="prometheus", uid="${datasource}")
-J = 'job="$job"'
+JOB = 'job="$job"'  # a job's goodput families: the job's, every attempt together (no attempt label)
+J = 'job="$job",attempt=~"$attempt"'  # every other per-job family: the attempt(s) chosen
 RATE = "$__rate_interval"
 
 
@@ -77,6 +78,10 @@ def training_run() -> dash.Dashboard:
     job = (dash_b.QueryVariable("job").label("Job").datasource(DS)
            .query("label_values(telemetry_world_size, job)")
            .refresh(dash.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(dash.VariableSort.ALPHABETICAL_ASC))
+    # A job's attempts (launches: docs/restarts.md), latest first: the latest is chosen by default, more may be.
+    attempt = (dash_b.QueryVariable("attempt").label("Attempt").datasource(DS)
+               .query(f"label_values(telemetry_world_size{{{JOB}}}, attempt)").multi(True)
+               .refresh(dash.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(dash.VariableSort.NUMERICAL_DESC))
 
     def event_marks(kind: str, name: str, color: str) -> dash_b.AnnotationQuery:
         return (dash_b.AnnotationQuery().name(name).datasource(DS).enable(True).hide(False).icon_color(color)
@@ -95,6 +100,7 @@ def training_run() -> dash.Dashboard:
         .timezone("browser")
         .with_variable(datasource)
         .with_variable(job)
+        .with_variable(attempt)
         .annotation(event_marks("loss_spike", "Loss spikes", "red"))
         .annotation(event_marks("nonfinite", "NaN / Inf", "purple"))
         .annotation(event_marks("straggler", "Stragglers", "orange"))
@@ -164,7 +170,8 @@ def training_run() -> dash.Dashboard:
                     .with_target(q(f'telemetry_step_time_top_rank{{{J}}}', "", "B", instant=True, table=True))
                     .with_transformation(dash.DataTransformerConfig(id_val="merge", options={}))
                     .with_transformation(dash.DataTransformerConfig(id_val="organize", options={
-                        "excludeByName": {"Time": True, "job": True, "__name__": True, "instance": True},
+                        "excludeByName": {"Time": True, "job": True, "attempt": True, "__name__": True,
+                                          "instance": True},
                         "renameByName": {"position": "position", "Value #A": "step time (s)",
                                          "Value #B": "rank"},
                         "indexByName": {"position": 0, "Value #B": 1, "Value #A": 2}}))
@@ -266,6 +273,28 @@ def training_run() -> dash.Dashboard:
             q(f'increase(telemetry_delivery_rejected_overlaps_total[{RATE}])', "overlaps rejected", "C"),
             q(f'increase(telemetry_delivery_bad_inputs_total[{RATE}])', "bad inputs", "D"),
             description="Exactly-once delivery at work: resends after crashes, duplicates recognised.",
+            width=12))
+        # ---------------------------------------------------------------- goodput (docs/restarts.md)
+        .with_row(dash_b.Row("Goodput and restarts"))
+        .with_panel(single("Goodput", "percentunit", q(f'telemetry_goodput_ratio{{{JOB}}}'),
+                           description="Productive step time over wall time since the job's first step, every "
+                                       "attempt together: the effective training time ratio.", width=3, height=8))
+        .with_panel(single("Time lost to restarts", "s",
+                           q(f'sum by (job) (telemetry_goodput_seconds_total{{{JOB},kind=~"lost|restart_downtime"}})'),
+                           description="Steps a later attempt ran again (lost) plus the time from each attempt's "
+                                       "last step to the next attempt's first (restart downtime).", width=3,
+                           height=8))
+        .with_panel(single("Restarts", "none", q(f'telemetry_restarts_total{{{JOB}}}'),
+                           description="Attempts of the job after its first.", width=3, height=8))
+        .with_panel(single("Steps replayed", "none", q(f'telemetry_goodput_steps_replayed_total{{{JOB}}}'),
+                           description="Steps run again by a later attempt (resumed from an earlier checkpoint).",
+                           width=3, height=8))
+        .with_panel(series(
+            "Where the wall time went", "s",
+            q(f'telemetry_goodput_seconds_total{{{JOB}}}', "{{kind}}", "A"),
+            q(f'telemetry_goodput_replay_seconds{{{JOB}}}', "replaying (part of productive)", "B"),
+            description="Seconds since the job's first step by what they went to (productive + lost + "
+                        "restart_downtime = wall time), and the productive seconds spent replaying steps.",
             width=12))
     )
     model = built.build()

@@ -168,8 +168,12 @@ def test_training_run_has_the_rows_variable_and_panels_asked_for():
     variables = {v["name"]: v for v in data["templating"]["list"]}
     assert variables["job"]["type"] == "query" and variables["job"]["query"].startswith("label_values(")
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    # issue 17: a job's attempts are a label of their own; the latest attempt first (chosen by default)
+    assert variables["attempt"]["query"] == 'label_values(telemetry_world_size{job="$job"}, attempt)'
+    assert variables["attempt"]["multi"] is True and variables["attempt"]["sort"] == 4  # numerical, descending
     rows = [p["title"] for p in data["panels"] if p["type"] == "row"]
-    assert rows == ["MFU", "Loss", "Per-rank step time", "Hardware health", "Telemetry health"]
+    assert rows == ["MFU", "Loss", "Per-rank step time", "Hardware health", "Telemetry health",
+                    "Goodput and restarts"]
     panels = {p["title"]: p for p in data["panels"] if p["type"] != "row"}
     loss = panels["Loss: mean with min-max band"]
     fill = [o for o in loss["fieldConfig"]["overrides"] if o["matcher"]["options"] == "max"][0]["properties"]
@@ -177,7 +181,8 @@ def test_training_run_has_the_rows_variable_and_panels_asked_for():
     assert any('kind="loss_spike"' in a.get("expr", "") for a in data["annotations"]["list"])
     table = panels["Top 5 slowest ranks (latest step)"]
     assert table["type"] == "table" and {t["expr"] for t in table["targets"]} == {
-        'telemetry_step_time_top_seconds{job="$job"}', 'telemetry_step_time_top_rank{job="$job"}'}
+        'telemetry_step_time_top_seconds{job="$job",attempt=~"$attempt"}',
+        'telemetry_step_time_top_rank{job="$job",attempt=~"$attempt"}'}
     step_time = " ".join(t["expr"] for t in panels["Step time across ranks"]["targets"])
     assert all(f'stat="{s}"' in step_time for s in ("p50", "p90", "p99", "max"))
     assert "telemetry_step_time_slowest_rank" in json.dumps(panels["Slowest rank"])
@@ -192,6 +197,17 @@ def test_training_run_has_the_rows_variable_and_panels_asked_for():
             assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
     exprs = [e for _, e in generate.expressions(data)]
     assert len(exprs) >= 40 and all("rank=" not in e for e in exprs)
+    # per-job families are read for the chosen attempt(s); goodput is the job's, every attempt together
+    goodput = {"telemetry_goodput_ratio", "telemetry_goodput_seconds_total", "telemetry_restarts_total",
+               "telemetry_goodput_replay_seconds", "telemetry_goodput_steps_replayed_total"}
+    for expr in exprs:
+        if 'job="$job"' in expr and not expr.startswith("label_values("):
+            assert ('attempt=~"$attempt"' in expr) != any(name in expr for name in goodput), expr
+    for title, name in (("Goodput", "telemetry_goodput_ratio"), ("Restarts", "telemetry_restarts_total"),
+                        ("Steps replayed", "telemetry_goodput_steps_replayed_total"),
+                        ("Time lost to restarts", 'kind=~"lost|restart_downtime"'),
+                        ("Where the wall time went", "telemetry_goodput_replay_seconds")):
+        assert name in " ".join(t["expr"] for t in panels[title]["targets"]), title
 
 
 # ------------------------------------------------------------------ push, against a recording Grafana API

@@ -796,10 +796,10 @@ def test_sim_faults_are_raised_as_the_right_events(tmp_path, sync):
     when, seen = sim.first_seen("straggler")
     assert seen["ranks"] == [13]
     text = sim.metrics_text
-    assert 'telemetry_events_total{job="sim",kind="straggler"} 1.0' in text
-    assert 'telemetry_events_total{job="sim",kind="nonfinite"} 1.0' in text
+    assert 'telemetry_events_total{attempt="0",job="sim",kind="straggler"} 1.0' in text
+    assert 'telemetry_events_total{attempt="0",job="sim",kind="nonfinite"} 1.0' in text
     if not sync:
-        assert 'telemetry_step_time_slowest_rank{job="sim"} 13.0' in text
+        assert 'telemetry_step_time_slowest_rank{attempt="0",job="sim"} 13.0' in text
 
 
 def test_sim_hung_rank_is_raised_within_10s_of_its_deadline_as_stuck(tmp_path):
@@ -840,7 +840,7 @@ def test_sim_clean_run_raises_no_event(tmp_path, seed):
     assert len(report["metrics"]["step_time"]) == 12
     assert sim.final_events == [], sim.final_events
     assert all(events == [] for _, events in sim.snapshots)
-    assert 'telemetry_events_active{job="sim",kind="hang"} 0.0' in sim.metrics_text
+    assert 'telemetry_events_active{attempt="0",job="sim",kind="hang"} 0.0' in sim.metrics_text
 
 
 # ------------------------------------------------------------------ a finished job

@@ -44,8 +44,13 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
     return out
 
 
+def with_attempt(labels: dict[str, str]) -> dict[str, str]:
+    """A job's series carry its attempt apart (attempt="0": a job without attempts)."""
+    return {"attempt": "0", **labels} if "job" in labels else labels
+
+
 def value(text: str, name: str, **labels: str) -> float:
-    return samples(text)[(name, tuple(sorted(labels.items())))]
+    return samples(text)[(name, tuple(sorted(with_attempt(labels).items())))]
 
 
 def step_rows(world: int, step: int, slow_rank: int | None = None) -> list[Row]:
@@ -95,13 +100,13 @@ def test_panel_figures_with_units_and_stats():
     for stat in ("p50", "p90", "p99", "max", "min", "mean"):
         for name in ("telemetry_step_time_seconds", "telemetry_loss", "telemetry_grad_norm", "telemetry_mfu_ratio",
                      "telemetry_dataloader_wait_seconds"):
-            assert (name, (("job", JOB), ("stat", stat))) in samples(text), (name, stat)
+            assert (name, (("attempt", "0"), ("job", JOB), ("stat", stat))) in samples(text), (name, stat)
     assert value(text, "telemetry_loss", job=JOB, stat="min") == 2.0
     assert value(text, "telemetry_step_time_slowest_rank", job=JOB) == 15
     assert value(text, "telemetry_step_time_top_rank", job=JOB, position="1") == 15
     assert value(text, "telemetry_step_time_top_seconds", job=JOB, position="1") == 0.5
     assert {k[1] for k in samples(text) if k[0] == "telemetry_step_time_top_rank"} == {
-        (("job", JOB), ("position", str(p))) for p in range(1, 6)}
+        (("attempt", "0"), ("job", JOB), ("position", str(p))) for p in range(1, 6)}
     wait = value(text, "telemetry_step_collective_wait_seconds", job=JOB)
     assert wait == pytest.approx(0.4, abs=0.002)
     assert value(text, "telemetry_collective_wait_seconds_total", job=JOB) == pytest.approx(5 * wait, rel=0.01)
@@ -159,12 +164,12 @@ def test_cardinality_does_not_grow_with_ranks_and_no_label_names_a_rank():
     large = samples(fed(world=1024)[0].render()[1].decode())
     assert set(small) == set(large), set(small) ^ set(large)
     labels = {name for key in small for name, _ in key[1]}
-    assert labels <= {"job", "stat", "position", "kind", "state", "metric"}, labels
+    assert labels <= {"job", "attempt", "stat", "position", "kind", "state", "metric"}, labels
     assert value_of(large, "telemetry_step_time_slowest_rank", job=JOB) == 1023
 
 
 def value_of(parsed: dict, name: str, **labels: str) -> float:
-    return parsed[(name, tuple(sorted(labels.items())))]
+    return parsed[(name, tuple(sorted(with_attempt(labels).items())))]
 
 
 def test_a_registered_job_is_exported_before_its_first_window():
@@ -254,3 +259,32 @@ def test_the_slowest_rank_of_a_synchronous_job_comes_from_collective_arrival():
     other = RootMetrics()  # without arrivals, step_time is all there is
     other.observe([row("step_time", 5, walls)])
     assert value(other.render()[1].decode(), "telemetry_step_time_slowest_rank", job=JOB) == 1
+
+
+def test_a_jobs_attempt_is_a_label_of_its_own_and_a_forgotten_attempt_leaves():
+    """Issue 17: attempt N of job J (the tree's J@N) is job="J",attempt="N" on every per-job family; an attempt
+    forgotten like a finished job (all its ranks closed, or idle) takes its series with it, so attempts
+    never accumulate."""
+    events = EventLog(None)
+    worlds = {JOB: 4, f"{JOB}@7": 2}  # the tree's liveness is asked by the scoped name
+    metrics = RootMetrics(events, liveness=lambda job: {"world_size": worlds[job], "alive": worlds[job], "stuck": 0,
+                                                        "dead": 0})
+    metrics.observe(step_rows(4, 5))
+    metrics.observe([Row(Key(f"{JOB}@7", r.key.metric, r.key.index, 0), r.expected, r.summary, 0, time.time_ns())
+                     for r in step_rows(2, 3)])
+    events.raise_("straggler", f"{JOB}@7", step=3, ranks=[1], severity="warning")
+    text = metrics.render()[1].decode()
+    assert value(text, "telemetry_last_step", job=JOB, attempt="7") == 3
+    assert value(text, "telemetry_world_size", job=JOB, attempt="7") == 2
+    assert value(text, "telemetry_last_step", job=JOB, attempt="0") == 5  # a job without attempts: "0"
+    assert value(text, "telemetry_events_active", job=JOB, attempt="7", kind="straggler") == 1
+    assert value(text, "telemetry_events_active", job=JOB, attempt="0", kind="straggler") == 0
+    assert "@" not in text, "no label value carries the old job@attempt form"
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if "job" in sample.labels:
+                assert "attempt" in sample.labels, sample
+    events.close_job(f"{JOB}@7")  # as the root's detectors do when they forget a finished attempt
+    metrics.forget(f"{JOB}@7")
+    text = metrics.render()[1].decode()
+    assert 'attempt="7"' not in text and value(text, "telemetry_last_step", job=JOB, attempt="0") == 5

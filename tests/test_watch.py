@@ -53,8 +53,9 @@ def root_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         assert all(run.close(10) for run in runs)
         wait_for(lambda: [e for e in api_get(root.api_address, f"/api/v1/jobs/{JOB}/events")[1]["events"]
                           if e["kind"] == "nonfinite"], 15, what="the NaN's event")
-        wait_for(lambda: all(f'telemetry_{name}{{job="_host:node7",stat="min"}}'.encode() in _metrics(root.api_address)
-                             for name in ("nic_up", "ib_port_active")), 10, what="node7's NIC figures in /metrics")
+        wait_for(lambda: all(f'telemetry_{name}{{attempt="0",job="_host:node7",stat="min"}}'.encode()
+                             in _metrics(root.api_address) for name in ("nic_up", "ib_port_active")), 10,
+                 what="node7's NIC figures in /metrics")
         yield root.api_address
     finally:
         stop_all(agent, root)

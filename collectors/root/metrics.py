@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from collectors.common.attempts import split
 from collectors.delivery.node import COUNTER_FIELDS
 from collectors.detectors.events import KINDS as EVENT_KINDS
 from collectors.root.store import Row
@@ -62,6 +63,7 @@ AGGREGATES = {
         frozenset({"gpu.nvlink_crc_flit_errors_delta", "gpu.nvlink_crc_data_errors_delta",
                    "gpu.nvlink_replay_errors_delta", "gpu.nvlink_recovery_errors_delta"})),
 }
+JA = ["job", "attempt"]  # a job's labels: its name and its attempt (docs/restarts.md), never job@attempt
 MAX_STEPS_REMEMBERED = 512  # per (job, metric), for counting late non-finite values once
 
 
@@ -226,111 +228,112 @@ class RootMetrics:
 
         # declared up front so the families exist (with HELP/TYPE) even before any job
         for metric, (name, doc) in STEP_METRICS.items():
-            gauge(name, doc + " (stat: p50, p90, p99, max, min, mean).", ["job", "stat"])
+            gauge(name, doc + " (stat: p50, p90, p99, max, min, mean).", [*JA, "stat"])
         gauge("telemetry_step_time_slowest_rank", "Rank the others wait for in the latest finalised step: the "
               "largest collective_arrival when the job logs it (synchronous jobs), else the largest step time.",
-              ["job"])
+              JA)
         gauge("telemetry_step_time_top_seconds", "The 5 largest collective_arrival (else step time) values of the "
-              "latest finalised step (position 1 = slowest).", ["job", "position"])
+              "latest finalised step (position 1 = slowest).", [*JA, "position"])
         gauge("telemetry_step_time_top_rank", "Rank at each position of telemetry_step_time_top_seconds.",
-              ["job", "position"])
+              [*JA, "position"])
         gauge("telemetry_step_collective_wait_seconds", "Max minus p50 of collective_arrival (else step_time) in "
-              "the latest finalised step: seconds the median rank waits for the slowest.", ["job"])
+              "the latest finalised step: seconds the median rank waits for the slowest.", JA)
         counter("telemetry_collective_wait_seconds", "Sum over finalised steps of max minus p50 of "
-                "collective_arrival (else step_time).", ["job"])
+                "collective_arrival (else step_time).", JA)
         counter("telemetry_collective_wait_rank_seconds", "Sum over finalised steps of count x max - sum of "
-                "collective_arrival (else step_time): every rank's waiting for the slowest, added up.", ["job"])
-        gauge("telemetry_last_step", "Latest finalised step.", ["job"])
-        counter("telemetry_steps", "Step windows of step_time finalised.", ["job"])
-        gauge("telemetry_world_size", "Ranks in the job.", ["job"])
+                "collective_arrival (else step_time): every rank's waiting for the slowest, added up.", JA)
+        gauge("telemetry_last_step", "Latest finalised step.", JA)
+        counter("telemetry_steps", "Step windows of step_time finalised.", JA)
+        gauge("telemetry_world_size", "Ranks in the job.", JA)
         gauge("telemetry_ranks_reporting", "Ranks whose heartbeat reached the root in the latest finalised "
-              "second (progress bucket).", ["job"])
-        gauge("telemetry_step_ranks_missing", "Ranks missing from the latest finalised step_time window.", ["job"])
-        gauge("telemetry_ranks", "Ranks by liveness as the agents see them.", ["job", "state"])
-        gauge("telemetry_progress_min_step", "Lowest current step any rank reported in the latest second.", ["job"])
+              "second (progress bucket).", JA)
+        gauge("telemetry_step_ranks_missing", "Ranks missing from the latest finalised step_time window.", JA)
+        gauge("telemetry_ranks", "Ranks by liveness as the agents see them.", [*JA, "state"])
+        gauge("telemetry_progress_min_step", "Lowest current step any rank reported in the latest second.", JA)
         gauge("telemetry_progress_max_step", "Highest current step any rank reported in the latest second.",
-              ["job"])
+              JA)
         counter("telemetry_windows_incomplete", "Step windows finalised with ranks missing (deadline passed).",
-                ["job"])
-        counter("telemetry_windows_late", "Late deltas merged into step windows after finalising.", ["job"])
-        counter("telemetry_nonfinite_values", "NaN/Inf values logged, per metric.", ["job", "metric"])
-        gauge("telemetry_metric", "Other step metrics across ranks, latest finalised step.", ["job", "metric", "stat"])
-        gauge("telemetry_events_active", "Events open now.", ["job", "kind"])
-        counter("telemetry_events", "Events opened.", ["job", "kind"])
+                JA)
+        counter("telemetry_windows_late", "Late deltas merged into step windows after finalising.", JA)
+        counter("telemetry_nonfinite_values", "NaN/Inf values logged, per metric.", [*JA, "metric"])
+        gauge("telemetry_metric", "Other step metrics across ranks, latest finalised step.", [*JA, "metric", "stat"])
+        gauge("telemetry_events_active", "Events open now.", [*JA, "kind"])
+        counter("telemetry_events", "Events opened.", [*JA, "kind"])
 
         for job_name, job, latest, progress, hw_latest, hw_totals, nonfinite in snapshot:
+            ids = _ids(job_name)
             for metric, entry in latest.items():
                 s = entry.summary
                 if not s.count:
                     continue
                 stats = _stats(s)
                 if metric in STEP_METRICS:
-                    family = gauge(STEP_METRICS[metric][0], "", ["job", "stat"])
+                    family = gauge(STEP_METRICS[metric][0], "", [*JA, "stat"])
                     for stat in STATS:
-                        _add(family, [job_name, stat], stats[stat])
+                        _add(family, [*ids, stat], stats[stat])
                 else:
-                    family = gauge("telemetry_metric", "", ["job", "metric", "stat"])
+                    family = gauge("telemetry_metric", "", [*JA, "metric", "stat"])
                     for stat in STATS:
-                        _add(family, [job_name, metric, stat], stats[stat])
+                        _add(family, [*ids, metric, stat], stats[stat])
             step_time = latest.get("step_time")
             signal = latest.get(WAIT_SIGNALS[0]) or step_time  # who the others wait for (see WAIT_SIGNALS)
             if signal is not None and signal.summary.count:
                 s = signal.summary
-                _add(gauge("telemetry_step_time_slowest_rank", "", ["job"]), [job_name], s.argmax)
+                _add(gauge("telemetry_step_time_slowest_rank", "", JA), ids, s.argmax)
                 for position, (value, rank) in enumerate(s.top(min(TOP_POSITIONS, s.k)), start=1):
-                    _add(gauge("telemetry_step_time_top_seconds", "", ["job", "position"]), [job_name, str(position)],
+                    _add(gauge("telemetry_step_time_top_seconds", "", [*JA, "position"]), [*ids, str(position)],
                          value)
-                    _add(gauge("telemetry_step_time_top_rank", "", ["job", "position"]), [job_name, str(position)],
+                    _add(gauge("telemetry_step_time_top_rank", "", [*JA, "position"]), [*ids, str(position)],
                          rank)
-                _add(gauge("telemetry_step_collective_wait_seconds", "", ["job"]), [job_name],
+                _add(gauge("telemetry_step_collective_wait_seconds", "", JA), ids,
                      max(0.0, s.max - s.quantile(0.5)))
             if step_time is not None and step_time.summary.count:
                 missing = max(0, step_time.expected - len(step_time.summary.sources))
-                _add(gauge("telemetry_step_ranks_missing", "", ["job"]), [job_name], missing)
+                _add(gauge("telemetry_step_ranks_missing", "", JA), ids, missing)
             training = job.last_step >= 0 or bool(latest)  # a job with step windows (not a host's pseudo-job)
             if training:
-                _add(counter("telemetry_collective_wait_seconds", "", ["job"]), [job_name], job.wait_total)
-                _add(counter("telemetry_collective_wait_rank_seconds", "", ["job"]), [job_name], job.wait_rank_total)
-                _add(counter("telemetry_steps", "", ["job"]), [job_name], job.steps_total)
-                _add(counter("telemetry_windows_incomplete", "", ["job"]), [job_name], job.incomplete_total)
-                _add(counter("telemetry_windows_late", "", ["job"]), [job_name], job.late_total)
+                _add(counter("telemetry_collective_wait_seconds", "", JA), ids, job.wait_total)
+                _add(counter("telemetry_collective_wait_rank_seconds", "", JA), ids, job.wait_rank_total)
+                _add(counter("telemetry_steps", "", JA), ids, job.steps_total)
+                _add(counter("telemetry_windows_incomplete", "", JA), ids, job.incomplete_total)
+                _add(counter("telemetry_windows_late", "", JA), ids, job.late_total)
                 for metric in sorted(set(nonfinite) | {"loss", "grad_norm"}):
-                    _add(counter("telemetry_nonfinite_values", "", ["job", "metric"]), [job_name, metric],
+                    _add(counter("telemetry_nonfinite_values", "", [*JA, "metric"]), [*ids, metric],
                          nonfinite.get(metric, 0))
             if job.last_step >= 0:
-                _add(gauge("telemetry_last_step", "", ["job"]), [job_name], job.last_step)
+                _add(gauge("telemetry_last_step", "", JA), ids, job.last_step)
             world = job.expected
             live = self._live(job_name) if training or progress is not None or job_name in registered else {}
             if live:
                 world = max(world, int(live.get("world_size") or 0))
                 for state in ("alive", "stuck", "dead"):
-                    _add(gauge("telemetry_ranks", "", ["job", "state"]), [job_name, state], live.get(state, 0))
+                    _add(gauge("telemetry_ranks", "", [*JA, "state"]), [*ids, state], live.get(state, 0))
             if world:
-                _add(gauge("telemetry_world_size", "", ["job"]), [job_name], world)
+                _add(gauge("telemetry_world_size", "", JA), ids, world)
             if progress is not None and progress.summary.count:
                 p = progress.summary
-                _add(gauge("telemetry_ranks_reporting", "", ["job"]), [job_name], len(p.sources))
-                _add(gauge("telemetry_progress_min_step", "", ["job"]), [job_name], p.min)
-                _add(gauge("telemetry_progress_max_step", "", ["job"]), [job_name], p.max)
+                _add(gauge("telemetry_ranks_reporting", "", JA), ids, len(p.sources))
+                _add(gauge("telemetry_progress_min_step", "", JA), ids, p.min)
+                _add(gauge("telemetry_progress_max_step", "", JA), ids, p.max)
             elif step_time is not None:
-                _add(gauge("telemetry_ranks_reporting", "", ["job"]), [job_name], len(step_time.summary.sources))
+                _add(gauge("telemetry_ranks_reporting", "", JA), ids, len(step_time.summary.sources))
             for metric, entry in sorted(hw_latest.items()):
                 name, _ = hardware_family(metric)  # type: ignore[misc]
                 s = entry.summary
                 if not s.count:
                     continue
                 family = gauge(name, f"Hardware reading {metric} across its sources (ranks), latest second "
-                                     "(stat: max, mean, min).", ["job", "stat"])
+                                     "(stat: max, mean, min).", [*JA, "stat"])
                 for stat, value in (("max", s.max), ("mean", s.mean), ("min", s.min)):
-                    _add(family, [job_name, stat], value)
+                    _add(family, [*ids, stat], value)
             for metric, total in sorted(hw_totals.items()):
                 if metric in AGGREGATES:
-                    _add(counter(metric, AGGREGATES[metric][0], ["job"]), [job_name], total)
+                    _add(counter(metric, AGGREGATES[metric][0], JA), ids, total)
                     continue
                 name, _ = hardware_family(metric)  # type: ignore[misc]
                 _add(counter(name, f"Increase of the hardware counter {metric[:-len('_delta')]} summed over "
-                                   "its sources (ranks, or a host's devices) since the root started.", ["job"]),
-                     [job_name], total)
+                                   "its sources (ranks, or a host's devices) since the root started.", JA),
+                     ids, total)
 
         if self.events is not None:
             active = self.events.active_counts()
@@ -341,10 +344,11 @@ class RootMetrics:
             # exposition does not grow with the number of jobs ever run (their history is in the API).
             live_events = {job for job, _ in active}
             for job_name in sorted(training_jobs | live_events):
+                ids = _ids(job_name)
                 for kind in EVENT_KINDS:
-                    _add(gauge("telemetry_events_active", "", ["job", "kind"]), [job_name, kind],
+                    _add(gauge("telemetry_events_active", "", [*JA, "kind"]), [*ids, kind],
                          active.get((job_name, kind), 0))
-                    _add(counter("telemetry_events", "", ["job", "kind"]), [job_name, kind],
+                    _add(counter("telemetry_events", "", [*JA, "kind"]), [*ids, kind],
                          totals.get((job_name, kind), 0))
         if self.counters is not None:
             values = self.counters()
@@ -385,6 +389,12 @@ _DELIVERY_HELP = {
                        "(whole tree).",
     "late_dropped": "Values ranks logged into a step after closing it, dropped by their agents (whole tree).",
 }
+
+
+def _ids(scoped: str) -> list[str]:
+    """The `job` and `attempt` label values of a job as the tree names it (job@attempt; attempt "0": none)."""
+    job, attempt = split(scoped)
+    return [job, str(attempt)]
 
 
 def _add(family: Metric, labels: list[str], value: float | int | None) -> None:

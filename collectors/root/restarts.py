@@ -3,8 +3,9 @@
 RestartWatch sees every finalised row; the first step window of an attempt whose job has an earlier attempt
 in the store opens an info event `restart` on the new attempt, with the downtime (the previous attempt's last
 step to this one's first) and the steps it will replay (the previous attempt's last step, down to this
-one's first). GoodputMetrics exports each live job's goodput (collectors/root/goodput.py) to Prometheus,
-computed from the store at most every `refresh_s` per job (it reads every step window of the job).
+one's first). GoodputMetrics exports each live job's goodput (collectors/root/goodput.py) to Prometheus, labelled
+by the job's name only (goodput is the job's, all its attempts together), computed from the store at most every
+`refresh_s` per job (it reads every step window of the job).
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ class GoodputMetrics:
                                       "it went to (kind: productive, lost, restart_downtime; docs/restarts.md).",
                                       labels=["job", "kind"])
         restarts = CounterMetricFamily("telemetry_restarts", "Attempts of the job after its first.", labels=["job"])
+        replay = GaugeMetricFamily("telemetry_goodput_replay_seconds", "The part of the productive time spent "
+                                   "running again steps an earlier attempt had run (docs/restarts.md).",
+                                   labels=["job"])
+        replayed = CounterMetricFamily("telemetry_goodput_steps_replayed", "Steps run again by a later attempt, "
+                                       "summed over the job's attempts (docs/restarts.md).", labels=["job"])
         now = time.monotonic()
         live = sorted({split(name)[0] for name in self.jobs() if not name.startswith("_")})
         with self._lock:
@@ -110,4 +116,6 @@ class GoodputMetrics:
                 for kind in ("productive", "lost", "restart_downtime"):
                     seconds.add_metric([job, kind], figures[f"{kind}_s"])  # type: ignore[arg-type]
                 restarts.add_metric([job], figures["restarts"])  # type: ignore[arg-type]
-        return [ratio, seconds, restarts]
+                replay.add_metric([job], figures["replay_s"])  # type: ignore[arg-type]
+                replayed.add_metric([job], sum(a["steps_replayed"] for a in figures["attempts"]))  # type: ignore
+        return [ratio, seconds, restarts, replay, replayed]
