@@ -16,13 +16,16 @@ NCCL's; ``includeStackTraces=False``): about half the cost of the JSON one (torc
 process, never from outside, so ``pickle.loads`` is safe here.
 
 Cost, measured on this machine (torch 2.13.0 CPU wheel, gloo, 1 process, the recorder's default
-2,000-entry ring full; tests/test_fingerprints.py::test_take_cost prints it): a ``take()`` that dumps
-costs ~15-25 ms (the dump and ``pickle.loads`` are nearly all of it; hashing the at most 64 sampled
-entries is ~0.2 ms); a ``take()`` that does not dump costs ~15 us (one status-only dump). With the
-defaults a dump happens at most every ``max(min_interval_s, last dump's cost / cpu_budget)`` seconds
-= every 2 s while the ring is small and every ~4 s with a full ring (20 ms / 0.005), and only when the
-default group enqueued a collective since the last one: at most 0.5 % of one core, on the SDK's
-heartbeat thread (the dump holds the GIL while it copies the ring).
+2,000-entry ring full, 2 cores shared with other work; tests/test_fingerprints.py::test_take_cost_with_a_full_ring
+prints it): a ``take()`` that dumps costs 12.5-39 ms (median of 15 in each of 4 runs; single takes up to
+~230 ms while the machine was loaded), nearly all of it the dump and ``pickle.loads`` (hashing the at most
+64 sampled entries is ~0.3 ms); a ``take()`` that does not dump costs ~7 us (one status-only
+dump). The first take after the group's first collectives also resolves the recorder
+(``CollectiveProgress.read``, one JSON dump) unless the heartbeat's ``read()`` already did: 48-170 ms once.
+With the defaults a dump happens at most every ``max(min_interval_s, last dump's cost / cpu_budget)``
+seconds - every 3-8 s with a full ring here (15-40 ms / 0.005) - and only when the default group enqueued
+a collective since the last one: at most 0.5 % of one core, on the SDK's heartbeat thread (the dump holds
+the GIL while it copies the ring).
 
 Nothing here issues a collective, and nothing raises: any failure returns None / ``[]`` and is logged
 once at debug level.
