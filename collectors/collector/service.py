@@ -76,10 +76,10 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 forward_pb2.Rejection(index=index, overlapping_sources=list(overlap or ()),
                                       reason="sources already held upstream; split and resend")]))
 
-    def route_requests(self, requests: list[forensics_pb2.CaptureRequest]) -> int:
+    def route_requests(self, requests: list[forensics_pb2.CaptureRequest]) -> BitMap:
         """Send capture requests down: each child is sent the ones naming ranks it covers, narrowed to those
-        ranks. Returns how many children were sent one. (From the root's forensics, or a collector's outbox.)"""
-        sent = 0
+        ranks. Returns the ranks sent to some child (from the root's forensics, or a collector's outbox)."""
+        routed = BitMap()
         with self.node.lock:
             per_child: dict[str, list[forensics_pb2.CaptureRequest]] = {}
             for request in requests:
@@ -102,8 +102,9 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 link = self._links.get(child)
             if link is not None:
                 link.put(forward_pb2.Ack(seq=0, capture_requests=asks))
-                sent += 1
-        return sent
+                for ask in asks:
+                    routed |= BitMap.deserialize(ask.ranks)
+        return routed
 
     async def Forward(self, request_iterator: AsyncIterator[forward_pb2.SummaryBatch],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[forward_pb2.Ack]:

@@ -171,6 +171,33 @@ def events_table(events: list[dict[str, Any]], limit: int = 12, final: list[dict
     return table
 
 
+def top_frames(stacks: str, source: str, n: int = 3) -> list[str]:
+    """The innermost `n` frames of the main thread (the first thread listed), innermost first. The SDK writes
+    traceback's layout (outermost first: "File ..., line N, in f"); py-spy writes innermost first ("f (file:N)")."""
+    lines = stacks.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Thread ")]
+    if not starts:
+        return []
+    block = lines[starts[0] + 1:starts[1] if len(starts) > 1 else len(lines)]
+    if source == "py-spy":
+        return [line.strip() for line in block if line.strip()][:n]
+    frames = [line.strip() for line in block if line.lstrip().startswith("File ")]
+    return frames[::-1][:n]
+
+
+def culprits_panel(culprits: list[dict[str, Any]]) -> Panel:
+    """Where the ranks named by open hang/straggler/mismatch events are: their captures' top frames."""
+    body = Text()
+    for c in culprits:
+        process = c.get("process") or {}
+        body.append(f"#{c['event_id']} {c['kind']}: rank {c['rank']} on {c.get('host') or '?'} "
+                    f"({c['source']}, state {process.get('state', '?')} {process.get('wchan') or ''})\n", style="bold")
+        for frame in top_frames(c.get("stacks") or "", c["source"]):
+            body.append(f"  {_short(frame, 110)}\n")
+    return Panel(body, title="where the culprits are (telemetry forensics JOB EVENT_ID for everything)",
+                 border_style="red")
+
+
 def _short(value: Any, limit: int = 60) -> str:
     text = str(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -206,6 +233,8 @@ def render(snapshot: Snapshot, world_size: int | None = None, steps: int | None 
     grid.add_row(per_rank,
                  _hardware_panel(snapshot.hardware, snapshot.hosts))
     parts: list[RenderableType] = [header, grid, events_table(snapshot.events)]
+    if snapshot.culprits:
+        parts.append(culprits_panel(snapshot.culprits))
     if scenario:
         parts.append(Text("injected: " + "; ".join(scenario), style="dim"))
     return Group(*parts)

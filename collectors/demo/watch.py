@@ -60,6 +60,11 @@ class Snapshot:
     hosts: dict[str, dict[str, float]] = field(default_factory=dict)
     status: str = "starting"
     updated: float = 0.0
+    #: captures of the culprits of open hang/straggler/mismatch events (GET .../events/{id}/forensics)
+    culprits: list[dict[str, Any]] = field(default_factory=list)
+
+
+CULPRIT_KINDS = ("hang", "straggler", "collective_mismatch")  # = collectors.root.forensics.CAPTURE_KINDS
 
 
 class RootWatcher:
@@ -91,7 +96,7 @@ class RootWatcher:
         with self._lock:
             s = self._snapshot
             return Snapshot(s.job, dict(s.steps), dict(s.progress), list(s.events), dict(s.hardware),
-                            dict(s.hosts), s.status, s.updated)
+                            dict(s.hosts), s.status, s.updated, list(s.culprits))
 
     def refresh(self) -> None:
         """One poll (also called once more after the run, so the summary sees the final state)."""
@@ -100,6 +105,7 @@ class RootWatcher:
         progress = self._json(f"/api/v1/jobs/{self.job}/progress")
         events = self._json(f"/api/v1/jobs/{self.job}/events?last=10000").get("events", [])
         hardware, hosts = self._hardware()
+        culprits = self._culprits(events)
         now = time.time()
         with self._lock:
             s = self._snapshot
@@ -109,11 +115,21 @@ class RootWatcher:
             s.events = events or s.events
             s.hardware = hardware or s.hardware
             s.hosts = hosts or s.hosts
+            s.culprits = culprits
             s.updated = now
             if hardware:
                 self.hardware_history.append((now, hardware))
             for event in events:
                 self.first_seen.setdefault(event["id"], event)
+
+    def _culprits(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The captures of the latest open culprit-naming events (at most 2 events, 2 ranks each)."""
+        found = []
+        for event in [e for e in events if e.get("status") == "open" and e.get("kind") in CULPRIT_KINDS][-2:]:
+            body = self._json(f"/api/v1/jobs/{self.job}/events/{event['id']}/forensics")
+            for capture in body.get("captures", [])[:2]:
+                found.append({**capture, "event_id": event["id"], "kind": event["kind"]})
+        return found
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

@@ -124,7 +124,7 @@ def _write_json(path: Path, value: Any) -> None:
 class Forensics:
     """Decides what to capture, sends the requests down, stores the answers (on its own worker thread)."""
 
-    def __init__(self, store: ForensicsStore, route: Callable[[list[forensics_pb2.CaptureRequest]], int],
+    def __init__(self, store: ForensicsStore, route: Callable[[list[forensics_pb2.CaptureRequest]], BitMap],
                  max_ranks: int = DEFAULT_MAX_RANKS, max_bytes: int = DEFAULT_MAX_BYTES,
                  kinds: Iterable[str] = CAPTURE_KINDS, clock: Callable[[], float] = time.time) -> None:
         self.store = store
@@ -215,9 +215,14 @@ class Forensics:
         request = forensics_pb2.CaptureRequest(request_id=request_id, job=name, attempt=attempt,
                                                ranks=BitMap(ranks).serialize(), reason=reason,
                                                max_bytes=self.max_bytes)
-        children = self.route([request])
+        routed = self.route([request])
         self.counts["requests"] += 1
-        log.info("forensics: asked %d child(ren) for a capture of ranks %s of %s (%s)", children, ranks, job, reason)
+        log.info("forensics: asked for a capture of ranks %s of %s (%s)", ranks, job, reason)
+        for rank in BitMap(ranks) - routed:  # nobody to ask: said at once, not waited for
+            self._capture(forensics_pb2.Capture(
+                request_id=request_id, job=name, attempt=attempt, rank=rank, captured_at_ns=time.time_ns(),
+                source="none", reason=reason, error="no child of the root covers this rank (not connected, "
+                                                    "finished, or not a rank of the job)"), self.clock())
 
     def _capture(self, capture: forensics_pb2.Capture, received: float) -> None:
         job = capture.job  # directories are by the job's name: request ids are unique across its attempts

@@ -1,0 +1,175 @@
+"""Forensics without torch (issue 13): the capture path through a real tree (agent -> rack -> root, in
+process, real gRPC), the root's on-disk keeping and API, and every piece against hostile input."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from pyroaring import BitMap
+
+import telemetry
+from collectors.common.validation import BadInput
+from collectors.delivery.forensics import CaptureQueue, check_capture, request_ranks
+from collectors.demo.view import top_frames
+from collectors.root.forensics import ForensicsStore
+from helpers_tree import api_get, make_agent, make_collector, make_root, stop_all, wait_for
+from telemetry.sdk.capture import thread_stacks
+from telemetry.v1 import forensics_pb2
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _post(api: str, path: str, body: object) -> tuple[int, dict]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(f"http://{api}{path}", data=data, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status, json.load(reply)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def test_an_on_demand_capture_travels_down_three_tiers_and_back(tmp_path: Path) -> None:
+    root = make_root(tmp_path / "root.db")
+    rack = agent = None
+    runs = []
+    blocker = threading.Event()
+    worker = threading.Thread(target=lambda: blocker.wait(30), name="data-loader-worker", daemon=True)
+    worker.start()
+    try:
+        rack = make_collector([root.address], "rack-0")
+        agent = make_agent([rack.address], tmp_path / "a.sock", "agent-0")
+        runs = [telemetry.init(job="fx", rank=r, world_size=2, agent=f"unix:{tmp_path / 'a.sock'}")
+                for r in range(2)]
+        for run in runs:
+            with run.step(0):
+                run.log(0, loss=1.0)
+        wait_for(lambda: "fx" in root.jobs(), 15, what="the job at the root")
+        status, asked = _post(root.api_address, "/api/v1/jobs/fx/forensics", {"ranks": [1]})
+        assert status == 202, asked
+        assert asked["ranks"] == [1] and asked["request_id"].startswith("od-")
+
+        def answered() -> dict | None:
+            code, body = api_get(root.api_address, asked["url"])
+            assert code == 200, body
+            return body if not body["pending"] else None
+        body = wait_for(answered, 20, what="rank 1's capture at the root")
+        [capture] = body["captures"]
+        assert capture["rank"] == 1 and capture["source"] == "sdk" and capture["error"] == ""
+        # The SDK took every thread of its process (this test's): the blocked worker is there, in wait.
+        assert '"data-loader-worker"' in capture["stacks"] and "in wait" in capture["stacks"]
+        assert capture["flight_recorder"] is None  # no torch.distributed here
+        assert capture["process"]["alive"] and capture["process"]["pid"] > 0
+        assert body["ranks"] == [1] and body["reason"] == "on demand"
+        # A rank nobody hosts is answered for at once (source none) instead of being waited for forever.
+        status, asked = _post(root.api_address, "/api/v1/jobs/fx/forensics", {"ranks": [0, 7]})
+        assert status == 202
+        body = wait_for(answered, 20, what="ranks 0 and 7")
+        assert [(c["rank"], c["source"]) for c in body["captures"]] == [(0, "sdk"), (7, "none")]
+        assert "no child of the root covers" in body["captures"][1]["error"]
+    finally:
+        blocker.set()
+        for run in runs:
+            run.close(timeout=5)
+        stop_all(agent, rack, root)
+
+
+def test_the_api_refuses_bad_capture_requests(tmp_path: Path) -> None:
+    root = make_root(tmp_path / "root.db")
+    try:
+        api = root.api_address
+        assert _post(api, "/api/v1/jobs/none/forensics", {"ranks": [1]})[0] == 404   # not a live job
+        for bad in ({"ranks": "1"}, {"ranks": [-1]}, {"ranks": [True]}, {}, [1, 2], {"ranks": [1.5]}):
+            status, body = _post(api, "/api/v1/jobs/x/forensics", bad)
+            assert status == 400, (bad, body)
+        assert _post(api, "/api/v1/jobs/x/forensics", b"{not json")[0] == 400
+        assert _post(api, "/api/v1/jobs/x/forensics", b"x" * (65 * 1024))[0] == 413
+        assert _post(api, "/api/v1/jobs/x/steps", {"ranks": [1]})[0] == 404
+        assert api_get(api, "/api/v1/jobs/x/events/7/forensics")[0] == 404
+        assert api_get(api, "/api/v1/jobs/x/events/abc/forensics")[0] == 400
+        assert api_get(api, "/api/v1/jobs/x/forensics/..%2F..%2Fetc")[0] == 404
+    finally:
+        stop_all(root)
+
+
+def test_the_store_keeps_hostile_names_inside_its_folder_and_evicts_the_oldest(tmp_path: Path) -> None:
+    store = ForensicsStore(tmp_path / "f", max_requests=3)
+    for i, job in enumerate(["..", "a/b", "../../x", "ok"]):
+        store.open_request(job, f"event-{i}", {"ranks": [0]})
+        assert store.save({"job": job, "request_id": f"event-{i}", "rank": 0, "stacks": "s"},
+                          {"entries": [], "version": "2", "pg_config": {}})
+    inside = sorted(p.relative_to(tmp_path / "f").parts[0] for p in (tmp_path / "f").glob("*/*"))
+    assert len(inside) == 3 and all(part.startswith("job-") for part in inside), inside
+    assert not (tmp_path / "x").exists()
+    assert store.meta("..", "event-0") is None  # evicted (oldest)
+    assert [c["rank"] for c in store.captures("ok", "event-3")] == [0]
+    assert store.meta("ok", "../event-3") is None
+    with pytest.raises(ValueError):
+        store.open_request("ok", "../event-3", {})
+    assert not store.save({"job": "ok", "request_id": "event-9", "rank": 0}, None)  # never asked
+
+
+def test_captures_and_requests_with_hostile_fields_are_refused() -> None:
+    good = forensics_pb2.Capture(request_id="event-1", job="j", rank=3, source="sdk", stacks="x")
+    check_capture(good, 16)
+    for field, value in (("source", "gdb"), ("request_id", ""), ("request_id", "x" * 65), ("rank", 16),
+                         ("stacks", "x" * (256 * 1024 + 1)), ("job", "a b")):
+        bad = forensics_pb2.Capture()
+        bad.CopyFrom(good)
+        setattr(bad, field, value)
+        with pytest.raises(BadInput):
+            check_capture(bad, 16)
+    request = forensics_pb2.CaptureRequest(request_id="r", job="j", ranks=BitMap(range(65)).serialize())
+    with pytest.raises(BadInput, match="at most 64"):
+        request_ranks(request, 1024)
+    with pytest.raises(BadInput, match="malformed"):
+        request_ranks(forensics_pb2.CaptureRequest(request_id="r", job="j", ranks=b"\x01\x02garbage"), 1024)
+
+
+def test_the_capture_queue_is_bounded_and_fills_units_by_bytes() -> None:
+    queue = CaptureQueue(max_pending=3, unit_bytes=2500)
+    for i in range(5):
+        queue.put(forensics_pb2.Capture(request_id=f"r{i}", stacks="x" * 1000))
+    assert queue.dropped == 2 and len(queue) == 3
+    assert [c.request_id for c in queue.take()] == ["r2", "r3"]
+    assert [c.request_id for c in queue.take()] == ["r4"]
+    big = CaptureQueue(unit_bytes=10)
+    big.put(forensics_pb2.Capture(stacks="y" * 100))
+    assert len(big.take()) == 1  # one capture always goes, whatever its size
+
+
+def test_stacks_are_cut_from_the_outside_in_to_fit() -> None:
+    stop = threading.Event()
+
+    def deep(n: int) -> None:
+        if n == 0:
+            stop.wait(10)
+            return
+        deep(n - 1) if n % 2 else deep(n - 1)
+
+    thread = threading.Thread(target=deep, args=(300,), name="deep-one", daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: "stop.wait" in thread_stacks(10**7), 5, what="the thread in its wait")
+        text = thread_stacks(6000)
+        assert len(text) <= 6000
+        assert "outer frame(s) cut" in text and "stop.wait(10)" in text  # the innermost frame is kept
+    finally:
+        stop.set()
+
+
+def test_top_frames_reads_both_layouts_innermost_first() -> None:
+    sdk = ('Thread 1 "MainThread" (most recent call last):\n  File "a.py", line 1, in main\n    main()\n'
+           '  File "a.py", line 5, in load_batch\n    wait()\nThread 2 "x" (most recent call last):\n'
+           '  File "b.py", line 1, in z\n')
+    assert top_frames(sdk, "sdk", 2) == ['File "a.py", line 5, in load_batch', 'File "a.py", line 1, in main']
+    pyspy = ('Process 1: python\nPython v3.11.7\n\nThread 1 (idle): "MainThread"\n    wait (threading.py:327)\n'
+             '    load_batch (job.py:3)\nThread 2 (idle): "x"\n    y (z.py:1)\n')
+    assert top_frames(pyspy, "py-spy", 5) == ["wait (threading.py:327)", "load_batch (job.py:3)"]
+    assert top_frames("", "proc") == []
