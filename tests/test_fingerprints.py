@@ -407,6 +407,10 @@ WORKER = textwrap.dedent(r"""
         first = f.take()
         out["first_take_s"] = time.perf_counter() - start
         out["first"] = [x.seq for x in first]
+        out["stalled_early"] = [x.seq for x in f.take()]
+        now[0] += 2
+        out["stalled"] = [x.seq for x in f.take()]
+        out["stalled_again"] = [x.seq for x in f.take()]
         g = Fingerprinter(progress, min_interval_s=0, cpu_budget=1.0)  # a dump at every take that can
         g.take()
         costs = []
@@ -514,6 +518,10 @@ def test_take_cost_with_a_full_ring(tmp_path):
           f"defaults: next dump after {out['next_dump_after_s']:.2f} s (dump {out['budget_dump_s'] * 1e3:.1f} ms)")
     assert out["ring"] == 2000 and out["dump_entries"] == 200
     assert len(out["first"]) <= 64 and all(s % 32 == 0 for s in out["first"])  # sampled: multiples of 32
+    assert out["first"][-1] == 2080
+    # stalled (nothing new) for min_interval_s: the newest 64 seqs the sampling left out, once
+    assert out["stalled_early"] == [] and out["stalled_again"] == []
+    assert out["stalled"] == [s for s in range(2037, 2101) if s % 32]
     assert out["dump_take_median_s"] < 0.5
     # the budget: the next dump waits for max(2 s, cost / 0.5 %)
     assert out["next_dump_after_s"] == pytest.approx(max(2.0, out["budget_dump_s"] / 0.005))

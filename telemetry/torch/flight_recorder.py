@@ -17,13 +17,13 @@ process, never from outside, so ``pickle.loads`` is safe here.
 
 Cost, measured on this machine (torch 2.13.0 CPU wheel, gloo, 1 process, the recorder's default
 2,000-entry ring full, 2 cores shared with other work; tests/test_fingerprints.py::test_take_cost_with_a_full_ring
-prints it): a ``take()`` that dumps costs 12.5-39 ms (median of 15 in each of 4 runs; single takes up to
+prints it): a ``take()`` that dumps costs 12.5-39 ms (median of 15 in each of 5 runs; single takes up to
 ~230 ms while the machine was loaded), nearly all of it the dump and ``pickle.loads`` (hashing the at most
 64 sampled entries is ~0.3 ms); a ``take()`` that does not dump costs ~7 us (one status-only
 dump). The first take after the group's first collectives also resolves the recorder
-(``CollectiveProgress.read``, one JSON dump) unless the heartbeat's ``read()`` already did: 48-170 ms once.
+(``CollectiveProgress.read``, one JSON dump) unless the heartbeat's ``read()`` already did: 48-235 ms once.
 With the defaults a dump happens at most every ``max(min_interval_s, last dump's cost / cpu_budget)``
-seconds - every 3-8 s with a full ring here (15-40 ms / 0.005) - and only when the default group enqueued
+seconds - every 3-11 s with a full ring here (15-55 ms / 0.005) - and only when the default group enqueued
 a collective since the last one: at most 0.5 % of one core, on the SDK's heartbeat thread (the dump holds
 the GIL while it copies the ring).
 
@@ -236,7 +236,11 @@ class Fingerprinter:
     (``CollectiveProgress.status``, ~10 us) shows ``last_enqueued`` moved since the last dump, no more
     often than ``min_interval_s``, and then not again until the last dump's cost (``perf_counter``
     around the dump and the fingerprinting) divided by ``cpu_budget`` has passed: dump time / wall time
-    stays under ``cpu_budget``. A new default group (``destroy_process_group`` then
+    stays under ``cpu_budget``. When a take finds nothing enqueued since the last dump (a stall, or a
+    job with fewer collectives than one per ``min_interval_s``) and at least ``min_interval_s`` has passed
+    since it, it sends, once and without a dump, the newest ``max_per_take`` seqs of that dump that the
+    sampling left out: a hang's last collectives reach the root from every rank even at high collective
+    rates. A new default group (``destroy_process_group`` then
     ``init_process_group``) starts over from its sequence number 1.
 
     Issues no collective, never raises (returns ``[]`` and logs once at debug level), thread-safe.
@@ -261,6 +265,8 @@ class Fingerprinter:
         self._dumped_enqueued = -1    # last_enqueued when the last dump was taken
         self._next_dump = -math.inf   # clock() before which no dump is taken
         self._next_resolve = -math.inf
+        self._tail: list[tuple[int, dict[str, Any]]] = []  # newest seqs the last dump's sampling left out
+        self._tail_due = -math.inf
         # Counters, for benchmarks and tests.
         self.dumps = 0
         self.dump_seconds = 0.0
@@ -290,13 +296,21 @@ class Fingerprinter:
             return []
         if group != self._group:
             self._group, self._last_seq, self._dumped_enqueued = group, 0, -1  # type: ignore[assignment]
+            self._tail = []
         status = progress.status()
         if status is None:
             return []
         enqueued = status[0]
         if enqueued < self._dumped_enqueued:  # went backwards: not the same group's sequence any more
-            self._last_seq, self._dumped_enqueued = 0, -1
-        if enqueued == self._dumped_enqueued or enqueued <= self._last_seq or now < self._next_dump:
+            self._last_seq, self._dumped_enqueued, self._tail = 0, -1, []
+        if enqueued == self._dumped_enqueued or enqueued <= self._last_seq:
+            # Nothing enqueued since the last dump: stalled (or slow). Send the newest seqs that the
+            # sampling left out, once, so that a hang's last collectives are compared on every rank.
+            if self._tail and now >= self._tail_due:
+                tail, self._tail = self._tail, []
+                return [self._proto(seq, entry) for seq, entry in tail]
+            return []
+        if now < self._next_dump:
             return []
 
         start = time.perf_counter()
@@ -315,12 +329,10 @@ class Fingerprinter:
             if isinstance(seq, int) and seq > self._last_seq:
                 new[seq] = e
         chosen = sample_seqs(new, self.max_per_take)
-        from telemetry.v1 import forensics_pb2
-
-        out = []
-        for seq in chosen:
-            digest, what = fingerprint(new[seq])
-            out.append(forensics_pb2.CollectiveFingerprint(seq=seq, hash=digest, what=what))
+        out = [self._proto(seq, new[seq]) for seq in chosen]
+        picked = set(chosen)
+        self._tail = [(seq, new[seq]) for seq in sorted(new)[-self.max_per_take:] if seq not in picked]
+        self._tail_due = now + self.min_interval_s
         if new:
             self._last_seq = max(new)
         self._dumped_enqueued = enqueued
@@ -330,3 +342,10 @@ class Fingerprinter:
         self.last_dump_seconds = cost
         self._next_dump = now + max(self.min_interval_s, cost / self.cpu_budget)
         return out
+
+    @staticmethod
+    def _proto(seq: int, entry: dict[str, Any]) -> Any:
+        from telemetry.v1 import forensics_pb2
+
+        digest, what = fingerprint(entry)
+        return forensics_pb2.CollectiveFingerprint(seq=seq, hash=digest, what=what)
