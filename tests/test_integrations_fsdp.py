@@ -106,14 +106,17 @@ def lightning_run(args: argparse.Namespace, rank: int, world: int, telemetry: bo
     CPU: a subclass (the accelerator connector refuses ``FSDPStrategy`` on CPU by its exact type) that wraps the
     LightningModule as ``FSDPStrategy`` does (root FSDP unit, ``auto_wrap_policy`` for the Linear layers) but with
     ``device_id=cpu``, which FSDP1 needs where there is no accelerator (Lightning passes the device's index,
-    None on CPU). ``-flat``: FSDP1 with ``use_orig_params=False`` (flat parameters)."""
+    None on CPU). ``-flat``: FSDP1 with ``use_orig_params=False`` (flat parameters). ``lightning-hsdp``: FSDP2
+    on a (replicate, shard) mesh (hybrid sharding: with 2 ranks, 2 replicas of 1 shard)."""
     import lightning.pytorch as L
     from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
 
     from telemetry.integrations.lightning import TelemetryCallback
 
     fsdp1 = args.framework.startswith("lightning-fsdp1")
+    hsdp = args.framework == "lightning-hsdp"
 
     class Tiny(L.LightningModule):
         def __init__(self) -> None:
@@ -124,6 +127,8 @@ def lightning_run(args: argparse.Namespace, rank: int, world: int, telemetry: bo
             if fsdp1:
                 return
             mesh = self.device_mesh["data_parallel"]
+            if hsdp:  # replicated across the ranks, sharded within each replica (of one rank here)
+                mesh = init_device_mesh("cpu", (world, 1), mesh_dim_names=("replicate", "shard"))
             for layer in self.net:
                 if isinstance(layer, nn.Linear):
                     fully_shard(layer, mesh=mesh)
@@ -272,8 +277,8 @@ def probe(rank: int, world: int) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("framework", choices=["lightning-fsdp2", "lightning-fsdp1", "lightning-fsdp1-flat",
-                                         "transformers-fsdp2", "probe"])
+    p.add_argument("framework", choices=["lightning-fsdp2", "lightning-hsdp", "lightning-fsdp1",
+                                         "lightning-fsdp1-flat", "transformers-fsdp2", "probe"])
     p.add_argument("--job", required=True)
     p.add_argument("--steps", type=int, default=STEPS)
     p.add_argument("--accumulate", type=int, default=ACCUMULATE)
@@ -318,11 +323,12 @@ def _torchrun(framework: str, job: str, agent: str) -> list[dict]:
     return sorted(ranks, key=lambda r: r["rank"])
 
 
-def _check(api: str, job: str, ranks: list[dict]) -> dict[str, dict[int, dict]]:
+def _check(api: str, job: str, ranks: list[dict], sharded: bool = True) -> dict[str, dict[int, dict]]:
     """What FSDP must give as DDP does: sharded training unchanged by the callback, every rank's figures for
     every optimizer step, and on every rank the whole model's pre-clip gradient norm (not its shard's)."""
     for r in ranks:
-        assert r["telemetry"]["sharding"]["local"] < r["telemetry"]["sharding"]["whole"], "not sharded"
+        if sharded:
+            assert r["telemetry"]["sharding"]["local"] < r["telemetry"]["sharding"]["whole"], "not sharded"
         assert r["telemetry"]["global_step"] == STEPS
         assert r["telemetry"]["losses"] == r["plain"]["losses"], "the callback changed training"
         assert r["telemetry"]["checksum"] == r["plain"]["checksum"], "the callback changed the weights"
@@ -344,21 +350,22 @@ def _check(api: str, job: str, ranks: list[dict]) -> dict[str, dict[int, dict]]:
     return figures
 
 
-@pytest.mark.parametrize("fsdp", ["fsdp2", "fsdp1", "fsdp1-flat"])
+@pytest.mark.parametrize("fsdp", ["fsdp2", "hsdp", "fsdp1", "fsdp1-flat"])
 def test_lightning_callback_under_fsdp_with_accumulation(tree: dict, fsdp: str) -> None:
     """fsdp2: ModelParallelStrategy with fully_shard (Lightning's FSDP2, runs on CPU as shipped); fsdp1:
     FSDPStrategy forced onto CPU (see lightning_run), with the original parameters (Lightning's default) or flat
-    ones."""
+    ones; hsdp: FSDP2 with hybrid sharding (2 replicas of 1 shard: each rank's gradient is the whole one, and
+    summing the replicas' squares would overstate the norm by sqrt(2))."""
     pytest.importorskip("lightning")
     job = f"lightning-{fsdp}-{uuid.uuid4().hex[:8]}"
     ranks = _torchrun(f"lightning-{fsdp}", job, tree["agent"])
-    figures = _check(tree["api"], job, ranks)
+    figures = _check(tree["api"], job, ranks, sharded=fsdp != "hsdp")
     for step in range(STEPS):
         # the step's loss: each rank's micro-batch losses (Lightning divides them by the accumulation count) summed
         per_rank = [sum(r["plain"]["losses"][step * ACCUMULATE:(step + 1) * ACCUMULATE]) for r in ranks]
         assert math.isclose(figures["loss"][step]["mean"], sum(per_rank) / WORLD, rel_tol=1e-6)
         assert math.isclose(figures["lr"][step]["mean"], 0.05 * 0.9 ** step, rel_tol=1e-6), "lr of that step"
-    if fsdp == "fsdp2":
+    if not fsdp.startswith("fsdp1"):
         assert max(ranks[0]["plain"]["grad_norms"]) > CLIP  # so logged before Lightning clips
 
 

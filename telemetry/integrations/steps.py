@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -73,20 +74,58 @@ def total_grad_norm(module: nn.Module, sharded: bool) -> torch.Tensor:
     """The 2-norm of all of `module`'s gradients, before clipping, as a device tensor (no host sync).
 
     With replicated gradients (DDP) every rank holds the whole gradient, so the local norm is the
-    norm. With sharded ones (FSDP) each rank holds a disjoint shard: the squared local norms are
-    summed over the default group with one scalar all-reduce, which is enqueued, not waited for,
-    on NCCL (on gloo it blocks like every gloo collective).
+    norm. With sharded ones each rank holds a part: the squared local norms are summed with scalar
+    all-reduces, which are enqueued, not waited for, on NCCL (on gloo they block like every gloo
+    collective). DTensor gradients (FSDP2, HSDP, tensor parallel) are summed over exactly the mesh
+    dimensions they are sharded (or partial) on, so a replica of a shard (HSDP's replicate dimension,
+    a parameter tensor parallelism leaves replicated) counts once; FSDP1's flat shards are summed over
+    the default group.
     """
-    norm = grad_norm(module)
     if not sharded:
-        return norm
+        return grad_norm(module)
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
-        return norm
-    square = norm * norm
-    dist.all_reduce(square, op=dist.ReduceOp.SUM)
+        return grad_norm(module)
+    plain: list[torch.Tensor] = []
+    meshed: dict[tuple[int, tuple[int, ...]], tuple[Any, tuple[int, ...], list[torch.Tensor]]] = {}
+    for p in module.parameters():
+        g = p.grad
+        if g is None:
+            continue
+        placements = getattr(g, "placements", None)
+        if placements is None:
+            plain.append(g)
+            continue
+        mesh = g.device_mesh
+        dims = tuple(i for i, pl in enumerate(placements) if pl.is_shard() or pl.is_partial())
+        meshed.setdefault((id(mesh), dims), (mesh, dims, []))[2].append(g.to_local())
+    square: torch.Tensor | None = None
+    if plain:
+        square = _norm_of(plain) ** 2
+        if not meshed:  # FSDP1: disjoint flat shards over the default group (with DTensors: replicated leftovers)
+            dist.all_reduce(square, op=dist.ReduceOp.SUM)
+    elif not meshed:  # FSDP1, and this rank's shards hold no gradient: the others still all-reduce
+        square = torch.zeros((), device=_device_of(module))
+        dist.all_reduce(square, op=dist.ReduceOp.SUM)
+    for mesh, dims, grads in meshed.values():  # the same order on every rank: the parameters'
+        part = _norm_of(grads) ** 2
+        for dim in dims:
+            dist.all_reduce(part, op=dist.ReduceOp.SUM, group=mesh.get_group(dim))
+        square = part if square is None else square + part.to(square.device)
+    assert square is not None
     return square.sqrt()
+
+
+def _norm_of(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of these gradient tensors together (``grad_norm`` reads ``.grad`` off what it is given)."""
+    return grad_norm([SimpleNamespace(grad=g) for g in grads])  # type: ignore[misc]
+
+
+def _device_of(module: nn.Module) -> torch.device:
+    for p in module.parameters():
+        return p.device
+    return torch.device("cpu")
 
 
 class FlopCount:
