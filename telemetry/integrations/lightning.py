@@ -9,7 +9,8 @@ as it was while the step ran (0 for the first optimizer step, like the plain SDK
   accumulation count, so this is the step's mean loss), summed on the device;
 * ``grad_norm`` - in ``on_before_optimizer_step``, which Lightning calls once the gradients are
   accumulated and *before* it clips them (``telemetry.torch.grad.grad_norm``: a device tensor,
-  no ``.item()``); under FSDP the shards' squares are summed with one scalar all-reduce;
+  no ``.item()``); under FSDP the shards' squares are summed with scalar all-reduces over the
+  dimensions they are sharded on (``steps.total_grad_norm``), so every rank logs the whole norm;
 * ``lr`` - the first param group's learning rate of the optimizer being stepped;
 * ``dataloader_wait`` - the time Lightning spends fetching the step's training batches, timed where
   its own profiler times them (the ``train_dataloader_next`` action: the trainer's profiler, of
