@@ -5,12 +5,15 @@ steps are slow: allocator, DDP's bucket rebuild, caches); the baseline is the me
 `baseline_steps` normal steps after them (at least `min_baseline` of them before anything is judged),
 and its spread the robust sigma (1.4826 x MAD) of those steps.
 
-- step change (default): MFU below the threshold for `sustain` consecutive steps (20); the threshold is
+- step change (default): MFU below the threshold for `sustain` consecutive steps (40); the threshold is
   the lower of (1 - drop) x baseline (10 %) and baseline - k x sigma. A job whose MFU is noisy step to
   step runs where its level also wanders for tens of steps (a shared host's load: bench/detection.py saw
-  40-50 % swings lasting 20+ steps on clean runs), so it must drop further than its own spread before it
-  is called a drop; a steady job is held to the 10 %. k is set from the bench's figures
-  (docs/detectors.md). The event's step is the first of the low steps;
+  40-60 % swings on clean runs), so it must drop further than its own spread before it is called a drop;
+  a steady job is held to the 10 %. And it must stay down longer than such a swing: replaying the
+  recorded runs (bench/detection_jobs/replay.py), a loaded 2-core machine held clean runs' MFU under the
+  threshold for up to 31 consecutive steps (sustain = 20 raised 5 false alarms in three full runs), a
+  slow rank for the rest of the run. k and `sustain` are set from the bench's figures (docs/detectors.md). The event's step is the
+  first of the low steps;
 - slope (off unless `slope_window` > 0): the least-squares line through the last `slope_window` steps
   loses more than `drop` x baseline over that window.
 
@@ -35,7 +38,7 @@ class MfuDropConfig:
     metric: str = "mfu"
     drop: float = 0.10
     k: float = 2.0
-    sustain: int = 20
+    sustain: int = 40
     clear_steps: int = 3
     baseline_steps: int = 50
     min_baseline: int = 10
