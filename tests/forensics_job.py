@@ -1,10 +1,11 @@
 """A torchrun job for tests/test_forensics_torchrun.py: the README's lines only, and one injected fault.
 
-Each step every rank loads a batch (`load_batch`), then all-reduces a 4-element and an 8-element tensor
-(gloo, CPU). --fault names what rank --fault-rank does at step --fault-step:
+Each step every rank loads a batch (`load_batch`), then all-reduces a float32[4] and an int32[4] tensor
+(gloo, CPU): the same number of bytes, so that gloo itself cannot tell one from the other. --fault names what rank --fault-rank does at step --fault-step:
   block   blocks forever inside `load_batch` (waiting on an event nobody sets: the GIL is released)
   longer  all-reduces a 5-element tensor instead of the 4-element one (gloo returns garbage, then hangs)
-  skip    skips the 4-element all-reduce (its later collectives pair with the others' earlier ones)
+  skip    skips the float32 all-reduce (its later collectives pair with the others' earlier ones: gloo
+          reduces int32 bytes as float32 and the other way round, silently)
   stop    SIGSTOPs itself inside `load_batch` (cannot answer anything; the agent must look from outside)
 """
 
@@ -51,7 +52,7 @@ def main() -> None:
             first = torch.ones(5) if faulty and args.fault == "longer" else batch.clone()
             if not (faulty and args.fault == "skip"):
                 dist.all_reduce(first)
-            second = torch.ones(8)
+            second = torch.ones(4, dtype=torch.int32)
             dist.all_reduce(second)
             run.log(step, loss=float(first.sum()) / (step + 1))
     ok = run.close(timeout=30)

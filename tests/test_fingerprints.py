@@ -525,3 +525,23 @@ def test_take_cost_with_a_full_ring(tmp_path):
     assert out["dump_take_median_s"] < 0.5
     # the budget: the next dump waits for max(2 s, cost / 0.5 %)
     assert out["next_dump_after_s"] == pytest.approx(max(2.0, out["budget_dump_s"] / 0.005))
+
+
+def test_a_seq_is_judged_only_once_the_ranks_still_to_report_cannot_change_the_minority():
+    """3 ranks, rank 2 differs: with ranks 0 and 2 in, 1 against 1 names nobody yet (rank 1 decides);
+    rank 1's report makes 2 against 1 and names rank 2 alone. (Seen on real torchrun: a tie judged early
+    named an innocent rank beside the culprit.)"""
+    log = EventLog()
+    det = CollectiveMismatchDetector(log, Context(world_of=lambda job: 3))
+    t = FingerprintTable()
+    det.observe("j", t.merge(pb.JobFingerprints(job="j", seqs=[merged(3, (10, A, [0]), (10, A, [0]))])))
+    det.observe("j", t.merge(pb.JobFingerprints(job="j", seqs=[merged(3, (99, B, [2]), (99, B, [2]))])))
+    assert log.open_events("j") == []
+    det.observe("j", t.merge(pb.JobFingerprints(job="j", seqs=[merged(3, (10, A, [1]), (10, A, [1]))])))
+    [event] = log.open_events("j")
+    assert event.ranks == [2]
+    # Of 5 ranks, 3 agreeing is a strict majority: the dissenter is named before the last rank reports.
+    log5 = EventLog()
+    det5 = CollectiveMismatchDetector(log5, Context(world_of=lambda job: 5))
+    det5.observe("k", [merged(4, (10, A, [0, 1, 3]), (99, B, [4]))])
+    assert [e.ranks for e in log5.open_events("k")] == [[4]]

@@ -96,3 +96,27 @@ def test_a_sigstopped_rank_is_captured_from_outside_and_says_so(tree: dict) -> N
     if pyspy_path() is not None and os.geteuid() == 0:
         assert capture["source"] == "py-spy", capture["error"]
         assert "load_batch" in capture["stacks"], capture["stacks"]
+
+
+def _mismatch(tree: dict, job: str) -> dict | None:
+    event = _event(tree, job, "collective_mismatch")
+    return event if event is not None and 2 in event["ranks"] else None
+
+
+def test_a_rank_all_reducing_a_longer_tensor_is_named_by_the_fingerprints(tree: dict) -> None:
+    job = "fx-longer"
+    started = time.monotonic()
+    event = _run_until(tree, job, "longer", lambda: _mismatch(tree, job))
+    assert event["ranks"] == [2], event
+    detail = event["detail"]
+    sides = {detail["min"]["what"], detail["max"]["what"]}
+    assert any("[5]" in what for what in sides) and any("[4]" in what for what in sides), detail
+    assert time.monotonic() - started < 60
+
+
+def test_a_rank_that_skips_a_collective_is_named(tree: dict) -> None:
+    job = "fx-skip"
+    event = _run_until(tree, job, "skip", lambda: _mismatch(tree, job))
+    assert event["ranks"] == [2], event  # its int32 all-reduce met the others' float32 one at the same seq
+    detail = event["detail"]
+    assert {"Int" in detail["min"]["what"], "Int" in detail["max"]["what"]} == {True, False}, detail

@@ -17,6 +17,7 @@ from collectors.agent.ranks import DEFAULT_STUCK_AFTER_S, RankRegistry
 from collectors.agent.captures import DEFAULT_ANSWER_TIMEOUT_S, Captures
 from collectors.agent.service import AgentService
 from collectors.common.aioserve import AioServer, StreamSlots
+from collectors.common.fingerprints import FingerprintTable
 from collectors.common.flushloop import FlushLoop
 from collectors.common.gctune import tune_gc
 from collectors.common.memory import FreedMemory
@@ -96,7 +97,7 @@ class AgentServer:
         self.relay = PeerRelay(self.socket_path)
         self.captures = Captures(self.registry, self.upstream.captures.put, self.node.lock,
                                  answer_timeout_s=config.capture_timeout_s)
-        self.upstream.fingerprints = None  # FINGERPRINTS-WIRE
+        self.upstream.fingerprints = FingerprintTable()
         self.service = AgentService(self.node, self.registry, MetricBudget(config.max_metrics_per_job),
                                     self.grpc.host, slots, self.lifecycle,
                                     PeerCheck(self.relay, default_uids(config.allowed_uids)),

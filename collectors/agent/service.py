@@ -233,7 +233,9 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         if self.captures is not None:
             self.captures.forget_job(job)
         if self.fingerprints is not None:
-            self.fingerprints.forget(job)
+            name, attempt = split(job)
+            if self.fingerprints.attempt(name) == attempt:  # not a later attempt's, kept under the same name
+                self.fingerprints.forget(name)
         for key in [key for key in self.beats if key.job == job]:
             del self.beats[key]
         self.budget.forget(job)
@@ -258,7 +260,10 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         figures.update(beat.extra)
         if beat.fingerprints and self.fingerprints is not None:
             job, attempt = split(info.job)
-            self.fingerprints.add(job, attempt, info.rank, beat.fingerprints)
+            try:
+                self.fingerprints.add(job, attempt, info.rank, beat.fingerprints)
+            except ValueError as exc:
+                raise BadInput("INVALID_ARGUMENT", f"heartbeat fingerprints: {exc}") from None
         for metric, value in figures.items():
             key = beat_key(info.job, metric, stamp)
             open_beat = self.beats.get(key)

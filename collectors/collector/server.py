@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectors.common.aioserve import AioServer, StreamSlots
+from collectors.common.attempts import split
+from collectors.common.fingerprints import FingerprintTable
 from collectors.common.flushloop import FlushLoop
 from collectors.common.gctune import tune_gc
 from collectors.common.memory import FreedMemory
@@ -94,6 +96,8 @@ class CollectorServer:
             # Forensics pass through: captures up with this collector's units, requests down to its children.
             self.service.on_captures = self._captures_up
             self.upstream.outbox.on_requests = self.service.route_requests
+            self.upstream.fingerprints = FingerprintTable()
+            self.service.on_fingerprints = self._fingerprints_up
         self.grpc.add(lambda server: forward_pb2_grpc.add_CollectorServicer_to_server(self.service, server))
         self.address = self.grpc.bind(config.listen, config.security)
         self.api_address: str | None = None
@@ -102,6 +106,10 @@ class CollectorServer:
     def _captures_up(self, captures: list) -> None:
         for capture in captures:
             self.upstream.captures.put(capture)
+
+    def _fingerprints_up(self, found: list) -> None:
+        for job_fingerprints in found:
+            self.upstream.fingerprints.merge(job_fingerprints)
 
     def start(self) -> None:
         tune_gc()
@@ -144,6 +152,10 @@ class CollectorServer:
             finished = self.lifecycle.sweep(now, node.jobs(), lambda job: node.all_closed(job, whole_world=is_root))
             for job, why in finished:
                 self.service.forget_job(job)
+                if not is_root:
+                    name, attempt = split(job)
+                    if self.upstream.fingerprints.attempt(name) == attempt:
+                        self.upstream.fingerprints.forget(name)
                 log.info("job %s finished (%s): forgotten", job, why)
             if finished:
                 node.forget_jobs({job for job, _ in finished})

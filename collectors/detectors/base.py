@@ -20,6 +20,7 @@ class Context:
     hosts_of: Callable[[str], dict[int, str]] = lambda job: {}
     latest_step_of: Callable[[str], int | None] = lambda job: None
     jobs_known: Callable[[], Iterable[str]] = lambda: ()
+    world_of: Callable[[str], int] = lambda job: 0  # the job's world size as its ranks declared it (0: unknown)
 
     def hosts(self, job: str, ranks: Iterable[int]) -> list[str]:
         mapping = self.hosts_of(job)

@@ -116,10 +116,13 @@ class CollectiveMismatchDetector(Detector):
         if not self.config.enabled:
             return
         found = []
+        world = self.context.world_of(job)
         for m in merged:
             if m.min_hash == m.max_hash:
                 continue
-            found.append(self._judge(m))
+            judged = self._judge(m)
+            if self._decided(judged, world):
+                found.append(judged)
         if not found:
             return
         state = self._jobs.setdefault(job, _Job())
@@ -150,6 +153,17 @@ class CollectiveMismatchDetector(Detector):
                 del self._jobs[job]
 
     # -- internals --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _decided(judged: _Seq, world: int) -> bool:
+        """Can the ranks still to report this seq change who the minority is? Reports arrive rank by rank: with
+        2 of 3 ranks in, one on each side is a tie that the third decides. A seq is judged once every rank
+        reported it, or once one side holds a strict majority of the world (the rest cannot outnumber it);
+        an undecided seq comes back with the next merge that adds ranks to it. World size unknown (0): as is."""
+        reported = judged.lo.count + judged.hi.count
+        if world <= 0 or reported >= world:
+            return True
+        return max(judged.lo.count, judged.hi.count) * 2 > world
 
     def _judge(self, m) -> _Seq:  # type: ignore[no-untyped-def]
         top = max(1, self.config.top)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.detectors.base import Context, Detector, from_mapping
+from collectors.detectors.collective_mismatch import CollectiveMismatchConfig, CollectiveMismatchDetector
 from collectors.detectors.dataloader_stall import DataloaderStallConfig, DataloaderStallDetector
 from collectors.detectors.events import EventLog, SinkConfig
 from collectors.detectors.hang import HangConfig, HangDetector
@@ -45,6 +46,7 @@ class DetectorsConfig:
     mfu_drop: MfuDropConfig = field(default_factory=MfuDropConfig)
     dataloader_stall: DataloaderStallConfig = field(default_factory=DataloaderStallConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    collective_mismatch: CollectiveMismatchConfig = field(default_factory=CollectiveMismatchConfig)
     sinks: SinkConfig = field(default_factory=SinkConfig)
 
     @classmethod
@@ -93,6 +95,8 @@ class Detectors:
         self.lock = threading.Lock()
         c, ctx = self.config, self.context
         self.hang = HangDetector(events, ctx, c.hang) if c.hang.enabled else None
+        self.mismatch = (CollectiveMismatchDetector(events, ctx, c.collective_mismatch)
+                         if c.collective_mismatch.enabled else None)
         candidates: list[Detector | None] = [
             StragglerDetector(events, ctx, c.straggler) if c.straggler.enabled else None,
             LossSpikeDetector(events, ctx, c.loss_spike) if c.loss_spike.enabled else None,
@@ -101,6 +105,7 @@ class Detectors:
             DataloaderStallDetector(events, ctx, c.dataloader_stall) if c.dataloader_stall.enabled else None,
             HardwareDetector(events, ctx, c.hardware) if c.hardware.enabled else None,
             self.hang,
+            self.mismatch,
         ]
         self.detectors: list[Detector] = [d for d in candidates if d is not None]
         self.errors = 0
@@ -120,6 +125,17 @@ class Detectors:
                         self.errors += 1
                         log.exception("detector %s failed on %s", detector.kind, row.key)
 
+    def on_fingerprints(self, job: str, merged: list) -> None:
+        """Merged collective fingerprints of `job` (scoped name) that changed at the root: judged at once."""
+        if self.mismatch is None or not merged:
+            return
+        with self.lock:
+            try:
+                self.mismatch.observe(job, merged)
+            except Exception:
+                self.errors += 1
+                log.exception("collective mismatch detector failed on %s", job)
+
     def forget(self, job: str) -> None:
         """A finished job leaves every detector; its events still open are closed."""
         with self.lock:
@@ -137,6 +153,8 @@ class Detectors:
             try:
                 if self.hang is not None:
                     self.hang.check(live)
+                if self.mismatch is not None:
+                    self.mismatch.check()
             except Exception:
                 self.errors += 1
                 log.exception("periodic detector check failed")

@@ -23,6 +23,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING
 
 from collectors.common.attempts import scoped, split
+from collectors.common.fingerprints import FingerprintTable
 from collectors.detectors.base import Context
 from collectors.detectors.events import EventLog, make_sinks
 from collectors.detectors.suite import Detectors, DetectorsConfig
@@ -142,7 +143,7 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
     hosts: dict[str, dict[int, str]] = {}
     latest: dict[str, int] = {}
     context = Context(hosts_of=lambda job: hosts.get(job, {}), latest_step_of=lambda job: latest.get(job),
-                      jobs_known=lambda: list(hosts))
+                      jobs_known=lambda: list(hosts), world_of=lambda job: server.node.states(job).world_size)
     detectors = Detectors(events, config, context)
 
     def counters() -> dict[str, int]:
@@ -182,6 +183,15 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
                           server.service.route_requests)
     events.sinks.append(forensics.on_event)
     server.service.on_captures = forensics.on_captures
+    fingerprints = FingerprintTable()
+
+    def on_fingerprints(found: list) -> None:
+        # Under the node's lock (the detectors' lock may be taken inside it: the flush thread's order).
+        for job_fingerprints in found:
+            changed = fingerprints.merge(job_fingerprints)
+            detectors.on_fingerprints(scoped(job_fingerprints.job, job_fingerprints.attempt), changed)
+
+    server.service.on_fingerprints = on_fingerprints
     forensics.start()
     wiring.forensics = forensics
     wiring.live_jobs = server.jobs
@@ -195,6 +205,9 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
             hosts.pop(job, None)
         latest.pop(job, None)
         restarts.forget(job)
+        name, attempt = split(job)
+        if fingerprints.attempt(name) == attempt:
+            fingerprints.forget(name)
 
     server.on_job_finished.append(finished)
 

@@ -68,6 +68,7 @@ class Run:
         self._collectives_lock = threading.Lock()
         self._clock: Any = None
         self._progress: Any = None  # the flight-recorder reader (CollectiveProgress), once torch.distributed is up
+        self._fingerprints: Any = None  # its collective fingerprints for the heartbeat (docs/forensics.md)
         # Stacks always; flight-recorder entries with them once the readers are up (docs/forensics.md).
         self.captures = Responder(lambda: self._progress, self._sender.send_capture)
         self._sender.on_capture = self.captures.request
@@ -177,6 +178,8 @@ class Run:
                     progress.read()  # finds the recorder holding the default group now, not a step later
                     self._clock = ArrivalClock(progress)
                     self._progress = progress
+                    from telemetry.torch.flight_recorder import Fingerprinter
+                    self._fingerprints = Fingerprinter(progress)
                 except Exception as e:
                     log.debug("telemetry: flight-recorder readers unavailable: %s", e)
                     self._collectives_wanted = False
@@ -236,6 +239,8 @@ class Run:
                 continue
             for name, value in (figures or {}).items():
                 beat.extra[name] = float(value)
+        if self._fingerprints is not None:
+            beat.fingerprints.extend(self._fingerprints.take())
         return beat
 
     # ------------------------------------------------------------ lifecycle
