@@ -1,12 +1,16 @@
 """What the SDK's flight-recorder readers cost a step (issue 12: <= 1 % of a step), for bench/sdk_overhead.py.
 
 The readers (telemetry.torch.collective: the ArrivalClock behind `collective_arrival`, and the
-heartbeat's collective progress) are on by default under torch.distributed. Their costs:
+heartbeat's collective progress and collective fingerprints, telemetry.torch.flight_recorder) are on by
+default under torch.distributed. Their costs:
 
 * the training thread reads the recorder's status once at step entry (first step only) and once at
   exit: one status-only dump, which must not grow with the recorder's ring (2,000 entries by default);
 * a daemon thread polls that dump while a step is open, every 1/20 of the last step (10-100 ms), taking
-  the GIL from the training thread for each poll.
+  the GIL from the training thread for each poll;
+* the heartbeat thread (1 s) fingerprints the collectives enqueued since its last dump (issue 13): a full
+  dump of the ring, taken at most every 2 s and no more than 0.5 % of the wall time; its dumps and their
+  seconds are reported apart (they are inside the readers-on blocks' figures too).
 
 Measured here in one process with a one-rank gloo group (HashStore, no ports) whose ring is first
 filled: the status dump at an almost empty and at a full ring; then steps of CPU-bound *Python*
@@ -76,6 +80,7 @@ def measure(agent: str, rounds: int, steps: int, work_ms: float, note: Callable[
         blocks: dict[bool, list[float]] = {True: [], False: []}
         cpu: dict[bool, list[float]] = {True: [], False: []}
         step = 0
+        measured_from = time.perf_counter()
         for r in range(rounds):
             for on in ((True, False) if r % 2 == 0 else (False, True)):
                 run = runs[on]
@@ -90,7 +95,9 @@ def measure(agent: str, rounds: int, steps: int, work_ms: float, note: Callable[
                     step += 1
                 cpu[on].append((time.process_time() - cpu_start) / steps)
                 blocks[on].append(statistics.median(times))
+        measured_s = time.perf_counter() - measured_from
         clock = runs[True]._clock  # noqa: SLF001 (the bench reads the clock's own counters)
+        fingerprinter = runs[True]._fingerprints  # noqa: SLF001
         polls, period = (clock.polls, clock.period_s) if clock is not None else (0, None)
         durable = {("on" if on else "off"): run.close(10.0) for on, run in runs.items()}
     finally:
@@ -112,6 +119,14 @@ def measure(agent: str, rounds: int, steps: int, work_ms: float, note: Callable[
         "poll_period_ms": period * 1e3 if period is not None else None,
         "polls_per_step": polls / (rounds * steps) if rounds else 0.0,
         "close_durable": durable,
+        "fingerprints": {
+            "dumps": fingerprinter.dumps if fingerprinter is not None else 0,
+            "seconds_per_dump": (fingerprinter.dump_seconds / fingerprinter.dumps
+                                 if fingerprinter is not None and fingerprinter.dumps else None),
+            "share_of_wall_percent": (fingerprinter.dump_seconds / measured_s * 100
+                                      if fingerprinter is not None else None),
+            "measured_s": measured_s,
+        },
     }
     return result
 
@@ -127,4 +142,12 @@ def report_lines(res: dict[str, Any]) -> list[str]:
             f"  step, readers off / on: {res['step_ms']['readers_off']:.3f} / {res['step_ms']['readers_on']:.3f} ms; "
             f"overhead {o['median']:+.3f}{sd} % [{o['min']:+.2f}..{o['max']:+.2f}] (target <= 1 %)",
             f"  process CPU overhead {res['process_cpu_overhead_percent']:+.2f} %; poller every "
-            f"{res['poll_period_ms']:.1f} ms, {res['polls_per_step']:.1f} polls per step"]
+            f"{res['poll_period_ms']:.1f} ms, {res['polls_per_step']:.1f} polls per step",
+            _fingerprint_line(res["fingerprints"])]
+
+
+def _fingerprint_line(f: dict[str, Any]) -> str:
+    if not f["dumps"]:
+        return f"  collective fingerprints: no dump in {f['measured_s']:.1f} s"
+    return (f"  collective fingerprints (heartbeat thread): {f['dumps']} full dumps in {f['measured_s']:.1f} s, "
+            f"{f['seconds_per_dump'] * 1e3:.1f} ms each, {f['share_of_wall_percent']:.2f} % of the wall time")
