@@ -12,6 +12,7 @@ Each step every rank loads a batch (`load_batch`), then all-reduces a float32[4]
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import threading
@@ -23,7 +24,14 @@ import torch.distributed as dist
 import telemetry
 
 
+def note_fault(fault: str, step: int) -> None:
+    """The fault's wall time, for bench/forensics.py (detection delay): one JSON line on stdout."""
+    print(json.dumps({"event": "fault", "fault": fault, "step": step, "time": time.time()}), flush=True)
+
+
 def load_batch(step: int, fault: str, faulty: bool) -> torch.Tensor:
+    if faulty:
+        note_fault(fault, step)
     if faulty and fault == "block":
         threading.Event().wait()  # a data source that never answers
     if faulty and fault == "stop":

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,15 +43,24 @@ def tree(tmp_path: Path) -> Iterator[dict]:
         yield found
 
 
-def _run_until(tree: dict, job: str, fault: str, found, timeout: float = 90.0):  # type: ignore[no-untyped-def]
+def _run_until(tree: dict, job: str, fault: str, found, timeout: float = 90.0,  # type: ignore[no-untyped-def]
+               then=None):
+    """Run the job until `found()` holds; then `then(result)` while the job still runs; then kill it."""
     log = tree["tmp"] / f"{job}.log"
     proc = torchrun(3, JOB_SCRIPT, ["--job", job, "--fault", fault, "--fault-rank", "2", "--fault-step", "10"],
                     tree["agent"], log)
     try:
-        return wait_for(lambda: found(), timeout, interval=0.25, what=f"{fault}: the event and its capture "
-                        f"(job log: {log})")
+        result = wait_for(lambda: found(), timeout, interval=0.25, what=f"{fault}: the event and its capture "
+                          f"(job log: {log})")
+        return then(result) if then is not None else result
     finally:
         kill_job(proc, job)
+
+
+def _post(api: str, path: str, body: dict) -> dict:
+    request = urllib.request.Request(f"http://{api}{path}", data=json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return json.load(reply)
 
 
 def _event(tree: dict, job: str, kind: str) -> dict | None:
@@ -70,7 +82,14 @@ def _captured(tree: dict, job: str, kind: str, rank: int) -> tuple[dict, dict] |
 
 def test_a_rank_blocked_in_data_loading_is_named_and_its_capture_shows_the_loader(tree: dict) -> None:
     job = "fx-block"
-    event, body = _run_until(tree, job, "block", lambda: _captured(tree, job, "hang", 2))
+
+    def every_rank(found: tuple[dict, dict]) -> tuple[dict, dict, dict]:
+        """While the job hangs, every rank's capture on demand: what torch's own analyzer needs."""
+        asked = _post(tree["api"], f"/api/v1/jobs/{job}/forensics", {"ranks": [0, 1, 2]})
+        everyone = wait_for(lambda: (lambda b: b if not b["pending"] else None)(api_get(tree["api"], asked["url"])[1]),
+                            30, what="every rank's capture")
+        return (*found, everyone)
+    event, body, everyone = _run_until(tree, job, "block", lambda: _captured(tree, job, "hang", 2), then=every_rank)
     assert event["ranks"] == [2], event   # every rank is in step 10; only rank 2 never reached its collective
     [capture] = [c for c in body["captures"] if c["rank"] == 2]
     assert capture["source"] == "sdk", capture
@@ -83,6 +102,12 @@ def test_a_rank_blocked_in_data_loading_is_named_and_its_capture_shows_the_loade
     # The flight recorder is also written where torchfrtrace reads it: <dir>/rank_<r>.
     assert body["fr_dir"] and (Path(body["fr_dir"]) / "rank_2").exists()
     assert body["pending"] == []
+    # torch's analyzer, over every rank's dump as the root wrote them, names the same rank.
+    assert sorted(p.name for p in Path(everyone["fr_dir"]).iterdir()) == ["rank_0", "rank_1", "rank_2"]
+    analysis = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
+                               "--allow-incomplete-ranks", everyone["fr_dir"]], capture_output=True, text=True,
+                              timeout=60)
+    assert "missing ranks: {2}" in analysis.stdout + analysis.stderr, analysis.stdout + analysis.stderr
 
 
 def test_a_sigstopped_rank_is_captured_from_outside_and_says_so(tree: dict) -> None:

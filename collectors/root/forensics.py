@@ -239,8 +239,8 @@ class Forensics:
                   "flight_recorder": fr, "process": _parse_json(capture.process),
                   "bytes": capture.ByteSize()}
         dump = None
-        if isinstance(fr, dict) and fr.get("entries") is not None:
-            dump = {"version": fr.get("version", ""), "pg_config": fr.get("pg_config") or {},
+        if isinstance(fr, dict) and isinstance(fr.get("entries"), list):
+            dump = {"version": fr.get("version", ""), "pg_config": _pg_config(fr),
                     "pg_status": fr.get("pg_status") or {}, "entries": fr["entries"]}
         if self.store.save(record, dump):
             self.counts["captures"] += 1
@@ -261,6 +261,21 @@ class Forensics:
                 "fr_dir": str(self.store.fr_dir(job, request_id)) if any(c.get("flight_recorder")
                                                                           for c in captures) else None,
                 "captures": captures}
+
+
+def _pg_config(fr: dict[str, Any]) -> dict[str, Any]:
+    """The dump's pg_config, keyed the way its entries name their group, so that torchfrtrace can match them.
+
+    torch 2.13 with gloo writes the default group's config under the key "" (name "", desc "") while its
+    entries say process_group ["0", "default_pg"]; the analyzer then fails with KeyError ('0', rank). A lone
+    config keyed "" is re-keyed by the name the entries use (the dump as captured stays in the JSON)."""
+    config = dict(fr.get("pg_config") or {})
+    names = {tuple(e["process_group"][:2]) for e in fr["entries"]
+             if isinstance(e, dict) and isinstance(e.get("process_group"), list) and len(e["process_group"]) >= 2}
+    if list(config) == [""] and len(names) == 1:
+        name, desc = next(iter(names))
+        config = {name: {**config[""], "name": name, "desc": desc}}
+    return config
 
 
 def _parse_json(text: str) -> Any:
