@@ -1,4 +1,6 @@
-"""Names every tier agrees on: the metric-name rule (DESIGN §7), shared by the SDK and the servers."""
+"""Names and limits every tier agrees on (DESIGN §7), shared by the SDK and the servers: the metric- and
+job-name rules, the reserved names, the largest step. The services import them from here; the SDK never
+imports the services."""
 
 from __future__ import annotations
 
@@ -6,6 +8,20 @@ import re
 
 METRIC_NAME = re.compile(r"[a-z0-9_.]{1,64}")
 JOB_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+
+#: The largest step (and window index) any tier takes in. The root keeps steps in SQLite's signed 64-bit
+#: integers and its detectors work past them (step + 1: a step of 2**63-1 broke the event store, issue 14);
+#: heartbeats carry a rank's step as a float64 (progress.current_step), exact only up to 2**53. No real job
+#: comes near it.
+MAX_STEP = 2**53
+
+#: The metrics an agent makes of each rank's heartbeat (time buckets): the step it is in, the steps it finished.
+PROGRESS_METRIC = "progress.current_step"
+STEPS_COMPLETED_METRIC = "progress.steps_completed"
+
+#: Jobs named with this prefix hold a host's own hardware windows (collectors/agent/hardware.py:
+#: NICs, IB ports, GPUs no rank uses); no rank may register one.
+HOST_JOB_PREFIX = "_host:"
 
 
 def is_metric_name(name: str) -> bool:

@@ -49,12 +49,13 @@ import numpy as np
 from pyroaring import BitMap
 
 from collectors.agent.intake import HEARTBEAT_WIDTH_MS
-from collectors.agent.ranks import HOST_JOB_PREFIX, RankInfo, RankRegistry
+from collectors.agent.ranks import RankInfo, RankRegistry
 from collectors.common.keys import Key, bucket_of
 from collectors.delivery.node import Node
 from collectors.delivery.windows import Part, RawValues
 from collectors.probes import HardwareEvent, NicProbe, Reading, open_gpu_probe
 from collectors.probes.gpu import XID_DESCRIPTIONS, GpuProbe
+from telemetry.names import HOST_JOB_PREFIX
 
 log = logging.getLogger(__name__)
 

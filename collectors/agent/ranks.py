@@ -33,13 +33,11 @@ from telemetry.streams import END
 from collectors.common.validation import DEFAULT_MAX_WORLD_SIZE, BadInput, check_job, check_world
 from collectors.delivery.node import RankView
 from collectors.probes.process import ProcessStatus, classify, process_status
+from telemetry.names import HOST_JOB_PREFIX
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STUCK_AFTER_S = 10.0
-#: Jobs named with this prefix hold a host's own hardware windows (collectors/agent/hardware.py);
-#: no rank may register one.
-HOST_JOB_PREFIX = "_host:"
 MAX_PENDING_EXITS = 4096
 MAX_REFUSED_KEPT = 256
 

@@ -25,6 +25,7 @@ from collectors.common.validation import BadInput, MetricBudget, check_index, ch
 from collectors.delivery.lifecycle import JobLifecycle
 from collectors.delivery.node import Node
 from collectors.delivery.windows import Origin, Part, Refusal
+from telemetry.names import PROGRESS_METRIC, STEPS_COMPLETED_METRIC
 from telemetry.streams import END
 from telemetry.v1 import forensics_pb2, ingest_pb2, ingest_pb2_grpc
 
@@ -254,8 +255,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         info.last_beat = time.monotonic()
         info.current_step = beat.current_step
         stamp = beat.time_ns or time.time_ns()
-        figures = {"progress.current_step": float(beat.current_step),
-                   "progress.steps_completed": float(beat.steps_completed)}
+        figures = {PROGRESS_METRIC: float(beat.current_step), STEPS_COMPLETED_METRIC: float(beat.steps_completed)}
         self.budget.admit_all(info.job, beat.extra)
         figures.update(beat.extra)
         if beat.fingerprints and self.fingerprints is not None:

@@ -24,7 +24,7 @@ import grpc
 
 from collectors.common.transport import Security, bind, make_server, set_serving
 from collectors.common.validation import BadInput
-from telemetry.streams import END
+from telemetry.streams import END, rpc_code
 
 log = logging.getLogger(__name__)
 
@@ -194,14 +194,6 @@ async def off_loop(host: Host, func: Callable[..., None], *args: Any) -> None:
         await asyncio.shield(future)
     except asyncio.CancelledError:
         pass  # it still runs, once, on the pool
-
-
-def rpc_code(exc: BaseException) -> grpc.StatusCode | None:
-    """The status code of a gRPC error, where it carries one."""
-    try:
-        return exc.code()  # type: ignore[attr-defined]
-    except Exception:
-        return None
 
 
 class AioServer:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from telemetry.names import JOB_NAME, METRIC_NAME
+from telemetry.names import JOB_NAME, MAX_STEP, METRIC_NAME
+
 DEFAULT_MAX_METRICS_PER_JOB = 256
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_WORLD_SIZE = 1 << 20  # ranks per job; nothing a tier does may grow with a size an input declares
-# The largest step (and window index) any tier takes in. The root keeps steps in SQLite's signed 64-bit
-# integers and its detectors work past them (step + 1: a step of 2**63-1 broke the event store, issue 14);
-# heartbeats carry a rank's step as a float64 (progress.current_step), exact only up to 2**53. No real job
-# comes near it.
-MAX_INDEX = 2**53
+MAX_INDEX = MAX_STEP  # the largest step or window index any tier takes in (why 2**53: telemetry/names.py)
 
 
 class BadInput(ValueError):

@@ -18,6 +18,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.common.attempts import split
+from telemetry.names import HOST_JOB_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,6 @@ HARDWARE_FAMILIES = {
     "telemetry_network_errors": "NIC errors",
 }
 #: A host's own hardware (the agents' pseudo-jobs `_host:NAME`: NICs, IB ports, GPUs no rank uses).
-HOST_JOB_PREFIX = "_host:"
 HOST_FAMILIES = {
     **HARDWARE_FAMILIES,
     "telemetry_nic_up": "NICs up",

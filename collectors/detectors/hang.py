@@ -32,10 +32,10 @@ from pyroaring import BitMap
 
 from collectors.detectors.base import Detector, fnum
 from collectors.root.store import Row
+from telemetry.names import PROGRESS_METRIC
 from telemetry.summary import Summary
 
 MAX_TRACKED = 4096  # incomplete windows remembered per job
-PROGRESS = "progress.current_step"
 COLLECTIVE = "collective.last_enqueued"
 
 
@@ -46,7 +46,7 @@ class HangConfig:
     no_progress_floor_s: float = 60.0
     no_progress_factor: float = 10.0
     check_interval_s: float = 0.5
-    progress_metric: str = PROGRESS
+    progress_metric: str = PROGRESS_METRIC
     collective_metric: str = COLLECTIVE
     top: int = 8
     severity: str = "critical"

@@ -29,6 +29,7 @@ from pyroaring import BitMap
 
 from collectors.detectors.base import Detector, distinct, fnum
 from collectors.root.store import Row
+from telemetry.names import HOST_JOB_PREFIX
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,6 @@ class Rule:
 
 
 XID_CODES = ("gpu.xid_code", "gpu.xid_last_code")  # one value per XID event / the probe's last code
-HOST_JOB_PREFIX = "_host:"  # the agents' pseudo-job of a host's own hardware (collectors/agent/hardware.py)
 
 DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("gpu_temperature", "gpu.temperature_celsius", "above", 87.0, "warning", 5, 30, "GPU hot"),

@@ -31,6 +31,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 from collectors.common.attempts import split
 from collectors.root.goodput import goodput, scoped_names
 from collectors.root.store import Store
+from telemetry.names import PROGRESS_METRIC
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,6 @@ MAX_LAST = 10_000
 MAX_BODY_BYTES = 64 * 1024  # a POST body past this is refused (413) before it is read
 MAX_WORKERS = 16          # requests served at once; one more is answered 503 at once, not queued
 REQUEST_TIMEOUT_S = 5.0   # a connection idle this long (reading the request, or the answer) is closed
-PROGRESS_METRIC = "progress.current_step"
 
 
 class ApiError(Exception):

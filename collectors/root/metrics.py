@@ -26,6 +26,7 @@ from collectors.common.attempts import split
 from collectors.delivery.node import COUNTER_FIELDS
 from collectors.detectors.events import KINDS as EVENT_KINDS
 from collectors.root.store import Row
+from telemetry.names import HOST_JOB_PREFIX, PROGRESS_METRIC
 from telemetry.summary import Summary
 
 STATS = ("p50", "p90", "p99", "max", "min", "mean")
@@ -44,8 +45,6 @@ STEP_METRICS = {
     "dataloader_wait": ("telemetry_dataloader_wait_seconds",
                         "Time ranks waited for their data loader, latest finalised step"),
 }
-PROGRESS = "progress.current_step"
-HOST_JOB_PREFIX = "_host:"  # the agents' pseudo-jobs for a host's own hardware
 HARDWARE_PREFIXES = ("gpu.", "nic.", "ib.")
 HW_STATS = ("max", "mean", "min")
 # counters summed into one family each, so a panel needs no regex over names (which PromQL cannot add up
@@ -140,7 +139,7 @@ class RootMetrics:
                 job = self._jobs.setdefault(row.key.job, _Job())
                 if row.key.is_step:
                     self._observe_step(job, row)
-                elif row.key.metric == PROGRESS:
+                elif row.key.metric == PROGRESS_METRIC:
                     if job.progress is None or row.key.index >= job.progress.index:
                         job.progress = _Latest(row.key.index, row.summary, row.expected)
                 elif row.key.metric.startswith(HARDWARE_PREFIXES):

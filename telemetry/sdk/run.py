@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from telemetry.names import is_metric_name
+from telemetry.names import MAX_STEP, is_metric_name
 from telemetry.sdk.attempt import check_attempt, default_attempt
 from telemetry.sdk.capture import Responder
 from telemetry.sdk.env import default_agent, env_int
@@ -37,6 +37,7 @@ DEFAULT_BUFFER_RECORDS = 100_000
 ARRIVAL = "collective_arrival"  # = telemetry.torch.collective.ARRIVAL (the SDK does not import torch)
 COLLECTIVES_ENV = "TELEMETRY_COLLECTIVES"  # "0" turns the flight-recorder readers off
 _VALUES, _CLOSE, _STAGED = 0, 1, 2
+_Record = tuple[int, int, Any]  # (kind, step, payload): values, a step's end time, or tensors still staged
 
 
 class Run:
@@ -51,15 +52,15 @@ class Run:
         self.job, self.rank, self.world_size, self.local_rank = job, rank, world_size, local_rank
         self.attempt = check_attempt(attempt)  # the job's launch this Run belongs to (docs/restarts.md)
         self.agent = agent or default_agent()
-        self._records: collections.deque = collections.deque()
+        self._records: collections.deque[_Record] = collections.deque()
         self._max_records = buffer_records
         self._known_names: set[str] = set()
         self.dropped_records = 0
         self.current_step = 0
         self.steps_completed = 0
         self.heartbeat_extras: list[Callable[[], dict[str, float] | None]] = []
-        self._sender = Sender(Identity(job, rank, world_size, local_rank, device, self.attempt), self.agent, self._drain,
-                              self._beat, max_backlog_values, flush_interval_s, heartbeat_interval_s)
+        self._sender = Sender(Identity(job, rank, world_size, local_rank, device, self.attempt), self.agent,
+                              self._drain, self._beat, max_backlog_values, flush_interval_s, heartbeat_interval_s)
         self._closed = False
         # Flight-recorder readers (telemetry.torch.collective), set up once torch.distributed is initialised.
         if collectives is None:
@@ -135,7 +136,7 @@ class Run:
         self._append((_CLOSE, step, time.time_ns()))
         self.steps_completed += 1
 
-    def wrap_loader(self, iterable: Iterable) -> Iterator:
+    def wrap_loader(self, iterable: Iterable[Any]) -> Iterator[Any]:
         """Yield from `iterable`, logging the seconds each `next()` waited as `dataloader_wait` of the step
         that consumes the batch: the step open at the time (batches fetched inside `run.step`), else the next
         step entered (the README's `for step, batch in enumerate(run.wrap_loader(loader)): with
@@ -185,7 +186,7 @@ class Run:
                     self._collectives_wanted = False
         return self._clock
 
-    def _append(self, record: tuple) -> None:
+    def _append(self, record: _Record) -> None:
         records = self._records
         if len(records) >= self._max_records:
             try:
@@ -199,7 +200,7 @@ class Run:
     def _drain(self) -> list[ingest_pb2.RankStepBatch]:
         """Turn buffered records into per-step batches, in order; stops at a tensor copy still in flight."""
         records = self._records
-        steps: dict[int, tuple[dict[str, list[float]], list]] = {}
+        steps: dict[int, tuple[dict[str, list[float]], list[int]]] = {}
         while records:
             kind, step, payload = records[0]
             if kind == _STAGED:
@@ -277,9 +278,6 @@ class Run:
                 "late_dropped_values": self._sender.late_dropped_values}
 
 
-MAX_STEP = 2**53  # = collectors.common.validation.MAX_INDEX: heartbeats carry steps as float64, exact to 2**53
-
-
 def _check_step(step: int) -> None:
     if type(step) is not int:  # noqa: E721 (bool and numpy ints are refused too: say int(step))
         raise TypeError(f"step must be an int, got {type(step).__name__}")
@@ -290,7 +288,7 @@ def _check_step(step: int) -> None:
 _stage_tensors: Callable[[dict[str, Any]], Any] | None = None
 
 
-def _stage(values: dict[str, Any]):  # type: ignore[no-untyped-def]
+def _stage(values: dict[str, Any]) -> Any:
     """Tensors go through telemetry.torch (imported only when a tensor is first logged, then kept)."""
     global _stage_tensors
     if _stage_tensors is None:

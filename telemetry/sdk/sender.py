@@ -17,12 +17,13 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
-from telemetry.streams import END, until_end
+from telemetry.streams import END, rpc_code, until_end
 from telemetry.v1 import forensics_pb2, ingest_pb2, ingest_pb2_grpc
 
 log = logging.getLogger("telemetry.sdk")
@@ -66,7 +67,7 @@ class Sender:
         self._kept: collections.OrderedDict[int, Kept] = collections.OrderedDict()
         self._kept_values = 0
         self._seq = 0
-        self._outgoing: queue.Queue | None = None
+        self._outgoing: queue.Queue[Any] | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.dropped_values = 0
@@ -115,9 +116,9 @@ class Sender:
                 self._session()
                 delay = 0.05
             except grpc.RpcError as exc:
-                code = exc.code() if hasattr(exc, "code") else None
+                code = rpc_code(exc)
                 permanent = code is not None and code not in RETRYABLE and code != grpc.StatusCode.ALREADY_EXISTS
-                if permanent and not self.connected.is_set():
+                if permanent and code is not None and not self.connected.is_set():
                     # The agent refused this rank itself (e.g. rank >= world size): nothing will ever be
                     # delivered, so stop and count everything as dropped rather than retry forever.
                     # (ALREADY_EXISTS is retried: the rank's previous process may still be exiting.)
@@ -162,7 +163,7 @@ class Sender:
         except grpc.FutureTimeoutError:
             raise _Unavailable() from None
         stub = ingest_pb2_grpc.AgentStub(channel)
-        outgoing: queue.Queue = queue.Queue()
+        outgoing: queue.Queue[Any] = queue.Queue()
         ident = self.identity
         outgoing.put(ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(
             job=ident.job, rank=ident.rank, world_size=ident.world_size, local_rank=ident.local_rank,
@@ -199,7 +200,7 @@ class Sender:
             error, self._stream_error = self._stream_error, None
             raise error
 
-    def _read_acks(self, call, outgoing: queue.Queue) -> None:  # type: ignore[no-untyped-def]
+    def _read_acks(self, call: Iterable[ingest_pb2.RankAck], outgoing: queue.Queue[Any]) -> None:
         self._stream_error = None
         try:
             for ack in call:
