@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -132,6 +133,7 @@ def main() -> int:
     detectors = json.dumps({"hang": {"no_progress_floor_s": args.hang_after, "check_interval_s": 0.25}})
     runs: list[dict[str, Any]] = []
     started = time.monotonic()
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-forensics-") as tmp:
         work = Path(tmp)
         cli = [sys.executable, "-m", "collectors.cli"]
@@ -161,6 +163,7 @@ def main() -> int:
     path.write_text(json.dumps({"benchmark": "forensics", "git_head": git_head(), "cpu": cpu_model(),
                                 "memory_bytes": memory_bytes(), "quick": args.quick, "world": args.world,
                                 "hang_after_s": args.hang_after, "summary": summary, "runs": runs,
+                                "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
                                 "run_time_s": round(time.monotonic() - started, 1)}, indent=1))
     print(f"\nwrote {path}")
     return 0 if all(r["complete"] for r in runs) else 1

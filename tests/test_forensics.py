@@ -4,6 +4,8 @@ process, real gRPC), the root's on-disk keeping and API, and every piece against
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -73,6 +75,17 @@ def test_an_on_demand_capture_travels_down_three_tiers_and_back(tmp_path: Path) 
         body = wait_for(answered, 20, what="ranks 0 and 7")
         assert [(c["rank"], c["source"]) for c in body["captures"]] == [(0, "sdk"), (7, "none")]
         assert "no child of the root covers" in body["captures"][1]["error"]
+        # The CLI asks and prints for a person (and --json for scripts).
+        cli = [sys.executable, "-m", "collectors.cli", "forensics", "--root", root.api_address, "fx"]
+        shown = subprocess.run([*cli, "--ranks", "1"], capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        assert "rank 1 on" in shown.stdout and "source sdk" in shown.stdout and "data-loader-worker" in shown.stdout
+        as_json = subprocess.run([*cli, "--ranks", "1", "--json"], capture_output=True, text=True, timeout=60)
+        assert json.loads(as_json.stdout)["captures"][0]["rank"] == 1
+        refused = subprocess.run([*cli, "--ranks", "x"], capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "--ranks must be" in refused.stderr
+        missing = subprocess.run([*cli, "999"], capture_output=True, text=True, timeout=60)
+        assert missing.returncode == 1 and "HTTP 404" in missing.stderr
     finally:
         blocker.set()
         for run in runs:
