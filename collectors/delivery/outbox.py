@@ -14,11 +14,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
-from collectors.common.backoff import Backoff
 from collectors.common.transport import Security, call_metadata, make_channel
+from telemetry.backoff import Backoff
 from telemetry.streams import END, until_end
 from telemetry.v1 import forensics_pb2, forward_pb2, forward_pb2_grpc
 
@@ -54,10 +55,10 @@ class Outbox:
         self._lock = threading.Lock()
         self._unacked: dict[int, Unit] = {}
         self._next_seq = 1
-        self._queue: queue.SimpleQueue | None = None
+        self._queue: queue.SimpleQueue[Any] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"outbox-{sender_id}", daemon=True)
-        self._call: grpc.Future | None = None
+        self._call: grpc.Future[Any] | None = None
         self.connected_to: str | None = None
         self.resent = 0
         self.dropped_units = 0
@@ -158,7 +159,7 @@ class Outbox:
 
     def _stream(self, channel: grpc.Channel, address: str) -> None:
         stub = forward_pb2_grpc.CollectorStub(channel)
-        outgoing: queue.SimpleQueue = queue.SimpleQueue()  # put and get in C
+        outgoing: queue.SimpleQueue[Any] = queue.SimpleQueue()  # put and get in C
         with self._lock:
             outgoing.put(forward_pb2.SummaryBatch(sender_id=self.sender_id, seq=0))
             backlog = [self._unacked[seq].message for seq in sorted(self._unacked)]

@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 
+from telemetry.backoff import Backoff
 from telemetry.streams import END, rpc_code, until_end
 from telemetry.v1 import forensics_pb2, ingest_pb2, ingest_pb2_grpc
 
@@ -110,11 +111,11 @@ class Sender:
 
     # ---------------------------------------------------------------- thread
     def _run(self) -> None:
-        delay = 0.05
+        backoff = Backoff()
         while not self._stop.is_set():
             try:
                 self._session()
-                delay = 0.05
+                backoff.reset()
             except grpc.RpcError as exc:
                 code = rpc_code(exc)
                 permanent = code is not None and code not in RETRYABLE and code != grpc.StatusCode.ALREADY_EXISTS
@@ -135,12 +136,11 @@ class Sender:
                 with self._lock:
                     self._outgoing = None
             # Keep batching while disconnected, so the training thread's buffer never fills.
-            end = time.monotonic() + delay * (0.5 + 0.5 * _jitter())
+            end = time.monotonic() + backoff.next_delay()
             while not self._stop.is_set() and time.monotonic() < end:
                 self._batch_once()
                 self._wake.wait(min(self.flush_interval_s * 5, max(0.0, end - time.monotonic())))
                 self._wake.clear()
-            delay = min(delay * 2, 2.0)
         self._batch_once()
 
     def _give_up(self) -> None:
@@ -276,7 +276,3 @@ class _Unavailable(grpc.RpcError):
 
     def details(self) -> str:
         return "agent not reachable"
-
-
-def _jitter() -> float:
-    return random.random()
