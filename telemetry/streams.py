@@ -24,8 +24,7 @@ def until_end(items: queue.Queue[Any] | queue.SimpleQueue[Any]) -> Iterator[Any]
 def rpc_code(exc: BaseException) -> grpc.StatusCode | None:
     """The status code of a gRPC error, where it carries one."""
     try:
-        # grpc.RpcError declares no code(); the subclasses gRPC raises (its calls) have it.
-        code: grpc.StatusCode | None = exc.code()  # type: ignore[attr-defined]  # see the line above
+        code: grpc.StatusCode | None = exc.code()  # type: ignore[attr-defined]  # RpcError's subclasses have it
         return code
     except Exception:
         return None

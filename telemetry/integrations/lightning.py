@@ -76,7 +76,7 @@ def _fetch_timing(profiler_class: type, on_wait: Callable[[float], None]) -> typ
 
     fetch_started: dict[str, float] = {}
 
-    class FetchTiming(profiler_class):  # type: ignore[misc, valid-type]
+    class FetchTiming(profiler_class):  # type: ignore[misc]  # a base chosen at run time: mypy cannot see it
         def start(self, action_name: str) -> None:
             if action_name.endswith(_FETCH_ACTION):
                 fetch_started[action_name] = time.perf_counter()
@@ -92,7 +92,7 @@ def _fetch_timing(profiler_class: type, on_wait: Callable[[float], None]) -> typ
     return FetchTiming
 
 
-class TelemetryCallback(*_callback_bases()):  # type: ignore[misc]
+class TelemetryCallback(*_callback_bases()):  # type: ignore[misc]  # bases found at import: mypy cannot see them
     """Logs every rank's per-optimizer-step figures to the telemetry tree (see the module notes)."""
 
     def __init__(self, job: str | None = None, *, agent: str | None = None, flops_per_step: float | None = None,

@@ -13,10 +13,13 @@ import os
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 import telemetry
 from telemetry.sdk import Run
@@ -42,8 +45,8 @@ def open_run(job: str | None, rank: int, world_size: int, local_rank: int, agent
     """The rank's SDK run, with the default process group's collective progress on its heartbeats."""
     from telemetry.torch.integration import attach
 
-    run = telemetry.init(job=job_from_launcher(job), rank=rank, world_size=world_size, local_rank=local_rank, agent=agent,
-                         device=str(device) if device is not None else "")
+    run = telemetry.init(job=job_from_launcher(job), rank=rank, world_size=world_size, local_rank=local_rank,
+                         agent=agent, device=str(device) if device is not None else "")
     attach(run)  # nothing (quietly) without an initialised process group
     return run
 
@@ -97,9 +100,10 @@ def total_grad_norm(module: nn.Module, sharded: bool) -> torch.Tensor:
         if placements is None:
             plain.append(g)
             continue
-        mesh = g.device_mesh
+        dt = cast("DTensor", g)  # a DTensor's gradient: it has placements
+        mesh = dt.device_mesh
         dims = tuple(i for i, pl in enumerate(placements) if pl.is_shard() or pl.is_partial())
-        meshed.setdefault((id(mesh), dims), (mesh, dims, []))[2].append(g.to_local())
+        meshed.setdefault((id(mesh), dims), (mesh, dims, []))[2].append(dt.to_local())
     square: torch.Tensor | None = None
     if plain:
         square = _norm_of(plain) ** 2
@@ -119,7 +123,7 @@ def total_grad_norm(module: nn.Module, sharded: bool) -> torch.Tensor:
 
 def _norm_of(grads: list[torch.Tensor]) -> torch.Tensor:
     """The 2-norm of these gradient tensors together (``grad_norm`` reads ``.grad`` off what it is given)."""
-    return grad_norm([SimpleNamespace(grad=g) for g in grads])  # type: ignore[misc]
+    return grad_norm([SimpleNamespace(grad=g) for g in grads])  # type: ignore[misc]  # it reads only .grad
 
 
 def _device_of(module: nn.Module) -> torch.device:

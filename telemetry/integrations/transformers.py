@@ -26,8 +26,10 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Any
+from types import FrameType
+from typing import Any, cast
 
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from transformers import Trainer, TrainerCallback
 
@@ -88,7 +90,7 @@ class TelemetryCallback(TrainerCallback):
 
     def _find_trainer(self) -> Trainer | None:
         """The Trainer whose callback handler called this one: `self` in a calling frame."""
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         for _ in range(_FRAMES_SEARCHED):
             if frame is None:
                 break
@@ -127,13 +129,14 @@ class TelemetryCallback(TrainerCallback):
                     recorder.add_sync_wait(self._clock.wait_since_ready(now)
                                            if self._clock.last_ready >= start else 0.0)
                 if grads_on_params:
-                    recorder.set_grad_norm(total_grad_norm(trainer.model, sharded))
+                    # The Trainer's model is set from its __init__ on (its type says None for before).
+                    recorder.set_grad_norm(total_grad_norm(cast(nn.Module, trainer.model), sharded))
             elif self._clock is not None:
                 recorder.add_sync_wait(0.0)
             return loss
 
-        trainer.get_batch_samples = get_batch_samples  # type: ignore[method-assign]
-        trainer.training_step = training_step  # type: ignore[method-assign]
+        trainer.get_batch_samples = get_batch_samples  # type: ignore[method-assign]  # wrapped; _unwrap restores
+        trainer.training_step = training_step  # type: ignore[method-assign]  # wrapped; _unwrap restores
         self._wrapped = trainer
 
     def _unwrap(self) -> None:

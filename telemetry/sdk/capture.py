@@ -100,7 +100,7 @@ class Responder:
 
     MAX_REMEMBERED = 256
 
-    def __init__(self, progress: Callable[[], Any], send: Callable[[forensics_pb2.RankCapture], None]) -> None:
+    def __init__(self, progress: Callable[[], Any], send: Callable[[forensics_pb2.RankCapture], object]) -> None:
         self._progress = progress
         self._send = send
         self._seen: dict[str, None] = {}

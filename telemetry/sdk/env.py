@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import overload
 
 SYSTEM_SOCKET = Path("/run/telemetry/agent.sock")
 
@@ -22,6 +23,10 @@ def default_agent() -> str:
     return os.environ.get("TELEMETRY_AGENT") or f"unix:{default_socket()}"
 
 
+@overload
+def env_int(name: str, default: int) -> int: ...
+@overload
+def env_int(name: str, default: None) -> int | None: ...
 def env_int(name: str, default: int | None) -> int | None:
     value = os.environ.get(name)
     if value is None or value == "":

@@ -310,5 +310,5 @@ def init(job: str | None = None, rank: int | None = None, world_size: int | None
     rank = rank if rank is not None else env_int("RANK", 0)
     world_size = world_size if world_size is not None else env_int("WORLD_SIZE", 1)
     local_rank = local_rank if local_rank is not None else env_int("LOCAL_RANK", 0)
-    attempt = check_attempt(attempt) if attempt is not None else default_attempt(world_size)  # type: ignore[arg-type]
-    return Run(job, rank, world_size, local_rank, agent, attempt=attempt, **options)  # type: ignore[arg-type]
+    attempt = check_attempt(attempt) if attempt is not None else default_attempt(world_size)
+    return Run(job, rank, world_size, local_rank, agent, attempt=attempt, **options)

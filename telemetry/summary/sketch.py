@@ -75,9 +75,11 @@ class Sketch:
             return
         self._flush()
         if self._digest is None:
-            self._digest = TDigest.from_values(values, max_centroids=self.max_centroids)
+            # fastdigest's stubs say Sequence[float]; it reads a float64 ndarray as a buffer, without a copy.
+            digest = TDigest.from_values(values, max_centroids=self.max_centroids)  # type: ignore[arg-type]  # ndarray
+            self._digest = digest
         else:
-            self._digest.batch_update(values)
+            self._digest.batch_update(values)  # type: ignore[arg-type]  # as above: an ndarray, read as a buffer
 
     def _flush(self) -> None:
         if not self._pending:
@@ -110,7 +112,10 @@ class Sketch:
     @classmethod
     def merge_all(cls, sketches: Sequence[Sketch], max_centroids: int | None = None) -> Sketch:
         """A new sketch of all inputs, merged in the order given (t-digest merges depend on order)."""
-        bound = max_centroids if max_centroids is not None else (sketches[0].max_centroids if sketches else DEFAULT_MAX_CENTROIDS)
+        if max_centroids is not None:
+            bound = max_centroids
+        else:
+            bound = sketches[0].max_centroids if sketches else DEFAULT_MAX_CENTROIDS
         digests = []
         for sketch in sketches:
             if sketch.max_centroids != bound:
@@ -191,8 +196,8 @@ class Sketch:
                                   count, total, lo, hi)
 
     @classmethod
-    def _from_lists(cls, max_centroids: int, m: list[float], w: list[float], count: int, total: float, lo: float,
-                    hi: float) -> Sketch:
+    def _from_lists(cls, max_centroids: int, m: Sequence[float], w: Sequence[float], count: int, total: float,
+                    lo: float, hi: float) -> Sketch:
         """from_centroids' checks and layout on a few centroids as lists (n >= 1, lengths and bound checked)."""
         n = len(m)
         if n > 2 * max_centroids + 2:

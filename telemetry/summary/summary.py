@@ -509,7 +509,7 @@ class Summary:
             return NotImplemented
         return self.to_bytes() == other.to_bytes()
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable on purpose: equal by content, and mutable
 
 
 def _check_source(source: int) -> None:

@@ -291,11 +291,12 @@ class Fingerprinter:
             self._next_resolve = now + self.min_interval_s
             progress.read()
         with progress._lock:
-            group = (progress._dump_name, progress._pg_key) if progress._dump is not None else None
-        if group is None or group[1] is None:
+            named = (progress._dump_name, progress._pg_key) if progress._dump is not None else None
+        if named is None or named[1] is None:
             return []
+        group = (named[0], named[1])
         if group != self._group:
-            self._group, self._last_seq, self._dumped_enqueued = group, 0, -1  # type: ignore[assignment]
+            self._group, self._last_seq, self._dumped_enqueued = group, 0, -1
             self._tail = []
         status = progress.status()
         if status is None:

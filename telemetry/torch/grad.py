@@ -60,11 +60,13 @@ def grad_norm(model_or_params: nn.Module | torch.Tensor | Iterable[torch.Tensor]
         norms = torch._foreach_norm(device_grads, p, dtype=out_dtype)
         per_device.append(torch.linalg.vector_norm(torch.stack(norms), p))
     if len(per_device) == 1:
-        return per_device[0]
+        only: torch.Tensor = per_device[0]
+        return only
     # Parameters on several devices (rare: pipeline stages in one process, CPU offload). The
     # partial norms are gathered on an accelerator, never on the CPU (a device-to-host copy
     # would sync): device-to-device copies are only enqueued, and a CPU partial norm goes up
     # with a small host-to-device copy that does not wait for queued kernels.
     target = next((t.device for t in per_device if t.device.type != "cpu"), per_device[0].device)
     gathered = torch.stack([t.to(target, non_blocking=True) for t in per_device])
-    return torch.linalg.vector_norm(gathered, p)
+    total: torch.Tensor = torch.linalg.vector_norm(gathered, p)
+    return total

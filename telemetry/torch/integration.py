@@ -130,7 +130,7 @@ class SyncWaitClock:
         def hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks the annotations: keep none
             state.last_ready = time.perf_counter()
             state.buckets += 1
-            return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
+            return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]  # None: the default group
 
         try:
             register(clock, hook)

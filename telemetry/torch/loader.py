@@ -61,7 +61,7 @@ class TimedLoader(Generic[T]):
             yield batch
 
     def __len__(self) -> int:
-        return len(self.iterable)  # type: ignore[arg-type]
+        return len(self.iterable)  # type: ignore[arg-type]  # the loader's len(); TypeError where it has none
 
     def __getattr__(self, name: str) -> Any:
         # Only called for attributes not found normally; delegate to the wrapped iterable.

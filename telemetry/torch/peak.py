@@ -190,10 +190,10 @@ def peak_flops(device: torch.device | str | int | None = None, dtype: torch.dtyp
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
     name = torch.cuda.get_device_name(device)
-    value = peak_flops_for_name(name, dtype)
-    if value is None:
+    tabulated = peak_flops_for_name(name, dtype)
+    if tabulated is None:
         log.debug("no peak FLOP/s tabulated for %r (%s); set %s to enable MFU", name, dtype, ENV_VAR)
-    return value
+    return tabulated
 
 
 def mfu(flops_per_step: float, step_time_s: float, peak: float) -> float:
