@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torchrun_tree import end_rank
 
 import telemetry
 
@@ -59,10 +60,7 @@ def main() -> None:
             times.flush()
             if rank == 0 and step % args.every == 0:
                 args.checkpoint.write_text(str(step))
-    ok = run.close(timeout=60)
-    dist.destroy_process_group()
-    print(f'{{"event": "done", "rank": {rank}, "durable": {str(ok).lower()}}}', flush=True)
-    os._exit(0 if ok else 3)
+    end_rank(run, rank)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,11 @@ wall step_time grows by the same amount, so only the SDK's automatic collective_
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import torch
 import torch.distributed as dist
+from torchrun_tree import end_rank
 
 import telemetry
 
@@ -52,10 +52,7 @@ def main() -> None:
             if slow and args.slow_where == "after-update":
                 time.sleep(args.slow_s)  # after the step's last collective: the others wait at the next one
             run.log(step, loss=loss.detach())
-    ok = run.close(timeout=60)
-    dist.destroy_process_group()
-    print(f'{{"event": "done", "rank": {rank}, "durable": {str(ok).lower()}}}', flush=True)
-    os._exit(0 if ok else 3)
+    end_rank(run, rank)
 
 
 if __name__ == "__main__":

@@ -8,17 +8,14 @@ root apart, with goodput figures equal to what the ranks' own clocks say.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from collectors.demo.train import kill_job, torchrun_env
-from collectors.root.goodput import AttemptSteps, compute
-from collectors.sim.procs import free_port
 from helpers_tree import api_get, wait_for
+from torchrun_tree import durable_ranks, root_and_agent, run_job
+
+from collectors.root.goodput import AttemptSteps, compute
 
 pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
@@ -28,61 +25,21 @@ pytestmark = [
     pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
 ]
 
-REPO = Path(__file__).resolve().parents[1]
 JOB_SCRIPT = Path(__file__).with_name("restart_job.py")
-
-
-def _start(args: list[str]) -> tuple[subprocess.Popen, dict]:
-    proc = subprocess.Popen([sys.executable, "-m", "collectors.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO)
-    line = proc.stdout.readline()  # type: ignore[union-attr]
-    if not line:
-        proc.kill()
-        raise AssertionError(f"{args[0]} did not start: {proc.stderr.read()}")  # type: ignore[union-attr]
-    return proc, json.loads(line)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Iterator[dict]:
-    root, ready = _start(["collector", "--listen", "127.0.0.1:0", "--db", str(tmp_path / "root.db"),
-                          "--api", "127.0.0.1:0"])
-    agent = None
-    try:
-        sock = tmp_path / "agent.sock"
-        agent, _ = _start(["agent", "--socket", str(sock), "--parent", ready["address"]])
-        yield {"api": ready["api"], "agent": f"unix:{sock}", "tmp": tmp_path}
-    finally:
-        if agent is not None:
-            _stop(agent)
-        _stop(root)
+    with root_and_agent(tmp_path) as found:
+        yield found
 
 
 def _launch(tree: dict, world: int, steps: int, *args: str, restarts: int = 0, name: str = "run") -> None:
     """torchrun with the default run id (`none`), as a user who passes no --rdzv-id gets it."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--local-addr", "127.0.0.1",
-           "--max-restarts", str(restarts), str(JOB_SCRIPT), "--steps", str(steps),
-           "--checkpoint", str(tree["tmp"] / f"{name}.ckpt"), "--times", str(tree["tmp"] / "times.jsonl"), *args]
-    env = {**torchrun_env(tree["agent"]), "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=200)
-    except subprocess.TimeoutExpired:
-        kill_job(proc, "none")
-        out, err = proc.communicate(timeout=10)
-        raise AssertionError(f"job timed out\n{out}\n{err[-4000:]}") from None
-    assert proc.returncode == 0, f"job failed ({proc.returncode})\n{out}\n{err[-4000:]}"
-    assert out.count('"durable": true') == world, out
+    out = run_job(world, JOB_SCRIPT, ["--steps", str(steps), "--checkpoint", str(tree["tmp"] / f"{name}.ckpt"),
+                                      "--times", str(tree["tmp"] / "times.jsonl"), *args],
+                  tree["agent"], "none", timeout=200, launcher=("--max-restarts", str(restarts)))
+    assert durable_ranks(out) == world, out
 
 
 def _rows(tree: dict, count: int) -> list[dict]:

@@ -8,19 +8,14 @@ The same job without the slow rank must raise no straggler event.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from collectors.demo.train import kill_job, torchrun_env
-from collectors.sim.procs import free_port
 from helpers_tree import api_get, wait_for
 from helpers_tree import steps as api_steps
+from torchrun_tree import durable_ranks, root_and_agent, run_job
 
 pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
@@ -30,61 +25,20 @@ pytestmark = [
     pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
 ]
 
-REPO = Path(__file__).resolve().parents[1]
 JOB_SCRIPT = Path(__file__).with_name("straggler_job.py")
 WORLD, STEPS, SLOW_RANK, SLOW_FROM, SLOW_S = 3, 30, 1, 10, 0.3
 
 
-def _start(args: list[str]) -> tuple[subprocess.Popen, dict]:
-    proc = subprocess.Popen([sys.executable, "-m", "collectors.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO)
-    line = proc.stdout.readline()  # type: ignore[union-attr]
-    if not line:
-        proc.kill()
-        raise AssertionError(f"{args[0]} did not start: {proc.stderr.read()}")  # type: ignore[union-attr]
-    return proc, json.loads(line)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
 @pytest.fixture
 def tree(tmp_path: Path) -> Iterator[dict]:
-    root, ready = _start(["collector", "--listen", "127.0.0.1:0", "--db", str(tmp_path / "root.db"),
-                          "--api", "127.0.0.1:0"])
-    agent = None
-    try:
-        sock = tmp_path / "agent.sock"
-        agent, _ = _start(["agent", "--socket", str(sock), "--parent", ready["address"]])
-        yield {"api": ready["api"], "agent": f"unix:{sock}"}
-    finally:
-        if agent is not None:
-            _stop(agent)
-        _stop(root)
+    with root_and_agent(tmp_path) as found:
+        yield found
 
 
 def _job(tree: dict, job: str, *args: str) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(WORLD),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", job,
-           "--local-addr", "127.0.0.1", "--max-restarts", "0", str(JOB_SCRIPT), "--job", job,
-           "--steps", str(STEPS), *args]
-    env = {**torchrun_env(tree["agent"]), "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        kill_job(proc, job)
-        out, err = proc.communicate(timeout=10)
-        raise AssertionError(f"job timed out\n{out}\n{err[-4000:]}") from None
-    assert proc.returncode == 0, f"job failed ({proc.returncode})\n{out}\n{err[-4000:]}"
-    assert out.count('"durable": true') == WORLD, out
+    out = run_job(WORLD, JOB_SCRIPT, ["--job", job, "--steps", str(STEPS), *args], tree["agent"], job, timeout=240,
+                  launcher=("--rdzv-id", job, "--max-restarts", "0"))
+    assert durable_ranks(out) == WORLD, out
 
 
 def _all_steps(tree: dict, job: str, metric: str) -> dict[int, dict]:

@@ -12,19 +12,19 @@ import json
 import sqlite3
 import statistics
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers_tree import steps as api_steps
+from helpers_tree import wait_for
+from torchrun_tree import root_and_agent
 
 from collectors.common.attempts import like_prefix
 from collectors.demo.train import run as run_torchrun
 from collectors.sim.procs import free_port
-from helpers_tree import steps as api_steps
-from helpers_tree import wait_for
 
 pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
@@ -33,8 +33,6 @@ pytestmark = [
     pytest.mark.timeout(240),  # ~10-25 s each on an idle 2-core machine; generous for a loaded one
     pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
 ]
-
-REPO = Path(__file__).resolve().parents[1]
 
 STEPS = 80
 NAN_STEP = 12
@@ -45,39 +43,10 @@ PEAK = 1e13  # a made-up CPU peak, so that mfu is logged
 LINGER_S = 2.5  # > 2 heartbeats after the last step
 
 
-def _start(args: list[str]) -> tuple[subprocess.Popen, dict]:
-    proc = subprocess.Popen([sys.executable, "-m", "collectors.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO)
-    line = proc.stdout.readline()  # type: ignore[union-attr]
-    if not line:
-        proc.kill()
-        raise AssertionError(f"{args[0]} did not start: {proc.stderr.read()}")  # type: ignore[union-attr]
-    return proc, json.loads(line)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
 @pytest.fixture
 def tree(tmp_path: Path) -> Iterator[dict]:
-    db = tmp_path / "root.db"
-    root, ready = _start(["collector", "--listen", "127.0.0.1:0", "--db", str(db), "--api", "127.0.0.1:0"])
-    agent = None
-    try:
-        sock = tmp_path / "agent.sock"
-        agent, _ = _start(["agent", "--socket", str(sock), "--parent", ready["address"]])
-        yield {"db": db, "api": ready["api"], "agent": f"unix:{sock}"}
-    finally:
-        if agent is not None:
-            _stop(agent)
-        _stop(root)
+    with root_and_agent(tmp_path) as found:
+        yield found
 
 
 def _torchrun(world: int, job: str, agent: str, *extra: str, timeout: float = 150) -> subprocess.CompletedProcess:

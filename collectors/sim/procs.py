@@ -14,6 +14,18 @@ from pathlib import Path
 
 from collectors.common.lifetime import PARENT_ENV
 
+
+def stop_process(popen: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = 10.0) -> None:
+    """End a child that may still run: `sig` (SIGTERM by default), up to `grace` s for it to exit, then SIGKILL."""
+    if popen.poll() is None:
+        popen.send_signal(sig)
+        try:
+            popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(5)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -63,13 +75,8 @@ class Proc:
         return self.popen is not None and self.popen.poll() is None
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.popen is not None and self.popen.poll() is None:
-            self.popen.send_signal(sig)
-            try:
-                self.popen.wait(5)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
+        if self.popen is not None:
+            stop_process(self.popen, sig, grace=5)
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
