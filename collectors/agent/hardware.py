@@ -86,17 +86,10 @@ def offer_values(node: Node, key: Key, values: dict[int, list[float]], expected:
         sources.extend([source] * len(vals))
     raw = RawValues(np.array(flat, dtype=np.float64), np.array(sources, dtype=np.int64), first_ns, last_ns,
                     {source: [] for source in values})
-    part = Part(key, [], BitMap(values), raw=raw)
-    win = node.table.windows.get(key)
-    if win is not None and win.sources & part.sources:
-        pieces = [p for p in (part.split() or [part]) if not (p.sources & win.sources)]
-        if not pieces:
-            return "duplicate"
-        for piece in pieces:
-            node.offer(piece, expected)
-        return "partial"
-    verdict, _ = node.offer(part, expected)
-    return verdict
+    cut, offered = node.offer_split(Part(key, [], BitMap(values), raw=raw), expected)
+    if not cut:
+        return offered[0][1]
+    return "partial" if offered else "duplicate"
 
 
 @dataclass

@@ -291,12 +291,10 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         open_step = self.steps.pop(key)
         self._open_per_job[open_step.job] -= 1
         for part, expected in open_step.parts():
-            win = node.table.windows.get(part.key)
             # A rank that logs into a step after its contribution was sealed must not take the
-            # other ranks' late values down with it: offer rank by rank then.
-            pieces = (part.split() or [part]) if win is not None and win.sources & part.sources else [part]
-            for piece in pieces:
-                verdict, _ = node.offer(piece, expected, preheld=True)
+            # other ranks' late values down with it: offer rank by rank then (its own piece is refused).
+            _, offered = node.offer_split(part, expected, preheld=True, held_too=True)
+            for piece, verdict in offered:
                 if verdict != "accepted":
                     self._dropped_late(piece)
 
@@ -319,15 +317,9 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             if open_beat.due(now_ns):
                 del self.beats[key]
                 for part, expected in open_beat.parts():
-                    win = node.table.windows.get(part.key)
-                    if win is not None and win.sources & part.sources:
-                        # A beat delivered after its second was sealed: the rank's value for that
-                        # second is already counted; only ranks new to the bucket go on.
-                        pieces = [p for p in (part.split() or [part]) if not (p.sources & win.sources)]
-                    else:
-                        pieces = [part]
-                    for piece in pieces:
-                        node.offer(piece, expected)
+                    # A beat delivered after its second was sealed: the rank's value for that
+                    # second is already counted; only ranks new to the bucket go on.
+                    node.offer_split(part, expected)
 
 
 @dataclass

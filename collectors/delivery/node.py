@@ -13,17 +13,26 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from pyroaring import BitMap
 
-from collectors.delivery.forensics import CaptureQueue
-from collectors.delivery.outbox import Outbox, Unit
 from collectors.common.attempts import split
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
-from collectors.delivery.windows import (Deadlines, Durability, Origin, OutPart, Part, Refusal, Window, WindowTable,
-                                        merge_parts)
+from collectors.delivery.forensics import CaptureQueue
+from collectors.delivery.outbox import Outbox, Unit
+from collectors.delivery.windows import (
+    Deadlines,
+    Durability,
+    Origin,
+    OutPart,
+    Part,
+    Refusal,
+    Window,
+    WindowTable,
+    merge_parts,
+)
 from telemetry.v1 import forward_pb2
 
 log = logging.getLogger(__name__)
@@ -53,9 +62,9 @@ class RankView:
             bitmap.run_optimize()  # contiguous ranks travel as runs, not 2 bytes per rank
         hosts = self.hosts if hosts is None else hosts
         job, attempt = split(job)
-        return forward_pb2.RankStates(job=job, attempt=attempt, alive=self.alive.serialize(), stuck=self.stuck.serialize(),
-                                      dead=self.dead.serialize(), world_size=self.world_size,
-                                      host_ranks=list(hosts), hosts=list(hosts.values()),
+        return forward_pb2.RankStates(job=job, attempt=attempt, alive=self.alive.serialize(),
+                                      stuck=self.stuck.serialize(), dead=self.dead.serialize(),
+                                      world_size=self.world_size, host_ranks=list(hosts), hosts=list(hosts.values()),
                                       closed=self.closed.serialize())
 
     @classmethod
@@ -87,7 +96,7 @@ class Sink(Protocol):
         """Take the sealed windows (under the node's lock); may return slow work (a disk commit) that
         `Node.flush` then runs without the lock, so that intake goes on meanwhile."""
 
-    def forget(self, keys: list) -> None: ...
+    def forget(self, keys: list[Key]) -> None: ...
 
 
 class Node:
@@ -165,6 +174,24 @@ class Node:
             for origin in part.origins:
                 self.durability.release(origin)
         return verdict, overlap
+
+    def offer_split(self, part: Part, expected: int, preheld: bool = False,
+                    held_too: bool = False) -> tuple[bool, list[tuple[Part, str]]]:
+        """Offer `part`; where its window already holds some of its sources, offer it cut per source instead
+        (Part.split: an agent's raw values), so that the sources new to the window still go in and one
+        source's repeat cannot take the others' values down with it.
+
+        The pieces of sources the window already holds are left out, or with `held_too` offered as well (each
+        is then refused as a duplicate, counted, and what it preheld released; the caller reads which from the
+        verdicts). Returns whether the part was cut, and each (piece, verdict) offered. The caller holds the
+        lock. Used by the agent for its steps, its heartbeat buckets and its hardware windows."""
+        win = self.table.windows.get(part.key)
+        if win is None or not (win.sources & part.sources):
+            return False, [(part, self.offer(part, expected, preheld)[0])]
+        pieces = part.split() or [part]
+        if not held_too:
+            pieces = [p for p in pieces if not (p.sources & win.sources)]
+        return True, [(piece, self.offer(piece, expected, preheld)[0]) for piece in pieces]
 
     def attach_duplicate(self, win: Window, origins: list[Origin]) -> None:
         """A duplicate is durable once everything the window holds now is: wait on what is still open."""
@@ -345,14 +372,14 @@ class Upstream:
         if parts or self.captures or now - self._last_sent >= self.liveness_every_s:
             self._send(node, parts, now)
 
-    def forget(self, keys: list) -> None:
+    def forget(self, keys: list[Key]) -> None:
         """Nothing to do: units are retained by the outbox until durable."""
 
     def _on_drop(self, unit: Unit) -> None:
         """The outbox overflowed and let this unit go: count its windows, and stop holding what it held."""
         node = self.node
         with node.lock:
-            outs = [out for out in unit.payload if out is not None]  # type: ignore[attr-defined]
+            outs = [out for out in _outs(unit) if out is not None]
             node.counters["dropped_windows"] += len(outs)
             for out in outs:
                 win = node.table.windows.get(out.key)
@@ -406,7 +433,7 @@ class Upstream:
     def _on_ack(self, unit: Unit, ack: forward_pb2.Ack) -> None:
         node = self.node
         with node.lock:
-            outs: list[OutPart | None] = unit.payload  # type: ignore[assignment]
+            outs = _outs(unit)
             for rejection in ack.rejections:
                 if rejection.overlapping_sources:
                     self._rejected(node, unit, outs, rejection)
@@ -475,3 +502,8 @@ class Upstream:
             self._refusal_log.warn("the parent refused %d window(s) of unit %d, e.g. %s: %s", len(refused),
                                    unit.seq, refused[0].key, rejection.reason)
             node.release_all(refused, refused=rejection.reason)
+
+
+def _outs(unit: Unit) -> list[OutPart | None]:
+    """What Upstream.ship gave the outbox as a unit's payload: its OutParts, in the message's order."""
+    return cast("list[OutPart | None]", unit.payload)
