@@ -103,7 +103,7 @@ EXIT_STOP_OVERRAN = 70  # EX_SOFTWARE: a clean stop took longer than STOP_DEADLI
 def _serve(signals: StopSignals, make: Callable[[], Any], describe: Callable[[Any], dict[str, Any]]) -> None:
     """Build and start the server, announce readiness (a JSON line on stdout, and READY=1 to systemd), ping
     the watchdog while flushes succeed, and stop cleanly on SIGTERM/SIGINT within STOP_DEADLINE_S."""
-    from collectors.agent.sdnotify import Notifier, WatchdogPinger
+    from collectors.common.sdnotify import Notifier, WatchdogPinger
     notifier = Notifier()
     server = make()
     if signals.received is None:

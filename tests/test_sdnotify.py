@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.agent import sdnotify
-from collectors.agent.sdnotify import Notifier, WatchdogPinger, watchdog_interval_s
+from collectors.common import sdnotify
+from collectors.common.sdnotify import Notifier, WatchdogPinger, watchdog_interval_s
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -82,7 +82,7 @@ def test_module_functions_use_the_environment(path_socket, monkeypatch: pytest.M
 
 def test_send_failure_is_logged_once_and_never_raises(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     n = Notifier({"NOTIFY_SOCKET": str(tmp_path / "nobody-listens")})
-    with caplog.at_level(logging.WARNING, logger="collectors.agent.sdnotify"):
+    with caplog.at_level(logging.WARNING, logger="collectors.common.sdnotify"):
         assert n.ready() is False
         assert n.watchdog() is False
     assert len(caplog.records) == 1
@@ -142,7 +142,7 @@ def test_a_separate_process_answers_the_protocol(tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
         import time
-        from collectors.agent.sdnotify import Notifier, WatchdogPinger
+        from collectors.common.sdnotify import Notifier, WatchdogPinger
         n = Notifier()
         n.ready("up")
         p = WatchdogPinger(n)
@@ -175,3 +175,11 @@ def test_a_separate_process_answers_the_protocol(tmp_path: Path) -> None:
     assert 3 <= len(pings) <= 8, got  # 0.5 s at one ping per 0.1 s
     assert all(pid == proc.pid for _, pid in got), "every datagram must come from the main pid (NotifyAccess=main)"
     assert got[-1][0] == "STOPPING=1"
+
+
+def test_old_import_path_is_the_same_module() -> None:
+    """collectors.agent.sdnotify (its home before the collector used it too) still imports, as this module."""
+    from collectors.agent import sdnotify as old
+    from collectors.agent.sdnotify import Notifier as OldNotifier
+
+    assert old is sdnotify and OldNotifier is Notifier
