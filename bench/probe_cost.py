@@ -3,7 +3,7 @@
     python bench/probe_cost.py [--json bench/results/probe_cost.json] [--samples 2000]
 
 GPU: ``GpuProbe.sample()`` over 8 GPUs' worth of fields, answered by the NVML
-TEST DOUBLE (collectors/probes/nvml_double.py), not a GPU. The figure is the
+TEST DOUBLE (tests/nvml_double.py), not a GPU. The figure is the
 probe's own Python work (calls, decoding, deltas, Reading objects); the time a
 real NVML call spends in the driver (ioctls, 10s to 100s of microseconds each)
 is NOT included and has not been measured here. Separately: the idle cost of
@@ -31,11 +31,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "tests")]  # the NVML test double lives with the tests
 
 from collectors.probes import NicProbe, open_gpu_probe  # noqa: E402
 from collectors.probes.nic import IB_COUNTERS, NET_STAT_COUNTERS  # noqa: E402
-from collectors.probes.nvml_double import FakeNvml  # noqa: E402
+from nvml_double import FakeNvml  # noqa: E402
 
 TARGET_PERCENT = 1.0
 
@@ -98,7 +98,7 @@ def bench_gpu(samples: int, gpus: int = 8) -> dict:
         probe.close()
     return {
         "what": "GpuProbe.sample() over 8 GPUs, every field, at 1 Hz",
-        "source": "NVML TEST DOUBLE (collectors/probes/nvml_double.py): NVML's own call latency on a real GPU is NOT included",
+        "source": "NVML TEST DOUBLE (tests/nvml_double.py): NVML's own call latency on a real GPU is NOT included",
         "gpus": gpus,
         "nvlinks_per_gpu": nv.gpus[0].nvlinks,
         "nvml_calls_per_sample": nvml_calls,

@@ -1,6 +1,6 @@
 """The agent's hardware sampler (issue 7 items 1, 2, 4 in the running agent): probe readings reach the root.
 
-No GPU here: NVML is the labelled TEST DOUBLE (collectors/probes/nvml_double.py), passed in through
+No GPU here: NVML is the labelled TEST DOUBLE (tests/nvml_double.py), passed in through
 AgentConfig.nvml -> open_gpu_probe(nvml=...); sysfs is a tree generated under tmp_path. What is checked
 is the wiring (which window, which source, deltas, XIDs, the no-GPU path), not what a real driver says.
 """
@@ -29,8 +29,8 @@ from collectors.delivery.node import Node
 from collectors.delivery.windows import Deadlines
 from collectors.probes import NicProbe, open_gpu_probe
 from collectors.probes.nic import IB_COUNTERS, NET_STAT_COUNTERS
-from collectors.probes.nvml_double import FakeNvml
 from helpers_tree import make_agent, make_root, steps, stop_all, wait_for
+from nvml_double import FakeNvml
 from telemetry import Summary
 
 JOB = "hw"

@@ -1,6 +1,6 @@
 """GPU probe tests.
 
-THESE TESTS USE A TEST DOUBLE OF NVML (collectors/probes/nvml_double.py), NOT A
+THESE TESTS USE A TEST DOUBLE OF NVML (tests/nvml_double.py), NOT A
 GPU. The double answers pynvml's calls with pynvml's own names, signatures,
 ctypes structures and exception classes, from values the test sets. What is
 tested is only the probe's *parsing* of those answers (units, decoding, deltas,
@@ -41,7 +41,7 @@ from collectors.probes.gpu import (
     REASON_SW_THERMAL,
     REASON_SYNC_BOOST,
 )
-from collectors.probes.nvml_double import FakeNvml
+from nvml_double import FakeNvml
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -291,7 +291,8 @@ def test_event_buffer_is_bounded_and_counts_drops(log: logging.Logger) -> None:
         probe.close()
 
 
-def test_lost_gpu_emits_one_event_and_stops_only_that_gpu(log: logging.Logger, caplog: pytest.LogCaptureFixture) -> None:
+def test_lost_gpu_emits_one_event_and_stops_only_that_gpu(log: logging.Logger,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
     nv = FakeNvml(2)
     probe = open_double(nv, log)
     try:

@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from telemetry.sdk.env import default_socket
-from collectors.agent.peercred import PeerCheck, PeerRelay, default_uids
-from collectors.agent.hardware import DEFAULT_NIC_EXCLUDE, DEFAULT_PROBE_INTERVAL_S, HardwareSampler, offer_exits
-from collectors.agent.ranks import DEFAULT_STUCK_AFTER_S, RankRegistry
 from collectors.agent.captures import DEFAULT_ANSWER_TIMEOUT_S, Captures
+from collectors.agent.hardware import DEFAULT_NIC_EXCLUDE, DEFAULT_PROBE_INTERVAL_S, HardwareSampler, offer_exits
+from collectors.agent.peercred import PeerCheck, PeerRelay, default_uids
+from collectors.agent.ranks import DEFAULT_STUCK_AFTER_S, RankRegistry
 from collectors.agent.service import AgentService
 from collectors.common.aioserve import AioServer, StreamSlots
 from collectors.common.fingerprints import FingerprintTable
@@ -27,6 +26,7 @@ from collectors.delivery.lifecycle import DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVER
 from collectors.delivery.node import Node, Upstream
 from collectors.delivery.outbox import Outbox
 from collectors.delivery.windows import Deadlines
+from telemetry.sdk.env import default_socket
 from telemetry.v1 import ingest_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class AgentConfig:
     nic_exclude: tuple[str, ...] = DEFAULT_NIC_EXCLUDE
     nvlink_every: int = 1
     xid_wait_ms: int = 500
-    nvml: Any = None  # replaces the pynvml module (tests: collectors.probes.nvml_double.FakeNvml)
+    nvml: Any = None  # replaces the pynvml module (tests: tests/nvml_double.py FakeNvml)
     host_id: str = ""  # the host's pseudo-job is _host:<host_id> [default: the hostname, as the ranks report it]
     reap_rank_children: bool = False  # waitpid() ranks that are this process's children (see RankRegistry)
     capture_timeout_s: float = DEFAULT_ANSWER_TIMEOUT_S  # a rank's time to answer a capture before py-spy/proc

@@ -6,6 +6,8 @@ returns one) and exception classes (the real ``pynvml.NVMLError_*``), from
 values a test or benchmark sets. It exists so the probe's *parsing* of NVML's
 answers can be checked, and its CPU cost measured, on machines without a GPU.
 It says nothing about what a real driver returns, or how long NVML takes.
+It lives with the tests (it was collectors/probes/nvml_double.py, shipped in the
+package): the tests and bench/probe_cost.py use it; nothing the package runs does.
 
     nv = FakeNvml(gpus=8)
     nv.gpus[3].fail["nvmlDeviceGetTotalEccErrors"] = nv.NVML_ERROR_NOT_SUPPORTED
