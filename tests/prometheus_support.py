@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from collectors.sim.procs import stop_process
+
 APT_LINE = ("apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
             "prometheus")
 
@@ -126,10 +128,5 @@ def running_prometheus(workdir: Path, port: int, targets: list[str], scrape_inte
             time.sleep(0.2)
         yield prom
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
         log.close()
