@@ -89,7 +89,10 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(tmp_path):
     config = SimConfig(injections=[parse_injection(t) for t in injections], inject_texts=list(injections),
                        workdir=tmp_path / "sim", ranks=16, steps=23, step_interval=0.3, seed=31, job=JOB,
                        root_api_port=api_port, hang_observe_s=9.0, agent_deadline_floor=1.0,
-                       collector_deadline_floor=1.0, root_deadline_floor=1.5)
+                       collector_deadline_floor=1.0, root_deadline_floor=1.5,
+                       # a short run's straggler persistence (production: 14 late of the last 16 steps, more
+                       # than this run has after step 10), as the demo's simulator and tests/test_detectors.py
+                       detectors=json.dumps({"straggler": {"persist_k": 7, "persist_n": 8}}))
     sim = HardwareSimulation(config, hot_rank=5, hot_after=5.0)
     with running_prometheus(tmp_path / "prometheus", prom_port, [f"127.0.0.1:{api_port}"]) as prom:
         sampler = threading.Thread(target=sim.sample_metrics, daemon=True)
