@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +49,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import telemetry  # noqa: E402
-from collectors.demo.train import run as run_torchrun  # noqa: E402
 from arrival_cost import measure as measure_readers  # noqa: E402  (bench/arrival_cost.py)
 from arrival_cost import report_lines as reader_lines  # noqa: E402
+from collectors.demo.train import run as run_torchrun  # noqa: E402
+from collectors.sim.procs import stop_process  # noqa: E402
 from machine import cpu_model, git_head, memory_bytes  # noqa: E402  (bench/machine.py)
 
 EXAMPLE = REPO / "examples" / "train_ddp.py"
@@ -61,7 +62,8 @@ TARGETS = {"log_1_float_us": 2.0, "log_10_values_us": 10.0, "sdk_step_overhead_p
 CONFIGS = {"none": ["--no-telemetry"], "sdk": [], "allgather": ["--no-telemetry", "--allgather-metrics"]}
 CONFIG_LABELS = {"none": "no telemetry", "sdk": "SDK", "allgather": "all_gather"}
 LOG_CASES = ("1 float", "10 floats", "10 CPU tensors", "floor: empty function, 10 kwargs")
-QUICK = {"calls": 300, "repeats": 3, "steps": 12, "warmup": 4, "rounds": 1, "reader_rounds": 2, "reader_steps": 10, "reader_ring": 200}
+QUICK = {"calls": 300, "repeats": 3, "steps": 12, "warmup": 4, "rounds": 1, "reader_rounds": 2, "reader_steps": 10,
+         "reader_ring": 200}
 MEASURES = {"wall": "per_step_s", "thread_cpu": "thread_cpu_per_step_s", "process_cpu": "process_cpu_per_step_s"}
 MEASURE_LABELS = {"wall": "wall time", "thread_cpu": "training-thread CPU", "process_cpu": "process CPU"}
 
@@ -121,16 +123,6 @@ def cpu_seconds(pids: list[int]) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         total += (int(fields[11]) + int(fields[12])) / tick
     return total
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 # ---------------------------------------------------------------- statistics
@@ -375,7 +367,7 @@ def machine_facts() -> dict[str, Any]:
             "cpu_model": cpu_model(), "cpus": os.cpu_count(),
             "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "memory_gib": round(memory / 2**30, 1) if memory else None, "git_head": git_head(),
-            "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            "started_utc": datetime.now(UTC).isoformat(timespec="seconds")}
 
 
 def wait_for_quiet(threshold: float, max_wait_s: float, poll_s: float, progress: Progress) -> list[dict]:
@@ -384,7 +376,7 @@ def wait_for_quiet(threshold: float, max_wait_s: float, poll_s: float, progress:
     deadline = time.monotonic() + max_wait_s
     while True:
         load = os.getloadavg()[0]
-        polls.append({"utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "load_1m": load})
+        polls.append({"utc": datetime.now(UTC).isoformat(timespec="seconds"), "load_1m": load})
         if load < threshold:
             progress.note(f"load average {load:.2f} < {threshold}: starting")
             return polls
@@ -398,7 +390,8 @@ def wait_for_quiet(threshold: float, max_wait_s: float, poll_s: float, progress:
 # ---------------------------------------------------------------- report
 
 
-def report(log_results: dict, step_results: dict | None, load_before: tuple, load_after: tuple) -> tuple[list[str], dict]:
+def report(log_results: dict, step_results: dict | None, load_before: tuple, load_after: tuple) -> tuple[list[str],
+                                                                                                         dict]:
     lines = ["", "run.log() on the training thread (µs per call; median over timings, [min..max])", "",
              f"{'call':34s} {'wall':>22s} {'caller CPU':>20s} {'other threads CPU':>20s} {'target':>9s}  wall vs target"]
     verdicts: dict[str, Any] = {}
@@ -581,8 +574,8 @@ def main(argv: list[str] | None = None) -> int:
                                                      args.reader_work_ms, progress.note, args.reader_ring)
             finally:
                 if agent_proc is not None:
-                    stop(agent_proc)
-                stop(root)
+                    stop_process(agent_proc)
+                stop_process(root)
         load_after = os.getloadavg()
 
     lines, summary = report(log_results, step_results, load_before, load_after)
@@ -594,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["readers_step_overhead_percent"] = o["median"]
     print("\n".join(lines), flush=True)
     machine.update({"load_avg_before": list(load_before), "load_avg_after": list(load_after),
-                    "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
                     "load_wait": {"threshold": args.wait_load, "polls": polls} if polls is not None else None})
     out = {"benchmark": "sdk_overhead", "command": " ".join([Path(sys.executable).name, *sys.argv]),
            "quick": args.quick,
