@@ -159,14 +159,17 @@ class Forensics:
         for capture in captures:
             self._put(("capture", capture, self.clock()))
 
-    def ask(self, job: str, ranks: Iterable[int], reason: str = "on demand") -> str:
+    def ask(self, job: str, ranks: Iterable[int], reason: str = "on demand", wait_s: float = 5.0) -> str:
         """An on-demand capture of `ranks` of `job` (its scoped name, collectors/common/attempts.py); returns
-        the request id."""
+        the request id once the request is recorded (so that reading it at once finds it) and sent down."""
         request_id = "od-" + secrets.token_hex(6)
         ranks = sorted({int(r) for r in ranks})
         if not ranks or len(ranks) > self.max_ranks:
             raise ValueError(f"name 1 to {self.max_ranks} ranks, got {len(ranks)}")
-        self._put(("ask", job, request_id, ranks, reason, None, None))
+        recorded = threading.Event()
+        self._put(("ask", job, request_id, ranks, reason, None, None, recorded))
+        if not recorded.wait(wait_s):
+            raise TimeoutError(f"the root's forensics worker did not take the request within {wait_s:g} s")
         return request_id
 
     def _put(self, item: tuple) -> None:
@@ -200,7 +203,7 @@ class Forensics:
             self._ask(job, request_id, new, kind, event_id, asked)
 
     def _ask(self, job: str, request_id: str, ranks: list[int], reason: str, event_id: int | None,
-             before: BitMap | None) -> None:
+             before: BitMap | None, recorded: threading.Event | None = None) -> None:
         name, attempt = split(job)
         asked = BitMap(before or ()) | BitMap(ranks)
         self._asked[request_id] = asked
@@ -212,6 +215,8 @@ class Forensics:
         meta["ranks"] = list(asked)
         meta["asks"].append({"ranks": ranks, "at": self.clock()})
         self.store.open_request(name, request_id, meta)
+        if recorded is not None:
+            recorded.set()
         request = forensics_pb2.CaptureRequest(request_id=request_id, job=name, attempt=attempt,
                                                ranks=BitMap(ranks).serialize(), reason=reason,
                                                max_bytes=self.max_bytes)
@@ -232,7 +237,8 @@ class Forensics:
             return
         asked_at = next((a["at"] for a in meta.get("asks", ()) if capture.rank in a["ranks"]), meta["asked_at"])
         fr = _parse_json(capture.flight_recorder)
-        record = {"request_id": capture.request_id, "job": job, "attempt": capture.attempt, "rank": capture.rank, "host": capture.host,
+        record = {"request_id": capture.request_id, "job": job, "attempt": capture.attempt, "rank": capture.rank,
+                  "host": capture.host,
                   "captured_at": capture.captured_at_ns / 1e9, "stored_at": received,
                   "seconds_to_store": round(received - asked_at, 3), "source": capture.source,
                   "reason": capture.reason, "error": capture.error, "stacks": capture.stacks,

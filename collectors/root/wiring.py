@@ -119,6 +119,8 @@ class Wiring:
             request_id = self.forensics.ask(scoped(job, wanted), body["ranks"])
         except ValueError as exc:
             raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+        except TimeoutError as exc:
+            raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(exc)) from None
         return {"job": job, "attempt": wanted, "request_id": request_id, "ranks": sorted(set(body["ranks"])),
                 "url": f"/api/v1/jobs/{job}/forensics/{request_id}"}
 
@@ -155,7 +157,8 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
     finaliser = server.finaliser
     metrics = RootMetrics(events, liveness=server.liveness, counters=counters,
                           detector_errors=lambda: detectors.errors, jobs=registered,
-                          store=lambda: {"writable": int(finaliser.writable), "write_failures": finaliser.write_failures,
+                          store=lambda: {"writable": int(finaliser.writable),
+                                         "write_failures": finaliser.write_failures,
                                          "files_lost": finaliser.files_lost})
     wiring = Wiring(detectors, events, metrics, hosts=hosts)
     wiring.routes = {"/metrics": metrics.render, "/api/v1/events": wiring.all_events}
