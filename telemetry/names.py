@@ -19,6 +19,14 @@ MAX_STEP = 2**53
 PROGRESS_METRIC = "progress.current_step"
 STEPS_COMPLETED_METRIC = "progress.steps_completed"
 
+#: The per-step metric the SDK logs under torch.distributed (telemetry.torch.collective.ArrivalClock): each
+#: rank's seconds from its previous synchronisation to its last collective of the step.
+ARRIVAL_METRIC = "collective_arrival"
+
+#: Characters of a collective fingerprint's readable `what` (CollectiveFingerprint.what): the SDK cuts it
+#: to this, every tier refuses a longer one.
+MAX_WHAT = 200
+
 #: Jobs named with this prefix hold a host's own hardware windows (collectors/agent/hardware.py:
 #: NICs, IB ports, GPUs no rank uses); no rank may register one.
 HOST_JOB_PREFIX = "_host:"

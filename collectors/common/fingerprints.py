@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 from pyroaring import BitMap
 
 from collectors.common.validation import MAX_INDEX, check_job
+from telemetry.names import MAX_WHAT
 from telemetry.v1 import forensics_pb2
 
 __all__ = ["FingerprintTable", "MAX_RANK", "MAX_WHAT", "minority", "ranks_of"]
 
-MAX_WHAT = 200       # characters of a fingerprint's `what` (CollectiveFingerprint.what)
 MAX_RANK = 1 << 24   # ranks are below this
 MAX_HASH = 1 << 64
 

@@ -19,14 +19,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from collectors.common.attempts import split
 from collectors.delivery.node import COUNTER_FIELDS
 from collectors.detectors.events import KINDS as EVENT_KINDS
 from collectors.root.store import Row
-from telemetry.names import HOST_JOB_PREFIX, PROGRESS_METRIC
+from telemetry.names import ARRIVAL_METRIC, HOST_JOB_PREFIX, PROGRESS_METRIC
 from telemetry.summary import Summary
 
 STATS = ("p50", "p90", "p99", "max", "min", "mean")
@@ -35,7 +35,7 @@ TOP_POSITIONS = 5
 # Who the others wait for: collective_arrival (each rank's own work between two synchronisations, logged by the SDK
 # under torch.distributed) when a job logs it, else step_time (under synchronous collectives every rank's step_time
 # is the slowest rank's, so it names nobody).
-WAIT_SIGNALS = ("collective_arrival", "step_time")
+WAIT_SIGNALS = (ARRIVAL_METRIC, "step_time")
 # step metric -> (family name, help); others are exported as telemetry_metric{job,metric,stat}
 STEP_METRICS = {
     "step_time": ("telemetry_step_time_seconds", "Step time across ranks, latest finalised step"),
@@ -112,7 +112,7 @@ class _Job:
 class RootMetrics:
     """Feed it finalised rows (`observe`), scrape it (`render`). Thread-safe."""
 
-    def __init__(self, events=None, liveness: Callable[[str], dict] | None = None,  # type: ignore[no-untyped-def]
+    def __init__(self, events=None, liveness: Callable[[str], dict] | None = None,
                  counters: Callable[[], dict[str, int]] | None = None,
                  detector_errors: Callable[[], int] | None = None,
                  store: Callable[[], dict[str, int]] | None = None,
@@ -226,7 +226,7 @@ class RootMetrics:
             return families[key]  # type: ignore[return-value]
 
         # declared up front so the families exist (with HELP/TYPE) even before any job
-        for metric, (name, doc) in STEP_METRICS.items():
+        for name, doc in STEP_METRICS.values():
             gauge(name, doc + " (stat: p50, p90, p99, max, min, mean).", [*JA, "stat"])
         gauge("telemetry_step_time_slowest_rank", "Rank the others wait for in the latest finalised step: the "
               "largest collective_arrival when the job logs it (synchronous jobs), else the largest step time.",

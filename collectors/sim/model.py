@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass, field
 
 from collectors.sim.sync import StepMax, compute_s, rank_rng
+from telemetry.names import ARRIVAL_METRIC as ARRIVAL  # what the SDK logs under torch.distributed
 
 METRICS = ("step_time", "loss", "grad_norm", "mfu", "dataloader_wait")
-ARRIVAL = "collective_arrival"  # what the SDK logs under torch.distributed: the rank's compute before the sync
 OVERHEAD_S = 0.002  # a rank's own work after the step's last collective (median; log-normal, sigma 0.3)
 
 
@@ -140,7 +140,8 @@ class RankModel:
         return slow
 
     def stops_at(self) -> tuple[int, str] | None:
-        """(step, how) this rank stops at: 'hang' (alive, never enters), 'dead' (exits), 'blocked' (enters, never ends)."""
+        """(step, how) this rank stops at: 'hang' (alive, never enters), 'dead' (exits), 'blocked' (enters,
+        never ends)."""
         for inj in self.injections:
             if inj.kind in ("hang", "dead"):
                 if inj["rank"] == self.rank:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from telemetry.names import ARRIVAL_METRIC as ARRIVAL
 from telemetry.names import MAX_STEP, is_metric_name
 from telemetry.sdk.attempt import check_attempt, default_attempt
 from telemetry.sdk.capture import Responder
@@ -34,7 +35,6 @@ from telemetry.v1 import ingest_pb2
 log = logging.getLogger("telemetry.sdk")
 
 DEFAULT_BUFFER_RECORDS = 100_000
-ARRIVAL = "collective_arrival"  # = telemetry.torch.collective.ARRIVAL (the SDK does not import torch)
 COLLECTIVES_ENV = "TELEMETRY_COLLECTIVES"  # "0" turns the flight-recorder readers off
 _VALUES, _CLOSE, _STAGED = 0, 1, 2
 _Record = tuple[int, int, Any]  # (kind, step, payload): values, a step's end time, or tensors still staged

@@ -46,13 +46,14 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from telemetry.names import ARRIVAL_METRIC as ARRIVAL  # per-step metric, see ArrivalClock
+
 __all__ = ["ARRIVAL", "ArrivalClock", "CollectiveProgress", "ENQUEUED", "COMPLETED"]
 
 log = logging.getLogger(__name__)
 
 ENQUEUED = "collective.last_enqueued"
 COMPLETED = "collective.last_completed"
-ARRIVAL = "collective_arrival"  # per-step metric, see ArrivalClock
 
 _GENERIC_DUMP = "_dump_fr_trace_json"
 _NCCL_DUMP = "_dump_nccl_trace_json"

@@ -43,13 +43,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from telemetry.names import MAX_WHAT
 from telemetry.torch.collective import CollectiveProgress
 
 __all__ = ["Fingerprinter", "MAX_WHAT", "default_group_dump", "fingerprint", "sample_seqs"]
 
 log = logging.getLogger(__name__)
-
-MAX_WHAT = 200  # characters of a fingerprint's readable `what` (CollectiveFingerprint.what)
 
 # The JSON dump CollectiveProgress resolved -> the pickle dump of the same recorder.
 _PICKLE_DUMPS = {"_dump_fr_trace_json": "_dump_fr_trace", "_dump_nccl_trace_json": "_dump_nccl_trace"}
