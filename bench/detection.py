@@ -31,18 +31,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +45,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.detection_jobs.logs import done_lines  # noqa: E402
-from machine import cpu_model, git_head, memory_bytes  # noqa: E402  (bench/machine.py)
-
 from bench.detection_jobs.score import aggregate, score_run, table  # noqa: E402
 from collectors.demo.train import kill_job  # noqa: E402
 from collectors.sim.procs import Proc, free_port  # noqa: E402
+from harness import apply_quick, parser, run_in_workdir, write_result  # noqa: E402  (bench/harness.py)
+from machine import machine_facts  # noqa: E402  (bench/machine.py)
 
 TRAIN = REPO / "bench" / "detection_jobs" / "train.py"
 FAULTS = ("slow_rank", "loader_stuck", "nan", "bad_batch", "slow_loader")
@@ -226,24 +221,6 @@ def run_one(plan: Plan, args: argparse.Namespace, api: str, agent: str, workdir:
 # ---------------------------------------------------------------- the whole bench
 
 
-def git_dirty() -> list[str]:
-    """Tracked files with uncommitted changes: the detectors measured may not be git HEAD's."""
-    try:
-        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
-                             text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line[3:] for line in out.splitlines() if line.strip()]
-
-
-def machine_facts() -> dict[str, Any]:
-    memory = memory_bytes()
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpu_model": cpu_model(),
-            "cpus": os.cpu_count(), "memory_gib": round(memory / 2**30, 1) if memory else None,
-            "git_head": git_head(), "git_dirty_files": git_dirty(),
-            "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-
-
 def run(args: argparse.Namespace, workdir: Path, progress: Progress) -> dict[str, Any]:
     """Every planned run, scored as it ends; `result` is filled as it goes so a failure keeps what was measured."""
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
@@ -286,18 +263,8 @@ def describe(scored: dict[str, Any]) -> str:
     return "; ".join(found + [f"false alarms: {', '.join(alarms) or 'none'}"])
 
 
-def interrupt(*_: object) -> None:
-    """SIGTERM acts as Ctrl-C: the job and services are stopped and what was measured is written."""
-    raise KeyboardInterrupt
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                allow_abbrev=False)
-    p.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="directory for detection.json")
-    p.add_argument("--quick", action="store_true",
-                   help="development preset: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
-                        + " (explicit options still win)")
+    p = parser(__doc__, "detection", QUICK)
     p.add_argument("--models", default="mlp,lm", help="comma-separated: mlp, lm (default both)")
     p.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, of {', '.join(FAULTS)} (default all)")
     p.add_argument("--clean-seeds", type=int, default=4, help="clean runs per model (default 4)")
@@ -314,13 +281,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--poll-s", type=float, default=0.2, help="seconds between polls of the events API (default 0.2)")
     p.add_argument("--run-timeout", type=float, default=300.0, help="seconds one job may take (+ --stall-s)")
     p.add_argument("--detectors", default=None, help="the root's --detectors (file or inline JSON; default: defaults)")
-    p.add_argument("--workdir", type=Path, help="keep logs, the agent's socket and the root's DB here (else a temp dir)")
-    explicit = {a.split("=", 1)[0][2:].replace("-", "_") for a in argv if a.startswith("--")}
+    p.add_argument("--workdir", type=Path,
+                   help="keep logs, the agent's socket and the root's DB here (else a temp dir)")
     args = p.parse_args(argv)
-    if args.quick:
-        for key, value in QUICK.items():
-            if key not in explicit:
-                setattr(args, key, value)
+    apply_quick(args, argv, QUICK)
     for model in args.models.split(","):
         if model not in ("mlp", "lm"):
             p.error(f"unknown model {model!r}")
@@ -337,28 +301,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGTERM, interrupt)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     progress = Progress()
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="telemetry-detection-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    try:
-        result = run(args, workdir, progress)
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
-    result["run_time_s"] = round(time.monotonic() - started, 1)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "detection.json"
-    path.write_text(json.dumps(result, indent=1))
-    print(table(result["aggregate"]))
-    if not result["complete"]:
-        print(f"detection bench failed: {result.get('error')}", file=sys.stderr)
-        print(f"wrote {path} (incomplete)", file=sys.stderr)
-        return 1
-    print(f"wrote {path}")
-    return 0
+    result = run_in_workdir("detection", args.workdir, lambda workdir: run(args, workdir, progress))
+    print(table(result["aggregate"]))  # also when incomplete: the runs that were scored
+    return write_result(args.out, "detection", result, "detection bench")
 
 
 if __name__ == "__main__":

@@ -43,27 +43,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import queue
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from machine import cpu_model, git_head, memory_bytes  # noqa: E402  (bench/machine.py)
+from harness import apply_quick, parser, run_in_workdir, write_result  # noqa: E402  (bench/harness.py)
+from machine import machine_facts  # noqa: E402  (bench/machine.py)
 
 SERVICES = ("root", "rack", "agent")
 PARENT_ENV = "TELEMETRY_DIE_WITH_PARENT"  # the services arm PDEATHSIG for this pid (collectors.common.lifetime)
@@ -139,15 +136,16 @@ class Service:
             self.popen = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
                                           env=env, cwd=REPO)
         lines: queue.Queue[bytes] = queue.Queue()
-        threading.Thread(target=lambda: lines.put(self.popen.stdout.readline()), daemon=True).start()  # type: ignore[union-attr]
+        threading.Thread(target=lambda: lines.put(self.popen.stdout.readline()),
+                         daemon=True).start()  # type: ignore[union-attr]
         try:
             self.ready = json.loads(lines.get(timeout=timeout))
         except queue.Empty:
             self.stop()
-            raise BenchError(f"{self.name} did not print its ready line within {timeout:.0f} s: {self.log_tail()}")
+            raise BenchError(f"{self.name} did not print its ready line within {timeout:.0f} s: {self.log_tail()}") from None
         except ValueError:  # EOF (it exited) or not a JSON line
             self.stop()
-            raise BenchError(f"{self.name} did not start (status {self.popen.poll()}): {self.log_tail()}")
+            raise BenchError(f"{self.name} did not start (status {self.popen.poll()}): {self.log_tail()}") from None
         return self
 
     @property
@@ -525,7 +523,8 @@ def steady_figures(phase: dict[str, Any]) -> dict[str, Any]:
     for a, b in zip(samples, samples[1:]):
         steps = b["steps"] - a["steps"]
         intervals.append({"steps": steps, "seconds": round(b["t"] - a["t"], 3),
-                          "cpu_s": {n: round(b["services"][n]["cpu_s"] - a["services"][n]["cpu_s"], 3) for n in SERVICES}})
+                          "cpu_s": {n: round(b["services"][n]["cpu_s"] - a["services"][n]["cpu_s"],
+                                             3) for n in SERVICES}})
     third = max(1, len(intervals) // 3)
 
     def cpu_ms_per_step(part: list[dict], name: str) -> float | None:
@@ -775,31 +774,8 @@ def driver_steady(argv: list[str]) -> int:
 # ---------------------------------------------------------------- main
 
 
-def git_dirty() -> list[str]:
-    """Tracked files with uncommitted changes: the services measured may not be git HEAD's."""
-    try:
-        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
-                             text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line[3:] for line in out.splitlines() if line.strip()]
-
-
-def machine_facts() -> dict[str, Any]:
-    memory = memory_bytes()
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpu_model": cpu_model(),
-            "cpus": os.cpu_count(), "memory_gib": round(memory / 2**30, 1) if memory else None,
-            "git_head": git_head(), "git_dirty_files": git_dirty(),
-            "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                allow_abbrev=False)
-    p.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="directory for soak.json")
-    p.add_argument("--quick", action="store_true",
-                   help="development preset: " + ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in QUICK.items())
-                        + " (explicit options still win)")
+    p = parser(__doc__, "soak", QUICK)
     p.add_argument("--jobs", type=int, default=1000, help="short jobs in phase 1 (default 1000)")
     p.add_argument("--job-ranks", type=int, default=2, help="ranks per short job, threads of one driver (default 2)")
     p.add_argument("--job-steps", type=int, default=5, help="steps per short job (default 5)")
@@ -826,13 +802,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--start-timeout", type=float, default=120.0,
                    help="seconds a service or a driver may take to say it is ready (default 120)")
     p.add_argument("--http-timeout", type=float, default=30.0, help="timeout of a /metrics or API request (default 30)")
-    p.add_argument("--workdir", type=Path, help="keep logs, the agent's socket and the root's DB here (else a temp dir, removed)")
+    p.add_argument("--workdir", type=Path,
+                   help="keep logs, the agent's socket and the root's DB here (else a temp dir, removed)")
     args = p.parse_args(argv)
-    if args.quick:
-        given = {a.split("=", 1)[0] for a in argv}
-        for key, value in QUICK.items():
-            if f"--{key.replace('_', '-')}" not in given:
-                setattr(args, key, value)
+    apply_quick(args, argv, QUICK)
     if args.jobs < 2:
         p.error("--jobs must be at least 2 (a baseline job and a last one)")
     for name in ("job_ranks", "job_steps", "sample_every", "steady_ranks", "ranks_per_process"):
@@ -874,12 +847,6 @@ def run(args: argparse.Namespace, workdir: Path, progress: Progress) -> dict[str
     return result
 
 
-def interrupt(*_: object) -> None:
-    """SIGTERM acts as Ctrl-C (a shell's background job ignores SIGINT): the drivers and services are
-    stopped, what was measured is written, the work directory removed."""
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_jobs"]:
@@ -887,27 +854,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["_steady"]:
         return driver_steady(argv[1:])
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, interrupt)
     progress = Progress()
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="telemetry-soak-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    try:
-        result = run(args, workdir, progress)
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
-    result["run_time_s"] = round(time.monotonic() - started, 1)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "soak.json"
-    path.write_text(json.dumps(result, indent=1))
-    if not result["complete"]:
-        print(f"soak failed: {result.get('error')}", file=sys.stderr)
-        print(f"wrote {path} (incomplete)", file=sys.stderr)
-        return 1
-    print_report(result)
-    print(f"wrote {path}")
-    return 0
+    result = run_in_workdir("soak", args.workdir, lambda workdir: run(args, workdir, progress))
+    return write_result(args.out, "soak", result, "soak", print_report)
 
 
 if __name__ == "__main__":
