@@ -186,3 +186,29 @@ def test_top_frames_reads_both_layouts_innermost_first() -> None:
              '    load_batch (job.py:3)\nThread 2 (idle): "x"\n    y (z.py:1)\n')
     assert top_frames(pyspy, "py-spy", 5) == ["wait (threading.py:327)", "load_batch (job.py:3)"]
     assert top_frames("", "proc") == []
+
+
+def test_a_rank_told_not_to_answer_captures_is_dumped_from_outside(tmp_path: Path) -> None:
+    """telemetry.init(captures=False) (or TELEMETRY_CAPTURES=0): the rank ignores requests; its agent's
+    fallback answers for it after --capture-timeout."""
+    root = make_root(tmp_path / "root.db")
+    agent = None
+    run = None
+    try:
+        agent = make_agent([root.address], tmp_path / "a.sock", "agent-0", capture_timeout_s=0.5)
+        run = telemetry.init(job="quiet", rank=0, world_size=1, agent=f"unix:{tmp_path / 'a.sock'}", captures=False)
+        with run.step(0):
+            run.log(0, loss=1.0)
+        wait_for(lambda: any(j.startswith("quiet") for j in root.jobs()), 15, what="the job at the root")
+        job = next(j for j in root.jobs() if j.startswith("quiet")).split("@")[0]
+        status, asked = _post(root.api_address, f"/api/v1/jobs/{job}/forensics", {"ranks": [0]})
+        assert status == 202, asked
+        body = wait_for(lambda: (lambda b: b if b.get("captures") else None)(api_get(root.api_address, asked["url"])[1]),
+                        20, what="the fallback capture")
+        [capture] = body["captures"]
+        assert capture["source"] in ("py-spy", "proc") and "did not answer within 0.5 s" in capture["error"]
+        assert run.captures.answered == 0
+    finally:
+        if run is not None:
+            run.close(timeout=5)
+        stop_all(agent, root)

@@ -36,6 +36,8 @@ log = logging.getLogger("telemetry.sdk")
 
 DEFAULT_BUFFER_RECORDS = 100_000
 COLLECTIVES_ENV = "TELEMETRY_COLLECTIVES"  # "0" turns the flight-recorder readers off
+FINGERPRINTS_ENV = "TELEMETRY_FINGERPRINTS"  # "0" turns the collective fingerprints off (docs/forensics.md)
+CAPTURES_ENV = "TELEMETRY_CAPTURES"  # "0": this rank answers no capture request (the agent looks from outside)
 _VALUES, _CLOSE, _STAGED = 0, 1, 2
 _Record = tuple[int, int, Any]  # (kind, step, payload): values, a step's end time, or tensors still staged
 
@@ -46,7 +48,8 @@ class Run:
     def __init__(self, job: str, rank: int, world_size: int, local_rank: int = 0, agent: str | None = None,
                  device: str = "", buffer_records: int = DEFAULT_BUFFER_RECORDS, flush_interval_s: float = 0.1,
                  heartbeat_interval_s: float = 1.0, max_backlog_values: int = 1_000_000,
-                 collectives: bool | None = None, attempt: int = 0) -> None:
+                 collectives: bool | None = None, attempt: int = 0, fingerprints: bool | None = None,
+                 captures: bool | None = None) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
         self.job, self.rank, self.world_size, self.local_rank = job, rank, world_size, local_rank
@@ -63,16 +66,16 @@ class Run:
                               self._drain, self._beat, max_backlog_values, flush_interval_s, heartbeat_interval_s)
         self._closed = False
         # Flight-recorder readers (telemetry.torch.collective), set up once torch.distributed is initialised.
-        if collectives is None:
-            collectives = os.environ.get(COLLECTIVES_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-        self._collectives_wanted = collectives
+        self._collectives_wanted = _switch(collectives, COLLECTIVES_ENV)
+        self._fingerprints_wanted = _switch(fingerprints, FINGERPRINTS_ENV)
         self._collectives_lock = threading.Lock()
         self._clock: Any = None
         self._progress: Any = None  # the flight-recorder reader (CollectiveProgress), once torch.distributed is up
         self._fingerprints: Any = None  # its collective fingerprints for the heartbeat (docs/forensics.md)
         # Stacks always; flight-recorder entries with them once the readers are up (docs/forensics.md).
         self.captures = Responder(lambda: self._progress, self._sender.send_capture)
-        self._sender.on_capture = self.captures.request
+        if _switch(captures, CAPTURES_ENV):
+            self._sender.on_capture = self.captures.request
         self._open_step: int | None = None  # inside `with run.step(s)`: s
         self._loader_wait = 0.0             # wrap_loader's waits since the last step entry, outside any step
         self._loader_waits = 0
@@ -179,8 +182,9 @@ class Run:
                     progress.read()  # finds the recorder holding the default group now, not a step later
                     self._clock = ArrivalClock(progress)
                     self._progress = progress
-                    from telemetry.torch.flight_recorder import Fingerprinter
-                    self._fingerprints = Fingerprinter(progress)
+                    if self._fingerprints_wanted:
+                        from telemetry.torch.flight_recorder import Fingerprinter
+                        self._fingerprints = Fingerprinter(progress)
                 except Exception as e:
                     log.debug("telemetry: flight-recorder readers unavailable: %s", e)
                     self._collectives_wanted = False
@@ -276,6 +280,13 @@ class Run:
         return {"dropped_values": self._sender.dropped_values, "unacknowledged_batches": self._sender.unacknowledged(),
                 "refused_batches": self._sender.refused_batches,
                 "late_dropped_values": self._sender.late_dropped_values}
+
+
+def _switch(given: bool | None, env: str) -> bool:
+    """An on-by-default feature: `given` when said, else off only when $env says 0/false/no/off."""
+    if given is not None:
+        return bool(given)
+    return os.environ.get(env, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _check_step(step: int) -> None:
