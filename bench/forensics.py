@@ -35,9 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine import cpu_model, git_head, memory_bytes  # noqa: E402  (bench/machine.py)
 from collectors.demo.train import kill_job, torchrun_env  # noqa: E402
 from collectors.sim.procs import Proc, free_port  # noqa: E402
+from machine import cpu_model, git_head, memory_bytes  # noqa: E402  (bench/machine.py)
 
 JOB = REPO / "tests" / "forensics_job.py"
 SCENARIOS = {"block": "hang", "stop": "hang", "longer": "collective_mismatch", "skip": "collective_mismatch"}
@@ -151,7 +151,7 @@ def main() -> int:
             agent.stop()
             root.stop()
     summary = summarise(runs)
-    print(f"\n| scenario | runs | named rank 2 only | fault -> event s (median / max) | event -> capture stored s | "
+    print("\n| scenario | runs | named rank 2 only | fault -> event s (median / max) | event -> capture stored s | "
           "capture bytes | capture source |\n|---|---|---|---|---|---|---|")
     for scenario, s in summary.items():
         print(f"| {scenario} | {s['runs']} | {s['named_exactly']} | {s['fault_to_event_s_median']} / "

@@ -352,11 +352,10 @@ def share_channels() -> None:
 
 def child_agents(cfg: dict) -> None:
     """Hosts many agents; on command, feeds one step of their ranks in-process and ticks each agent."""
-    from collectors.common.validation import check_size
-    from telemetry.v1 import ingest_pb2
-
     from collectors.common.aioserve import Host
     from collectors.common.gctune import tune_gc
+    from collectors.common.validation import check_size
+    from telemetry.v1 import ingest_pb2
 
     quiet_grpc_waits(cfg.get("grpc_wait_s"))
     if cfg.get("share_channels"):
@@ -435,7 +434,8 @@ def child_agents(cfg: dict) -> None:
                     "min_durable": min(x.durable for x in links),
                     "outbox_pending": sum(a.upstream.outbox.pending() for a in agents),
                     "resent": sum(a.upstream.outbox.resent for a in agents),
-                    "bad_inputs": sum(a.node.counters["bad_inputs"] for a in agents), "step_work_s": work["step_work_s"]}
+                    "bad_inputs": sum(a.node.counters["bad_inputs"] for a in agents),
+                    "step_work_s": work["step_work_s"]}
         return {}
 
     commands(on)
@@ -882,7 +882,8 @@ class Runner:
             for name in reversed(list(plan["tiers"])):  # top tier first: children need their parents' addresses
                 count = plan["tiers"][name]
                 level = [Child(f"{name}{i}", "collector", {"parents": [parents[i * len(parents) // count]],
-                                                           "id": f"{name}{i}", "deadline_floor": floor, **self.patches("collector")}, work)
+                                                           "id": f"{name}{i}", "deadline_floor": floor,
+                                                           **self.patches("collector")}, work)
                          for i in range(count)]
                 children += level
                 start_all(level)
@@ -894,7 +895,8 @@ class Runner:
             self.say(f"{label}: starting {agents:,} agents in {math.ceil(agents / per_host)} processes")
             hosts = [Child(f"agents{h}", "agents", {"world": world, "first_agent": first, "seed": a.seed,
                                                     "agents": min(per_host, agents - first), "racks": racks,
-                                                    "agents_per_rack": shape["agents_per_rack"], **self.patches("agents"),
+                                                    "agents_per_rack": shape["agents_per_rack"],
+                                                    **self.patches("agents"),
                                                     "steps": a.warmup + a.steps}, work)
                      for h, first in enumerate(range(0, agents, per_host))]
             children += hosts
@@ -1118,8 +1120,10 @@ def plot(path: Path, tree: list[dict], base: list[dict], cross: dict[str, Any], 
 def machine() -> dict[str, Any]:
     import grpc
     memory = memory_bytes()
-    return {"nproc": os.cpu_count(), "cpu": cpu_model(), "mem_mb": memory // 2**20 if memory else 0, "python": platform.python_version(),
-            "grpcio": grpc.__version__, "numpy": np.__version__, "kernel": platform.release(), "git_head": git_head() or ""}
+    return {"nproc": os.cpu_count(), "cpu": cpu_model(), "mem_mb": memory // 2**20 if memory else 0,
+            "python": platform.python_version(),
+            "grpcio": grpc.__version__, "numpy": np.__version__, "kernel": platform.release(),
+            "git_head": git_head() or ""}
 
 
 def fmt(v: float | None, spec: str = ",.1f") -> str:
@@ -1133,8 +1137,10 @@ def own(r: dict, tiers: dict, tier: str, spec: str = ",.1f") -> str:
 def table(result: dict) -> tuple[list[str], list[list[str]]]:
     """One row per size and design."""
     head = ["ranks", "design", "root KiB/step", "root B/step/metric", "root CPU ms/step (own code)",
-            "rack CPU ms/step (own code)", "agent CPU ms/step (own code)", "peak RSS MiB root / rack / agents proc", "rack KiB/step in",
-            "latency p50 / p99 ms", "steps/s", "step_time rel. err. % p50 / p99 / p99.9, worst step (rank err. in ranks)"]
+            "rack CPU ms/step (own code)", "agent CPU ms/step (own code)", "peak RSS MiB root / rack / agents proc",
+            "rack KiB/step in",
+            "latency p50 / p99 ms", "steps/s",
+            "step_time rel. err. % p50 / p99 / p99.9, worst step (rank err. in ranks)"]
     rows = []
     runs = sorted(result["tree"] + result["gather"],
                   key=lambda r: (bool(r.get("wide")), r["ranks"], r["design"] != "tree"))
@@ -1146,7 +1152,8 @@ def table(result: dict) -> tuple[list[str], list[list[str]]]:
         t = r.get("tiers", {})
         err = r["rel_err"]
         rows.append([
-            f"{r['ranks']:,}", design(r), fmt(r["root_bytes_per_step"] / 1024), fmt(r["root_bytes_per_step_per_metric"], ",.0f"),
+            f"{r['ranks']:,}", design(r), fmt(r["root_bytes_per_step"] / 1024),
+            fmt(r["root_bytes_per_step_per_metric"], ",.0f"),
             own(r, t, "root") if tree else fmt(r["root_cpu_ms_per_step"]),
             own(r, t, "rack") if tree else "–", own(r, t, "agent", ".2f") if tree else "–",
             (f"{t['root']['peak_rss_mb']:.0f} / {t['rack']['peak_rss_mb_max']:.0f} / "

@@ -9,7 +9,6 @@ import os
 import signal
 import sys
 import threading
-import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -62,7 +61,7 @@ config_option = click.option("--config", type=click.Path(dir_okay=False), callba
 
 
 def _security(cert: str | None, key: str | None, ca: str | None, token: str | None,
-              server_name: str | None = None):  # type: ignore[no-untyped-def]
+              server_name: str | None = None):
     from collectors.common.transport import Security
     if not any((cert, key, ca, token)):
         return None
@@ -163,8 +162,8 @@ lifecycle_options = [
 ]
 
 
-def with_options(options):  # type: ignore[no-untyped-def]
-    def decorate(func):  # type: ignore[no-untyped-def]
+def with_options(options):
+    def decorate(func):
         for option in reversed(options):
             func = option(func)
         return func
@@ -210,11 +209,13 @@ def with_options(options):  # type: ignore[no-untyped-def]
               help="Seconds a rank has to answer a capture request (docs/forensics.md) before the agent dumps it "
                    "from outside (py-spy, else /proc).")
 @click.option("-v", "--verbose", count=True)
-def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...], node_id: str, parents: tuple[str, ...], fallbacks: tuple[str, ...],
+def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...], node_id: str,
+          parents: tuple[str, ...], fallbacks: tuple[str, ...],
           parent_ca: str | None, parent_cert: str | None, parent_key: str | None, parent_token: str | None,
           parent_token_file: str | None, parent_server_name: str | None, allow_insecure_token: bool,
           deadline_floor: float,
-          deadline_factor: float, stuck_after: float, max_metrics: int, max_world_size: int, job_idle_timeout: float, max_ranks: int, gpu_probe: bool, nic_probe: bool,
+          deadline_factor: float, stuck_after: float, max_metrics: int, max_world_size: int, job_idle_timeout: float,
+          max_ranks: int, gpu_probe: bool, nic_probe: bool,
           probe_interval: float, sysfs_root: str, nic_exclude: tuple[str, ...], nvlink_every: int, host_id: str,
           capture_timeout: float, verbose: int) -> None:
     """Run the node agent: ranks on this host stream to it; it forwards sealed step summaries to --parent."""
@@ -232,7 +233,8 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
         allowed_uids=allowed_uids,
         node_id=node_id, parent_security=security, deadline_floor_s=deadline_floor,
         deadline_factor=deadline_factor, stuck_after_s=stuck_after, max_metrics_per_job=max_metrics,
-        max_ranks=max_ranks, job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size, gpu_probe=gpu_probe, nic_probe=nic_probe, probe_interval_s=probe_interval,
+        max_ranks=max_ranks, job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size, gpu_probe=gpu_probe,
+        nic_probe=nic_probe, probe_interval_s=probe_interval,
         sysfs_root=sysfs_root, nic_exclude=tuple(nic_exclude), nvlink_every=nvlink_every, host_id=host_id,
         capture_timeout_s=capture_timeout)
     _serve(signals, lambda: AgentServer(config),
@@ -404,7 +406,8 @@ def sim(ranks: int, ranks_per_node: int, nodes_per_rack: int, ranks_per_process:
               help="The live terminal view [default: when stdout is a terminal; otherwise progress lines].")
 @click.option("--linger", type=click.FloatRange(0), default=0.0, show_default=True,
               help="Seconds to keep the tree (API, /metrics) up after the job, e.g. for a Prometheus scrape.")
-@click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run's report (JSON, as sim's).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False),
+              help="Write the run's report (JSON, as sim's).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Write a PNG: loss, step time, MFU, hardware, with the events marked (needs matplotlib).")
 @click.option("--workdir", type=click.Path(file_okay=False), help="Keep sockets, logs and the root's DB here.")

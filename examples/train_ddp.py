@@ -52,7 +52,6 @@ import telemetry  # noqa: E402
 from telemetry.torch import flops_per_step, grad_norm, peak_flops  # noqa: E402
 from telemetry.torch.integration import SyncWaitClock, attach, enable_flight_recorder  # noqa: E402
 
-
 # ---------------------------------------------------------------- model
 
 

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 import telemetry
+from torchrun_tree import end_rank
 
 
 def note_fault(fault: str, step: int) -> None:
@@ -63,10 +64,7 @@ def main() -> None:
             second = torch.ones(4, dtype=torch.int32)
             dist.all_reduce(second)
             run.log(step, loss=float(first.sum()) / (step + 1))
-    ok = run.close(timeout=30)
-    dist.destroy_process_group()
-    print(f'{{"event": "done", "rank": {rank}, "durable": {str(ok).lower()}}}', flush=True)
-    os._exit(0 if ok else 3)
+    end_rank(run, rank, timeout=30)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ import grpc
 from google.protobuf.message import DecodeError
 from hypothesis import strategies as st
 
-from helpers_tree import make_agent, make_root, steps, stop_all, summary_of
 from collectors.common.keys import Key
+from helpers_tree import make_agent, make_root, steps, stop_all, summary_of
 from telemetry.v1 import forward_pb2, ingest_pb2
 
 BUGS = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
@@ -34,13 +34,15 @@ FLOATS = st.floats(allow_nan=True, allow_infinity=True)
 
 hellos = st.builds(ingest_pb2.RankHello, job=NAMES, rank=U32, world_size=U32, local_rank=U32, host=st.text(max_size=8),
                    pid=U32, device=st.text(max_size=8), dropped=U64)
-step_batches = st.builds(ingest_pb2.RankStepBatch, step=U64, closed=st.booleans(), end_time_ns=st.integers(-2**63, 2**63 - 1),
+step_batches = st.builds(ingest_pb2.RankStepBatch, step=U64, closed=st.booleans(),
+                         end_time_ns=st.integers(-2**63, 2**63 - 1),
                          metrics=st.lists(st.builds(ingest_pb2.MetricValues, metric=NAMES,
                                                     values=st.lists(FLOATS, max_size=5)), max_size=4))
 batches = st.builds(ingest_pb2.RankBatch, job=NAMES, rank=U32, seq=U64, steps=st.lists(step_batches, max_size=4))
 beats = st.builds(ingest_pb2.Heartbeat, time_ns=st.integers(-2**63, 2**63 - 1), current_step=U64, steps_completed=U64,
                   extra=st.dictionaries(NAMES, FLOATS, max_size=4))
-rank_messages = st.one_of(st.builds(ingest_pb2.RankMessage, hello=hellos), st.builds(ingest_pb2.RankMessage, batch=batches),
+rank_messages = st.one_of(st.builds(ingest_pb2.RankMessage, hello=hellos),
+                          st.builds(ingest_pb2.RankMessage, batch=batches),
                           st.builds(ingest_pb2.RankMessage, heartbeat=beats),
                           st.builds(ingest_pb2.RankMessage, bye=st.just(ingest_pb2.RankBye())))
 # A stream usually starts with a plausible hello, so the fuzz reaches past the first check.
@@ -48,7 +50,8 @@ plausible_hello = st.builds(lambda job, rank, world: ingest_pb2.RankMessage(hell
     job=job, rank=rank, world_size=world, pid=os.getpid())), st.sampled_from(["fz", "fz2"]), st.integers(0, 3),
     st.sampled_from([4, 2**31 - 1, 0]))
 rank_streams = st.one_of(st.lists(rank_messages, max_size=5),
-                         st.builds(lambda first, rest: [first, *rest], plausible_hello, st.lists(rank_messages, max_size=4)))
+                         st.builds(lambda first, rest: [first, *rest], plausible_hello,
+                                   st.lists(rank_messages, max_size=4)))
 raw_streams = st.lists(st.binary(max_size=200), min_size=1, max_size=3)
 
 
@@ -74,7 +77,8 @@ rank_states = st.builds(forward_pb2.RankStates, job=NAMES, alive=st.binary(max_s
                         dead=st.binary(max_size=30), world_size=U32, host_ranks=st.lists(U32, max_size=3),
                         hosts=st.lists(st.text(max_size=5), max_size=3), closed=st.binary(max_size=30))
 summary_batches = st.builds(forward_pb2.SummaryBatch, sender_id=st.sampled_from(["fuzz-a", "fuzz-b", "", "x" * 300]),
-                            seq=U64, windows=st.lists(window_summaries(), max_size=3), ranks=st.lists(rank_states, max_size=2))
+                            seq=U64, windows=st.lists(window_summaries(), max_size=3),
+                            ranks=st.lists(rank_states, max_size=2))
 forward_streams = st.lists(summary_batches, min_size=1, max_size=3)
 
 api_paths = st.one_of(
@@ -97,7 +101,8 @@ class FuzzTree:
 
     def start(self) -> FuzzTree:
         self.root = make_root(self.workdir / "root.db")
-        self.agent = make_agent([self.root.address], self.workdir / "a.sock", "fuzz-agent")  # type: ignore[attr-defined]
+        self.agent = make_agent([self.root.address], self.workdir / "a.sock",
+                                "fuzz-agent")  # type: ignore[attr-defined]
         return self
 
     def stop(self) -> None:
@@ -112,7 +117,8 @@ class FuzzTree:
         method = "/telemetry.v1.Agent/Stream" if to == "agent" else "/telemetry.v1.Collector/Forward"
         reply = ingest_pb2.RankAck if to == "agent" else forward_pb2.Ack
         with self.channel(to) as channel:
-            call = channel.stream_stream(method, request_serializer=(lambda b: b) if raw else (lambda m: m.SerializeToString()),
+            call = channel.stream_stream(method,
+                                         request_serializer=(lambda b: b) if raw else (lambda m: m.SerializeToString()),
                                          response_deserializer=reply.FromString)
             try:
                 for _ in call(iter(requests), timeout=15):
@@ -142,7 +148,8 @@ class FuzzTree:
         import telemetry
         self.healthy_steps += 1
         step = self.healthy_steps
-        runs = [telemetry.init(job="healthy", rank=r, world_size=2, agent=f"unix:{self.agent.socket_path}")  # type: ignore[attr-defined]
+        runs = [telemetry.init(job="healthy", rank=r, world_size=2,
+                               agent=f"unix:{self.agent.socket_path}")  # type: ignore[attr-defined]
                 for r in range(2)]
         for rank, run in enumerate(runs):
             run.log(step, loss=step + rank / 4)

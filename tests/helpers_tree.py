@@ -23,6 +23,7 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+import telemetry
 from collectors.agent.server import AgentConfig, AgentServer
 from collectors.collector.server import CollectorConfig, CollectorServer
 from collectors.common.keys import Key
@@ -88,6 +89,27 @@ def steps(api_address: str, job: str, metric: str, last: int = 1000) -> list[dic
     status, body = api_get(api_address, f"/api/v1/jobs/{job}/steps?metric={metric}&last={last}")
     assert status == 200, body
     return body["steps"]
+
+
+def events(api_address: str, job: str, kind: str) -> list[dict]:
+    """The root's events of `job` of one kind."""
+    status, body = api_get(api_address, f"/api/v1/jobs/{job}/events")
+    assert status == 200, body
+    return [event for event in body["events"] if event["kind"] == kind]
+
+
+def hanging_job(agent: AgentServer, job: str = "healthy") -> list:
+    """Two real SDK ranks of `job` on `agent`: both log `loss` = step + rank / 4 for steps 1-3, then rank 0 alone
+    ends step 4 (rank 1 never reaches it: the root's hang detector names rank 1 at step 4). The caller closes the
+    runs it returns."""
+    runs = [telemetry.init(job=job, rank=r, world_size=2, agent=f"unix:{agent.socket_path}") for r in range(2)]
+    for step in range(1, 4):
+        for rank, run in enumerate(runs):
+            run.log(step, loss=step + rank / 4)
+            run.end_step(step)
+    runs[0].log(4, loss=4.0)
+    runs[0].end_step(4)
+    return runs
 
 
 def counters(server: CollectorServer) -> dict[str, int]:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torchrun_tree import end_rank
 
 import telemetry
+from torchrun_tree import end_rank
 
 
 def main() -> None:

@@ -12,9 +12,9 @@ import time
 
 import torch
 import torch.distributed as dist
-from torchrun_tree import end_rank
 
 import telemetry
+from torchrun_tree import end_rank
 
 
 def main() -> None:

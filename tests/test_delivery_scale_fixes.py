@@ -10,9 +10,9 @@ import time
 import numpy as np
 from pyroaring import BitMap
 
+from collectors.common.keys import Key
 from collectors.delivery.node import Node, RankView, Upstream
 from collectors.delivery.windows import Deadlines, Part
-from collectors.common.keys import Key
 from helpers_tree import FAST_COLLECTOR, RawChild, make_collector, make_root, stop_all, wait_for, window
 from telemetry.summary import Summary
 from telemetry.v1 import forward_pb2

@@ -20,13 +20,13 @@ import pytest
 
 from collectors.common.keys import Key
 from collectors.detectors import Context, Detectors, DetectorsConfig, EventLog
+from collectors.detectors.dataloader_stall import DataloaderStallDetector
 from collectors.detectors.events import GrafanaAnnotationSink, WebhookSink, describe
 from collectors.detectors.hang import HangConfig, HangDetector
 from collectors.detectors.hardware import HardwareConfig, HardwareDetector
 from collectors.detectors.loss_spike import LossSpikeConfig, LossSpikeDetector
 from collectors.detectors.mfu_drop import MfuDropConfig, MfuDropDetector
 from collectors.detectors.nonfinite import NonfiniteDetector
-from collectors.detectors.dataloader_stall import DataloaderStallDetector
 from collectors.detectors.straggler import StragglerDetector
 from collectors.root.store import Row
 from collectors.sim.model import ARRIVAL, parse_injection
@@ -148,7 +148,8 @@ def test_straggler_baseline_raises_the_bar_for_a_job_that_is_always_a_little_une
 
 
 # ------------------------------------------------------------------ loss spike
-def _loss_run(det, steps, spike_at=None, factor=5.0, ranks=None, grad_factor=None, rng=None):  # type: ignore[no-untyped-def]
+def _loss_run(det, steps, spike_at=None, factor=5.0, ranks=None, grad_factor=None,
+              rng=None):  # type: ignore[no-untyped-def]
     rng = rng or random.Random(4)
     for step in steps:
         values = healthy_step(rng, step)
@@ -231,7 +232,8 @@ def test_loss_level_shift_rebaselines_and_closes():
     log = EventLog(None)
     det = LossSpikeDetector(log, config=LossSpikeConfig(rebaseline_after=5))
     for step in range(1, 31):
-        det.observe(row("loss", step, [2.0 + 0.01 * (step % 3)] * WORLD if step < 10 else [4.0 + 0.01 * (step % 3)] * WORLD))
+        det.observe(row("loss", step,
+                        [2.0 + 0.01 * (step % 3)] * WORLD if step < 10 else [4.0 + 0.01 * (step % 3)] * WORLD))
     (event,) = log.query(JOB)
     assert event["status"] == "closed" and event["detail"]["level_shift"] is True and event["step"] == 10
 

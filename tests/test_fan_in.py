@@ -22,8 +22,18 @@ from pyroaring import BitMap
 import telemetry
 from collectors.common.keys import Key
 from collectors.delivery.node import RankView
-from helpers_tree import RawChild, api_get, counters, make_agent, make_collector, make_root, steps, stop_all, \
-    wait_for, window
+from helpers_tree import (
+    RawChild,
+    api_get,
+    counters,
+    make_agent,
+    make_collector,
+    make_root,
+    steps,
+    stop_all,
+    wait_for,
+    window,
+)
 from telemetry.v1 import forward_pb2, forward_pb2_grpc, ingest_pb2, ingest_pb2_grpc
 
 # Only completeness may seal a window here: a deadline that fired on a loaded machine would finalise a

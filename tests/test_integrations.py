@@ -13,18 +13,16 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from collectors.sim.procs import free_port
 from helpers_tree import api_get, make_agent, make_root, stop_all, wait_for
 from helpers_tree import steps as api_steps
+from torchrun_tree import run_job
 
 pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
@@ -62,19 +60,29 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             os.environ["TELEMETRY_DETECTORS"] = saved
 
 
-def _torchrun(framework: str, job: str, agent: str) -> list[dict]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(WORLD),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", job,
-           "--local-addr", "127.0.0.1", "--max-restarts", "0", str(SCRIPT), framework, "--job", job,
-           "--steps", str(STEPS), "--accumulate", str(ACCUMULATE), "--peak-flops", str(PEAK),
-           "--slow-rank", str(SLOW_RANK), "--slow-from", str(SLOW_FROM), "--slow-seconds", str(SLOW_S)]
-    env = {**os.environ, "TELEMETRY_AGENT": agent, "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=150)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    ranks = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"rank"')]
-    assert sorted(r["rank"] for r in ranks) == list(range(WORLD)), done.stdout[-3000:]
+def rank_lines(out: str) -> list[dict]:
+    """Every rank's JSON line, found anywhere in torchrun's shared stdout (two ranks' prints can share a line)."""
+    decoder, found, at = json.JSONDecoder(), [], out.find('{"rank"')
+    while at >= 0:
+        value, end = decoder.raw_decode(out, at)
+        found.append(value)
+        at = out.find('{"rank"', end)
+    return found
+
+
+def run_ranks(script: Path, args: list[str], job: str, agent: str) -> list[dict]:
+    """`script ARGS` under torchrun (WORLD ranks, offline Hugging Face) to its end: each rank's JSON line, by rank."""
+    out = run_job(WORLD, script, args, agent, job, timeout=150, launcher=("--rdzv-id", job, "--max-restarts", "0"),
+                  env={"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"})
+    ranks = rank_lines(out)
+    assert sorted(r["rank"] for r in ranks) == list(range(WORLD)), out[-3000:]
     return sorted(ranks, key=lambda r: r["rank"])
+
+
+def _torchrun(framework: str, job: str, agent: str) -> list[dict]:
+    return run_ranks(SCRIPT, [framework, "--job", job, "--steps", str(STEPS), "--accumulate", str(ACCUMULATE),
+                              "--peak-flops", str(PEAK), "--slow-rank", str(SLOW_RANK), "--slow-from", str(SLOW_FROM),
+                              "--slow-seconds", str(SLOW_S)], job, agent)
 
 
 def _rows(api: str, job: str, metric: str, steps: range) -> dict[int, dict]:
@@ -87,20 +95,28 @@ def _rows(api: str, job: str, metric: str, steps: range) -> dict[int, dict]:
     return wait_for(complete, timeout=20, what=f"{metric}: steps {steps} complete at the root")
 
 
-def _check(api: str, job: str, ranks: list[dict]) -> dict[str, dict[int, dict]]:
-    """What every framework must give: no change to training, every rank's figures for every step."""
+def check_training_and_figures(api: str, job: str, ranks: list[dict],
+                               per_step: tuple[str, ...] = PER_STEP) -> dict[str, dict[int, dict]]:
+    """What every framework and strategy must give: no change to training, every rank's figures (`per_step`, and
+    mfu) for every optimizer step, one lr on every rank."""
     for r in ranks:
         assert r["telemetry"]["losses"] == r["plain"]["losses"], "the callback changed training"
         assert r["telemetry"]["checksum"] == r["plain"]["checksum"], "the callback changed the weights"
         assert r["telemetry"]["durable"] is True, "everything logged is durable at the root"
-    figures = {m: _rows(api, job, m, range(STEPS)) for m in PER_STEP}
+    figures = {m: _rows(api, job, m, range(STEPS)) for m in per_step}
     figures["mfu"] = _rows(api, job, "mfu", range(1, STEPS))  # step 0 is the one whose FLOPs are counted
     for metric, rows in figures.items():
         assert max(rows) == STEPS - 1, (metric, sorted(rows))  # one step per optimizer step, not per micro-batch
-        for step, row in rows.items():
+        for row in rows.values():
             assert row["count"] == WORLD and row["missing"] == [] and row["expected"] == WORLD, (metric, row)
     assert all(0 < figures["mfu"][s]["min"] for s in range(1, STEPS))
     assert all(figures["lr"][s]["min"] == figures["lr"][s]["max"] for s in range(STEPS)), "one lr on every rank"
+    return figures
+
+
+def _check(api: str, job: str, ranks: list[dict]) -> dict[str, dict[int, dict]]:
+    """Under DDP, besides: the slow rank named by the straggler detector."""
+    figures = check_training_and_figures(api, job, ranks)
     # The straggler: rank SLOW_RANK's own work, not the wall step time every rank shares under DDP.
     wait_for(lambda: [e for e in api_get(api, f"/api/v1/jobs/{job}/events")[1]["events"]
                       if e["kind"] == "straggler" and e["ranks"] == [SLOW_RANK]],

@@ -22,7 +22,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -37,12 +36,18 @@ from torch import nn
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from collectors.sim.procs import free_port  # noqa: E402
-from integration_train import SEED, Tokens  # noqa: E402
-from test_integrations import ACCUMULATE, PEAK, STEPS, WORLD, tree  # noqa: E402,F401  (tree: the fixture)
-from test_integrations import _rows as rows_at_root  # noqa: E402
-
 import torch.distributed as dist  # noqa: E402
+
+from integration_train import SEED, Tokens  # noqa: E402
+from test_integrations import (  # noqa: E402,F401  (tree: the fixture)
+    ACCUMULATE,
+    PEAK,
+    STEPS,
+    WORLD,
+    check_training_and_figures,
+    run_ranks,
+    tree,
+)
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -299,28 +304,9 @@ def main() -> None:
 # ---------------------------------------------------------------- the tests
 
 
-def _rank_lines(out: str) -> list[dict]:
-    """Every rank's JSON line, found anywhere in torchrun's shared stdout (two ranks' prints can share a line)."""
-    decoder, found, at = json.JSONDecoder(), [], out.find('{"rank"')
-    while at >= 0:
-        value, end = decoder.raw_decode(out, at)
-        found.append(value)
-        at = out.find('{"rank"', end)
-    return found
-
-
 def _torchrun(framework: str, job: str, agent: str) -> list[dict]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(WORLD),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", job,
-           "--local-addr", "127.0.0.1", "--max-restarts", "0", str(Path(__file__).resolve()), framework,
-           "--job", job, "--steps", str(STEPS), "--accumulate", str(ACCUMULATE), "--peak-flops", str(PEAK)]
-    env = {**os.environ, "TELEMETRY_AGENT": agent, "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=150)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    ranks = _rank_lines(done.stdout)
-    assert sorted(r["rank"] for r in ranks) == list(range(WORLD)), done.stdout[-3000:]
-    return sorted(ranks, key=lambda r: r["rank"])
+    return run_ranks(Path(__file__).resolve(), [framework, "--job", job, "--steps", str(STEPS), "--accumulate",
+                                                str(ACCUMULATE), "--peak-flops", str(PEAK)], job, agent)
 
 
 def _check(api: str, job: str, ranks: list[dict], sharded: bool = True) -> dict[str, dict[int, dict]]:
@@ -330,17 +316,7 @@ def _check(api: str, job: str, ranks: list[dict], sharded: bool = True) -> dict[
         if sharded:
             assert r["telemetry"]["sharding"]["local"] < r["telemetry"]["sharding"]["whole"], "not sharded"
         assert r["telemetry"]["global_step"] == STEPS
-        assert r["telemetry"]["losses"] == r["plain"]["losses"], "the callback changed training"
-        assert r["telemetry"]["checksum"] == r["plain"]["checksum"], "the callback changed the weights"
-        assert r["telemetry"]["durable"] is True, "everything logged is durable at the root"
-    figures = {m: rows_at_root(api, job, m, range(STEPS)) for m in PER_STEP}
-    figures["mfu"] = rows_at_root(api, job, "mfu", range(1, STEPS))  # step 0 is the one whose FLOPs are counted
-    for metric, rows in figures.items():
-        assert max(rows) == STEPS - 1, (metric, sorted(rows))  # one step per optimizer step, not per micro-batch
-        for step, row in rows.items():
-            assert row["count"] == WORLD and row["missing"] == [] and row["expected"] == WORLD, (metric, row)
-    assert all(0 < figures["mfu"][s]["min"] for s in range(1, STEPS))
-    assert all(figures["lr"][s]["min"] == figures["lr"][s]["max"] for s in range(STEPS)), "one lr on every rank"
+    figures = check_training_and_figures(api, job, ranks, PER_STEP)
     reference = ranks[0]["plain"]["grad_norms"]
     assert len(reference) == STEPS and all(r["plain"]["grad_norms"] == reference for r in ranks)
     for step in range(STEPS):

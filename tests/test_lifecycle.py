@@ -18,8 +18,7 @@ import pytest
 
 import telemetry
 from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
-from helpers_tree import (RawChild, api_get, make_agent, make_collector, make_root, steps, stop_all,
-                                wait_for, window)
+from helpers_tree import RawChild, api_get, make_agent, make_collector, make_root, steps, stop_all, wait_for, window
 from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
 
 IDLE_S = 2.0
@@ -115,7 +114,8 @@ def _run_job(sock: Path, job: str, ranks: int, steps_: int, close: bool = True) 
 def test_a_closed_job_leaves_every_tier_and_metrics_but_not_the_history(tree) -> None:  # type: ignore[no-untyped-def]
     root, rack, agent, sock = tree
     _run_job(sock, "done", ranks=3, steps_=4)
-    rows = wait_for(lambda: len(steps(root.api_address, "done", "loss")) == 4 and steps(root.api_address, "done", "loss"),
+    rows = wait_for(lambda: len(steps(root.api_address, "done", "loss")) == 4 and steps(root.api_address, "done",
+                                                                                        "loss"),
                     what="the job's 4 steps at the root")
     assert [row["count"] for row in rows] == [3, 3, 3, 3]
     assert _everywhere(root, rack, agent, "done")["metrics"]
@@ -298,7 +298,8 @@ def test_a_second_run_in_the_same_process_is_not_taken_for_resends(tree) -> None
         with runs[0].step(step):
             runs[0].log(step, loss=float(10 * step))
     assert runs[0].close(timeout=60)
-    rows = wait_for(lambda: len(steps(root.api_address, "again", "loss")) == 6 and steps(root.api_address, "again", "loss"),
+    rows = wait_for(lambda: len(steps(root.api_address, "again", "loss")) == 6 and steps(root.api_address, "again",
+                                                                                         "loss"),
                     what="the second run's steps at the root")
     assert [(r["step"], r["count"], r["max"]) for r in rows[3:]] == [(3, 1, 30.0), (4, 1, 40.0), (5, 1, 50.0)]
 

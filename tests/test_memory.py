@@ -6,10 +6,9 @@ import platform
 
 import pytest
 
+import telemetry
 from collectors.common.memory import FreedMemory
 from helpers_tree import make_agent, make_root, stop_all, wait_for
-
-import telemetry
 
 
 def test_release_is_rate_limited():

@@ -49,7 +49,8 @@ def by_key(readings):
 
 def test_deltas_between_samples(tmp_path: Path) -> None:
     write_nic(tmp_path, "lo", {"rx_errors": 5})
-    write_nic(tmp_path, "eth0", {"rx_errors": 10, "tx_errors": 1, "rx_dropped": 100, "tx_dropped": 0}, carrier_changes=2)
+    write_nic(tmp_path, "eth0", {"rx_errors": 10, "tx_errors": 1, "rx_dropped": 100, "tx_dropped": 0},
+              carrier_changes=2)
     write_nic(tmp_path, "ib0", {}, operstate="down")
     write_ib(tmp_path, "mlx5_0", 1, {"symbol_error": 3, "link_downed": 0, "port_rcv_errors": 7})
     write_ib(tmp_path, "mlx5_1", 1, {}, state="1: DOWN", phys="3: Disabled", rate="10 Gb/sec (4X SDR)")
@@ -69,8 +70,10 @@ def test_deltas_between_samples(tmp_path: Path) -> None:
     assert first[("mlx5_1/1", "ib.rate_gbps")] == 10.0
 
     # Counters move; one resets (driver reload): its delta is the new value.
-    write_nic(tmp_path, "eth0", {"rx_errors": 13, "tx_errors": 1, "rx_dropped": 150, "tx_dropped": 4}, carrier_changes=3)
-    write_ib(tmp_path, "mlx5_0", 1, {"symbol_error": 10, "link_downed": 1, "port_rcv_errors": 2, "port_xmit_discards": 9})
+    write_nic(tmp_path, "eth0", {"rx_errors": 13, "tx_errors": 1, "rx_dropped": 150, "tx_dropped": 4},
+              carrier_changes=3)
+    write_ib(tmp_path, "mlx5_0", 1,
+             {"symbol_error": 10, "link_downed": 1, "port_rcv_errors": 2, "port_xmit_discards": 9})
     second = by_key(probe.sample())
     assert second[("eth0", "nic.rx_errors_delta")] == 3
     assert second[("eth0", "nic.tx_errors_delta")] == 0

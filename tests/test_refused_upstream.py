@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 import telemetry
 from collectors.common.keys import Key
 from helpers_tree import RawChild, make_agent, make_collector, make_root, steps, stop_all, wait_for

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers_tree import api_get, wait_for
-from torchrun_tree import durable_ranks, root_and_agent, run_job
 
 from collectors.root.goodput import AttemptSteps, compute
+from helpers_tree import api_get, wait_for
+from torchrun_tree import durable_ranks, root_and_agent, run_job
 
 pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402

@@ -217,7 +217,8 @@ def test_several_runs_in_one_process(tmp_path, root, closing):
 
 
 # ---------------------------------------------------------------- a step the wire cannot carry
-@pytest.mark.parametrize("bad_step", [-1, 2**53 + 1, 2**64, 1.5], ids=["negative", "beyond_2_53", "beyond_uint64", "float"])
+@pytest.mark.parametrize("bad_step", [-1, 2**53 + 1, 2**64, 1.5],
+                         ids=["negative", "beyond_2_53", "beyond_uint64", "float"])
 def test_a_bad_step_never_costs_the_other_values(tmp_path, root, closing, bad_step):
     """log() with a step that is not a uint64 must be refused on the spot (ValueError/TypeError), not fail
     later on the sender thread and take every value drained with it, uncounted, while close() says True."""

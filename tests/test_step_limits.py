@@ -12,16 +12,9 @@ import os
 
 import grpc
 
-import telemetry
 from collectors.common.validation import MAX_INDEX
-from helpers_tree import RawChild, api_get, make_agent, make_root, steps, stop_all, wait_for, window
+from helpers_tree import RawChild, events, hanging_job, make_agent, make_root, steps, stop_all, wait_for, window
 from telemetry.v1 import forward_pb2, ingest_pb2, ingest_pb2_grpc
-
-
-def _hangs(api: str, job: str) -> list[dict]:
-    status, body = api_get(api, f"/api/v1/jobs/{job}/events")
-    assert status == 200, body
-    return [event for event in body["events"] if event["kind"] == "hang"]
 
 
 def test_steps_past_the_limit_are_refused_and_a_job_at_the_limit_blinds_nobody(tmp_path):
@@ -56,19 +49,12 @@ def test_steps_past_the_limit_are_refused_and_a_job_at_the_limit_blinds_nobody(t
         assert "beyond this tree's limit of 2**53" in ack.rejections[0].reason
 
         # A healthy job next to it: exact figures, and its injected hang (rank 1 stops at step 4) is raised.
-        runs = [telemetry.init(job="healthy", rank=r, world_size=2, agent=f"unix:{agent.socket_path}")
-                for r in range(2)]
-        for step in range(1, 4):
-            for rank, run in enumerate(runs):
-                run.log(step, loss=step + rank / 4)
-                run.end_step(step)
-        runs[0].log(4, loss=4.0)
-        runs[0].end_step(4)
-        hang = wait_for(lambda: _hangs(root.api_address, "healthy"), timeout=30, what="the healthy job's hang")
+        runs = hanging_job(agent)
+        hang = wait_for(lambda: events(root.api_address, "healthy", "hang"), timeout=30, what="the healthy job's hang")
         assert hang[0]["ranks"] == [1] and hang[0]["step"] == 4
         assert [(r["step"], r["count"], r["min"]) for r in steps(root.api_address, "healthy", "loss")[:3]] == [
             (s, 2, float(s)) for s in range(1, 4)]
-        edge = wait_for(lambda: _hangs(root.api_address, "edge"), timeout=30, what="the edge job's hang stored")
+        edge = wait_for(lambda: events(root.api_address, "edge", "hang"), timeout=30, what="the edge job's hang stored")
         assert edge[0]["step"] == MAX_INDEX
         assert root.wiring.detectors.errors == 0, "no detector check failed"
         assert steps(root.api_address, "evil", "loss") == []

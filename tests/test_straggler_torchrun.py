@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from collectors.detectors.straggler import StragglerConfig
 from helpers_tree import api_get, wait_for
 from helpers_tree import steps as api_steps
 from torchrun_tree import durable_ranks, root_and_agent, run_job
-
-from collectors.detectors.straggler import StragglerConfig
 
 pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402

@@ -165,7 +165,7 @@ def test_quantiles_within_stated_error_after_random_tree(rt: bool, dist: str, se
 BENCH_LEAVES, BENCH_PER_LEAF, BENCH_FANOUTS = 8192, 64, (8, 32, 32)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def bench_data(dist: str, seed: int) -> tuple[np.ndarray, tuple[Summary, ...]]:
     values = draw(dist, np.random.default_rng(seed), BENCH_LEAVES * BENCH_PER_LEAF)
     leaves = []

@@ -117,7 +117,8 @@ def test_example_configs_are_accepted_by_the_cli(command: str, example: str) -> 
     assert result.exit_code == 0, result.output
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed (apt-get install systemd)")
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None,
+                    reason="systemd-analyze is not installed (apt-get install systemd)")
 def test_systemd_analyze_verify(tmp_path: Path) -> None:
     root = tmp_path / "root"
     system = root / "etc" / "systemd" / "system"

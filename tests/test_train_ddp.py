@@ -18,13 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers_tree import steps as api_steps
-from helpers_tree import wait_for
-from torchrun_tree import root_and_agent
 
 from collectors.common.attempts import like_prefix
 from collectors.demo.train import run as run_torchrun
 from collectors.sim.procs import free_port
+from helpers_tree import steps as api_steps
+from helpers_tree import wait_for
+from torchrun_tree import root_and_agent
 
 pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402

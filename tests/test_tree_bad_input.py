@@ -26,6 +26,8 @@ from helpers_tree import (
     RawChild,
     api_get,
     counters,
+    events,
+    hanging_job,
     make_agent,
     make_collector,
     make_root,
@@ -485,20 +487,13 @@ def test_a_hostile_child_next_to_a_healthy_job_disturbs_nothing_and_its_hang_is_
         ack = rogue.ack_for(seq, forward_pb2.Ack.REJECTED_OVERLAP)  # the unit's refused windows are named
         assert "cap of 1048576 ranks" in ack.rejections[0].reason
 
-        runs = [telemetry.init(job="healthy", rank=r, world_size=2, agent=f"unix:{agent.socket_path}")
-                for r in range(2)]
-        for step in range(1, 4):
-            for rank, run in enumerate(runs):
-                run.log(step, loss=step + rank / 4)
-                run.end_step(step)
-        runs[0].log(4, loss=4.0)
-        runs[0].end_step(4)  # rank 1 never reaches step 4: a hang
+        runs = hanging_job(agent)  # rank 1 never reaches step 4: a hang
         rows = wait_for(lambda: len(steps(root.api_address, "healthy", "loss")) >= 3
                         and steps(root.api_address, "healthy", "loss"), what="the healthy steps")
         assert [(r["step"], r["count"], r["min"], r["argmax"]) for r in rows[:3]] == [
             (s, 2, float(s), 1) for s in range(1, 4)]
-        hang = wait_for(lambda: [e for e in api_get(root.api_address, "/api/v1/jobs/healthy/events")[1]["events"]
-                                 if e["kind"] == "hang"], timeout=30, what="the healthy job's hang raised")
+        hang = wait_for(lambda: events(root.api_address, "healthy", "hang"), timeout=30,
+                        what="the healthy job's hang raised")
         assert hang[0]["ranks"] == [1] and hang[0]["step"] == 4
         _, victim = api_get(root.api_address, "/api/v1/jobs/victim/steps?metric=loss")
         assert victim.get("steps", []) == []

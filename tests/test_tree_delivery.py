@@ -91,6 +91,16 @@ def _drop_durable_acks(server) -> None:  # type: ignore[no-untyped-def]
     server.service.ack_down = lossy
 
 
+def _acks_lost_at(server, agent: AgentServer, api: str, job: str, last_step: int) -> tuple[_Trainer, list[dict]]:
+    """`server` loses its DURABLE acks while 4 ranks of `job` log `last_step` steps, all finalised at the root:
+    the trainer (its runs still open, their units unacknowledged) and the root's exact rows."""
+    _drop_durable_acks(server)
+    trainer = _Trainer(job, 4, agent, last_step=last_step, interval=0.02).start()
+    trainer.thread.join(10)
+    wait_for(lambda: len(steps(api, job, "loss")) == last_step, 10, what=f"{job}: all steps finalised")
+    return trainer, _check_exact(api, job, 4, last_step)
+
+
 # ---------------------------------------------------------------- restarts while ranks keep logging
 def test_rack_restart_while_ranks_log_resends_and_totals_stay_exact(tmp_path):
     root = make_root(tmp_path / "root.db")
@@ -119,11 +129,7 @@ def test_lost_acks_then_rack_restart_resend_is_absorbed_as_duplicates(tmp_path):
     rack = make_collector([root.address], "rack0")
     agent = make_agent([rack.address], tmp_path / "a.sock", "agent0")
     try:
-        _drop_durable_acks(rack)
-        trainer = _Trainer("dups", 4, agent, last_step=10, interval=0.02).start()
-        trainer.thread.join(10)
-        wait_for(lambda: len(steps(root.api_address, "dups", "loss")) == 10, 10, what="all steps finalised")
-        before = _check_exact(root.api_address, "dups", 4, 10)
+        trainer, before = _acks_lost_at(rack, agent, root.api_address, "dups", 10)
         assert agent.upstream.outbox.pending() > 0, "the agent still holds what was never acked durable"
         assert counters(root)["duplicates"] == 0
         address = rack.address
@@ -145,11 +151,7 @@ def test_lost_acks_then_root_restart_reloads_and_absorbs_resend(tmp_path):
     rack = make_collector([root.address], "rack0")
     agent = make_agent([rack.address], tmp_path / "a.sock", "agent0")
     try:
-        _drop_durable_acks(root)
-        trainer = _Trainer("rootdup", 4, agent, last_step=8, interval=0.02).start()
-        trainer.thread.join(10)
-        wait_for(lambda: len(steps(root.api_address, "rootdup", "loss")) == 8, 10, what="all steps persisted")
-        before = _check_exact(root.api_address, "rootdup", 4, 8)
+        trainer, before = _acks_lost_at(root, agent, root.api_address, "rootdup", 8)
         assert rack.upstream.outbox.pending() > 0
         address = root.address
         root.stop(0)

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 
 from collectors.common.aioserve import Answers
 from collectors.common.attempts import scoped
-from telemetry.streams import END
 from collectors.common.validation import DEFAULT_MAX_WORLD_SIZE, BadInput, check_job, check_world
 from collectors.delivery.node import RankView
 from collectors.probes.process import ProcessStatus, classify, process_status
 from telemetry.names import HOST_JOB_PREFIX
+from telemetry.streams import END
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class RankRegistry:
         self.changed = False  # a rank registered since the last views()
         self._exits: collections.deque[tuple[RankInfo, int]] = collections.deque(maxlen=MAX_PENDING_EXITS)
 
-    def register(self, hello, link: Answers) -> RankInfo:  # type: ignore[no-untyped-def]
+    def register(self, hello, link: Answers) -> RankInfo:
         check_job(hello.job)
         if hello.job.startswith(HOST_JOB_PREFIX):
             raise BadInput("INVALID_ARGUMENT", f"job names starting with {HOST_JOB_PREFIX!r} are reserved "

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
-from itertools import islice
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import grpc
@@ -16,15 +16,15 @@ from collectors.agent.captures import Captures
 from collectors.agent.intake import OpenBeat, OpenStep, RankValues, beat_key
 from collectors.agent.peercred import PeerCheck
 from collectors.agent.ranks import RankInfo, RankRegistry
+from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
 from collectors.common.attempts import split
-from collectors.probes.snapshot import process_facts
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
-from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
 from collectors.common.validation import BadInput, MetricBudget, check_index, check_size
 from collectors.delivery.lifecycle import JobLifecycle
 from collectors.delivery.node import Node
 from collectors.delivery.windows import Origin, Part, Refusal
+from collectors.probes.snapshot import process_facts
 from telemetry.names import PROGRESS_METRIC, STEPS_COMPLETED_METRIC
 from telemetry.streams import END
 from telemetry.v1 import forensics_pb2, ingest_pb2, ingest_pb2_grpc
@@ -161,7 +161,8 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         if batch.job and batch.job != split(info.job)[0]:
             raise BadInput("INVALID_ARGUMENT", f"batch for job {batch.job!r} on a stream registered for {info.job!r}")
         if batch.rank != info.rank:
-            raise BadInput("INVALID_ARGUMENT", f"batch for rank {batch.rank} on a stream registered for rank {info.rank}")
+            raise BadInput("INVALID_ARGUMENT",
+                           f"batch for rank {batch.rank} on a stream registered for rank {info.rank}")
         origin = (f"{info.job}/{info.rank}", batch.seq)
         if batch.seq <= info.last_seq:
             # A resend of something this agent already holds: it is acked durable when the original is (or

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import socket
-from itertools import islice
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
+from collectors.collector.service import CollectorService
 from collectors.common.aioserve import AioServer, StreamSlots
 from collectors.common.attempts import split
 from collectors.common.fingerprints import FingerprintTable
@@ -18,12 +19,10 @@ from collectors.common.gctune import tune_gc
 from collectors.common.memory import FreedMemory
 from collectors.common.transport import Security
 from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, DEFAULT_MAX_WORLD_SIZE, MetricBudget
-from collectors.delivery.lifecycle import (DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, ChildLifecycle,
-                                            JobLifecycle)
+from collectors.delivery.lifecycle import DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, ChildLifecycle, JobLifecycle
 from collectors.delivery.node import Node, Upstream
 from collectors.delivery.outbox import Outbox
 from collectors.delivery.windows import Deadlines
-from collectors.collector.service import CollectorService
 from collectors.root.api import RootApi, serve
 from collectors.root.finalise import Finaliser, root_complete
 from collectors.root.store import Store

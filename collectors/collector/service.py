@@ -11,14 +11,22 @@ from dataclasses import dataclass
 import grpc
 from pyroaring import BitMap
 
-from collectors.common.keys import Key
 from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
-from collectors.common.transport import certificate_names
 from collectors.common.attempts import scoped
-from collectors.common.validation import (DEFAULT_MAX_WORLD_SIZE, BadInput, MetricBudget, check_index, check_job,
-                                          check_size, check_world, shown)
-from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
+from collectors.common.keys import Key
+from collectors.common.transport import certificate_names
+from collectors.common.validation import (
+    DEFAULT_MAX_WORLD_SIZE,
+    BadInput,
+    MetricBudget,
+    check_index,
+    check_job,
+    check_size,
+    check_world,
+    shown,
+)
 from collectors.delivery.forensics import check_capture, request_ranks, with_ranks
+from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
 from collectors.delivery.node import COUNTER_FIELDS, Node, RankView
 from collectors.delivery.windows import Origin, Part, Refusal
 from telemetry.summary import Summary
@@ -213,7 +221,8 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             try:
                 view = RankView.from_proto(msg)
             except (ValueError, OverflowError) as exc:
-                raise BadInput("INVALID_ARGUMENT", f"rank states of job {msg.job!r}: malformed bitmap ({exc})") from None
+                raise BadInput("INVALID_ARGUMENT",
+                               f"rank states of job {msg.job!r}: malformed bitmap ({exc})") from None
             for bitmap in (view.alive, view.stuck, view.dead, view.closed):
                 if bitmap:
                     check_world(bitmap.max() + 1, self.max_world_size, f"rank {bitmap.max()} implies a world size")

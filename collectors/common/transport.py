@@ -52,7 +52,7 @@ class _TokenInterceptor(grpc.aio.ServerInterceptor):
         self._deny = grpc.unary_unary_rpc_method_handler(deny)
         self._deny_stream = grpc.stream_stream_rpc_method_handler(deny)
 
-    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
+    async def intercept_service(self, continuation, handler_call_details):
         if handler_call_details.method.startswith("/grpc.health.v1.Health/"):
             return await continuation(handler_call_details)
         for key, value in handler_call_details.invocation_metadata or ():

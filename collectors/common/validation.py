@@ -78,7 +78,7 @@ class MetricBudget:
         self._names.pop(job, None)
 
 
-def check_size(message, limit: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:  # type: ignore[no-untyped-def]
+def check_size(message, limit: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
     size = message.ByteSize()
     if size > limit:
         raise BadInput("RESOURCE_EXHAUSTED", f"message of {size} bytes is larger than the {limit}-byte limit")

@@ -52,7 +52,8 @@ class Demo:
             ranks=world, ranks_per_node=world if config.train else 8, nodes_per_rack=1 if config.train else 4,
             steps=config.steps, step_interval=config.step_interval, seed=config.seed, job=config.job,
             injections=[parse_injection(text) for text in injections], inject_texts=injections,
-            workdir=config.workdir, root_api_port=config.api_port, probe_agents=1, detectors=demo_detectors(config.train),
+            workdir=config.workdir, root_api_port=config.api_port, probe_agents=1,
+            detectors=demo_detectors(config.train),
             hang_observe_s=config.hang_observe_s))
         self.watcher: RootWatcher | None = None
         self._live: Live | None = None

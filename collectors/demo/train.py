@@ -66,7 +66,8 @@ def kill_job(torchrun: subprocess.Popen, job: str, grace: float = 15.0) -> None:
             pass
 
 
-def run(world: int, job: str, agent: str, *example_args: str, timeout: float) -> tuple[subprocess.CompletedProcess, bool]:
+def run(world: int, job: str, agent: str, *example_args: str, timeout: float) -> tuple[subprocess.CompletedProcess,
+                                                                                       bool]:
     """Run the example to the end (its output captured), or kill the job after `timeout` seconds;
     returns the finished process and whether it timed out."""
     cmd = torchrun_argv(world, job, *example_args)

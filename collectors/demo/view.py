@@ -152,7 +152,8 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
 def events_table(events: list[dict[str, Any]], limit: int = 12, final: list[dict[str, Any]] | None = None) -> Table:
     """The events as first raised; with `final`, each one's status and last step are the final ones."""
     latest = {e["id"]: e for e in final or []}
-    events = [{**e, "status": latest.get(e["id"], e).get("status"), "last_step": latest.get(e["id"], e).get("last_step")}
+    events = [{**e, "status": latest.get(e["id"], e).get("status"),
+               "last_step": latest.get(e["id"], e).get("last_step")}
               for e in events]
     events += [e for e in final or [] if e["id"] not in {x["id"] for x in events}]
     events.sort(key=lambda e: e["id"])

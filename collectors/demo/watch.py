@@ -167,7 +167,8 @@ class RootWatcher:
                     elif stat != "max":
                         continue
                     hosts.setdefault(owner[len(HOST_JOB_PREFIX):], {})[label] = sample.value
-                elif split(owner)[0] == self.job and name in HARDWARE_FAMILIES and sample.labels.get("stat", "max") == "max":
+                elif split(owner)[0] == self.job and name in HARDWARE_FAMILIES and sample.labels.get("stat",
+                                                                                                     "max") == "max":
                     label = HARDWARE_FAMILIES[name]
                     job[label] = max(job.get(label, float("-inf")), sample.value)
         return job, hosts

@@ -158,7 +158,7 @@ def fnum(value: float, digits: int = 6) -> float | None:
     return round(value, digits) if value is not None and math.isfinite(value) else None
 
 
-def from_mapping(cls, data: dict | None):  # type: ignore[no-untyped-def]
+def from_mapping(cls, data: dict | None):
     """Build a config dataclass from a mapping, refusing unknown keys (so typos are loud)."""
     data = dict(data or {})
     known = {f.name for f in fields(cls)}

@@ -101,7 +101,7 @@ def _ranks_text(side: _Side) -> str:
 class CollectiveMismatchDetector(Detector):
     kind = "collective_mismatch"
 
-    def __init__(self, events, context=None, config: CollectiveMismatchConfig | None = None,  # type: ignore[no-untyped-def]
+    def __init__(self, events, context=None, config: CollectiveMismatchConfig | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(events, context)
         self.config = config or CollectiveMismatchConfig()
@@ -165,7 +165,7 @@ class CollectiveMismatchDetector(Detector):
             return True
         return max(judged.lo.count, judged.hi.count) * 2 > world
 
-    def _judge(self, m) -> _Seq:  # type: ignore[no-untyped-def]
+    def _judge(self, m) -> _Seq:
         top = max(1, self.config.top)
         lo, lo_ranks = _side(m.min_hash, m.min_what, m.min_ranks, top, f"seq {m.seq} min_ranks")
         hi, hi_ranks = _side(m.max_hash, m.max_what, m.max_ranks, top, f"seq {m.seq} max_ranks")

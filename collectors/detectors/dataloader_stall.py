@@ -60,7 +60,8 @@ class _State:
 class DataloaderStallDetector(Detector):
     kind = "dataloader_stall"
 
-    def __init__(self, events, context=None, config: DataloaderStallConfig | None = None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, events, context=None,
+                 config: DataloaderStallConfig | None = None) -> None:
         super().__init__(events, context)
         self.config = config or DataloaderStallConfig()
         self.metrics = frozenset({self.config.metric, self.config.step_metric})
@@ -128,7 +129,8 @@ class DataloaderStallDetector(Detector):
         job, wait = row.key.job, row.summary
         steps = self._step_p50.get(job)
         median_step = steps.median() if steps else math.nan
-        if not (median_step > 0 and wait.count and math.isfinite(wait.max)) or not self._long_stall(wait.max, median_step):
+        if not (median_step > 0 and wait.count and math.isfinite(wait.max)) or not self._long_stall(wait.max,
+                                                                                                    median_step):
             return
         state = self._state.setdefault(job, _State())
         state.clean = 0

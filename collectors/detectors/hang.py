@@ -25,8 +25,8 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
-from itertools import islice
 from dataclasses import dataclass, field
+from itertools import islice
 
 from pyroaring import BitMap
 
@@ -85,7 +85,7 @@ def _values_of(summary: Summary | None, ranks: list[int]) -> dict[int, float | N
 class HangDetector(Detector):
     kind = "hang"
 
-    def __init__(self, events, context=None, config: HangConfig | None = None,  # type: ignore[no-untyped-def]
+    def __init__(self, events, context=None, config: HangConfig | None = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         super().__init__(events, context)
         self.config = config or HangConfig()
@@ -231,7 +231,8 @@ class HangDetector(Detector):
             "progress": progress_view, "collective": collective_view,
             "last_step": state.max_step, "no_progress_s": round(quiet_s), "no_progress_threshold_s":
                 fnum(threshold_s, 3), "deadline_time": fnum(deadline_wall, 3) if deadline_wall else None,
-            "detected_at": fnum(detected_at, 3), "detected_after_deadline_s": fnum(after, 3) if after is not None else None,
+            "detected_at": fnum(detected_at, 3),
+            "detected_after_deadline_s": fnum(after, 3) if after is not None else None,
         }
         self.events.raise_(self.kind, job, step=first_step if event is None else None, ranks=ranks,
                            hosts=sorted({hosts[r] for r in ranks if r in hosts}), detail=detail,

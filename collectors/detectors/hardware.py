@@ -120,7 +120,8 @@ class HardwareDetector(Detector):
     kind = "hardware"
     prefixes = ("gpu.", "nic.", "ib.")
 
-    def __init__(self, events, context=None, config: HardwareConfig | None = None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, events, context=None,
+                 config: HardwareConfig | None = None) -> None:
         super().__init__(events, context)
         self.config = config or HardwareConfig()
         self.rules: dict[str, list[Rule]] = {}
@@ -196,7 +197,8 @@ class HardwareDetector(Detector):
             targets = self.context.ranks_on_host(host) or {job: []}
             for target_job, ranks in targets.items():
                 key = rule.name if target_job == job else f"{rule.name}@{host}"
-                what = f"{rule.what or rule.name} on {host}: {rule.metric} {_op(rule)}{worst:.4g} (device {worst_source})"
+                what = (f"{rule.what or rule.name} on {host}: {rule.metric} {_op(rule)}{worst:.4g} "
+                        f"(device {worst_source})")
                 self._raise(rule, target_job, key, ranks, [host], {**base, "summary": what}, s, state)
             return
         what = f"{rule.what or rule.name}: {rule.metric} {_op(rule)}{worst:.4g} on rank {worst_source}"
@@ -205,7 +207,7 @@ class HardwareDetector(Detector):
                     state)
 
     def _raise(self, rule: Rule, job: str, key: str, ranks: list[int], hosts: list[str], detail: dict,
-               s, state: _State) -> None:  # type: ignore[no-untyped-def]
+               s, state: _State) -> None:
         event = self.events.get_open(self.kind, job, key)
         if rule.mode == "rising":
             detail["total"] = fnum((event.detail.get("total") or 0 if event is not None else 0) + s.sum)

@@ -89,7 +89,7 @@ class _Grad:
 class LossSpikeDetector(Detector):
     kind = "loss_spike"
 
-    def __init__(self, events, context=None, config: LossSpikeConfig | None = None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, events, context=None, config: LossSpikeConfig | None = None) -> None:
         super().__init__(events, context)
         self.config = config or LossSpikeConfig()
         self.metrics = frozenset({self.config.metric, self.config.grad_metric})

@@ -12,8 +12,8 @@ and its spread the robust sigma (1.4826 x MAD) of those steps.
   a steady job is held to the 10 %. And it must stay down longer than such a swing: replaying the
   recorded runs (bench/detection_jobs/replay.py), a loaded 2-core machine held clean runs' MFU under the
   threshold for up to 31 consecutive steps (sustain = 20 raised 5 false alarms in three full runs), a
-  slow rank for the rest of the run. k and `sustain` are set from the bench's figures (docs/detectors.md). The event's step is the
-  first of the low steps;
+  slow rank for the rest of the run. k and `sustain` are set from the bench's figures (docs/detectors.md).
+  The event's step is the first of the low steps;
 - slope (off unless `slope_window` > 0): the least-squares line through the last `slope_window` steps
   loses more than `drop` x baseline over that window.
 
@@ -72,7 +72,8 @@ def _slope(points: list[tuple[int, float]]) -> float:
 class MfuDropDetector(Detector):
     kind = "mfu_drop"
 
-    def __init__(self, events, context=None, config: MfuDropConfig | None = None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, events, context=None,
+                 config: MfuDropConfig | None = None) -> None:
         super().__init__(events, context)
         self.config = config or MfuDropConfig()
         self.metrics = frozenset({self.config.metric})

@@ -29,7 +29,7 @@ class NonfiniteConfig:
 class NonfiniteDetector(Detector):
     kind = "nonfinite"
 
-    def __init__(self, events, context=None, config: NonfiniteConfig | None = None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, events, context=None, config: NonfiniteConfig | None = None) -> None:
         super().__init__(events, context)
         self.config = config or NonfiniteConfig()
         self.metrics = frozenset(self.config.metrics)

@@ -21,8 +21,9 @@ Two signals, chosen per job:
 
 The first `warmup` steps of either signal are start-up (first iterations, allocator, compilation, DDP
 building its buckets) and are not judged. Noise does not make a straggler: on `step_time` an event opens
-after `consecutive` over steps in a row whose slowest rank is the *same* rank (a rank descheduled once, or a different rank each step, is not one), is
-updated every over step, and closes after `clear_steps` normal ones. Its `step` is the first over step.
+after `consecutive` over steps in a row whose slowest rank is the *same* rank (a rank descheduled once, or a
+different rank each step, is not one), is updated every over step, and closes after `clear_steps` normal ones.
+Its `step` is the first over step.
 The detail names the top ranks above the threshold and the seconds they cost: `wait_s` = max - p50 (the
 median rank's wait) and `wait_rank_s` = count x max - sum (every rank's waiting, summed), per step and
 in total over the event.
@@ -93,7 +94,8 @@ class _Judged:
 class StragglerDetector(Detector):
     kind = "straggler"
 
-    def __init__(self, events, context=None, config: StragglerConfig | None = None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, events, context=None,
+                 config: StragglerConfig | None = None) -> None:
         super().__init__(events, context)
         self.config = config or StragglerConfig()
         self.metrics = frozenset({self.config.metric, self.config.arrival_metric})
@@ -140,7 +142,8 @@ class StragglerDetector(Detector):
         if state.streak and judged.culprit != state.streak_rank and not self.is_open(job):
             state.streak = 0  # a different rank each step is noise, not a straggler
         if state.streak == 0:
-            state.streak_start, state.streak_time, state.streak_rank = step - judged.began, event_time(row), judged.culprit
+            state.streak_start, state.streak_time, state.streak_rank = (step - judged.began, event_time(row),
+                                                                        judged.culprit)
             if not self.is_open(job):
                 state.wait_s_total = state.wait_rank_s_total = 0.0
                 state.steps = 0

@@ -59,7 +59,7 @@ class DetectorsConfig:
                              f"known: {', '.join(sections)}")
         built = {}
         for name, f in sections.items():
-            default = f.default_factory()  # type: ignore[misc]
+            default = f.default_factory()
             built[name] = from_mapping(type(default), data.get(name))
         return cls(**built)
 

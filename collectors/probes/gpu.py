@@ -21,8 +21,9 @@ import ctypes
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .base import CounterTracker, HardwareEvent, Reading
 
@@ -547,7 +548,8 @@ class GpuProbe:
                 nv.nvmlDeviceRegisterEvents(g.handle, xid, es)
                 g.xid_registered = True
             except Exception as exc:  # noqa: BLE001
-                self._log.warning("GPU probe: XID events disabled on %s: %s: %s", g.info.device, type(exc).__name__, exc)
+                self._log.warning("GPU probe: XID events disabled on %s: %s: %s", g.info.device, type(exc).__name__,
+                                  exc)
         if not any(g.xid_registered for g in self._gpus):
             try:
                 nv.nvmlEventSetFree(es)
@@ -659,7 +661,8 @@ def open_gpu_probe(
         return None
     if not gpus:
         _shutdown_quietly(nvml)
-        why = f"none of its {len(skipped)} GPU(s) could be opened: {', '.join(skipped)}" if skipped else "it sees no GPU"
+        why = (f"none of its {len(skipped)} GPU(s) could be opened: {', '.join(skipped)}" if skipped
+               else "it sees no GPU")
         log.warning("GPU probe disabled: NVML initialised but %s", why)
         return None
     probe = GpuProbe(nvml, gpus, log=log, xid_wait_ms=xid_wait_ms, events=events, nvlink_every=nvlink_every)

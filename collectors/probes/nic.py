@@ -101,7 +101,8 @@ class NicProbe:
             # Some drivers refuse some counters (EINVAL/EOPNOTSUPP); say so once.
             if path not in self._unreadable:
                 self._unreadable.add(path)
-                self._log.warning("NIC probe: cannot read %s: %s (tried again each sample; not logged again)", path, exc)
+                self._log.warning("NIC probe: cannot read %s: %s (tried again each sample; not logged again)", path,
+                                  exc)
             return None
 
     def _read_int(self, path: str) -> int | None:

@@ -94,13 +94,13 @@ class RootApi:
                 if row["step"] not in best or number > best[row["step"]][0]:
                     best[row["step"]] = (number, row)
             found = list(best.values())
-        found.sort(key=lambda item: (item[1]["step"], item[0]))  # type: ignore[index]
-        wanted = set(sorted({row["step"] for _, row in found})[-last:])  # type: ignore[index]
+        found.sort(key=lambda item: (item[1]["step"], item[0]))
+        wanted = set(sorted({row["step"] for _, row in found})[-last:])
         out = []
         for number, row in found:
-            if row["step"] not in wanted:  # type: ignore[index]
+            if row["step"] not in wanted:
                 continue
-            item = dict(row)  # type: ignore[call-overload]
+            item = dict(row)
             for name in ("missing", "top", "nonfinite_sources"):
                 item[name] = json.loads(item[name])
             item["attempt"] = number

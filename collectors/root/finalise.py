@@ -12,7 +12,6 @@ from collectors.delivery.windows import OutPart, Window, merge_parts
 from collectors.root.store import Row, Store, StoreLost
 from telemetry.summary import Summary
 
-
 log = logging.getLogger(__name__)
 
 PERSISTING = -1  # the in-flight slot of a window whose commit to the store is under way (seqs start at 1)
@@ -127,7 +126,7 @@ class Finaliser:
             self.final.pop(key, None)
 
 
-def root_complete(node: Node):  # type: ignore[no-untyped-def]
+def root_complete(node: Node):
     """Step windows are complete when every rank of the world reported; time buckets when every rank known did."""
     def complete(win: Window) -> bool:
         if win.key.is_step:

@@ -50,7 +50,7 @@ class RestartWatch:
             with closing(self.store.reader()) as db:
                 figures = goodput(db, job)
             attempts = figures["attempts"]
-            mine = [i for i, a in enumerate(attempts) if a["attempt"] == attempt]  # type: ignore[index]
+            mine = [i for i, a in enumerate(attempts) if a["attempt"] == attempt]
             if not mine or mine[0] == 0:
                 continue  # the job's first attempt (or none stored yet): no restart
             now, before = attempts[mine[0]], attempts[mine[0] - 1]  # type: ignore[index]

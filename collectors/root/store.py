@@ -146,7 +146,8 @@ class Store:
             self._db.execute("BEGIN")
             try:
                 self._db.executemany(
-                    "INSERT OR REPLACE INTO windows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", records)
+                    "INSERT OR REPLACE INTO windows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    records)
                 for job, world in jobs.items():
                     self._db.execute("INSERT INTO jobs VALUES (?,?,strftime('%s','now')*1000000000) "
                                      "ON CONFLICT(job) DO UPDATE SET world_size=max(world_size, excluded.world_size)",
@@ -159,7 +160,8 @@ class Store:
     def load(self, key: Key) -> Row | None:
         with self._lock:
             found = self._db.execute(
-                "SELECT expected, summary, late, finalised_ns FROM windows WHERE job=? AND metric=? AND width_ms=? AND idx=?",
+                "SELECT expected, summary, late, finalised_ns FROM windows"
+                " WHERE job=? AND metric=? AND width_ms=? AND idx=?",
                 (key.job, key.metric, key.width_ms, key.index)).fetchone()
         if found is None:
             return None

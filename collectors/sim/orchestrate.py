@@ -294,7 +294,8 @@ class Simulation:
                 if part.exists():
                     out.write(part.read_text())
         return {
-            "world_size": c.ranks, "world_sizes": self.world_sizes(), "job": c.job, "steps": c.steps, "seed": c.seed, "chaos": c.chaos,
+            "world_size": c.ranks, "world_sizes": self.world_sizes(), "job": c.job, "steps": c.steps, "seed": c.seed,
+            "chaos": c.chaos,
             "injections": c.inject_texts, "metrics": steps, "progress": progress, "events": events,
             "delivery": {name: counters.get(name, 0) for name in
                          ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late",

@@ -24,7 +24,6 @@ import telemetry
 from collectors.common.lifetime import die_with_parent
 from collectors.sim.model import RankModel, parse_injection
 
-
 CRASH_EXIT = 17
 
 
@@ -58,7 +57,8 @@ def run_rank(args: argparse.Namespace, rank: int, truth: list[str], lock: thread
     lines = []
     try:
         if not run.wait_connected(args.connect_timeout):
-            print(json.dumps({"rank": rank, "not_connected_after_s": args.connect_timeout}), file=sys.stderr, flush=True)
+            print(json.dumps({"rank": rank, "not_connected_after_s": args.connect_timeout}), file=sys.stderr,
+                  flush=True)
         connected.release()
         start = start_time(args.start_file, done)
         for step in range(args.first_step, args.steps + 1):
