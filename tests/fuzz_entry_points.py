@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from collectors.common.keys import Key
 from helpers_tree import make_agent, make_root, steps, stop_all, summary_of
-from telemetry.v1 import forward_pb2, ingest_pb2
+from telemetry.v1 import forensics_pb2, forward_pb2, ingest_pb2
 
 BUGS = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
 U64 = st.integers(0, 2**64 - 1)
@@ -39,12 +39,18 @@ step_batches = st.builds(ingest_pb2.RankStepBatch, step=U64, closed=st.booleans(
                          metrics=st.lists(st.builds(ingest_pb2.MetricValues, metric=NAMES,
                                                     values=st.lists(FLOATS, max_size=5)), max_size=4))
 batches = st.builds(ingest_pb2.RankBatch, job=NAMES, rank=U32, seq=U64, steps=st.lists(step_batches, max_size=4))
+WHATS = st.one_of(st.sampled_from(["all_reduce in=Float[4]", "", "x" * 201]), st.text(max_size=20))
+fingerprints = st.builds(forensics_pb2.CollectiveFingerprint, seq=U64, hash=U64, what=WHATS)
 beats = st.builds(ingest_pb2.Heartbeat, time_ns=st.integers(-2**63, 2**63 - 1), current_step=U64, steps_completed=U64,
-                  extra=st.dictionaries(NAMES, FLOATS, max_size=4))
+                  extra=st.dictionaries(NAMES, FLOATS, max_size=4), fingerprints=st.lists(fingerprints, max_size=3))
+rank_captures = st.builds(forensics_pb2.RankCapture, request_id=st.text(max_size=70),
+                          captured_at_ns=st.integers(-2**63, 2**63 - 1), stacks=st.text(max_size=50),
+                          flight_recorder=st.one_of(st.just(""), st.text(max_size=50), st.just('{"entries": 5}')))
 rank_messages = st.one_of(st.builds(ingest_pb2.RankMessage, hello=hellos),
                           st.builds(ingest_pb2.RankMessage, batch=batches),
                           st.builds(ingest_pb2.RankMessage, heartbeat=beats),
-                          st.builds(ingest_pb2.RankMessage, bye=st.just(ingest_pb2.RankBye())))
+                          st.builds(ingest_pb2.RankMessage, bye=st.just(ingest_pb2.RankBye())),
+                          st.builds(ingest_pb2.RankMessage, capture=rank_captures))
 # A stream usually starts with a plausible hello, so the fuzz reaches past the first check.
 plausible_hello = st.builds(lambda job, rank, world: ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(
     job=job, rank=rank, world_size=world, pid=os.getpid())), st.sampled_from(["fz", "fz2"]), st.integers(0, 3),
@@ -76,14 +82,25 @@ def window_summaries(draw: st.DrawFn) -> forward_pb2.WindowSummary:
 rank_states = st.builds(forward_pb2.RankStates, job=NAMES, alive=st.binary(max_size=30), stuck=st.binary(max_size=30),
                         dead=st.binary(max_size=30), world_size=U32, host_ranks=st.lists(U32, max_size=3),
                         hosts=st.lists(st.text(max_size=5), max_size=3), closed=st.binary(max_size=30))
+captures = st.builds(forensics_pb2.Capture, request_id=st.sampled_from(["event-1", "od-x", "", "../x", "x" * 70]),
+                     job=st.sampled_from(["fz", "bad job", ""]), attempt=U64, rank=U32,
+                     source=st.sampled_from(["sdk", "py-spy", "proc", "none", "gdb"]), stacks=st.text(max_size=30),
+                     flight_recorder=st.sampled_from(["", "{", '{"entries": [1, {"process_group": 5}]}']),
+                     process=st.sampled_from(["", "[]", "{"]))
+merged = st.builds(forensics_pb2.MergedFingerprint, seq=U64, min_hash=U64, min_what=WHATS,
+                   min_ranks=st.binary(max_size=20), max_hash=U64, max_what=WHATS, max_ranks=st.binary(max_size=20))
+job_fingerprints = st.builds(forensics_pb2.JobFingerprints, job=st.sampled_from(["fz", "bad job", ""]), attempt=U64,
+                             seqs=st.lists(merged, max_size=3))
 summary_batches = st.builds(forward_pb2.SummaryBatch, sender_id=st.sampled_from(["fuzz-a", "fuzz-b", "", "x" * 300]),
                             seq=U64, windows=st.lists(window_summaries(), max_size=3),
-                            ranks=st.lists(rank_states, max_size=2))
+                            ranks=st.lists(rank_states, max_size=2), captures=st.lists(captures, max_size=2),
+                            fingerprints=st.lists(job_fingerprints, max_size=2))
 forward_streams = st.lists(summary_batches, min_size=1, max_size=3)
 
 api_paths = st.one_of(
     st.builds(lambda job, tail: f"/api/v1/jobs/{urllib.parse.quote(job, safe='')}/{tail}", st.text(max_size=30),
-              st.sampled_from(["steps", "progress", "events", "x", ""])),
+              st.sampled_from(["steps", "progress", "events", "x", "", "events/1/forensics", "forensics/od-1",
+                               "forensics/..", "events/99999999999999999999/forensics"])),
     st.text(alphabet="/abcdefghijklmnopqrstuvwxyz0123456789%.", max_size=40).map(lambda p: "/" + p))
 api_queries = st.dictionaries(st.sampled_from(["metric", "last", "since_id", "status", "kind", "x"]),
                               st.one_of(st.text(max_size=12), st.integers(-2**80, 2**80).map(str)), max_size=4)
