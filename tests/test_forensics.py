@@ -212,3 +212,19 @@ def test_a_rank_told_not_to_answer_captures_is_dumped_from_outside(tmp_path: Pat
         if run is not None:
             run.close(timeout=5)
         stop_all(agent, root)
+
+
+def test_the_live_view_shows_where_the_culprits_are() -> None:
+    from rich.console import Console
+
+    from collectors.demo.view import render
+    from collectors.demo.watch import Snapshot
+    stacks = ('Thread 1 "MainThread" (most recent call last):\n  File "job.py", line 60, in main\n'
+              '  File "job.py", line 34, in load_batch\n')
+    snapshot = Snapshot("fx", culprits=[{"event_id": 3, "kind": "hang", "rank": 2, "host": "node7", "source": "sdk",
+                                         "stacks": stacks, "process": {"state": "S", "wchan": "futex_wait_queue"}}])
+    console = Console(width=140, record=True)
+    console.print(render(snapshot))
+    text = console.export_text()
+    assert "where the culprits are" in text and "#3 hang: rank 2 on node7 (sdk, state S futex_wait_queue)" in text
+    assert text.index("in load_batch") < text.index("in main")  # innermost first
