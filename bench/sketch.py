@@ -59,6 +59,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from tdigest import TDigest as PyTDigest
 
+from distributions import draw, rank_error  # bench/distributions.py
 from machine import cpu_model  # bench/machine.py
 from telemetry import Summary
 
@@ -83,26 +84,6 @@ TARGETS = {
 }
 
 console = Console(width=None if sys.stdout.isatty() else 132)
-
-
-# ----------------------------------------------------------------------------- data
-
-def draw(name: str, rng: np.random.Generator, n: int) -> np.ndarray:
-    if name == "lognormal":
-        return rng.lognormal(0.0, 1.0, n)
-    if name == "bimodal":
-        values = rng.normal(0.5, 0.01, n)
-        slow = rng.random(n) < 0.01
-        values[slow] = rng.normal(1.35, 0.02, int(slow.sum()))
-        return values
-    raise ValueError(name)
-
-
-def rank_error(sorted_values: np.ndarray, estimate: float, q: float) -> float:
-    n = sorted_values.size
-    lo = np.searchsorted(sorted_values, estimate, side="left") / n
-    hi = np.searchsorted(sorted_values, estimate, side="right") / n
-    return 0.0 if lo <= q <= hi else float(min(abs(q - lo), abs(q - hi)))
 
 
 # ----------------------------------------------------------------------------- implementations
@@ -461,18 +442,21 @@ def print_report(result: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write results (default {DEFAULT_JSON})")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON,
+                        help=f"where to write results (default {DEFAULT_JSON})")
     parser.add_argument("--quick", action="store_true", help="smaller tree and fewer repeats (a smoke run)")
     args = parser.parse_args(argv)
 
     full_leaves = 1024 if args.quick else 8192
     configs = {
-        Ours.name: dict(ingest_chunk=10_000, ingest_chunks=20 if args.quick else 200, ingest_repeats=3 if args.quick else 5,
+        Ours.name: dict(ingest_chunk=10_000, ingest_chunks=20 if args.quick else 200,
+                        ingest_repeats=3 if args.quick else 5,
                         merge_repeats=5 if args.quick else 21, tree_leaves=full_leaves,
                         tree_repeats=1 if args.quick else 5),
         PyTDigestImpl.name: dict(ingest_chunk=10_000, ingest_chunks=1 if args.quick else 2, ingest_repeats=1,
                                  merge_repeats=1, tree_leaves=128 if args.quick else 512, tree_repeats=1),
-        Exact.name: dict(ingest_chunk=10_000, ingest_chunks=20 if args.quick else 200, ingest_repeats=3 if args.quick else 5,
+        Exact.name: dict(ingest_chunk=10_000, ingest_chunks=20 if args.quick else 200,
+                         ingest_repeats=3 if args.quick else 5,
                          merge_repeats=5 if args.quick else 21, tree_leaves=full_leaves,
                          tree_repeats=1 if args.quick else 3),
     }

@@ -1,4 +1,5 @@
-"""Helpers shared by the Summary tests: data, a direct (reference) computation, merge trees, rank error.
+"""Helpers shared by the Summary tests: data, a direct (reference) computation, merge trees, rank error (the data
+and the rank error are bench/distributions.py's, shared with bench/sketch.py).
 
 Not a test module: the tests import it by name (pytest puts tests/ on sys.path).
 """
@@ -11,9 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bench.distributions import DISTRIBUTIONS, draw, rank_error  # noqa: F401  (re-exported for the tests)
 from telemetry import Summary
-
-DISTRIBUTIONS = ("uniform", "lognormal", "bimodal", "pareto")
 
 # The accuracy stated in telemetry/summary/sketch.py (max_centroids=200, after
 # a 3-tier merge tree with a bytes round trip at every hop).
@@ -22,23 +22,6 @@ STATED_REL_ERROR = {0.5: 5e-3, 0.9: 5e-3, 0.99: 5e-3, 0.999: 1e-2}   # lognormal
 
 # Quantiles checked by the accuracy tests (rank error).
 CHECK_QS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999)
-
-
-def draw(name: str, rng: np.random.Generator, n: int) -> np.ndarray:
-    """n values of a named distribution (seconds, for the step-time-like ones)."""
-    if name == "uniform":
-        return rng.uniform(0.0, 1.0, n)
-    if name == "lognormal":
-        return rng.lognormal(0.0, 1.0, n)
-    if name == "bimodal":
-        # straggler: 99 % of steps near 0.5 s, 1 % near 1.35 s
-        values = rng.normal(0.5, 0.01, n)
-        slow = rng.random(n) < 0.01
-        values[slow] = rng.normal(1.35, 0.02, int(slow.sum()))
-        return values
-    if name == "pareto":
-        return rng.pareto(1.5, n) + 1.0
-    raise ValueError(name)
 
 
 @dataclass
@@ -116,24 +99,6 @@ def assert_exact_fields(summary: Summary, want: Expected, k: int) -> None:
     assert set(summary.sources) == want.sources
     assert summary.nonfinite_count == want.nonfinite_count
     assert set(summary.nonfinite_sources) == want.nonfinite_sources
-
-
-def rank_error(sorted_values: np.ndarray, estimate: float, q: float) -> float:
-    """Distance from q to the fraction of exact values <= estimate.
-
-    With ties (or an estimate equal to a value) any fraction between
-    #(< estimate)/n and #(<= estimate)/n is exact, so the distance is to that interval.
-    The estimate is given a relative slack of 1e-12: t-digest interpolation between
-    tied centroids can land an ulp off the tied value (e.g. -924.9999999999999 for
-    -925), which is no value error but would read as a rank error of the whole tie.
-    """
-    n = sorted_values.size
-    slack = 1e-12 * abs(estimate)
-    lo = np.searchsorted(sorted_values, estimate - slack, side="left") / n
-    hi = np.searchsorted(sorted_values, estimate + slack, side="right") / n
-    if lo <= q <= hi:
-        return 0.0
-    return float(min(abs(q - lo), abs(q - hi)))
 
 
 def round_trip(summary: Summary) -> Summary:
