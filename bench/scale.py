@@ -781,6 +781,12 @@ class Runner:
         return {"grpc_wait_s": a.grpc_wait_s if role == "agents" and a.grpc_wait_s != 0.1 else None,
                 "share_channels": role == "agents" and a.share_channels}
 
+    def clean_up(self, children: list[Child], work: Path) -> None:
+        """After a run, whatever happened: its processes killed, its work directory removed (unless --keep)."""
+        kill_all(children)
+        if not self.args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
     def say(self, text: str) -> None:
         self.progress.update(self.task, description=text)
         if self.args.verbose:
@@ -922,9 +928,7 @@ class Runner:
             hwm = {c.name: c.hwm_mb() for c in children}
             db.close()
         finally:
-            kill_all(children)
-            if not a.keep:
-                shutil.rmtree(work, ignore_errors=True)
+            self.clean_up(children, work)
 
         m = a.steps
         tiers: dict[str, Any] = {"root": {"processes": 1, "fanin": plan["root_fanin"],
@@ -1000,9 +1004,7 @@ class Runner:
             hwm = gather.hwm_mb()
             db.close()
         finally:
-            kill_all(children)
-            if not a.keep:
-                shutil.rmtree(work, ignore_errors=True)
+            self.clean_up(children, work)
         m = a.steps
         s0, s1 = run["stats0"]["gather"]["stats"], run["stats1"]["gather"]["stats"]
         lat = [(r["finalised_ns"] - r["last_time_ns"]) / 1e6 for r in rows if lo <= r["idx"] <= hi]
