@@ -48,16 +48,12 @@ from bench.detection_jobs.logs import done_lines  # noqa: E402
 from bench.detection_jobs.score import aggregate, score_run, table  # noqa: E402
 from collectors.demo.train import kill_job  # noqa: E402
 from collectors.sim.procs import Proc, free_port  # noqa: E402
-from harness import apply_quick, parser, run_in_workdir, write_result  # noqa: E402  (bench/harness.py)
+from harness import BenchError, apply_quick, failure, parser, run_in_workdir, write_result  # noqa: E402
 from machine import machine_facts  # noqa: E402  (bench/machine.py)
 
 TRAIN = REPO / "bench" / "detection_jobs" / "train.py"
 FAULTS = ("slow_rank", "loader_stuck", "nan", "bad_batch", "slow_loader")
 QUICK = {"models": "mlp", "clean_seeds": 1, "fault_seeds": 1, "faults": "nan,bad_batch", "mlp_steps": 200}
-
-
-class BenchError(Exception):
-    """A service or a training job failed: the figures after it would mean nothing."""
 
 
 class Progress:
@@ -242,10 +238,8 @@ def run(args: argparse.Namespace, workdir: Path, progress: Progress) -> dict[str
                      f"{f' on rank {plan.fault_rank}' if plan.fault != 'none' else ''}: {record['wall_s']} s, "
                      f"{record['steps_done']} steps; {describe(scored)}")
         result["complete"] = True
-    except BenchError as exc:
-        result["error"] = str(exc)
-    except KeyboardInterrupt:
-        result["error"] = "interrupted"
+    except (BenchError, KeyboardInterrupt) as exc:
+        result["error"] = failure(exc)
     finally:
         for proc in reversed(services or ()):
             proc.stop()

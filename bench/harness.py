@@ -18,6 +18,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 
 
+class BenchError(RuntimeError):
+    """A service, a driver or a job failed: the figures after it would mean nothing."""
+
+
+def failure(exc: BaseException) -> str:
+    """A stopped bench's `error`: "interrupted" for Ctrl-C or SIGTERM, else what went wrong."""
+    return "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
+
+
 def parser(doc: str | None, name: str, quick: dict[str, Any]) -> argparse.ArgumentParser:
     """A bench's argument parser with its `--out` (for NAME.json) and `--quick` (the `quick` preset) options."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -59,7 +59,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness import apply_quick, parser, run_in_workdir, write_result  # noqa: E402  (bench/harness.py)
+from harness import BenchError, apply_quick, failure, parser, run_in_workdir, write_result  # noqa: E402
 from machine import machine_facts  # noqa: E402  (bench/machine.py)
 
 SERVICES = ("root", "rack", "agent")
@@ -114,10 +114,6 @@ def get_json(api: str, path: str, timeout: float) -> Any:
 
 
 # ---------------------------------------------------------------- processes
-
-
-class BenchError(RuntimeError):
-    """A service or a driver failed: the run has no valid result past this point."""
 
 
 @dataclass
@@ -834,10 +830,8 @@ def run(args: argparse.Namespace, workdir: Path, progress: Progress) -> dict[str
                              "steady": steady_figures(result["steady_phase"]), "lifetime": lifetime_figures(result)}
         result["verdicts"] = verdicts(result["figures"])
         result["complete"] = True
-    except BenchError as exc:
-        result["error"] = str(exc)
-    except KeyboardInterrupt:
-        result["error"] = "interrupted"
+    except (BenchError, KeyboardInterrupt) as exc:
+        result["error"] = failure(exc)
     finally:
         for name in reversed(SERVICES):
             if name in services:
