@@ -127,3 +127,20 @@ def test_goodput_accounts_every_second() -> None:
     assert [(a["attempt"], a["steps_replayed"], a["downtime_s"]) for a in figures["attempts"]] == [(1, 0, 0.0),
                                                                                                    (7, 2, 10.0)]
     assert compute("j", [])["goodput"] is None
+
+
+def test_slurm_attempts_differ_for_requeues_steps_and_resubmissions(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A script submitted twice under one job name gets two job ids: their attempts must differ (the second run
+    would otherwise be taken for resends of the first once the tree forgot it), and each later one is larger."""
+    from telemetry.sdk.attempt import default_attempt
+    for name in ("TELEMETRY_ATTEMPT", "TORCHELASTIC_RESTART_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+
+    def attempt(job: int, restarts: int = 0, step: int = 0) -> int:
+        monkeypatch.setenv("SLURM_JOB_ID", str(job))
+        monkeypatch.setenv("SLURM_RESTART_COUNT", str(restarts))
+        monkeypatch.setenv("SLURM_STEP_ID", str(step))
+        return default_attempt(8)
+    first, requeued, next_step, resubmitted = attempt(1000), attempt(1000, 1), attempt(1000, 1, 1), attempt(1001)
+    assert first < requeued < next_step < resubmitted < 2**63
+    assert attempt(2**32 - 1, 4095, 65535) < 2**63

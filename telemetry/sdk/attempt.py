@@ -11,8 +11,9 @@ In order:
    workers start): the first rank to ask writes its wall clock in milliseconds under a key of this restart
    count, every rank reads that one value (an atomic compare-and-set: nobody waits for a given rank). So each
    restart and each new launch gets a later attempt. Without the store: the restart count itself.
-3. Slurm (``SLURM_JOB_ID`` set): ``SLURM_RESTART_COUNT`` (requeues) * 2**32 + ``SLURM_STEP_ID`` (srun steps
-   of one allocation).
+3. Slurm (``SLURM_JOB_ID`` set): ``SLURM_JOB_ID`` * 2**28 + ``SLURM_RESTART_COUNT`` (requeues, mod 2**12)
+   * 2**16 + ``SLURM_STEP_ID`` (srun steps of one allocation, mod 2**16): a requeue, a new step and a new
+   submission of the same script (a new job id, same job name) each get a later attempt.
 4. A single-rank job: a fresh attempt per init (the clock in milliseconds).
 5. Otherwise 0 (no attempt): a second run under the name is refused by the agent while it still knows the
    first (FAILED_PRECONDITION, close() False), so pass ``attempt=`` to such launchers.
@@ -42,11 +43,18 @@ def default_attempt(world_size: int) -> int:
     if restart is not None:
         agreed = _torchrun_attempt(restart)
         return agreed if agreed is not None else restart
-    if os.environ.get("SLURM_JOB_ID"):
-        return (env_int("SLURM_RESTART_COUNT", 0) or 0) * 2**32 + (env_int("SLURM_STEP_ID", 0) or 0) % 2**32
+    slurm_job = env_int("SLURM_JOB_ID", None)
+    if slurm_job is not None:
+        return slurm_attempt(slurm_job, env_int("SLURM_RESTART_COUNT", 0) or 0, env_int("SLURM_STEP_ID", 0) or 0)
     if world_size == 1:
         return _now_ms()
     return 0
+
+
+def slurm_attempt(job_id: int, restarts: int, step_id: int) -> int:
+    """A Slurm launch's attempt: later for a requeue (restart count), a later srun step, and a later submission
+    (job ids grow), the same on every rank of one step."""
+    return (job_id % 2**32) * 2**28 + (restarts % 2**12) * 2**16 + step_id % 2**16
 
 
 def check_attempt(attempt: int) -> int:
