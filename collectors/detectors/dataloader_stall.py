@@ -25,7 +25,8 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from collectors.detectors.base import Baseline, Detector, distinct, event_time, fnum, p50
+from collectors.detectors.base import Baseline, distinct, event_time, fnum, p50
+from collectors.detectors.streak import StreakDetector, StreakState
 from collectors.root.store import Row
 from telemetry.summary import Summary
 
@@ -48,27 +49,19 @@ class DataloaderStallConfig:
     severity: str = "warning"
 
 
-@dataclass
-class _State:
-    streak: int = 0
-    start: int | None = None
-    start_time: float = 0.0
-    clean: int = 0
-    last_step: int = -1
-
-
-class DataloaderStallDetector(Detector):
+class DataloaderStallDetector(StreakDetector[StreakState]):
     kind = "dataloader_stall"
 
     def __init__(self, events, context=None,
                  config: DataloaderStallConfig | None = None) -> None:
-        super().__init__(events, context)
         self.config = config or DataloaderStallConfig()
+        super().__init__(events, context, self.config.baseline_steps)
         self.metrics = frozenset({self.config.metric, self.config.step_metric})
         self._pending: dict[str, OrderedDict[int, dict[str, Row]]] = {}
-        self._state: dict[str, _State] = {}
-        self._baseline: dict[str, Baseline] = {}
         self._step_p50: dict[str, Baseline] = {}
+
+    def new_state(self) -> StreakState:
+        return StreakState()
 
     def observe(self, row: Row) -> None:
         if not row.key.is_step:
@@ -92,7 +85,7 @@ class DataloaderStallDetector(Detector):
 
     def _judge(self, job: str, step: int, wait_row: Row, step_time: Summary) -> None:
         c, wait = self.config, wait_row.summary
-        state = self._state.setdefault(job, _State())
+        state = self.state(job)
         if step <= state.last_step or not wait.count or not step_time.count:
             return
         state.last_step = step
@@ -100,23 +93,17 @@ class DataloaderStallDetector(Detector):
         if not (median_step > 0 and math.isfinite(wait.max)):
             return
         frac = wait.max / median_step
-        baseline = self._baseline.setdefault(job, Baseline(c.baseline_steps))
+        baseline = self.baseline(job)
         threshold = c.fraction
         if len(baseline) >= c.min_baseline:
             threshold = max(c.fraction, c.baseline_factor * baseline.median())
         long = self._long_stall(wait.max, median_step)
         if (frac <= threshold or wait.max < c.min_wait_s) and not long:
             baseline.add(frac)
-            state.streak, state.start = 0, None
-            state.clean += 1
-            if state.clean >= c.clear_steps and self.is_open(job):
-                self.clear(job, step=step)
+            self.normal(job, state, step, c.clear_steps)
             return
-        state.clean = 0
-        if state.streak == 0:
-            state.start, state.start_time = step, event_time(wait_row)
-        state.streak += 1
-        if not long and state.streak < c.consecutive and not self.is_open(job):
+        self.over(state, step, event_time(wait_row))
+        if not self.due(job, state, 1 if long else c.consecutive):
             return
         self._raise(job, step, wait_row, median_step, threshold, "long_stall" if long else "sustained")
 
@@ -132,8 +119,8 @@ class DataloaderStallDetector(Detector):
         if not (median_step > 0 and wait.count and math.isfinite(wait.max)) or not self._long_stall(wait.max,
                                                                                                     median_step):
             return
-        state = self._state.setdefault(job, _State())
-        state.clean = 0
+        state = self.state(job)
+        state.clean = 0  # not a streak's step (late): it opens or updates the event, and keeps it from closing
         if not self.is_open(job):
             state.start, state.start_time = row.key.index, event_time(row)
         self._raise(job, row.key.index, row, median_step, self.config.fraction, "long_stall")
@@ -154,5 +141,4 @@ class DataloaderStallDetector(Detector):
             "mean_fraction": fnum(wait.mean / median_step, 4),
             "steps": state.streak, "rule": rule, "top": [[fnum(v), r] for v, r in wait.top(c.top)],
         }
-        self.raise_(job, step=state.start if event is None else step, ranks=ranks, detail=detail,
-                    severity=c.severity, time=state.start_time)
+        self.raise_streak(job, state, step, event, ranks=ranks, detail=detail, severity=c.severity)

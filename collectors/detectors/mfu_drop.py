@@ -28,7 +28,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from collectors.detectors.base import Baseline, Detector, distinct, event_time, fnum
+from collectors.detectors.base import distinct, event_time, fnum
+from collectors.detectors.streak import StreakDetector, StreakState
 from collectors.root.store import Row
 
 
@@ -49,13 +50,8 @@ class MfuDropConfig:
 
 
 @dataclass
-class _State:
-    streak: int = 0
-    start: int | None = None
-    start_time: float = 0.0
-    recovered: int = 0
-    last_step: int = -1
-    seen: int = 0
+class _State(StreakState):
+    seen: int = 0             # steps seen (the first `warmup` are start-up, not judged)
     values: deque | None = None
 
 
@@ -69,22 +65,23 @@ def _slope(points: list[tuple[int, float]]) -> float:
     return sum((p[0] - mx) * (p[1] - my) for p in points) / sxx
 
 
-class MfuDropDetector(Detector):
+class MfuDropDetector(StreakDetector[_State]):
     kind = "mfu_drop"
 
     def __init__(self, events, context=None,
                  config: MfuDropConfig | None = None) -> None:
-        super().__init__(events, context)
         self.config = config or MfuDropConfig()
+        super().__init__(events, context, self.config.baseline_steps)
         self.metrics = frozenset({self.config.metric})
-        self._state: dict[str, _State] = {}
-        self._baseline: dict[str, Baseline] = {}
+
+    def new_state(self) -> _State:
+        return _State(values=deque(maxlen=max(2, self.config.slope_window)))
 
     def observe(self, row: Row) -> None:
         if row.late or not row.key.is_step:
             return
         c, job, step, s = self.config, row.key.job, row.key.index, row.summary
-        state = self._state.setdefault(job, _State(values=deque(maxlen=max(2, c.slope_window))))
+        state = self.state(job)
         if step <= state.last_step or not s.count or not math.isfinite(s.mean):
             return
         state.last_step = step
@@ -92,7 +89,7 @@ class MfuDropDetector(Detector):
         if state.seen <= c.warmup:
             return
         value = s.mean
-        baseline = self._baseline.setdefault(job, Baseline(c.baseline_steps))
+        baseline = self.baseline(job)
         assert state.values is not None
         state.values.append((step, value))
         if len(baseline) < c.min_baseline:
@@ -112,19 +109,13 @@ class MfuDropDetector(Detector):
             if slope_loss > c.drop * ref:
                 low, rule = True, "slope"
         if not low:
-            state.streak, state.start = 0, None
-            if value >= (ref + threshold) / 2:  # back above halfway: normal again
+            recovered = value >= (ref + threshold) / 2  # back above halfway: normal again
+            if recovered:
                 baseline.add(value)
-                state.recovered += 1
-                if state.recovered >= c.clear_steps and self.is_open(job):
-                    self.clear(job, step=step)
+            self.normal(job, state, step, c.clear_steps, counts=recovered)
             return
-        state.recovered = 0
-        if state.streak == 0:
-            state.start, state.start_time = step, event_time(row)
-        state.streak += 1
-        needed = c.sustain if rule == "step_change" else 1
-        if state.streak < needed and not self.is_open(job):
+        self.over(state, step, event_time(row))
+        if not self.due(job, state, c.sustain if rule == "step_change" else 1):
             return
         drop = 1.0 - value / ref
         ranks = [] if s.max < threshold else distinct(s.bottom(), lambda v: v < threshold, c.top)
@@ -137,5 +128,4 @@ class MfuDropDetector(Detector):
             "slope_loss": fnum(slope_loss) if slope_loss is not None else None,
             "opened_by": event.detail.get("opened_by", rule) if event is not None else rule,
         }
-        self.raise_(job, step=state.start if event is None else step, ranks=ranks, detail=detail,
-                    severity=c.severity, time=state.start_time)
+        self.raise_streak(job, state, step, event, ranks=ranks, detail=detail, severity=c.severity)

@@ -35,11 +35,11 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from collectors.detectors.base import Baseline, Detector, distinct, event_time, fnum, p50
+from collectors.detectors.base import Baseline, distinct, event_time, fnum, p50
+from collectors.detectors.streak import StreakDetector, StreakState
 from collectors.root.store import Row
+from telemetry.names import ARRIVAL_METRIC as ARRIVAL
 from telemetry.summary import Summary
-
-ARRIVAL = "collective_arrival"
 
 
 @dataclass
@@ -63,13 +63,8 @@ class StragglerConfig:
 
 
 @dataclass
-class _State:
-    streak: int = 0
-    streak_start: int | None = None
-    streak_rank: int = -1
-    streak_time: float = 0.0
-    clean: int = 0
-    last_step: int = -1
+class _State(StreakState):
+    streak_rank: int = -1     # the rank the streak is about (a different one ends it: noise)
     wait_s_total: float = 0.0
     wait_rank_s_total: float = 0.0
     steps: int = 0
@@ -91,23 +86,24 @@ class _Judged:
     began: int = 0      # steps ago the culprit's lateness began (arrival: within the persistence window)
 
 
-class StragglerDetector(Detector):
+class StragglerDetector(StreakDetector[_State]):
     kind = "straggler"
 
     def __init__(self, events, context=None,
                  config: StragglerConfig | None = None) -> None:
-        super().__init__(events, context)
         self.config = config or StragglerConfig()
+        super().__init__(events, context, self.config.baseline_steps)
         self.metrics = frozenset({self.config.metric, self.config.arrival_metric})
-        self._state: dict[str, _State] = {}
-        self._baseline: dict[str, Baseline] = {}
         self._recent: dict[str, deque[frozenset[int]]] = {}  # job -> ranks late on each of its last steps
+
+    def new_state(self) -> _State:
+        return _State()
 
     def observe(self, row: Row) -> None:
         if row.late or not row.key.is_step:
             return
         c, job, step, s = self.config, row.key.job, row.key.index, row.summary
-        state = self._state.setdefault(job, _State())
+        state = self.state(job)
         arrival = row.key.metric == c.arrival_metric
         if not arrival:
             median = p50(s)
@@ -126,33 +122,27 @@ class StragglerDetector(Detector):
         if state.warm < c.warmup:
             state.warm += 1
             return
-        baseline = self._baseline.setdefault(job, Baseline(c.baseline_steps))
+        baseline = self.baseline(job)
         judged = self._arrival(s, state, job) if arrival else self._step_time(s, baseline)
         if judged is None:
             return
         state.last_step = step
         if not judged.over:
             baseline.add(judged.measure)
-            state.streak, state.streak_start = 0, None
-            state.clean += 1
-            if state.clean >= c.clear_steps and self.is_open(job):
-                self.clear(job, step=step)
+            self.normal(job, state, step, c.clear_steps)
             return
-        state.clean = 0
         if state.streak and judged.culprit != state.streak_rank and not self.is_open(job):
             state.streak = 0  # a different rank each step is noise, not a straggler
-        if state.streak == 0:
-            state.streak_start, state.streak_time, state.streak_rank = (step - judged.began, event_time(row),
-                                                                        judged.culprit)
+        if self.over(state, step - judged.began, event_time(row)):  # a streak begins (arrival: when the lateness did)
+            state.streak_rank = judged.culprit
             if not self.is_open(job):
                 state.wait_s_total = state.wait_rank_s_total = 0.0
                 state.steps = 0
-        state.streak += 1
         wait_rank_s = max(0.0, s.count * s.max - s.sum)
         state.wait_s_total += judged.wait_s
         state.wait_rank_s_total += wait_rank_s
         state.steps += 1
-        if state.streak < (1 if arrival else c.consecutive) and not self.is_open(job):
+        if not self.due(job, state, 1 if arrival else c.consecutive):
             return
         ranks = judged.ranks or distinct(s.top(), lambda v: v > judged.cut, c.top) or [s.argmax]
         open_event = self.events.get_open(self.kind, job)
@@ -174,8 +164,7 @@ class StragglerDetector(Detector):
         measure = "wait_frac" if arrival else "ratio"
         detail[measure] = fnum(judged.measure, 4)
         detail[f"baseline_{measure}"] = fnum(baseline.median(), 4) if len(baseline) else None
-        self.raise_(job, step=state.streak_start if open_event is None else step, ranks=ranks, detail=detail,
-                    severity=c.severity, time=state.streak_time)
+        self.raise_streak(job, state, step, open_event, ranks=ranks, detail=detail, severity=c.severity)
 
     def _step_time(self, s: Summary, baseline: Baseline) -> _Judged | None:
         c, median = self.config, p50(s)
