@@ -132,7 +132,7 @@ class Demo:
         snapshot = self.watcher.snapshot() if self.watcher is not None else None
         if snapshot is None:
             return "starting the tree"
-        return render(snapshot, self.world, self.config.steps, self.scenario.describe())
+        return render(snapshot, self.world, self.config.steps, self.scenario.describe(self.config.train))
 
     def _linger(self) -> None:
         end = time.time() + self.config.linger

@@ -23,6 +23,10 @@ class Scenario:
     nan_step: int
     hang_rank: int
     hang_step: int
+    # Under --train the slow rank sleeps (factor - 1) x its own median step: the example's steps are ~15 ms of
+    # compute, so x2.5 made it only ~20 ms late, at the straggler rule's 20 ms floor, and a loaded machine hid
+    # it on enough steps that no event opened (seen on a fresh-clone CI run). x6 makes it ~75 ms late.
+    train_straggler_factor: float = 6.0
 
     @classmethod
     def for_run(cls, ranks: int, steps: int) -> Scenario:
@@ -52,13 +56,14 @@ class Scenario:
     def train_flags(self, hang_seconds: float) -> list[str]:
         """As examples/train_ddp.py flags (a bad batch for the spike; the hang is a long sleep on one rank)."""
         return ["--slow-rank", str(self.straggler_rank), "--slow-from", str(self.straggler_from),
-                "--slow-until", str(self.straggler_until), "--slow-factor", str(self.straggler_factor),
+                "--slow-until", str(self.straggler_until), "--slow-factor", str(self.train_straggler_factor),
                 "--bad-batch-step", str(self.spike_step), "--nan-step", str(self.nan_step),
                 "--nan-rank", str(self.nan_rank), "--hang-step", str(self.hang_step),
                 "--hang-rank", str(self.hang_rank), "--hang-seconds", str(hang_seconds)]
 
-    def describe(self) -> list[str]:
-        return [f"straggler: rank {self.straggler_rank} x{self.straggler_factor} steps "
+    def describe(self, train: bool = False) -> list[str]:
+        factor = self.train_straggler_factor if train else self.straggler_factor
+        return [f"straggler: rank {self.straggler_rank} x{factor} steps "
                 f"{self.straggler_from}-{self.straggler_until}",
                 f"loss spike: step {self.spike_step} (x{self.spike_factor})",
                 f"NaN: rank {self.nan_rank} step {self.nan_step}",

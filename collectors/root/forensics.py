@@ -7,9 +7,9 @@ updated with new ranks asks only for those). Each rank's agent answers with the 
 fallback's; captures ride up on the ordinary units and are written here, one JSON file per rank, beside a
 per-rank flight-recorder dump in the layout PyTorch's `torchfrtrace` reads:
 
-    <db file>.forensics/<job>/<request_id>/request.json        who was asked, when, why
-    <db file>.forensics/<job>/<request_id>/rank-<r>.json       one capture
-    <db file>.forensics/<job>/<request_id>/fr/rank_<r>         the rank's flight recorder (pickle), if any
+    <db stem>.forensics/job-<job>/<request_id>/request.json     who was asked, when, why
+    <db stem>.forensics/job-<job>/<request_id>/rank-<r>.json    one capture
+    <db stem>.forensics/job-<job>/<request_id>/fr/rank_<r>      the rank's flight recorder (pickle), if any
 
 At most `max_requests` requests are kept (the oldest directory goes first). Everything that touches the
 disk or the tree runs on one worker thread: event sinks are called under the detectors' lock, and captures
@@ -47,6 +47,12 @@ DEFAULT_MAX_RANKS = 8
 DEFAULT_MAX_BYTES = 64 * 1024
 DEFAULT_MAX_REQUESTS = 1000
 REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def forensics_folder(db: Path) -> Path:
+    """Beside the root's database, named apart from its files (root.db, root.db-wal, root.db-shm: what a glob
+    of `root.db*` finds must stay the database's): root.db -> root.forensics."""
+    return db.with_name(db.stem + ".forensics")
 
 
 def _dir_name(job: str) -> str:

@@ -28,7 +28,7 @@ from collectors.detectors.base import Context
 from collectors.detectors.events import EventLog, make_sinks
 from collectors.detectors.suite import Detectors, DetectorsConfig
 from collectors.root.api import MAX_LAST, ApiError
-from collectors.root.forensics import Forensics, ForensicsStore
+from collectors.root.forensics import Forensics, ForensicsStore, forensics_folder
 from collectors.root.metrics import RootMetrics
 from collectors.root.restarts import GoodputMetrics, RestartWatch
 from collectors.root.store import Row
@@ -182,7 +182,7 @@ def attach(server: CollectorServer, config: DetectorsConfig | None = None) -> Wi
     server.finaliser.on_finalised.append(on_finalised)
 
     # Forensics: culprit-naming events ask their ranks for a capture; captures from the tree are kept on disk.
-    forensics = Forensics(ForensicsStore(server.store.path.with_name(server.store.path.name + ".forensics")),
+    forensics = Forensics(ForensicsStore(forensics_folder(server.store.path)),
                           server.service.route_requests)
     events.sinks.append(forensics.on_event)
     server.service.on_captures = forensics.on_captures
