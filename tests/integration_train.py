@@ -174,3 +174,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # no interpreter teardown: a joinable torch.distributed C++ thread can abort a finished rank

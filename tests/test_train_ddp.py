@@ -8,7 +8,6 @@ in the heartbeats.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import statistics
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.detection_jobs.logs import done_in
 from collectors.common.attempts import like_prefix
 from collectors.demo.train import run as run_torchrun
 from collectors.sim.procs import free_port
@@ -101,7 +101,7 @@ def test_torchrun_example_reaches_the_root(tree: dict, world: int, nan_rank: int
                        "--slow-rank", str(slow_rank), "--slow-factor", str(SLOW_FACTOR),
                        "--slow-from", str(SLOW_FROM), "--peak-flops", str(PEAK), "--linger", str(LINGER_S))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    done = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"event": "done"')]
+    done = done_in(result.stdout)  # two ranks' prints can share a line of torchrun's output
     assert sorted(d["rank"] for d in done) == list(range(world))
     assert all(d["durable"] is True and d["stats"]["dropped_values"] == 0 for d in done), done
     print(f"torchrun with {world} ranks: {time.monotonic() - started:.1f} s")
