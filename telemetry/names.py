@@ -27,6 +27,10 @@ ARRIVAL_METRIC = "collective_arrival"
 #: to this, every tier refuses a longer one.
 MAX_WHAT = 200
 
+#: Bytes of one rank's capture (thread stacks, and the flight-recorder entries, each) a root asks for by default
+#: (CaptureRequest.max_bytes) and the SDK keeps when a request names none (docs/forensics.md).
+MAX_CAPTURE_BYTES = 64 * 1024
+
 #: Jobs named with this prefix hold a host's own hardware windows (collectors/agent/hardware.py:
 #: NICs, IB ports, GPUs no rank uses); no rank may register one.
 HOST_JOB_PREFIX = "_host:"

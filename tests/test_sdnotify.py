@@ -175,11 +175,3 @@ def test_a_separate_process_answers_the_protocol(tmp_path: Path) -> None:
     assert 3 <= len(pings) <= 8, got  # 0.5 s at one ping per 0.1 s
     assert all(pid == proc.pid for _, pid in got), "every datagram must come from the main pid (NotifyAccess=main)"
     assert got[-1][0] == "STOPPING=1"
-
-
-def test_old_import_path_is_the_same_module() -> None:
-    """collectors.agent.sdnotify (its home before the collector used it too) still imports, as this module."""
-    from collectors.agent import sdnotify as old
-    from collectors.agent.sdnotify import Notifier as OldNotifier
-
-    assert old is sdnotify and OldNotifier is Notifier

@@ -7,7 +7,7 @@ leading ``@``. Each notification is one datagram of newline-separated
 another supervisor) every call is a no-op that returns False; a send that fails
 is logged once and never raises, so telemetry never takes the agent down.
 Both services use it (collectors/cli.py ``_serve``: the agent and the collector
-tiers); ``collectors.agent.sdnotify`` is kept as an alias of this module.
+tiers).
 
 ``WatchdogSec=`` in the unit sets ``$WATCHDOG_USEC``; :func:`watchdog_interval_s`
 returns half of it, the interval systemd recommends for ``WATCHDOG=1``. A

@@ -13,11 +13,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 from pyroaring import BitMap
 
 from collectors.common.attempts import split
+from collectors.common.fingerprints import FingerprintTable
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from collectors.delivery.forensics import CaptureQueue
@@ -358,7 +359,7 @@ class Upstream:
         # Forensics riding on the units (docs/forensics.md): captures for the root, and this subtree's merged
         # collective fingerprints (a FingerprintTable, set by the tier that keeps one). Both under the node's lock.
         self.captures = CaptureQueue()
-        self.fingerprints: Any = None
+        self.fingerprints: FingerprintTable | None = None
 
     def ship(self, node: Node, windows: list[Window], now: float) -> None:
         """Hand the windows to the outbox, which sends them from its own thread: nothing slow here."""

@@ -18,6 +18,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.common.attempts import split
+from collectors.root.forensics import CAPTURE_KINDS
 from telemetry.names import HOST_JOB_PREFIX
 
 log = logging.getLogger(__name__)
@@ -62,9 +63,6 @@ class Snapshot:
     updated: float = 0.0
     #: captures of the culprits of open hang/straggler/mismatch events (GET .../events/{id}/forensics)
     culprits: list[dict[str, Any]] = field(default_factory=list)
-
-
-CULPRIT_KINDS = ("hang", "straggler", "collective_mismatch")  # = collectors.root.forensics.CAPTURE_KINDS
 
 
 class RootWatcher:
@@ -125,7 +123,7 @@ class RootWatcher:
     def _culprits(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The captures of the latest open culprit-naming events (at most 2 events, 2 ranks each)."""
         found = []
-        for event in [e for e in events if e.get("status") == "open" and e.get("kind") in CULPRIT_KINDS][-2:]:
+        for event in [e for e in events if e.get("status") == "open" and e.get("kind") in CAPTURE_KINDS][-2:]:
             body = self._json(f"/api/v1/jobs/{self.job}/events/{event['id']}/forensics")
             for capture in body.get("captures", [])[:2]:
                 found.append({**capture, "event_id": event["id"], "kind": event["kind"]})

@@ -38,13 +38,13 @@ from pyroaring import BitMap
 
 from collectors.common.attempts import split
 from collectors.detectors.events import Event
+from telemetry.names import MAX_CAPTURE_BYTES
 from telemetry.v1 import forensics_pb2
 
 log = logging.getLogger(__name__)
 
 CAPTURE_KINDS = ("hang", "straggler", "collective_mismatch")
 DEFAULT_MAX_RANKS = 8
-DEFAULT_MAX_BYTES = 64 * 1024
 DEFAULT_MAX_REQUESTS = 1000
 REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -131,7 +131,7 @@ class Forensics:
     """Decides what to capture, sends the requests down, stores the answers (on its own worker thread)."""
 
     def __init__(self, store: ForensicsStore, route: Callable[[list[forensics_pb2.CaptureRequest]], BitMap],
-                 max_ranks: int = DEFAULT_MAX_RANKS, max_bytes: int = DEFAULT_MAX_BYTES,
+                 max_ranks: int = DEFAULT_MAX_RANKS, max_bytes: int = MAX_CAPTURE_BYTES,
                  kinds: Iterable[str] = CAPTURE_KINDS, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.route = route

@@ -19,15 +19,15 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from telemetry.names import MAX_CAPTURE_BYTES
 from telemetry.v1 import forensics_pb2
 
 log = logging.getLogger("telemetry.sdk")
 
-DEFAULT_MAX_BYTES = 64 * 1024
 FR_ENTRIES = 200  # newest flight-recorder entries asked for; fewer are kept if they do not fit max_bytes
 
 
-def thread_stacks(max_bytes: int = DEFAULT_MAX_BYTES, skip: int | None = None) -> str:
+def thread_stacks(max_bytes: int = MAX_CAPTURE_BYTES, skip: int | None = None) -> str:
     """Every thread's stack as readable text, most recent call last (traceback's layout), the main thread
     first; `skip`: a thread id left out (the capturing thread itself). Truncated to max_bytes, keeping each
     thread's innermost frames (where it is stuck) when a stack is too long."""
@@ -65,7 +65,7 @@ def _fit(parts: list[tuple[str, list[str]]], max_bytes: int) -> str:
     return text[:max_bytes]
 
 
-def flight_recorder_json(progress: Any, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+def flight_recorder_json(progress: Any, max_bytes: int = MAX_CAPTURE_BYTES) -> str:
     """The default group's recent flight-recorder entries as JSON, newest kept, within max_bytes; "" when
     there is no recorder to read (no torch.distributed, recorder off, no collective yet)."""
     if progress is None:
@@ -88,7 +88,7 @@ def flight_recorder_json(progress: Any, max_bytes: int = DEFAULT_MAX_BYTES) -> s
 
 def take(request: forensics_pb2.CaptureRequest, progress: Any) -> forensics_pb2.RankCapture:
     """The capture for `request`, taken now on the calling thread."""
-    max_bytes = request.max_bytes or DEFAULT_MAX_BYTES
+    max_bytes = request.max_bytes or MAX_CAPTURE_BYTES
     stacks = thread_stacks(max_bytes, skip=threading.get_ident())
     return forensics_pb2.RankCapture(request_id=request.request_id, captured_at_ns=time.time_ns(), stacks=stacks,
                                      flight_recorder=flight_recorder_json(progress, max_bytes))
