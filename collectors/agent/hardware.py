@@ -186,7 +186,7 @@ class HardwareSampler:
             if probe is not None:
                 try:
                     probe.close()
-                except Exception:  # noqa: BLE001 - closing must never take the agent's stop down
+                except Exception:  # closing must never take the agent's stop down
                     log.exception("closing the %s probe failed", probe.name)
 
     def _run(self) -> None:
@@ -199,7 +199,7 @@ class HardwareSampler:
             next_wall_ns = time.time_ns() + int((next_t - time.monotonic()) * 1e9)
             try:
                 self.sample_once(next_wall_ns=next_wall_ns)
-            except Exception:  # noqa: BLE001 - a bug here must not stop the sampling for good
+            except Exception:  # a bug here must not stop the sampling for good
                 log.exception("hardware sample failed")
 
     # ------------------------------------------------------------ one sample

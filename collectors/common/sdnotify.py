@@ -184,7 +184,7 @@ class WatchdogPinger:
             if self._healthy is not None:
                 try:
                     ok = bool(self._healthy())
-                except Exception as exc:  # noqa: BLE001 - a failing check counts as unhealthy
+                except Exception as exc:  # a failing check counts as unhealthy
                     ok = False
                     self._log.debug("watchdog health check raised: %s", exc)
             if ok:

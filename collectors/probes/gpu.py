@@ -330,7 +330,7 @@ class GpuProbe:
                     continue
                 try:
                     values = reader(g)
-                except Exception as exc:  # noqa: BLE001 - any failure disables the field, never the probe
+                except Exception as exc:  # any failure disables the field, never the probe
                     self._field_failed(g, fname, exc)
                     if g.lost:
                         break
@@ -373,12 +373,12 @@ class GpuProbe:
         if self._event_set is not None:
             try:
                 nv.nvmlEventSetFree(self._event_set)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self._log.debug("nvmlEventSetFree failed: %s", exc)
             self._event_set = None
         try:
             nv.nvmlShutdown()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self._log.debug("nvmlShutdown failed: %s", exc)
 
     def __enter__(self) -> GpuProbe:
@@ -493,7 +493,7 @@ class GpuProbe:
             try:
                 if nv.nvmlDeviceGetNvLinkState(g.handle, link) == nv.NVML_FEATURE_ENABLED:
                     links.append(link)
-            except Exception:  # noqa: BLE001 - NotSupported / InvalidArgument past the last link
+            except Exception:  # NotSupported / InvalidArgument past the last link
                 continue
         return tuple(links)
 
@@ -535,7 +535,7 @@ class GpuProbe:
         nv = self._nv
         try:
             es = nv.nvmlEventSetCreate()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self._log.warning("GPU probe: XID events unavailable: nvmlEventSetCreate: %s", exc)
             return
         xid = nv.nvmlEventTypeXidCriticalError
@@ -547,13 +547,13 @@ class GpuProbe:
                     continue
                 nv.nvmlDeviceRegisterEvents(g.handle, xid, es)
                 g.xid_registered = True
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self._log.warning("GPU probe: XID events disabled on %s: %s: %s", g.info.device, type(exc).__name__,
                                   exc)
         if not any(g.xid_registered for g in self._gpus):
             try:
                 nv.nvmlEventSetFree(es)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
             return
         self._event_set = es
@@ -570,7 +570,7 @@ class GpuProbe:
                 data = nv.nvmlEventSetWait_v2(es, self._xid_wait_ms)
             except timeout_cls:
                 continue
-            except Exception as exc:  # noqa: BLE001 - keep waiting, but do not spin
+            except Exception as exc:  # keep waiting, but do not spin
                 key = type(exc).__name__
                 if key not in logged:
                     logged.add(key)
@@ -579,7 +579,7 @@ class GpuProbe:
                 continue
             try:
                 self._on_event(data)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self._log.warning("GPU probe: could not decode an NVML event: %s", exc)
 
     def _on_event(self, data: Any) -> None:
@@ -623,13 +623,14 @@ def open_gpu_probe(
     """
     if nvml is None:
         try:
-            import pynvml as nvml  # noqa: PLC0415 - optional dependency
+            import pynvml  # an optional dependency: imported only when no double is given
         except ImportError as exc:
             log.warning("GPU probe disabled: nvidia-ml-py (pynvml) is not installed (%s)", exc)
             return None
+        nvml = pynvml
     try:
         nvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         log.warning(
             "GPU probe disabled: NVML could not initialise (%s: %s); no NVIDIA driver or GPU on this host?",
             type(exc).__name__,
@@ -643,19 +644,19 @@ def open_gpu_probe(
         for i in range(count):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(i)
-            except Exception as exc:  # noqa: BLE001 - e.g. NoPermission when a cgroup hides it
+            except Exception as exc:  # e.g. NoPermission when a cgroup hides it
                 skipped.append(f"gpu{i} ({type(exc).__name__})")
                 continue
             try:
                 uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 uuid = ""
             try:
                 name = _text(nvml.nvmlDeviceGetName(handle))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 name = ""
             gpus.append((GpuInfo(i, uuid, name), handle))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         _shutdown_quietly(nvml)
         log.warning("GPU probe disabled: NVML could not list GPUs (%s: %s)", type(exc).__name__, exc)
         return None
@@ -678,5 +679,5 @@ def open_gpu_probe(
 def _shutdown_quietly(nvml: Any) -> None:
     try:
         nvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
