@@ -15,7 +15,7 @@ class Key(NamedTuple):
 
     job: str
     metric: str
-    index: int
+    index: int  # type: ignore[assignment]  # the field shadows tuple.index(), which NamedTuple allows at run time
     width_ms: int = 0
 
     @property

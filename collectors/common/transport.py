@@ -34,7 +34,7 @@ class Security:
         return self.ca is not None or self.cert is not None
 
 
-def _options(max_message_bytes: int) -> list[tuple[str, int]]:
+def _options(max_message_bytes: int) -> list[tuple[str, int | str]]:
     # gRPC's own cap is 4x the limit: the services check the limit themselves, so that an oversized
     # message is refused with a message saying so and is counted (gRPC's refusal is invisible to them).
     return [("grpc.max_receive_message_length", HARD_CAP_FACTOR * max_message_bytes),
@@ -49,8 +49,8 @@ class _TokenInterceptor(grpc.aio.ServerInterceptor):
         async def deny(request: object, context: grpc.aio.ServicerContext) -> None:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
 
-        self._deny = grpc.unary_unary_rpc_method_handler(deny)
-        self._deny_stream = grpc.stream_stream_rpc_method_handler(deny)
+        self._deny: grpc.RpcMethodHandler[object, None] = grpc.unary_unary_rpc_method_handler(deny)
+        self._deny_stream: grpc.RpcMethodHandler[object, None] = grpc.stream_stream_rpc_method_handler(deny)
 
     async def intercept_service(self, continuation, handler_call_details):
         if handler_call_details.method.startswith("/grpc.health.v1.Health/"):
