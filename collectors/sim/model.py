@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from collectors.sim.sync import StepMax, compute_s, rank_rng
@@ -17,7 +18,8 @@ def metrics(sync_collectives: bool) -> tuple[str, ...]:
     return (*METRICS, ARRIVAL) if sync_collectives else METRICS
 
 
-_KINDS = {
+# Each kind's arguments, with the parser of each value (int or float).
+_KINDS: dict[str, dict[str, Callable[[str], float]]] = {
     "straggler": {"rank": int, "from": int, "factor": float, "until": int},
     "spike": {"step": int, "factor": float},
     "nan": {"rank": int, "step": int},
@@ -27,8 +29,9 @@ _KINDS = {
     # run again), on `world` ranks (default: as before). Run by the orchestrator, not by RankModel.
     "restart": {"step": int, "resume": int, "world": int},
 }
-_DEFAULTS = {"straggler": {"factor": 3.0, "until": 2**62}, "spike": {"factor": 5.0}}  # until: last slow step
-_OPTIONAL = {"restart": {"world"}}  # may be left out, without a default value
+# until: the last slow step.
+_DEFAULTS: dict[str, dict[str, float]] = {"straggler": {"factor": 3.0, "until": 2**62}, "spike": {"factor": 5.0}}
+_OPTIONAL: dict[str, set[str]] = {"restart": {"world"}}  # may be left out, without a default value
 
 
 @dataclass(frozen=True)

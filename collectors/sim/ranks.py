@@ -54,7 +54,7 @@ def run_rank(args: argparse.Namespace, rank: int, truth: list[str], lock: thread
     run = telemetry.init(job=args.job, rank=rank, world_size=args.world_size, local_rank=rank % args.ranks_per_node,
                          agent=agent, flush_interval_s=args.flush_interval, **attempt)
     stop = model.stops_at()
-    lines = []
+    lines: list[str] = []  # this rank's truth lines, not yet flushed to `truth`
     try:
         if not run.wait_connected(args.connect_timeout):
             print(json.dumps({"rank": rank, "not_connected_after_s": args.connect_timeout}), file=sys.stderr,
