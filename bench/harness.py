@@ -27,11 +27,13 @@ def failure(exc: BaseException) -> str:
     return "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
 
 
-def parser(doc: str | None, name: str, quick: dict[str, Any]) -> argparse.ArgumentParser:
-    """A bench's argument parser with its `--out` (for NAME.json) and `--quick` (the `quick` preset) options."""
+def parser(doc: str | None, name: str, quick: dict[str, Any], writes: str | None = None) -> argparse.ArgumentParser:
+    """A bench's argument parser with its `--out` (for NAME.json, or what `writes` says) and `--quick` (the `quick`
+    preset) options."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
                                 allow_abbrev=False)
-    p.add_argument("--out", type=Path, default=REPO / "bench" / "results", help=f"directory for {name}.json")
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results",
+                   help=f"directory for {writes or name + '.json'}")
     preset = ", ".join(f"--{k.replace('_', '-')} {format(v, 'g') if isinstance(v, float) else v}"
                        for k, v in quick.items())
     p.add_argument("--quick", action="store_true", help=f"development preset: {preset} (explicit options still win)")

@@ -1,0 +1,88 @@
+"""bench/scale.py's collector process (racks, cluster tiers and the root): a real CollectorServer whose own code
+on the steps' data is timed (thread CPU) and whose received bytes are counted, both on the receiving side."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.scale_child import commands, emit
+
+
+def child_collector(cfg: dict) -> None:
+    """A real CollectorServer; counts the bytes of every SummaryBatch it is handed (the receiving side)."""
+    from collectors.collector.server import CollectorConfig, CollectorServer
+
+    root = not cfg["parents"]
+    server = CollectorServer(CollectorConfig(
+        listen="127.0.0.1:0", parents=cfg["parents"], node_id=cfg["id"],
+        db=Path(cfg["db"]) if root else None, api="127.0.0.1:0" if root else None,
+        deadline_floor_s=cfg["deadline_floor"]))
+    stats = {"batches": 0, "windows": 0, "bytes": 0, "bytes_with_windows": 0, "rank_state_bytes": 0,
+             "hosts_listed": 0, "step_work_s": 0.0}
+    # Beside the process CPU: the thread CPU of the tier's own code on a step's data (units carrying windows,
+    # flush ticks with windows pending, shipping them, the parent's acks of them). It leaves out gRPC's threads
+    # and the background, and does not depend on how long a step of the simulation takes.
+    lock = threading.Lock()
+
+    def timed(fn: Callable[..., Any], is_step: Callable[..., bool]) -> Callable[..., Any]:
+        def wrapper(*args: Any) -> Any:
+            t0 = time.thread_time()
+            try:
+                return fn(*args)
+            finally:
+                if is_step(*args):
+                    with lock:
+                        stats["step_work_s"] += time.thread_time() - t0
+        return wrapper
+
+    handle = server.service._handle
+
+    def counted(sender: Any, batch: Any, responses: Any) -> Any:
+        size = batch.ByteSize()
+        stats["batches"] += 1
+        stats["bytes"] += size
+        if batch.windows:
+            stats["bytes_with_windows"] += size
+            stats["windows"] += len(batch.windows)
+        for states in batch.ranks:
+            stats["rank_state_bytes"] += states.ByteSize()
+            stats["hosts_listed"] += len(states.hosts)
+        return handle(sender, batch, responses)
+
+    handled = timed(counted, lambda sender, batch, responses: bool(batch.windows))
+    server.service._handle = handled  # type: ignore[method-assign]  # the bench wraps it here to time it
+    table = server.node.table
+    table.due = timed(table.due, lambda now, complete: bool(table._pending))  # type: ignore[method-assign]  # wrapped to time it
+    sink = server.node.sink
+    assert sink is not None  # CollectorServer wires it: the root's Finaliser, a tier's Upstream
+    ship = sink.ship
+
+    def ship_timed(node: Any, windows: Any, now: float) -> Any:
+        # The root's Finaliser returns its SQLite commit, which Node.flush runs after releasing the node's lock:
+        # time that too (a tier's Upstream returns None).
+        after = ship(node, windows, now)
+        return None if after is None else timed(after, lambda: True)
+
+    sink.ship = timed(ship_timed, lambda node, windows, now: bool(windows))  # type: ignore[method-assign]  # wrapped to time it
+    if not root:
+        outbox = server.upstream.outbox
+        outbox._on_ack = timed(outbox._on_ack, lambda unit, ack: bool(unit.message.windows))
+    server.start()
+    emit({"ready": True, "address": server.address, "api": server.api_address, "pid": os.getpid()})
+
+    def on(cmd: dict) -> dict:
+        if cmd["cmd"] == "stats":
+            with server.node.lock:
+                counters = server.node.subtree_counters()
+            with lock:
+                return {"stats": dict(stats), "counters": counters}
+        return {}
+
+    commands(on)
+    os._exit(0)
+

@@ -1,0 +1,32 @@
+"""What the simulated ranks of bench/scale.py send: 20 metrics of one value per rank per step, seeded."""
+
+from __future__ import annotations
+
+import numpy as np
+
+JOB = "scale"
+METRICS = ["step_time"] + [f"metric_{i:02d}" for i in range(1, 20)]
+RANKS_PER_NODE = 8
+QS = (0.5, 0.9, 0.99, 0.999)
+QNAMES = ("p50", "p90", "p99", "p99.9")
+
+
+def step_values(seed: int, step: int, world: int) -> np.ndarray:
+    """Every rank's value of every metric at one step: shape (20, world). Row 0 is step_time.
+
+    Lognormal (sigma 1, median 0.5): the distribution the summary's error is stated for, and far
+    wider than real step times, so a hard case for the sketch.
+    """
+    rng = np.random.default_rng([seed, step])
+    return 0.5 * rng.lognormal(0.0, 1.0, size=(len(METRICS), world))
+
+
+def rank_messages(seed: int, step: int, world: int, ranks: list[int]) -> list[bytes]:
+    """Each rank's step as the SDK sends it: a RankMessage of 20 metrics of one value. end_time_ns is left 0, so
+    the agent stamps the values with their arrival time."""
+    from telemetry.v1 import ingest_pb2
+    values = step_values(seed, step, world)
+    return [ingest_pb2.RankMessage(batch=ingest_pb2.RankBatch(job=JOB, rank=r, seq=step, steps=[
+        ingest_pb2.RankStepBatch(step=step, closed=True, metrics=[
+            ingest_pb2.MetricValues(metric=m, values=[float(values[i, r])]) for i, m in enumerate(METRICS)])]))
+        .SerializeToString() for r in ranks]
