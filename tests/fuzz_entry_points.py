@@ -81,7 +81,8 @@ def window_summaries(draw: st.DrawFn) -> forward_pb2.WindowSummary:
 
 rank_states = st.builds(forward_pb2.RankStates, job=NAMES, alive=st.binary(max_size=30), stuck=st.binary(max_size=30),
                         dead=st.binary(max_size=30), world_size=U32, host_ranks=st.lists(U32, max_size=3),
-                        hosts=st.lists(st.text(max_size=5), max_size=3), closed=st.binary(max_size=30))
+                        hosts=st.lists(st.text(max_size=5), max_size=3), closed=st.binary(max_size=30),
+                        processes=st.lists(U64, max_size=3))
 captures = st.builds(forensics_pb2.Capture, request_id=st.sampled_from(["event-1", "od-x", "", "../x", "x" * 70]),
                      job=st.sampled_from(["fz", "bad job", ""]), attempt=U64, rank=U32,
                      source=st.sampled_from(["sdk", "py-spy", "proc", "none", "gdb"]), stacks=st.text(max_size=30),

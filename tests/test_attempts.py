@@ -18,7 +18,7 @@ import pytest
 
 import telemetry
 from collectors.root.goodput import AttemptSteps, compute
-from helpers_tree import api_get, make_agent, make_root, stop_all, wait_for
+from helpers_tree import api_get, counters, make_agent, make_collector, make_root, stop_all, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -144,3 +144,102 @@ def test_slurm_attempts_differ_for_requeues_steps_and_resubmissions(monkeypatch)
     first, requeued, next_step, resubmitted = attempt(1000), attempt(1000, 1), attempt(1000, 1, 1), attempt(1001)
     assert first < requeued < next_step < resubmitted < 2**63
     assert attempt(2**32 - 1, 4095, 65535) < 2**63
+
+
+REUSE_SCRIPT = textwrap.dedent("""
+    import sys, telemetry
+    agent, offset, last = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+    runs = [telemetry.init(job="same", rank=r, world_size=2, agent=agent, attempt=0) for r in (0, 1)]
+    for step in range(1, last + 1):
+        for r in runs:
+            r.log(step, loss=offset + step)
+            r.end_step(step)
+    print(*(r.close(15) for r in runs))
+""")
+
+
+def _reuse(agent: str, offset: float, last: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", REUSE_SCRIPT, agent, str(offset), str(last)], capture_output=True,
+                          text=True, timeout=60, cwd=REPO)
+
+
+def _losses(root) -> dict[int, float]:  # type: ignore[no-untyped-def]
+    status, body = api_get(root.api_address, "/api/v1/jobs/same/steps?metric=loss&attempt=all")
+    return {s["step"]: s["min"] for s in body["steps"]} if status == 200 else {}
+
+
+def _forgotten(*servers) -> bool:  # type: ignore[no-untyped-def]
+    return all(not server.node.jobs() for server in servers)
+
+
+def test_a_reused_attempt_after_every_tier_forgot_the_first_run_is_refused(tmp_path: Path) -> None:
+    """The agent forgets a finished job, so its own refusal ("already ran in pid") cannot help a second run
+    launched later; the root's ledger of which process ran each rank can, also after the root restarts."""
+    root = make_root(tmp_path / "root.db", job_idle_timeout_s=1.5)
+    agent = make_agent([root.address], tmp_path / "a.sock", "agent0", job_idle_timeout_s=1.5)
+    address = f"unix:{agent.socket_path}"
+    try:
+        first = _reuse(address, 0.0, 3)
+        assert first.stdout.split() == ["True", "True"], first.stderr
+        wait_for(lambda: _losses(root) == {1: 1.0, 2: 2.0, 3: 3.0}, 15, what="the first run at the root")
+        wait_for(lambda: _forgotten(agent, root), 20, what="every tier forgetting the finished job")
+
+        second = _reuse(address, 100.0, 5)
+        assert second.stdout.split() == ["False", "False"], second.stderr
+        assert "already ran in another process" in second.stderr and "needs a new attempt" in second.stderr
+        assert _losses(root) == {1: 1.0, 2: 2.0, 3: 3.0}  # nothing of the second run taken for the first's
+
+        stop_all(root)
+        wait_for(lambda: _forgotten(agent), 20, what="the agent forgetting the refused run")
+        root = make_root(tmp_path / "root.db", job_idle_timeout_s=1.5, listen=root.address)
+        third = _reuse(address, 200.0, 4)
+        assert third.stdout.split() == ["False", "False"], third.stderr  # the restarted root still knows
+        assert _losses(root) == {1: 1.0, 2: 2.0, 3: 3.0}
+    finally:
+        stop_all(agent, root)
+
+
+def test_a_run_reusing_an_attempt_on_other_hosts_is_refused_at_the_rack(tmp_path: Path) -> None:
+    """Run A on one host, then run B under the same job and attempt on another host: B's agent never knew A,
+    the rack above both does, and refuses B's windows (A's stay whole)."""
+    root = make_root(tmp_path / "root.db")
+    rack = make_collector([root.address], "rack0")
+    agents = [make_agent([rack.address], tmp_path / f"a{i}.sock", f"agent{i}") for i in range(2)]
+    try:
+        first = _reuse(f"unix:{agents[0].socket_path}", 0.0, 3)
+        assert first.stdout.split() == ["True", "True"], first.stderr
+        second = _reuse(f"unix:{agents[1].socket_path}", 100.0, 5)
+        assert second.stdout.split() == ["False", "False"], second.stderr
+        assert "already ran in another process" in second.stderr
+        wait_for(lambda: _losses(root) == {1: 1.0, 2: 2.0, 3: 3.0}, 15, what="run A whole at the root")
+        assert counters(rack)["bad_inputs"] > 0
+    finally:
+        stop_all(*agents, rack, root)
+
+
+def test_run_ledger_keeps_the_first_process_per_rank(tmp_path: Path) -> None:
+    from collectors.delivery.node import RankView
+    from collectors.delivery.runs import Claim, RunLedger, process_digest
+    from collectors.root.store import Store
+
+    big, other = 2**64 - 1, process_digest("h1", 42, 7)
+    assert other != process_digest("h1", 42, 8) and other != process_digest("h2", 42, 7) and other != 0
+    store = Store(tmp_path / "root.db")
+    ledger = RunLedger(recall=store.load_runs, record=store.save_runs)
+    assert ledger.claim("rack0", "job", {0: Claim(big, "h0"), 1: Claim(other, "h1")})
+    assert not ledger.claim("rack0", "job", {0: Claim(big, "h0")})  # the same process again: nothing new
+    assert not ledger.claim("rack1", "job", {1: Claim(5, "h9")})  # another process for rank 1
+    assert ledger.refused("rack1", "job") == {1: (Claim(other, "h1"), Claim(5, "h9"))}
+    assert ledger.refused("rack0", "job") == {}
+    ledger.forget_job("job")
+    again = RunLedger(recall=store.load_runs)  # a restarted root: the store remembers (digests >= 2**63 too)
+    again.claim("rack1", "job", {0: Claim(big, "h0"), 1: Claim(5, "h9")})
+    assert list(again.refused("rack1", "job")) == [1] and again.processes("job") == {0: big, 1: other}
+    store.close()
+
+    view = RankView(world_size=4, hosts={0: "h0", 3: "h3"}, processes={0: big, 3: 9})
+    assert RankView.from_proto(view.to_proto("job")).processes == {0: big, 3: 9}
+    malformed = view.to_proto("job")
+    del malformed.processes[-1]
+    with pytest.raises(ValueError, match="parallel lists"):
+        RankView.from_proto(malformed)

@@ -31,6 +31,7 @@ from collectors.common.aioserve import Answers
 from collectors.common.attempts import scoped
 from collectors.common.validation import DEFAULT_MAX_WORLD_SIZE, BadInput, check_job, check_world
 from collectors.delivery.node import RankView
+from collectors.delivery.runs import process_digest
 from collectors.probes.process import ProcessStatus, classify, process_status
 from telemetry.names import HOST_JOB_PREFIX
 from telemetry.streams import END
@@ -86,6 +87,7 @@ class RankInfo:
     state: str | None = None  # the /proc/PID/stat state letter last seen (kept once dead); None: gone/unreadable
     exit_status: int | None = None  # exit code, or -N for signal N; None until visible
     start_ticks: int | None = None  # the process's start time at registration (pid reuse check)
+    process: int = 0  # digest of host, pid and start time: who runs this rank, for the tiers above (runs.py)
     verdict_since: float = field(default_factory=time.monotonic)
     exit_reported: bool = False
     closed: bool = False  # the rank said bye (run.close()): finished, its process no longer watched
@@ -182,6 +184,7 @@ class RankRegistry:
                         hello.device, link, incarnation=hello.incarnation)
         status = _status(info.pid, self.reap)
         info.start_ticks, info.state = status.start_ticks, status.state
+        info.process = process_digest(info.host, info.pid, info.start_ticks)
         self.ranks[key] = info
         self.changed = True
         return info
@@ -194,6 +197,7 @@ class RankRegistry:
             view = views.setdefault(info.job, RankView())
             view.world_size = max(view.world_size, info.world_size)
             view.hosts[info.rank] = info.host
+            view.processes[info.rank] = info.process
             if info.closed:
                 view.closed.add(info.rank)
                 continue

@@ -22,6 +22,7 @@ from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, DEFAULT_MA
 from collectors.delivery.lifecycle import DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, ChildLifecycle, JobLifecycle
 from collectors.delivery.node import Node, Upstream
 from collectors.delivery.outbox import Outbox
+from collectors.delivery.runs import RunLedger
 from collectors.delivery.windows import Deadlines
 from collectors.root.api import RootApi, serve
 from collectors.root.finalise import Finaliser, root_complete
@@ -71,6 +72,7 @@ class CollectorServer:
         if config.is_root:
             self.store = Store(config.db or Path("telemetry-root.db"), config.durability)
             self.finaliser = Finaliser(self.store)
+            self.node.runs = RunLedger(recall=self.store.load_runs, record=self.store.save_runs)
             self.node.sink = self.finaliser
             self.node.complete = root_complete(self.node)
             before = lambda key: self.finaliser.reload(self.node, key)  # noqa: E731

@@ -12,8 +12,9 @@ import grpc
 from pyroaring import BitMap
 
 from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
-from collectors.common.attempts import scoped
+from collectors.common.attempts import scoped, split
 from collectors.common.keys import Key
+from collectors.common.ratelog import RateLimitedLog
 from collectors.common.transport import certificate_names
 from collectors.common.validation import (
     DEFAULT_MAX_WORLD_SIZE,
@@ -28,6 +29,7 @@ from collectors.common.validation import (
 from collectors.delivery.forensics import check_capture, request_ranks, with_ranks
 from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
 from collectors.delivery.node import COUNTER_FIELDS, Node, RankView
+from collectors.delivery.runs import refusal_reason
 from collectors.delivery.windows import Origin, Part, Refusal
 from telemetry.summary import Summary
 from telemetry.summary.sketch import DEFAULT_MAX_CENTROIDS
@@ -60,6 +62,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         self.before_offer = before_offer
         self._links: dict[str, Answers] = {}
         self._links_lock = threading.Lock()
+        self._run_log = RateLimitedLog(log)  # a refused second run has every window refused: say so, not each
         # Forensics riding on the units (docs/forensics.md), called under the node's lock: a collector passes
         # both up with its own units, the root stores captures and judges fingerprints.
         self.on_captures: Callable[[list[forensics_pb2.Capture]], None] | None = None
@@ -265,6 +268,15 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             node.counters["bad_inputs"] += 1
             log.warning("refused window %d of %s: %s", index, origin, exc)
             return forward_pb2.Rejection(index=index, key=window.key, reason=str(exc))
+        refused = node.runs.refused(origin[0], key.job)
+        if refused:
+            taken = summary._sources & BitMap(refused)
+            if taken:
+                node.counters["bad_inputs"] += 1
+                job, attempt = split(key.job)
+                reason = refusal_reason(job, attempt, taken.min(), refused[taken.min()][0])
+                self._run_log.warn("refused window %d of %s: %s", index, origin, reason)
+                return forward_pb2.Rejection(index=index, key=window.key, reason=reason)
         if self.before_offer is not None:
             self.before_offer(key)
         part = Part(key, [origin], summary._sources, index=index, built=summary)

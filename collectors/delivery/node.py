@@ -23,6 +23,7 @@ from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from collectors.delivery.forensics import CaptureQueue
 from collectors.delivery.outbox import Outbox, Unit
+from collectors.delivery.runs import Claim, RunLedger
 from collectors.delivery.windows import (
     Deadlines,
     Durability,
@@ -52,28 +53,40 @@ class RankView:
     world_size: int = 0
     hosts: dict[int, str] = field(default_factory=dict)
     closed: BitMap = field(default_factory=BitMap)  # finished their run (run.close()): neither alive nor dead
+    # Which process runs each rank (collectors/delivery/runs.py), for the ranks in `hosts`; absent: unknown.
+    processes: dict[int, int] = field(default_factory=dict)
 
     @property
     def covered(self) -> BitMap:
         return self.alive | self.stuck | self.dead
 
-    def to_proto(self, job: str, hosts: dict[int, str] | None = None) -> forward_pb2.RankStates:
-        """The wire form; `hosts` (default: all of them) is the rank->host list to send, which may be a delta."""
+    def to_proto(self, job: str, hosts: dict[int, str] | None = None,
+                 processes: dict[int, int] | None = None) -> forward_pb2.RankStates:
+        """The wire form; `hosts` (default: all of them) is the rank->host list to send, which may be a delta,
+        with each of those ranks' process from `processes` (default: this view's)."""
         for bitmap in (self.alive, self.stuck, self.dead, self.closed):
             bitmap.run_optimize()  # contiguous ranks travel as runs, not 2 bytes per rank
         hosts = self.hosts if hosts is None else hosts
+        processes = self.processes if processes is None else processes
         job, attempt = split(job)
-        return forward_pb2.RankStates(job=job, attempt=attempt, alive=self.alive.serialize(),
-                                      stuck=self.stuck.serialize(), dead=self.dead.serialize(),
-                                      world_size=self.world_size, host_ranks=list(hosts), hosts=list(hosts.values()),
-                                      closed=self.closed.serialize())
+        msg = forward_pb2.RankStates(job=job, attempt=attempt, alive=self.alive.serialize(),
+                                     stuck=self.stuck.serialize(), dead=self.dead.serialize(),
+                                     world_size=self.world_size, host_ranks=list(hosts), hosts=list(hosts.values()),
+                                     closed=self.closed.serialize())
+        if processes:
+            msg.processes.extend(processes.get(rank, 0) for rank in hosts)
+        return msg
 
     @classmethod
     def from_proto(cls, msg: forward_pb2.RankStates) -> RankView:
         def bitmap(data: bytes) -> BitMap:
             return BitMap.deserialize(data) if data else BitMap()
+        if len(msg.hosts) != len(msg.host_ranks) or (msg.processes and len(msg.processes) != len(msg.host_ranks)):
+            raise ValueError(f"{len(msg.host_ranks)} host_ranks, {len(msg.hosts)} hosts and {len(msg.processes)} "
+                             "processes: parallel lists must be as long")
         return cls(bitmap(msg.alive), bitmap(msg.stuck), bitmap(msg.dead), msg.world_size,
-                   dict(zip(msg.host_ranks, msg.hosts)), bitmap(msg.closed))
+                   dict(zip(msg.host_ranks, msg.hosts)), bitmap(msg.closed),
+                   {rank: process for rank, process in zip(msg.host_ranks, msg.processes) if process})
 
     def absorb(self, other: RankView) -> None:
         self.alive |= other.alive
@@ -82,6 +95,7 @@ class RankView:
         self.closed |= other.closed
         self.world_size = max(self.world_size, other.world_size)
         self.hosts.update(other.hosts)
+        self.processes.update(other.processes)
 
 
 class AckDown(Protocol):
@@ -114,6 +128,7 @@ class Node:
         self.counters = dict.fromkeys(COUNTER_FIELDS, 0)
         self.child_counters: dict[str, dict[str, int]] = {}
         self.child_ranks: dict[str, dict[str, RankView]] = {}
+        self.runs = RunLedger()  # which process runs each rank, per job (the root's remembers: runs.py)
         self._own_ranks: dict[str, RankView] = {}
         self.hosts_version = 0  # bumped whenever any rank->host entry this node knows changes
         self._covered: dict[str, BitMap | None] | None = None  # per job, during one flush (None: all closed)
@@ -128,7 +143,8 @@ class Node:
     @own_ranks.setter
     def own_ranks(self, views: dict[str, RankView]) -> None:
         old = self._own_ranks
-        if views.keys() != old.keys() or any(views[job].hosts != old[job].hosts for job in views):
+        if views.keys() != old.keys() or any(views[job].hosts != old[job].hosts
+                                             or views[job].processes != old[job].processes for job in views):
             self.hosts_version += 1
         self._own_ranks = views
 
@@ -138,6 +154,9 @@ class Node:
         kept across units, pruned to the ranks it covers."""
         previous = self.child_ranks.get(sender, {})
         for job, view in views.items():
+            if view.processes and self.runs.claim(sender, job, {rank: Claim(process, view.hosts.get(rank, ""))
+                                                                for rank, process in view.processes.items()}):
+                self.hosts_version += 1
             before = previous.get(job)
             if before is not None:
                 hosts = before.hosts
@@ -256,6 +275,7 @@ class Node:
                 per_job.pop(job, None)
         for job in jobs:
             self.table.deadlines.forget(job)
+            self.runs.forget_job(job)
         gone = self.table.drop_settled(jobs)
         if gone and self.sink is not None:
             self.sink.forget(gone)
@@ -266,6 +286,7 @@ class Node:
         longer count here."""
         self.child_ranks.pop(child, None)
         self.child_counters.pop(child, None)
+        self.runs.forget_child(child)
         self.hosts_version += 1
 
     def hosts(self, job: str) -> dict[int, str]:
@@ -273,6 +294,14 @@ class Node:
         for one in self._views(job):
             hosts.update(one.hosts)
         return hosts
+
+    def processes(self, job: str) -> dict[int, int]:
+        """Which process runs each rank of `job`: the agent's own ranks, and what its ledger accepted from the
+        children (never a process it refused: the parent would refuse this node's windows in its place)."""
+        processes = self.runs.processes(job)
+        if job in self._own_ranks:
+            processes.update(self._own_ranks[job].processes)
+        return processes
 
     def _views(self, job: str) -> list[RankView]:
         views = [self._own_ranks[job]] if job in self._own_ranks else []
@@ -350,9 +379,10 @@ class Upstream:
         self.outbox.on_drop = self._on_drop
         self.liveness_every_s = liveness_every_s
         self._last_sent = 0.0
-        # Rank->host lists go up only when they change, and in full on the first unit after each (re)connect:
-        # what the parent was last sent per job, as of which node.hosts_version and which outbox connection.
-        self._hosts_sent: dict[str, dict[int, str]] = {}
+        # Rank->host (and process) lists go up only when they change, and in full on the first unit after each
+        # (re)connect: what the parent was last sent per job, as of which node.hosts_version and which outbox
+        # connection.
+        self._hosts_sent: dict[str, dict[int, tuple[str, int]]] = {}
         self._hosts_version = -1
         self._hosts_connection = -1
         self._refusal_log = RateLimitedLog(log)
@@ -395,8 +425,8 @@ class Upstream:
             message.windows.add(key=out.key.to_proto(), summary=out.summary.to_proto(),
                                 expected=out.expected, late=out.late)
         jobs = sorted(node.jobs())
-        for job, hosts in zip(jobs, self._host_deltas(node, jobs)):
-            message.ranks.append(node.states(job).to_proto(job, hosts))
+        for job, (hosts, processes) in zip(jobs, self._host_deltas(node, jobs)):
+            message.ranks.append(node.states(job).to_proto(job, hosts, processes))
         message.captures.extend(self.captures.take())
         if self.fingerprints is not None:
             message.fingerprints.extend(self.fingerprints.drain())
@@ -410,21 +440,25 @@ class Upstream:
             win.forwarded = True
         self._last_sent = now
 
-    def _host_deltas(self, node: Node, jobs: list[str]) -> list[dict[int, str]]:
-        """Per job, the rank->host entries the parent has not been sent on this connection."""
+    def _host_deltas(self, node: Node, jobs: list[str]) -> list[tuple[dict[int, str], dict[int, int]]]:
+        """Per job, the rank->host entries (with each rank's process) the parent has not been sent on this
+        connection."""
         connection = getattr(self.outbox, "connections", 0)
         if connection != self._hosts_connection:
             self._hosts_sent, self._hosts_connection = {}, connection  # a new stream: send every host again
         elif node.hosts_version == self._hosts_version:
-            return [{} for _ in jobs]
+            return [({}, {}) for _ in jobs]
         self._hosts_version = node.hosts_version
         deltas = []
-        sent_now: dict[str, dict[int, str]] = {}
+        sent_now: dict[str, dict[int, tuple[str, int]]] = {}
         for job in jobs:
-            hosts = node.hosts(job)
+            processes = node.processes(job)
+            seats = {rank: (host, processes.get(rank, 0)) for rank, host in node.hosts(job).items()}
             sent = self._hosts_sent.get(job, {})
-            deltas.append({rank: host for rank, host in hosts.items() if sent.get(rank) != host})
-            sent_now[job] = hosts
+            changed = {rank: seat for rank, seat in seats.items() if sent.get(rank) != seat}
+            deltas.append(({rank: seat[0] for rank, seat in changed.items()},
+                           {rank: seat[1] for rank, seat in changed.items() if seat[1]}))
+            sent_now[job] = seats
         # Only the jobs the node still knows: a forgotten job's entry would stay for the connection's life (the
         # soak's agent grew per job), and the parent forgets a job absent from the states, so one that comes
         # back must be sent in full.

@@ -26,6 +26,7 @@ from pathlib import Path
 from pyroaring import BitMap
 
 from collectors.common.keys import Key
+from collectors.delivery.runs import Claim
 from telemetry.summary import Summary
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
@@ -42,6 +43,10 @@ CREATE TABLE IF NOT EXISTS windows (
     PRIMARY KEY (job, metric, width_ms, idx)
 );
 CREATE TABLE IF NOT EXISTS jobs (job TEXT PRIMARY KEY, world_size INTEGER NOT NULL, first_seen_ns INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    job TEXT NOT NULL, rank INTEGER NOT NULL, process INTEGER NOT NULL, host TEXT NOT NULL,
+    PRIMARY KEY (job, rank)
+) WITHOUT ROWID;
 """
 
 SYNC_MODES = {"process": "NORMAL", "power": "FULL"}
@@ -156,6 +161,20 @@ class Store:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+
+    def save_runs(self, job: str, claims: dict[int, Claim]) -> None:
+        """Which process first ran each of these ranks of `job` (RunLedger's record): kept as long as the file,
+        so that a later run reusing the job's name and attempt is refused even after every tier forgot the job.
+        Digests are unsigned 64-bit; SQLite's integers are signed, so they are stored shifted by 2**63."""
+        with self._lock:
+            self._db.executemany("INSERT OR IGNORE INTO runs VALUES (?,?,?,?)",
+                                 [(job, rank, claim.process - 2**63, claim.host) for rank, claim in claims.items()])
+
+    def load_runs(self, job: str) -> dict[int, Claim]:
+        """The processes recorded for `job` (RunLedger's recall)."""
+        with self._lock:
+            found = self._db.execute("SELECT rank, process, host FROM runs WHERE job=?", (job,)).fetchall()
+        return {rank: Claim(process + 2**63, host) for rank, process, host in found}
 
     def load(self, key: Key) -> Row | None:
         with self._lock:

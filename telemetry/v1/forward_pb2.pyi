@@ -40,7 +40,7 @@ class SummaryBatch(_message.Message):
     def __init__(self, sender_id: _Optional[str] = ..., seq: _Optional[int] = ..., windows: _Optional[_Iterable[_Union[WindowSummary, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[RankStates, _Mapping]]] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ..., captures: _Optional[_Iterable[_Union[_forensics_pb2.Capture, _Mapping]]] = ..., fingerprints: _Optional[_Iterable[_Union[_forensics_pb2.JobFingerprints, _Mapping]]] = ...) -> None: ...
 
 class RankStates(_message.Message):
-    __slots__ = ("job", "alive", "stuck", "dead", "world_size", "host_ranks", "hosts", "closed", "attempt")
+    __slots__ = ("job", "alive", "stuck", "dead", "world_size", "host_ranks", "hosts", "closed", "attempt", "processes")
     JOB_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
     STUCK_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,7 @@ class RankStates(_message.Message):
     HOSTS_FIELD_NUMBER: _ClassVar[int]
     CLOSED_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
     job: str
     alive: bytes
     stuck: bytes
@@ -59,7 +60,8 @@ class RankStates(_message.Message):
     hosts: _containers.RepeatedScalarFieldContainer[str]
     closed: bytes
     attempt: int
-    def __init__(self, job: _Optional[str] = ..., alive: _Optional[bytes] = ..., stuck: _Optional[bytes] = ..., dead: _Optional[bytes] = ..., world_size: _Optional[int] = ..., host_ranks: _Optional[_Iterable[int]] = ..., hosts: _Optional[_Iterable[str]] = ..., closed: _Optional[bytes] = ..., attempt: _Optional[int] = ...) -> None: ...
+    processes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, job: _Optional[str] = ..., alive: _Optional[bytes] = ..., stuck: _Optional[bytes] = ..., dead: _Optional[bytes] = ..., world_size: _Optional[int] = ..., host_ranks: _Optional[_Iterable[int]] = ..., hosts: _Optional[_Iterable[str]] = ..., closed: _Optional[bytes] = ..., attempt: _Optional[int] = ..., processes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Counters(_message.Message):
     __slots__ = ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late", "bad_inputs", "refused_streams", "late_dropped")

@@ -1,0 +1,113 @@
+"""Which process ran each rank of each job attempt, as far as one tier knows (issue 17, docs/restarts.md).
+
+Above the agent a part is told from a resend only by its window key and its sources (DESIGN §5): a part
+whose sources a window already holds is absorbed as a duplicate and acknowledged durable. A second run that
+reuses a job's name and attempt after the agents forgot the first one (an explicit attempt given twice, a
+launcher that sets none) sends parts with the same keys and sources, so every tier would absorb its steps
+as resends of the first run's and its ranks' `close()` would say True.
+
+So each rank's process travels up with the rank states (`RankStates.processes`: a digest of host, pid and
+process start time, made by the rank's agent), and every collector tier keeps, per (scoped job, rank), the
+first process it heard of. A child that says another process runs an already-claimed rank has that rank's
+windows refused (`CollectorService`), with a reason that travels down to the ranks, whose `close()` is then
+False. The same process reconnecting (through another agent or parent, after a restart of either) claims
+the same digest and is accepted. The root gives its ledger `recall` and `record` backed by its store, so it
+remembers a job's processes for as long as it keeps the job; the other tiers forget a job with the rest of
+what they keep for it, and their parent, which still knows, refuses in their place.
+
+Not thread-safe: callers hold the node's lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One rank's process: its digest and the host it runs on (for the refusal's message)."""
+
+    process: int
+    host: str
+
+
+def process_digest(host: str, pid: int, start_ticks: int | None) -> int:
+    """A rank process's identity across the tree: unlike a pid, it differs between two runs on one host
+    (the start time) and between hosts. Never 0 (0 means unknown)."""
+    text = f"{host}\0{pid}\0{start_ticks if start_ticks is not None else ''}".encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") or 1
+
+
+class RunLedger:
+    """The first process heard of per (job, rank), and per child the ranks it claims for another process."""
+
+    def __init__(self, recall: Callable[[str], dict[int, Claim]] | None = None,
+                 record: Callable[[str, dict[int, Claim]], None] | None = None) -> None:
+        self._recall = recall
+        self._record = record
+        self._runs: dict[str, dict[int, Claim]] = {}
+        self._conflicts: dict[tuple[str, str], dict[int, tuple[Claim, Claim]]] = {}
+
+    def claim(self, sender: str, job: str, claims: dict[int, Claim]) -> bool:
+        """A child's word on which process runs some ranks of `job` (a delta: ranks not named keep their
+        standing). A rank already claimed by another process becomes refused from this child. True when a
+        rank was claimed for the first time (the parent is to hear of it)."""
+        if not claims:
+            return False
+        known = self._runs.get(job)
+        if known is None:
+            known = self._runs[job] = dict(self._recall(job)) if self._recall is not None else {}
+        new: dict[int, Claim] = {}
+        conflicts = self._conflicts.get((sender, job))
+        for rank, claim in claims.items():
+            if not claim.process:
+                continue  # an agent that cannot tell: nothing to check
+            first = known.get(rank)
+            if first is None:
+                known[rank] = new[rank] = claim
+            elif first.process != claim.process:
+                if conflicts is None:
+                    conflicts = self._conflicts[(sender, job)] = {}
+                if rank not in conflicts:
+                    log.warning("rank %d of job %s: %s says process %x on %s runs it, but process %x on %s "
+                                "already did; its windows are refused", rank, job, sender, claim.process,
+                                claim.host or "?", first.process, first.host or "?")
+                conflicts[rank] = (first, claim)
+                continue
+            if conflicts:
+                conflicts.pop(rank, None)
+        if new and self._record is not None:
+            try:
+                self._record(job, new)
+            except Exception:  # the store's own trouble is reported by its commits; memory still holds these
+                log.exception("could not record the processes of job %s", job)
+        return bool(new)
+
+    def refused(self, sender: str, job: str) -> dict[int, tuple[Claim, Claim]]:
+        """Ranks of `job` whose windows from `sender` are refused: rank -> (the first claim, the child's)."""
+        return self._conflicts.get((sender, job)) or {}
+
+    def processes(self, job: str) -> dict[int, int]:
+        """The accepted process of each rank of `job` known here (what this tier tells its parent)."""
+        return {rank: claim.process for rank, claim in self._runs.get(job, {}).items()}
+
+    def forget_job(self, job: str) -> None:
+        self._runs.pop(job, None)
+        for key in [key for key in self._conflicts if key[1] == job]:
+            del self._conflicts[key]
+
+    def forget_child(self, sender: str) -> None:
+        for key in [key for key in self._conflicts if key[0] == sender]:
+            del self._conflicts[key]
+
+
+def refusal_reason(job: str, attempt: int, rank: int, first: Claim) -> str:
+    """What the ranks of a refused run are told (it reaches their run.close() and its log)."""
+    return (f"rank {rank} of job {job!r} attempt {attempt} already ran in another process (on host "
+            f"{first.host or '?'}): a new run under the same job name needs a new attempt "
+            "(telemetry.init(attempt=...) or TELEMETRY_ATTEMPT; docs/restarts.md)")
