@@ -26,6 +26,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from collectors.common.validation import BadInput
 
@@ -105,7 +106,8 @@ class _Half(asyncio.Protocol):
         self.name: str | None = None  # the grpc-facing half's abstract name, while registered
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # A Unix stream server's transport (loop.create_unix_server): a full Transport, read and write.
+        self.transport = cast(asyncio.Transport, transport)
         self.relay.halves.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -133,7 +135,7 @@ class _Outer(_Half):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        transport.pause_reading()  # type: ignore[attr-defined]  # until the grpc side is connected
+        cast(asyncio.Transport, transport).pause_reading()  # until the grpc side is connected (cast: as above)
         sock = transport.get_extra_info("socket")
         pid, uid, gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
         self.relay.opened(self, PeerCred(pid, uid, gid))

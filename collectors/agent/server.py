@@ -68,6 +68,8 @@ class AgentConfig:
 
 
 class AgentServer:
+    service: AgentService  # made in __init__ after the node, whose ack_down calls it (declared for mypy)
+
     def __init__(self, config: AgentConfig) -> None:
         if not config.parents:
             raise ValueError("an agent needs a parent (--parent ADDR)")

@@ -7,7 +7,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from pyroaring import BitMap
@@ -86,7 +86,9 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         peer = context.peer()
         async for answer in serve_stream(self.host, self.slots, context, request_iterator,
                                          lambda answers: self._start(answers, peer), self._count):
-            yield answer  # type: ignore[misc]
+            # serve_stream yields what this service puts on the stream's answers: RankAcks (END and a BadInput
+            # end the stream there, never yielded).
+            yield cast(ingest_pb2.RankAck, answer)
 
     def _start(self, answers: Answers, peer: str) -> StreamWork:
         stream = _RankStream(answers, peer)
@@ -238,8 +240,8 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             name, attempt = split(job)
             if self.fingerprints.attempt(name) == attempt:  # not a later attempt's, kept under the same name
                 self.fingerprints.forget(name)
-        for key in [key for key in self.beats if key.job == job]:
-            del self.beats[key]
+        for window_key in [window_key for window_key in self.beats if window_key.job == job]:
+            del self.beats[window_key]
         self.budget.forget(job)
 
     def _open_step(self, info: RankInfo, step: int, now: float) -> OpenStep:
@@ -314,9 +316,9 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             if now >= open_step.deadline or waiting_for.issubset(open_step.closed):
                 self._seal_step(key)
         now_ns = time.time_ns()
-        for key, open_beat in list(self.beats.items()):
+        for window_key, open_beat in list(self.beats.items()):
             if open_beat.due(now_ns):
-                del self.beats[key]
+                del self.beats[window_key]
                 for part, expected in open_beat.parts():
                     # A beat delivered after its second was sealed: the rank's value for that
                     # second is already counted; only ranks new to the bucket go on.
