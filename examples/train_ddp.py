@@ -48,9 +48,9 @@ from torch.utils.data.distributed import DistributedSampler
 # Runnable from a checkout without installing: `torchrun examples/train_ddp.py`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import telemetry  # noqa: E402
-from telemetry.torch import flops_per_step, grad_norm, peak_flops  # noqa: E402
-from telemetry.torch.integration import SyncWaitClock, attach, enable_flight_recorder  # noqa: E402
+import telemetry
+from telemetry.torch import flops_per_step, grad_norm, peak_flops
+from telemetry.torch.integration import SyncWaitClock, attach, enable_flight_recorder
 
 # ---------------------------------------------------------------- model
 
@@ -194,8 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
 
     enable_flight_recorder()  # on by default in torch 2.13; explicit for older releases
-    dist.init_process_group(backend=backend, rank=rank, world_size=world,
-                            **({"device_id": device} if use_cuda else {}))
+    if use_cuda:
+        dist.init_process_group(backend=backend, rank=rank, world_size=world, device_id=device)
+    else:  # gloo on CPU: no device_id
+        dist.init_process_group(backend=backend, rank=rank, world_size=world)
 
     run = None
     if not args.no_telemetry:
@@ -220,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
 
     dataset = ArithmeticTokens(args.steps * args.batch_size * world + args.batch_size * world,
                                args.seq_len, args.vocab, args.seed)
-    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=False, drop_last=True)
+    sampler: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=False,
+                                                          drop_last=True)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers,
                         pin_memory=use_cuda, drop_last=True)
     batches = iter(run.wrap_loader(loader)) if run is not None else iter(loader)
@@ -267,10 +270,11 @@ def main(argv: list[str] | None = None) -> int:
             sync_wait = clock.wait_since_ready(time.perf_counter()) if clock is not None else None
             gn = grad_norm(raw)  # the same on every rank after the all-reduce; a device tensor
             # Skip the update on every rank when the (global) grad norm is not finite, without a
-            # host sync: fused AdamW honours `found_inf` (what torch.amp.GradScaler sets).
-            opt.found_inf = (~torch.isfinite(gn)).to(torch.float32)  # type: ignore[attr-defined]
+            # host sync: fused AdamW honours `found_inf` (what torch.amp.GradScaler sets), an attribute
+            # that torch.optim.Optimizer's type does not declare.
+            opt.found_inf = (~torch.isfinite(gn)).to(torch.float32)  # type: ignore[attr-defined]  # read by fused AdamW
             opt.step()
-            del opt.found_inf  # type: ignore[attr-defined]
+            del opt.found_inf  # type: ignore[attr-defined]  # GradScaler's attribute, read by fused AdamW
             own = time.perf_counter() - t0
             if slow_here and args.slow_from <= step <= (args.slow_until if args.slow_until is not None else step):
                 if slow_sleep is None:  # (F - 1) x this rank's median step before slowing down
