@@ -243,3 +243,38 @@ def test_run_ledger_keeps_the_first_process_per_rank(tmp_path: Path) -> None:
     del malformed.processes[-1]
     with pytest.raises(ValueError, match="parallel lists"):
         RankView.from_proto(malformed)
+
+
+def test_a_second_init_in_one_process_drops_the_steps_it_replays(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """The tree tells runs apart by process: a second telemetry.init() of the same rank, job and attempt in the
+    same process that logs a step again is refused by the SDK itself (close() False), after every tier forgot
+    the first run too; one that goes on from the next step is delivered whole."""
+    root = make_root(tmp_path / "root.db", job_idle_timeout_s=1.5)
+    agent = make_agent([root.address], tmp_path / "a.sock", "agent0", job_idle_timeout_s=1.5)
+    address = f"unix:{agent.socket_path}"
+
+    def run(first: int, last: int, offset: float) -> tuple[list[bool], list[dict[str, int]]]:
+        runs = [telemetry.init(job="again", rank=r, world_size=2, agent=address, attempt=0) for r in (0, 1)]
+        for step in range(first, last + 1):
+            for r in runs:
+                with r.step(step):
+                    r.log(step, loss=offset + step)
+        return [r.close(15) for r in runs], [r.stats for r in runs]
+
+    def losses() -> dict[int, float]:
+        status, body = api_get(root.api_address, "/api/v1/jobs/again/steps?metric=loss")
+        return {s["step"]: s["min"] for s in body["steps"]} if status == 200 else {}
+
+    try:
+        assert run(1, 3, 0.0)[0] == [True, True]
+        wait_for(lambda: losses() == {1: 1.0, 2: 2.0, 3: 3.0}, 15, what="the first run at the root")
+        wait_for(lambda: _forgotten(agent, root), 20, what="every tier forgetting the finished job")
+        closed, stats = run(1, 5, 100.0)
+        assert closed == [False, False]
+        assert [s["dropped_values"] for s in stats] == [6, 6]  # loss and step_time of steps 1-3
+        assert "already logged by an earlier telemetry.init() in this process" in caplog.text
+        wait_for(lambda: losses() == {1: 1.0, 2: 2.0, 3: 3.0, 4: 104.0, 5: 105.0}, 15, what="steps 4-5")
+        assert run(6, 7, 200.0)[0] == [True, True]  # going on from the next step is no replay
+        wait_for(lambda: losses().get(7) == 207.0, 15, what="steps 6-7")
+    finally:
+        stop_all(agent, root)

@@ -40,6 +40,11 @@ FINGERPRINTS_ENV = "TELEMETRY_FINGERPRINTS"  # "0" turns the collective fingerpr
 CAPTURES_ENV = "TELEMETRY_CAPTURES"  # "0": this rank answers no capture request (the agent looks from outside)
 _VALUES, _CLOSE, _STAGED = 0, 1, 2
 _Record = tuple[int, int, Any]  # (kind, step, payload): values, a step's end time, or tensors still staged
+# The highest step each (agent, job, attempt, rank) logged in this process, across its Runs. The tree tells one
+# run from another by process (collectors/delivery/runs.py), so a later telemetry.init() of the same rank in the
+# same process that logs a step again would have it taken for a resend of the earlier Run's and dropped
+# unseen: such steps are dropped here instead, loudly, and close() says so (docs/restarts.md).
+_STEPS_LOGGED: dict[tuple[str, str, int, int], list[int]] = {}
 
 
 class Run:
@@ -59,6 +64,9 @@ class Run:
         self._max_records = buffer_records
         self._known_names: set[str] = set()
         self.dropped_records = 0
+        self._logged = _STEPS_LOGGED.setdefault((self.agent, job, self.attempt, rank), [-1])
+        self._replayed_through = self._logged[0]  # steps up to this one an earlier Run here logged: dropped
+        self._replay_warned = False
         self.current_step = 0
         self.steps_completed = 0
         self.heartbeat_extras: list[Callable[[], dict[str, float] | None]] = []
@@ -85,6 +93,9 @@ class Run:
     def log(self, step: int, **values: Any) -> None:
         """Record values for `step`. Floats, ints, or tensors (read later, without a sync). Never blocks."""
         _check_step(step)
+        if step <= self._replayed_through:
+            self._replayed(step, len(values))
+            return
         for name in values:
             if name not in self._known_names:
                 if not is_metric_name(name):
@@ -92,6 +103,8 @@ class Run:
                 self._known_names.add(name)
         if step > self.current_step:
             self.current_step = step
+            if step > self._logged[0]:
+                self._logged[0] = step
         staged = None
         for value in values.values():
             if not isinstance(value, (float, int)):
@@ -109,8 +122,14 @@ class Run:
         completion of the last step's last collective) to its last collective in this step: its own work,
         without waiting for others (see telemetry.torch.collective.ArrivalClock)."""
         _check_step(step)
+        if step <= self._replayed_through:
+            self._replayed(step, 1)
+            yield
+            return
         if step > self.current_step:
             self.current_step = step
+            if step > self._logged[0]:
+                self._logged[0] = step
         clock = self._clock if self._clock is not None else self._collectives()
         since_ns = clock.begin(time.time_ns()) if clock is not None else 0
         if self._loader_waits:
@@ -134,6 +153,8 @@ class Run:
     def end_step(self, step: int) -> None:
         """Close this rank's contribution to `step` without timing it (what `step()` does on exit)."""
         _check_step(step)
+        if step <= self._replayed_through:
+            return  # its values were dropped (log); there is nothing of this Run's in it to close
         if self._loader_waits:
             self._take_loader_wait(step)
         self._append((_CLOSE, step, time.time_ns()))
@@ -158,6 +179,17 @@ class Run:
                 self._loader_wait += waited
                 self._loader_waits += 1
             yield item
+
+    def _replayed(self, step: int, values: int) -> None:
+        """A step an earlier Run of this rank logged in this process: dropped, counted, said once."""
+        self.dropped_records += values
+        if not self._replay_warned:
+            self._replay_warned = True
+            log.warning("telemetry: step %d of job %r attempt %d rank %d was already logged by an earlier "
+                        "telemetry.init() in this process; the tree would take this run's steps up to %d for resends "
+                        "of that one's, so they are dropped (close() returns False). A new run needs a new attempt: "
+                        "telemetry.init(attempt=...) (docs/restarts.md)", step, self.job, self.attempt, self.rank,
+                        self._replayed_through)
 
     def _take_loader_wait(self, step: int) -> None:
         self._append((_VALUES, step, {"dataloader_wait": self._loader_wait}))
