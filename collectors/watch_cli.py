@@ -44,10 +44,13 @@ def watch(root: str, job: str | None, once: bool, interval: float, last: int) ->
         raise click.ClickException(f"no answer from a root at {api} (is its --api address reachable from here?)")
     console = Console(width=None if Console().is_terminal else PLAIN_WIDTH)
     frame: Callable[[], RenderableType]
+    refresh: Callable[[], None]
     if job is None:
         def frame() -> RenderableType:
             return jobs_table(list_jobs(api) or [])
-        refresh: Callable[[], None] = lambda: None  # noqa: E731 (the jobs table reads the root itself)
+
+        def refresh() -> None:
+            """Nothing: the jobs table reads the root itself."""
     else:
         watcher = RootWatcher(api, job, interval=interval, last=last)
         known = [any(j.get("job") == job for j in jobs)]

@@ -18,7 +18,7 @@ def example_path() -> Path:
     if not EXAMPLE.exists():
         raise FileNotFoundError(f"--train needs the torch example at {EXAMPLE} (run from a checkout of the repository)")
     try:
-        import torch  # noqa: F401
+        import torch  # noqa: F401  (imported only to see that torch is installed)
     except ImportError:
         raise RuntimeError("--train needs torch: pip install torch==2.13.0") from None
     return EXAMPLE

@@ -58,7 +58,7 @@ def slurm_attempt(job_id: int, restarts: int, step_id: int) -> int:
 
 
 def check_attempt(attempt: int) -> int:
-    if type(attempt) is not int or not 0 <= attempt < 2**63:  # noqa: E721 (bool refused)
+    if type(attempt) is not int or not 0 <= attempt < 2**63:  # the exact type: a bool is refused
         raise ValueError(f"attempt must be an int in [0, 2**63), got {attempt!r}")
     return attempt
 

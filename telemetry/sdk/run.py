@@ -322,7 +322,7 @@ def _switch(given: bool | None, env: str) -> bool:
 
 
 def _check_step(step: int) -> None:
-    if type(step) is not int:  # noqa: E721 (bool and numpy ints are refused too: say int(step))
+    if type(step) is not int:  # the exact type: bool and numpy ints are refused too (say int(step))
         raise TypeError(f"step must be an int, got {type(step).__name__}")
     if not 0 <= step <= MAX_STEP:
         raise ValueError(f"step must be in [0, 2**53], got {step}")

@@ -76,7 +76,8 @@ class Sketch:
         self._flush()
         if self._digest is None:
             # fastdigest's stubs say Sequence[float]; it reads a float64 ndarray as a buffer, without a copy.
-            digest = TDigest.from_values(values, max_centroids=self.max_centroids)  # type: ignore[arg-type]  # ndarray
+            digest = TDigest.from_values(values,  # type: ignore[arg-type]  # an ndarray, read as a buffer
+                                         max_centroids=self.max_centroids)
             self._digest = digest
         else:
             self._digest.batch_update(values)  # type: ignore[arg-type]  # as above: an ndarray, read as a buffer
