@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.error
@@ -41,15 +40,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# bench/harness.py and bench/machine.py: bench/ is this script's folder, on sys.path before anything is set
+from harness import BenchError, apply_quick, failure, parser, run_in_workdir, write_result
+from machine import machine_facts
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.detection_jobs.logs import done_lines  # noqa: E402
-from bench.detection_jobs.score import aggregate, score_run, table  # noqa: E402
-from collectors.demo.train import kill_job  # noqa: E402
-from collectors.sim.procs import Proc, free_port  # noqa: E402
-from harness import BenchError, apply_quick, failure, parser, run_in_workdir, write_result  # noqa: E402
-from machine import machine_facts  # noqa: E402  (bench/machine.py)
+from bench.detection_jobs.logs import done_lines  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from bench.detection_jobs.score import aggregate, score_run, table  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from bench.torchrun_jobs import root_and_agent, torchrun  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from collectors.demo.train import kill_job  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from collectors.sim.procs import Proc  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
 
 TRAIN = REPO / "bench" / "detection_jobs" / "train.py"
 FAULTS = ("slow_rank", "loader_stuck", "nan", "bad_batch", "slow_loader")
@@ -106,26 +108,12 @@ def api_get(api: str, path: str, timeout: float = 10.0) -> Any:
         return json.load(reply)
 
 
-def start_tree(args: argparse.Namespace, workdir: Path) -> tuple[Proc, Proc]:
-    cli = [sys.executable, "-m", "collectors.cli"]
-    root_argv = [*cli, "collector", "--listen", "127.0.0.1:0", "--db", str(workdir / "root.db"),
-                 "--api", "127.0.0.1:0"]
-    if args.detectors:
-        root_argv += ["--detectors", args.detectors]
-    root = Proc("root", root_argv, workdir).start()
-    agent = Proc("agent", [*cli, "agent", "--socket", str(workdir / "agent.sock"), "--parent",
-                           root.ready["address"]], workdir).start()
-    return root, agent
-
-
 # ---------------------------------------------------------------- one run
 
 
-def torchrun_argv(plan: Plan, job: str, world: int, truth: Path, args: argparse.Namespace) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", job,
-            "--local-addr", "127.0.0.1", "--max-restarts", "0", str(TRAIN), "--job", job,
-            "--model", plan.model, "--steps", str(plan.steps), "--seed", str(plan.seed),
+def train_args(plan: Plan, job: str, truth: Path, args: argparse.Namespace) -> list[str]:
+    """bench/detection_jobs/train.py's arguments for one planned run."""
+    return ["--job", job, "--model", plan.model, "--steps", str(plan.steps), "--seed", str(plan.seed),
             "--fault", plan.fault, "--fault-rank", str(plan.fault_rank), "--fault-step", str(plan.fault_step),
             "--slow-factor", str(args.slow_factor), "--stall-s", str(args.stall_s), "--truth", str(truth)]
 
@@ -168,14 +156,11 @@ def run_one(plan: Plan, args: argparse.Namespace, api: str, agent: str, workdir:
             services: tuple[Proc, Proc]) -> dict[str, Any]:
     job = f"det-{plan.model}-{plan.fault}-s{plan.seed}-{uuid.uuid4().hex[:6]}"
     truth_path, log_path = workdir / f"{job}.truth.jsonl", workdir / f"{job}.log"
-    env = {**os.environ, "TELEMETRY_AGENT": agent, "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
-           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     watch = EventWatch(api, job)
     load_start = os.getloadavg()[0]
     started = time.time()
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(torchrun_argv(plan, job, args.world, truth_path, args), env=env, cwd=REPO,
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    proc = torchrun(args.world, TRAIN, train_args(plan, job, truth_path, args), agent, log_path,
+                    launcher=("--rdzv-id", job, "--max-restarts", "0"))
     timeout = args.run_timeout + (args.stall_s if plan.fault == "loader_stuck" else 0.0)
     try:
         while proc.poll() is None:
@@ -223,26 +208,22 @@ def run(args: argparse.Namespace, workdir: Path, progress: Progress) -> dict[str
     result: dict[str, Any] = {"benchmark": "detection", "complete": False, "machine": machine_facts(),
                               "config": config, "loadavg_start": os.getloadavg(), "runs": []}
     todo = plans(args)
-    services: tuple[Proc, Proc] | None = None
     try:
-        services = start_tree(args, workdir)
-        root, agent = services
-        api, agent_address = root.ready["api"], f"unix:{workdir / 'agent.sock'}"
-        progress(f"tree up (root pid {root.popen.pid}, agent pid {agent.popen.pid}, API {api}); "  # type: ignore[union-attr]
-                 f"{len(todo)} runs")
-        for i, plan in enumerate(todo, 1):
-            record = run_one(plan, args, api, agent_address, workdir, services)
-            scored = score_run(record)
-            result["runs"].append({**record, "score": scored})
-            progress(f"{i}/{len(todo)} {plan.model} seed {plan.seed} {plan.fault}"
-                     f"{f' on rank {plan.fault_rank}' if plan.fault != 'none' else ''}: {record['wall_s']} s, "
-                     f"{record['steps_done']} steps; {describe(scored)}")
+        with root_and_agent(workdir, root_args=("--detectors", args.detectors) if args.detectors else ()) as tree:
+            services = root, agent = tree["services"]
+            assert root.popen is not None and agent.popen is not None  # started
+            api = tree["api"]
+            progress(f"tree up (root pid {root.popen.pid}, agent pid {agent.popen.pid}, API {api}); {len(todo)} runs")
+            for i, plan in enumerate(todo, 1):
+                record = run_one(plan, args, api, tree["agent"], workdir, services)
+                scored = score_run(record)
+                result["runs"].append({**record, "score": scored})
+                progress(f"{i}/{len(todo)} {plan.model} seed {plan.seed} {plan.fault}"
+                         f"{f' on rank {plan.fault_rank}' if plan.fault != 'none' else ''}: {record['wall_s']} s, "
+                         f"{record['steps_done']} steps; {describe(scored)}")
         result["complete"] = True
     except (BenchError, KeyboardInterrupt) as exc:
         result["error"] = failure(exc)
-    finally:
-        for proc in reversed(services or ()):
-            proc.stop()
     result["aggregate"] = aggregate([r["score"] for r in result["runs"]])
     result["loadavg_end"] = os.getloadavg()
     return result

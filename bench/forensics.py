@@ -31,13 +31,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+# bench/machine.py: bench/ is this script's folder, on sys.path before anything is set
+from machine import cpu_model, git_head, memory_bytes
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from collectors.demo.train import kill_job, torchrun_env  # noqa: E402
-from collectors.sim.procs import Proc, free_port  # noqa: E402
-from machine import cpu_model, git_head, memory_bytes  # noqa: E402  (bench/machine.py)
+from bench.torchrun_jobs import root_and_agent, torchrun  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from collectors.demo.train import kill_job  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
 
 JOB = REPO / "tests" / "forensics_job.py"
 SCENARIOS = {"block": "hang", "stop": "hang", "longer": "collective_mismatch", "skip": "collective_mismatch"}
@@ -55,13 +56,8 @@ def one_run(api: str, agent: str, workdir: Path, scenario: str, index: int, worl
             timeout_s: float) -> dict[str, Any]:
     job = f"fx-{scenario}-{index}"
     log = workdir / f"{job}.log"
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--local-addr", "127.0.0.1",
-            str(JOB), "--job", job, "--fault", scenario, "--fault-rank", "2", "--fault-step", "10"]
-    import subprocess
-    with log.open("ab") as out:
-        proc = subprocess.Popen(argv, env={**torchrun_env(agent), "PYTHONPATH": str(REPO)}, cwd=REPO,
-                                stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+    proc = torchrun(world, JOB, ["--job", job, "--fault", scenario, "--fault-rank", "2", "--fault-step", "10"],
+                    agent, log)
     kind = SCENARIOS[scenario]
     result: dict[str, Any] = {"scenario": scenario, "job": job, "kind": kind}
     deadline = time.monotonic() + timeout_s
@@ -134,22 +130,13 @@ def main() -> int:
     runs: list[dict[str, Any]] = []
     started = time.monotonic()
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="bench-forensics-") as tmp:
-        work = Path(tmp)
-        cli = [sys.executable, "-m", "collectors.cli"]
-        root = Proc("root", [*cli, "collector", "--listen", "127.0.0.1:0", "--db", str(work / "root.db"),
-                             "--api", "127.0.0.1:0", "--detectors", detectors], work).start()
-        agent = Proc("agent", [*cli, "agent", "--socket", str(work / "agent.sock"), "--parent",
-                               root.ready["address"], "--stuck-after", "3", "--capture-timeout", "2"], work).start()
-        try:
-            for i in range(repeats):
-                for scenario in scenarios:
-                    print(f"[{time.monotonic() - started:6.1f} s] {scenario} #{i + 1}", file=sys.stderr, flush=True)
-                    runs.append(one_run(root.ready["api"], f"unix:{work / 'agent.sock'}", work, scenario, i,
-                                        args.world, args.timeout))
-        finally:
-            agent.stop()
-            root.stop()
+    with (tempfile.TemporaryDirectory(prefix="bench-forensics-") as tmp,
+          root_and_agent(Path(tmp), root_args=("--detectors", detectors),
+                         agent_args=("--stuck-after", "3", "--capture-timeout", "2")) as tree):
+        for i in range(repeats):
+            for scenario in scenarios:
+                print(f"[{time.monotonic() - started:6.1f} s] {scenario} #{i + 1}", file=sys.stderr, flush=True)
+                runs.append(one_run(tree["api"], tree["agent"], tree["tmp"], scenario, i, args.world, args.timeout))
     summary = summarise(runs)
     print("\n| scenario | runs | named rank 2 only | fault -> event s (median / max) | event -> capture stored s | "
           "capture bytes | capture source |\n|---|---|---|---|---|---|---|")

@@ -1,77 +1,21 @@
-"""A real root and agent as processes (`python -m collectors.cli`), and torchrun jobs against them.
+"""Torchrun jobs against a real root and agent, for the tests that run them (gloo, CPU).
 
-Shared by the tests that run real torchrun jobs (gloo, CPU): each starts the services on port 0 and a
-private Unix socket, and stops them (SIGTERM, then SIGKILL) whatever the test did. The job scripts end their
-ranks with `end_rank`, whose done line `durable_ranks` counts.
+The services and the launching are bench/torchrun_jobs.py's, shared with the benches (`root_and_agent`,
+`torchrun`: re-exported here); what is the tests' own: `run_job` (a job run to its end, failing the test
+otherwise), and `end_rank`, with which the job scripts end their ranks, whose done line `durable_ranks` counts.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
-from collectors.demo.train import kill_job, torchrun_env
-from collectors.sim.procs import free_port, stop_process
+from bench.torchrun_jobs import REPO, job_env, root_and_agent, torchrun, torchrun_argv
+from collectors.demo.train import kill_job
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def start_service(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, dict]:
-    """Start `telemetry ARGS...`; returns the process and the JSON line it prints once ready."""
-    proc = subprocess.Popen([sys.executable, "-m", "collectors.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
-    line = proc.stdout.readline()  # type: ignore[union-attr]
-    if not line:
-        proc.kill()
-        raise AssertionError(f"{args[0]} did not start: {proc.stderr.read()}")  # type: ignore[union-attr]
-    return proc, json.loads(line)
-
-
-def stop_service(proc: subprocess.Popen) -> None:
-    stop_process(proc)
-
-
-@contextmanager
-def root_and_agent(tmp: Path, root_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (),
-                   root_env: dict[str, str] | None = None) -> Iterator[dict]:
-    """{"api": the root's HTTP address, "agent": the agent's address for TELEMETRY_AGENT, "tmp", "db"}."""
-    root, ready = start_service(["collector", "--listen", "127.0.0.1:0", "--db", str(tmp / "root.db"),
-                                 "--api", "127.0.0.1:0", *root_args], env=root_env)
-    agent = None
-    try:
-        sock = tmp / "agent.sock"
-        agent, _ = start_service(["agent", "--socket", str(sock), "--parent", ready["address"], *agent_args])
-        yield {"api": ready["api"], "agent": f"unix:{sock}", "tmp": tmp, "db": tmp / "root.db"}
-    finally:
-        if agent is not None:
-            stop_service(agent)
-        stop_service(root)
-
-
-def torchrun_argv(world: int, script: Path, args: list[str], launcher: tuple[str, ...] = ()) -> list[str]:
-    """torchrun with `world` ranks on this host (c10d rendezvous on a free loopback port) running `script ARGS`;
-    `launcher`: more of torchrun's own options (--rdzv-id, --max-restarts)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--local-addr", "127.0.0.1",
-            *launcher, str(script), *args]
-
-
-def job_env(agent: str, env: dict[str, str] | None = None) -> dict[str, str]:
-    """The ranks' environment: the agent's address, loopback-only gloo, the repository importable, and `env`."""
-    return {**torchrun_env(agent), "PYTHONPATH": str(REPO), **(env or {})}
-
-
-def torchrun(world: int, script: Path, args: list[str], agent: str, log: Path) -> subprocess.Popen:
-    """Start `script` under torchrun with `world` ranks on this host (loopback gloo); output to `log`."""
-    with log.open("ab") as out:
-        return subprocess.Popen(torchrun_argv(world, script, args), env=job_env(agent), cwd=REPO,
-                                stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+__all__ = ["REPO", "durable_ranks", "end_rank", "root_and_agent", "run_job", "torchrun"]
 
 
 def run_job(world: int, script: Path, args: list[str], agent: str, job: str, timeout: float,
