@@ -120,14 +120,14 @@ class FuzzTree:
     def start(self) -> FuzzTree:
         self.root = make_root(self.workdir / "root.db")
         self.agent = make_agent([self.root.address], self.workdir / "a.sock",
-                                "fuzz-agent")  # type: ignore[attr-defined]
+                                "fuzz-agent")
         return self
 
     def stop(self) -> None:
         stop_all(self.agent, self.root)
 
     def channel(self, to: str) -> grpc.Channel:
-        address = f"unix:{self.agent.socket_path}" if to == "agent" else self.root.address  # type: ignore[attr-defined]
+        address = f"unix:{self.agent.socket_path}" if to == "agent" else self.root.address
         return grpc.insecure_channel(address)
 
     def stream(self, to: str, requests: list, raw: bool = False) -> grpc.StatusCode:
@@ -151,7 +151,7 @@ class FuzzTree:
         return code
 
     def api(self, path: str, query: dict[str, str]) -> int:
-        url = f"http://{self.root.api_address}{path}?{urllib.parse.urlencode(query)}"  # type: ignore[attr-defined]
+        url = f"http://{self.root.api_address}{path}?{urllib.parse.urlencode(query)}"
         try:
             with urllib.request.urlopen(url, timeout=15) as reply:
                 status = reply.status
@@ -167,7 +167,7 @@ class FuzzTree:
         self.healthy_steps += 1
         step = self.healthy_steps
         runs = [telemetry.init(job="healthy", rank=r, world_size=2,
-                               agent=f"unix:{self.agent.socket_path}")  # type: ignore[attr-defined]
+                               agent=f"unix:{self.agent.socket_path}")
                 for r in range(2)]
         for rank, run in enumerate(runs):
             run.log(step, loss=step + rank / 4)
@@ -177,7 +177,7 @@ class FuzzTree:
     def check_healthy(self) -> None:
         deadline = time.monotonic() + 30
         while True:
-            rows = steps(self.root.api_address, "healthy", "loss", last=10_000)  # type: ignore[attr-defined]
+            rows = steps(self.root.api_address, "healthy", "loss", last=10_000)
             if len(rows) >= self.healthy_steps or time.monotonic() > deadline:
                 break
             time.sleep(0.1)

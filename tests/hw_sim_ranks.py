@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
         del argv[i:i + 2]
     original = telemetry.init
 
-    def init(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def init(*args, **kwargs):
         run = original(*args, **kwargs)
         started = time.time()
         rank = kwargs.get("rank", 0)

@@ -183,7 +183,7 @@ class FakeNvml:
     def nvmlDeviceGetEnforcedPowerLimit(self, handle):
         return self._gpu(handle, "nvmlDeviceGetEnforcedPowerLimit").power_limit_mw
 
-    def nvmlDeviceGetClockInfo(self, handle, type):  # noqa: A002 - pynvml's parameter name
+    def nvmlDeviceGetClockInfo(self, handle, type):
         g = self._gpu(handle, "nvmlDeviceGetClockInfo")
         if type == pynvml.NVML_CLOCK_SM:
             return g.sm_clock

@@ -86,7 +86,7 @@ class Prometheus:
 
 
 @contextmanager
-def running_prometheus(workdir: Path, port: int, targets: list[str], scrape_interval: str = "1s"):  # type: ignore[no-untyped-def]
+def running_prometheus(workdir: Path, port: int, targets: list[str], scrape_interval: str = "1s"):
     """A real Prometheus on 127.0.0.1:port scraping `targets` (honor_labels: true), storage in workdir."""
     binary = require("prometheus")
     workdir.mkdir(parents=True, exist_ok=True)

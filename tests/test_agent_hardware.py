@@ -60,7 +60,7 @@ def write_ib(root: Path, dev: str, port: int, symbol_error: int = 0) -> None:
     (base / "rate").write_text("400 Gb/sec (4X NDR)\n")
 
 
-def windows(root, job: str, metric: str) -> list[tuple[dict, Summary]]:  # type: ignore[no-untyped-def]
+def windows(root, job: str, metric: str) -> list[tuple[dict, Summary]]:
     """The root's persisted time-bucket windows of (job, metric), oldest first, with their summaries."""
     with closing(root.store.reader()) as db:
         rows = db.execute("SELECT * FROM windows WHERE job=? AND metric=? AND width_ms>0 ORDER BY idx",
@@ -231,7 +231,7 @@ def test_cli_agent_options_and_the_example_config_reach_the_agent(monkeypatch):
     seen = {}
 
     class Captured:
-        def __init__(self, config):  # type: ignore[no-untyped-def]
+        def __init__(self, config):
             seen["config"] = config
     monkeypatch.setattr("collectors.agent.server.AgentServer", Captured)
     monkeypatch.setattr(cli, "StopSignals", lambda: None)  # leave this process's signal handlers alone
@@ -263,8 +263,13 @@ def test_buckets_are_offered_once_complete_and_a_clock_step_back_stays_put(tmp_p
     node = _node()
     sampler = HardwareSampler(node, RankRegistry(), host_id="h", nic=NicProbe(tmp_path), interval_s=0.25)
     second = 1_700_000_000_000  # ms
-    ns = lambda ms: ms * 1_000_000  # noqa: E731
-    key = lambda metric, ms: (("_host:h", metric, ms, 1000))  # noqa: E731
+
+    def ns(ms: int) -> int:
+        return ms * 1_000_000
+
+    def key(metric: str, ms: int) -> tuple[str, str, int, int]:
+        return ("_host:h", metric, ms, 1000)
+
     for offset in (0, 250, 500):  # three samples in one second: the bucket stays open
         sampler.sample_once(now_ns=ns(second + offset), next_wall_ns=ns(second + offset + 250))
         assert key("nic.up", second) not in node.table.windows
@@ -305,4 +310,4 @@ def test_host_pseudo_job_names_are_valid_and_reserved():
     class Hello:
         job, rank, world_size, local_rank, host, pid, device = "_host:node017", 0, 1, 0, "h", os.getpid(), ""
     with pytest.raises(BadInput, match="reserved"):
-        RankRegistry().register(Hello(), None)  # type: ignore[arg-type]
+        RankRegistry().register(Hello(), None)

@@ -32,7 +32,7 @@ def hello(rank: int, pid: int, job: str = "j", world: int = 4) -> SimpleNamespac
                            incarnation=1, attempt=0)
 
 
-def verdict_of(registry: RankRegistry, rank: int, job: str = "j"):  # type: ignore[no-untyped-def]
+def verdict_of(registry: RankRegistry, rank: int, job: str = "j"):
     registry.views()
     (detail,) = [d for d in registry.details(job) if d.rank == rank]
     return detail
@@ -151,7 +151,7 @@ def test_sdk_rank_stopped_then_killed_end_to_end(tmp_path, caplog):
         def progress() -> dict:
             return api_get(root.api_address, "/api/v1/jobs/live/progress")[1]
 
-        def detail():  # type: ignore[no-untyped-def]
+        def detail():
             with agent.node.lock:
                 found = agent.registry.details("live")
             return found[0] if found else None

@@ -17,7 +17,7 @@ from helpers_tree import api_get, make_root, stop_all, wait_for
 
 
 @pytest.fixture()
-def root(tmp_path: Path):  # type: ignore[no-untyped-def]
+def root(tmp_path: Path):
     server = make_root(tmp_path / "root.db")
     yield server
     stop_all(server)
@@ -27,7 +27,7 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def test_json_requests_leak_no_sqlite_connections(root) -> None:  # type: ignore[no-untyped-def]
+def test_json_requests_leak_no_sqlite_connections(root) -> None:
     for _ in range(20):
         api_get(root.api_address, "/api/v1/jobs")
     before = _fds()
@@ -37,13 +37,13 @@ def test_json_requests_leak_no_sqlite_connections(root) -> None:  # type: ignore
     assert _fds() - before < 20, "every request's reader connection is closed, not left to the GC"
 
 
-def test_out_of_range_parameters_are_400_not_500(root) -> None:  # type: ignore[no-untyped-def]
+def test_out_of_range_parameters_are_400_not_500(root) -> None:
     status, body = api_get(root.api_address, f"/api/v1/jobs/x/events?since_id={2**70}")
     assert status == 400 and "since_id" in body["error"]
     assert api_get(root.api_address, "/api/v1/jobs/x/steps?last=0")[0] == 400
 
 
-def test_an_internal_error_answers_500_without_its_details(root, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_an_internal_error_answers_500_without_its_details(root, monkeypatch) -> None:
     def broken() -> list:
         raise RuntimeError("secret path /var/lib/telemetry/root.db")
 
@@ -52,7 +52,7 @@ def test_an_internal_error_answers_500_without_its_details(root, monkeypatch) ->
     assert status == 500 and body == {"error": "internal error (logged by the root)"}
 
 
-def test_idle_connections_cannot_take_every_thread_and_the_api_recovers(root) -> None:  # type: ignore[no-untyped-def]
+def test_idle_connections_cannot_take_every_thread_and_the_api_recovers(root) -> None:
     host, port = root.api_address.rsplit(":", 1)
     idle = []
     try:

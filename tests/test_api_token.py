@@ -33,8 +33,8 @@ def _root(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, dict]:
     proc = subprocess.Popen([sys.executable, "-m", "collectors.cli", "collector", "--listen", "127.0.0.1:0",
                              "--db", str(tmp_path / "r.db"), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()  # type: ignore[union-attr]
-    assert line, proc.stderr.read()  # type: ignore[union-attr]
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read()
     return proc, json.loads(line)
 
 
@@ -45,7 +45,7 @@ def root(tmp_path):
     yield ready["api"]
     proc.terminate()
     assert proc.wait(10) == 0
-    assert "visible to every user" not in proc.stderr.read()  # type: ignore[union-attr]  # from a file: no warning
+    assert "visible to every user" not in proc.stderr.read()  # from a file: no warning
 
 
 @pytest.mark.parametrize("path", ["/api/v1/jobs", "/api/v1/jobs/j/steps?metric=loss", "/api/v1/jobs/j/progress",

@@ -35,7 +35,7 @@ def _run_attempt(agent: str, attempt: int, world: int, first: int, last: int, of
 
 
 @pytest.fixture
-def tree(tmp_path: Path):  # type: ignore[no-untyped-def]
+def tree(tmp_path: Path):
     root = make_root(tmp_path / "root.db")
     agent = make_agent([root.address], tmp_path / "a.sock", "agent0")
     try:
@@ -44,7 +44,7 @@ def tree(tmp_path: Path):  # type: ignore[no-untyped-def]
         stop_all(agent, root)
 
 
-def test_two_attempts_of_one_name_both_reach_the_root(tree) -> None:  # type: ignore[no-untyped-def]
+def test_two_attempts_of_one_name_both_reach_the_root(tree) -> None:
     root, agent = tree
     assert _run_attempt(agent, 1, 2, 1, 5, 0.0) == [True, True]
     assert _run_attempt(agent, 2, 3, 3, 7, 100.0) == [True, True, True]  # resized and resumed: a new attempt
@@ -102,7 +102,7 @@ RANK_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_a_second_run_under_the_same_attempt_is_refused_not_dropped(tree) -> None:  # type: ignore[no-untyped-def]
+def test_a_second_run_under_the_same_attempt_is_refused_not_dropped(tree) -> None:
     root, agent = tree
     runs = [subprocess.run([sys.executable, "-c", RANK_SCRIPT, agent], capture_output=True, text=True, timeout=60,
                            cwd=REPO) for _ in range(2)]
@@ -129,7 +129,7 @@ def test_goodput_accounts_every_second() -> None:
     assert compute("j", [])["goodput"] is None
 
 
-def test_slurm_attempts_differ_for_requeues_steps_and_resubmissions(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_slurm_attempts_differ_for_requeues_steps_and_resubmissions(monkeypatch) -> None:
     """A script submitted twice under one job name gets two job ids: their attempts must differ (the second run
     would otherwise be taken for resends of the first once the tree forgot it), and each later one is larger."""
     from telemetry.sdk.attempt import default_attempt
@@ -163,12 +163,12 @@ def _reuse(agent: str, offset: float, last: int) -> subprocess.CompletedProcess[
                           text=True, timeout=60, cwd=REPO)
 
 
-def _losses(root) -> dict[int, float]:  # type: ignore[no-untyped-def]
+def _losses(root) -> dict[int, float]:
     status, body = api_get(root.api_address, "/api/v1/jobs/same/steps?metric=loss&attempt=all")
     return {s["step"]: s["min"] for s in body["steps"]} if status == 200 else {}
 
 
-def _forgotten(*servers) -> bool:  # type: ignore[no-untyped-def]
+def _forgotten(*servers) -> bool:
     return all(not server.node.jobs() for server in servers)
 
 
@@ -245,7 +245,7 @@ def test_run_ledger_keeps_the_first_process_per_rank(tmp_path: Path) -> None:
         RankView.from_proto(malformed)
 
 
-def test_a_second_init_in_one_process_drops_the_steps_it_replays(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_a_second_init_in_one_process_drops_the_steps_it_replays(tmp_path: Path, caplog) -> None:
     """The tree tells runs apart by process: a second telemetry.init() of the same rank, job and attempt in the
     same process that logs a step again is refused by the SDK itself (close() False), after every tier forgot
     the first run too; one that goes on from the next step is delivered whole."""

@@ -14,8 +14,8 @@ import pytest
 def _start(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, dict]:
     proc = subprocess.Popen([sys.executable, "-m", "collectors.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
-    line = proc.stdout.readline()  # type: ignore[union-attr]
-    assert line, proc.stderr.read()  # type: ignore[union-attr]
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read()
     return proc, json.loads(line)
 
 

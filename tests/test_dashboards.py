@@ -25,7 +25,7 @@ from collectors.dashboards_cli import DATASOURCE_UID, FOLDER_UID
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "dashboards"))
-import generate  # noqa: E402
+import generate  # noqa: E402  (dashboards/ is put on sys.path just above)
 
 register_default_plugins()
 COMMITTED = sorted((REPO / "dashboards").glob("*.json"))
@@ -287,16 +287,16 @@ class FakeGrafana(BaseHTTPRequestHandler):
             return
         self._reply(404, {"message": f"not found: {method} {self.path}"})
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._handle("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._handle("POST")
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         self._handle("PUT")
 
-    def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
+    def log_message(self, *args) -> None:
         pass
 
 
@@ -309,7 +309,7 @@ def grafana():
     server.shutdown()
 
 
-def _push(url: str, *extra: str, token: str = "s3cret"):  # type: ignore[no-untyped-def]
+def _push(url: str, *extra: str, token: str = "s3cret"):
     return CliRunner().invoke(cli, ["dashboards", "push", "--grafana-url", url, "--token", token, *extra],
                               catch_exceptions=False)
 

@@ -54,10 +54,10 @@ class _Sink:
     def __init__(self) -> None:
         self.shipped: list = []
 
-    def ship(self, node, windows, now):  # type: ignore[no-untyped-def]
+    def ship(self, node, windows, now):
         self.shipped.extend(windows)
 
-    def forget(self, keys):  # type: ignore[no-untyped-def]
+    def forget(self, keys):
         pass
 
 
@@ -73,7 +73,7 @@ def test_covered_is_computed_once_per_flush_per_job_and_seals_exactly_when_compl
                         for a in range(4)}
     calls = []
     views = node._views
-    node._views = lambda job: calls.append(job) or views(job)  # type: ignore[method-assign]
+    node._views = lambda job: calls.append(job) or views(job)
     for metric in range(20):
         for a in range(3):  # agent3 has not reported
             summary = Summary.from_arrays(np.ones(8), np.arange(a * 8, a * 8 + 8))
@@ -93,13 +93,13 @@ def test_covered_is_computed_once_per_flush_per_job_and_seals_exactly_when_compl
 
 # ------------------------------------------------------------------ hosts: deltas up, union kept below
 class _Outbox:
-    def __init__(self, on_ack) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, on_ack) -> None:
         self.connections = 1
         self.resent = 0
         self.sent: list[forward_pb2.SummaryBatch] = []
         self.on_drop = None
 
-    def submit(self, message, payload):  # type: ignore[no-untyped-def]
+    def submit(self, message, payload):
         self.sent.append(message)
 
         class _Unit:
@@ -138,7 +138,7 @@ def test_upstream_sends_hosts_once_then_only_changes_then_all_after_a_reconnect(
 def test_receiver_keeps_each_childs_hosts_across_units_and_prunes_ranks_it_no_longer_covers():
     node = _node()
 
-    def states(ranks, hosts):  # type: ignore[no-untyped-def]
+    def states(ranks, hosts):
         return {"job": RankView.from_proto(RankView(alive=BitMap(ranks), world_size=16, hosts=hosts).to_proto("job"))}
 
     node.child_states("a0", states(range(8), {r: "h0" for r in range(8)}))
@@ -171,7 +171,7 @@ def test_hosts_reach_the_root_through_a_rack_and_again_after_the_root_restarts(t
                                 hosts={r: f"host{a}" for r in ranks}).to_proto("hj")]))
         expected = {r: f"host{r // 8}" for r in range(16)}
 
-        def root_hosts(server):  # type: ignore[no-untyped-def]
+        def root_hosts(server):
             with server.node.lock:
                 return server.node.ranks("hj").hosts
 
@@ -190,9 +190,9 @@ def test_hosts_reach_the_root_through_a_rack_and_again_after_the_root_restarts(t
 
 
 # ------------------------------------------------------------------ parsing small sketches without numpy
-from fastdigest import TDigest  # noqa: E402
+from fastdigest import TDigest  # noqa: E402  (imported here, beside the tests that need them)
 
-from telemetry.summary.sketch import Sketch  # noqa: E402
+from telemetry.summary.sketch import Sketch  # noqa: E402  (imported here, beside the tests that need them)
 
 
 def _wire(digest: TDigest) -> tuple[bytes, bytes, dict]:

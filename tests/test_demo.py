@@ -151,7 +151,7 @@ def test_events_table_shows_first_raised_detail_with_final_status():
 class _Metrics(BaseHTTPRequestHandler):
     body = b""
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         payload = self.body if self.path == "/metrics" else b"{}"
         self.send_response(200)
         self.send_header("Content-Length", str(len(payload)))

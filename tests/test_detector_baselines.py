@@ -60,7 +60,7 @@ def test_mad_sigma_ignores_one_wild_value_and_robust_line_follows_a_falling_seri
 # ------------------------------------------------------------------ loss spike
 @pytest.mark.parametrize("shape", [noise_floor_loss, falling_loss])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_loss_spike_clean_noisy_losses_raise_nothing(shape, seed):  # type: ignore[no-untyped-def]
+def test_loss_spike_clean_noisy_losses_raise_nothing(shape, seed):
     log = EventLog(None)
     det = LossSpikeDetector(log)
     rng = random.Random(seed)
@@ -81,7 +81,7 @@ def test_loss_spike_issue_case_stationary_noise_on_three_ranks_and_a_loss_below_
 
 
 @pytest.mark.parametrize("shape,rise", [(falling_loss, 3.0), (noise_floor_loss, 20.0)])
-def test_loss_spike_bad_batch_on_one_rank_is_raised_in_its_step_naming_it(shape, rise):  # type: ignore[no-untyped-def]
+def test_loss_spike_bad_batch_on_one_rank_is_raised_in_its_step_naming_it(shape, rise):
     log = EventLog(None)
     det = LossSpikeDetector(log)
     rng = random.Random(5)
@@ -184,7 +184,7 @@ def _loader_run(det: DataloaderStallDetector, stall_at: int, stall_s: float, lat
 
 
 @pytest.mark.parametrize("late", [False, True], ids=["in-window", "late-delta"])
-def test_dataloader_one_long_stall_is_raised_at_once_naming_the_rank(late):  # type: ignore[no-untyped-def]
+def test_dataloader_one_long_stall_is_raised_at_once_naming_the_rank(late):
     log = EventLog(None)
     det = DataloaderStallDetector(log)
     _loader_run(det, stall_at=40, stall_s=5.0, late=late)

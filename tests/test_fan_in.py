@@ -92,7 +92,7 @@ def _clean(delivery: dict[str, int]) -> None:
 
 
 async def _drive_children(address: str, job: str, world: int, step_numbers: range, metrics: tuple[str, ...],
-                          on_all_open) -> None:  # type: ignore[no-untyped-def]
+                          on_all_open) -> None:
     """`world` fake agents, each on its own connection, child i covering rank i: all say hello, and only once
     every hello is acknowledged (all streams open at once) does any of them send steps; each then waits for
     every one of its units to be acknowledged DURABLE (persisted at the root)."""
@@ -100,7 +100,7 @@ async def _drive_children(address: str, job: str, world: int, step_numbers: rang
     opened = 0
     all_open = asyncio.Event()
 
-    async def next_ack(call, what: str) -> forward_pb2.Ack:  # type: ignore[no-untyped-def]
+    async def next_ack(call, what: str) -> forward_pb2.Ack:
         ack = await asyncio.wait_for(call.read(), HELLO_PATIENCE_S if what.endswith("hello") else PATIENCE_S)
         if ack is aio.EOF:
             raise AssertionError(f"{what}: the stream ended: {await call.code()} {await call.details()}")
@@ -194,7 +194,7 @@ def test_agent_serves_64_concurrent_sdk_ranks_exactly(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- the caps
 
 
-def _progress_counters(root, job: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _progress_counters(root, job: str) -> dict[str, int]:
     status, body = api_get(root.api_address, f"/api/v1/jobs/{job}/progress")
     assert status == 200, body
     return body["counters"]

@@ -157,6 +157,11 @@ def fill(table: FingerprintTable, items, attempt: int = 0) -> FingerprintTable:
     return table
 
 
+def _side(got: set, h: int) -> tuple:
+    """One side of a seq's verdict: the least `what` of hash h and its ranks."""
+    return min(w for g, w, _ in got if g == h), sorted({r for g, _, r in got if g == h})
+
+
 def expected(items, keep: int) -> list[tuple]:
     """The reference: a function of the report *set* (the newest `keep` seqs)."""
     by_seq: dict[int, set] = {}
@@ -166,8 +171,7 @@ def expected(items, keep: int) -> list[tuple]:
     for seq in sorted(by_seq)[-keep:] if keep else []:
         got = by_seq[seq]
         lo, hi = min(h for h, _, _ in got), max(h for h, _, _ in got)
-        side = lambda h: (min(w for g, w, _ in got if g == h), sorted({r for g, _, r in got if g == h}))  # noqa: E731
-        out.append((seq, lo, *side(lo), hi, *side(hi)))
+        out.append((seq, lo, *_side(got, lo), hi, *_side(got, hi)))
     return out
 
 

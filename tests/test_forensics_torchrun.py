@@ -24,7 +24,7 @@ from helpers_tree import api_get, wait_for
 from torchrun_tree import root_and_agent, torchrun
 
 pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
+import torch.distributed as dist
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -43,7 +43,7 @@ def tree(tmp_path: Path) -> Iterator[dict]:
         yield found
 
 
-def _run_until(tree: dict, job: str, fault: str, found, timeout: float = 90.0,  # type: ignore[no-untyped-def]
+def _run_until(tree: dict, job: str, fault: str, found, timeout: float = 90.0,
                then=None):
     """Run the job until `found()` holds; then `then(result)` while the job still runs; then kill it."""
     log = tree["tmp"] / f"{job}.log"

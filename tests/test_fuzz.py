@@ -11,7 +11,7 @@ FEW = settings(max_examples=40, deadline=None, suppress_health_check=list(Health
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory):  # type: ignore[no-untyped-def]
+def tree(tmp_path_factory):
     made = FuzzTree(tmp_path_factory.mktemp("fuzz")).start()
     yield made
     made.stop()
@@ -20,7 +20,7 @@ def tree(tmp_path_factory):  # type: ignore[no-untyped-def]
 def test_agent_rank_streams(tree: FuzzTree) -> None:
     @FEW
     @given(stream=rank_streams)
-    def case(stream):  # type: ignore[no-untyped-def]
+    def case(stream):
         tree.stream("agent", stream)
     case()
     tree.log_healthy()
@@ -30,7 +30,7 @@ def test_agent_rank_streams(tree: FuzzTree) -> None:
 def test_raw_bytes_on_both_streams(tree: FuzzTree) -> None:
     @FEW
     @given(stream=raw_streams)
-    def case(stream):  # type: ignore[no-untyped-def]
+    def case(stream):
         tree.stream("agent", stream, raw=True)
         tree.stream("root", stream, raw=True)
     case()
@@ -41,7 +41,7 @@ def test_raw_bytes_on_both_streams(tree: FuzzTree) -> None:
 def test_collector_forward_streams(tree: FuzzTree) -> None:
     @FEW
     @given(stream=forward_streams)
-    def case(stream):  # type: ignore[no-untyped-def]
+    def case(stream):
         tree.stream("root", stream)
     case()
     tree.log_healthy()
@@ -51,7 +51,7 @@ def test_collector_forward_streams(tree: FuzzTree) -> None:
 def test_api_query_strings(tree: FuzzTree) -> None:
     @FEW
     @given(path=api_paths, query=api_queries)
-    def case(path, query):  # type: ignore[no-untyped-def]
+    def case(path, query):
         tree.api(path, query)
     case()
     tree.log_healthy()

@@ -54,11 +54,11 @@ def test_root_whose_store_fails_is_not_serving_and_acknowledges_nothing_durable(
         real_save = root.store.save
         failures = []
 
-        def broken(rows, jobs):  # type: ignore[no-untyped-def]
+        def broken(rows, jobs):
             failures.append(len(rows))
             raise OSError("database or disk is full")
 
-        root.store.save = broken  # type: ignore[method-assign]
+        root.store.save = broken
         child = RawChild(root.address, "agent-x")
         child.ack(10)  # the hello unit
         seq = child.batch(window("j", "loss", 0, {0: 1.0, 1: 2.0}, expected=2))
@@ -71,7 +71,7 @@ def test_root_whose_store_fails_is_not_serving_and_acknowledges_nothing_durable(
         with pytest.raises(AssertionError):  # no DURABLE for what was not written
             child.ack_for(seq, forward_pb2.Ack.DURABLE, timeout=1.5)
 
-        root.store.save = real_save  # type: ignore[method-assign]
+        root.store.save = real_save
         child.ack_for(seq, forward_pb2.Ack.DURABLE, timeout=10)
         assert wait_for(lambda: health_status(root.address) == SERVING, timeout=10, what="SERVING again")
         with root.store.reader() as db:
@@ -82,7 +82,7 @@ def test_root_whose_store_fails_is_not_serving_and_acknowledges_nothing_durable(
         stop_all(root)
 
 
-def _metric(root, name: str) -> float:  # type: ignore[no-untyped-def]
+def _metric(root, name: str) -> float:
     import urllib.request
     with urllib.request.urlopen(f"http://{root.api_address}/metrics", timeout=10) as reply:
         for line in reply.read().decode().splitlines():

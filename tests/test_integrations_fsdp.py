@@ -36,9 +36,9 @@ from torch import nn
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-import torch.distributed as dist  # noqa: E402
+import torch.distributed as dist  # noqa: E402  (after the sys.path line above)
 
-from integration_train import SEED, Tokens  # noqa: E402
+from integration_train import SEED, Tokens  # noqa: E402  (after the sys.path line above)
 from test_integrations import (  # noqa: E402,F401  (tree: the fixture)
     ACCUMULATE,
     PEAK,
@@ -250,7 +250,7 @@ def transformers_run(args: argparse.Namespace, rank: int, world: int, telemetry:
 def _refusal(attempt: Any) -> str | None:
     try:
         attempt()
-    except Exception as e:  # noqa: BLE001 - the message is the result
+    except Exception as e:
         return f"{type(e).__name__}: {e}"
     return None
 

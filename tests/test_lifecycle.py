@@ -73,7 +73,7 @@ def test_bad_timeouts_are_refused() -> None:
 
 # ---------------------------------------------------------------- a real tree
 @pytest.fixture()
-def tree(tmp_path: Path):  # type: ignore[no-untyped-def]
+def tree(tmp_path: Path):
     root = make_root(tmp_path / "root.db", job_idle_timeout_s=IDLE_S)
     rack = make_collector([root.address], "rack", job_idle_timeout_s=IDLE_S)
     agent = make_agent([rack.address], tmp_path / "agent.sock", "agent", job_idle_timeout_s=IDLE_S)
@@ -83,12 +83,12 @@ def tree(tmp_path: Path):  # type: ignore[no-untyped-def]
         stop_all(agent, rack, root)
 
 
-def _metrics(root) -> str:  # type: ignore[no-untyped-def]
+def _metrics(root) -> str:
     with urllib.request.urlopen(f"http://{root.api_address}/metrics", timeout=10) as reply:
         return reply.read().decode()
 
 
-def _everywhere(root, rack, agent, job: str) -> dict[str, bool]:  # type: ignore[no-untyped-def]
+def _everywhere(root, rack, agent, job: str) -> dict[str, bool]:
     """Where the job still lives."""
     with agent.node.lock:
         in_agent = (job in agent.registry.jobs() or any(j == job for j, _ in agent.service.steps)
@@ -111,7 +111,7 @@ def _run_job(sock: Path, job: str, ranks: int, steps_: int, close: bool = True) 
     return runs
 
 
-def test_a_closed_job_leaves_every_tier_and_metrics_but_not_the_history(tree) -> None:  # type: ignore[no-untyped-def]
+def test_a_closed_job_leaves_every_tier_and_metrics_but_not_the_history(tree) -> None:
     root, rack, agent, sock = tree
     _run_job(sock, "done", ranks=3, steps_=4)
     rows = wait_for(lambda: len(steps(root.api_address, "done", "loss")) == 4 and steps(root.api_address, "done",
@@ -127,7 +127,7 @@ def test_a_closed_job_leaves_every_tier_and_metrics_but_not_the_history(tree) ->
     assert status == 200 and "done" in [j["job"] for j in body["jobs"]]
 
 
-def test_many_jobs_in_a_row_leave_nothing_behind(tree) -> None:  # type: ignore[no-untyped-def]
+def test_many_jobs_in_a_row_leave_nothing_behind(tree) -> None:
     root, rack, agent, sock = tree
     jobs = [f"short-{i}" for i in range(12)]
     for job in jobs:
@@ -146,7 +146,7 @@ def test_many_jobs_in_a_row_leave_nothing_behind(tree) -> None:  # type: ignore[
     assert not [k for k in list(root.finaliser.final) if k.job in jobs]
 
 
-def _per_job_maps(server) -> dict[str, set[str]]:  # type: ignore[no-untyped-def]
+def _per_job_maps(server) -> dict[str, set[str]]:
     """The jobs each per-job map of a tier holds (the soak's per-job memory growth lived in one of these)."""
     node = server.node
     with node.lock:
@@ -166,7 +166,7 @@ def _per_job_maps(server) -> dict[str, set[str]]:  # type: ignore[no-untyped-def
     return maps
 
 
-def test_a_finished_job_leaves_no_per_job_state_in_any_tier(tree) -> None:  # type: ignore[no-untyped-def]
+def test_a_finished_job_leaves_no_per_job_state_in_any_tier(tree) -> None:
     """Many short jobs: once each is forgotten (grace over), no map of agent, rack or root still names it. The
     soak (docs/soak.md) saw the agent grow per job while every map the other tests look at was empty: the
     rank->host lists an Upstream had sent its parent were kept per job for the life of the connection."""
@@ -213,7 +213,7 @@ def test_the_roots_periodic_check_does_not_bring_back_a_finished_jobs_hosts(tmp_
                     callback(job)
             return liveness(job)
 
-        root.liveness = forgotten_meanwhile  # type: ignore[method-assign]
+        root.liveness = forgotten_meanwhile
         wait_for(lambda: fired, what="the periodic check to read the job's liveness")
         time.sleep(1.0)  # two more checks (every 0.5 s)
         assert "racy" not in root.wiring.hosts
@@ -222,7 +222,7 @@ def test_the_roots_periodic_check_does_not_bring_back_a_finished_jobs_hosts(tmp_
         stop_all(root)
 
 
-def test_a_job_that_went_silent_is_forgotten_after_the_idle_timeout(tree) -> None:  # type: ignore[no-untyped-def]
+def test_a_job_that_went_silent_is_forgotten_after_the_idle_timeout(tree) -> None:
     """A rank that registered, sent one step and vanished without closing (a crash the agent may even
     see as a live process): nothing arrives any more, so the job goes after the idle timeout."""
     root, rack, agent, sock = tree
@@ -242,7 +242,7 @@ def test_a_job_that_went_silent_is_forgotten_after_the_idle_timeout(tree) -> Non
     assert steps(root.api_address, "silent", "loss")[0]["count"] == 1
 
 
-def test_a_child_that_left_is_forgotten_by_its_old_parent(tree) -> None:  # type: ignore[no-untyped-def]
+def test_a_child_that_left_is_forgotten_by_its_old_parent(tree) -> None:
     """A child that failed over elsewhere (or was decommissioned) stops counting at its old parent."""
     root, rack, agent, _ = tree
     child = RawChild(rack.address, "failed-over")
@@ -259,7 +259,7 @@ def test_a_child_that_left_is_forgotten_by_its_old_parent(tree) -> None:  # type
     assert "agent" in rack.node.child_counters  # the child still connected stays
 
 
-def test_open_steps_are_bounded_and_nothing_is_lost(tree) -> None:  # type: ignore[no-untyped-def]
+def test_open_steps_are_bounded_and_nothing_is_lost(tree) -> None:
     """A rank that opens steps without end (here 1,500 at once, newest first, none closed): the agent keeps
     at most MAX_OPEN_STEPS_PER_JOB open, sealing the oldest early, and every value still reaches the root."""
     from collectors.agent.service import MAX_OPEN_STEPS_PER_JOB
@@ -288,7 +288,7 @@ def test_open_steps_are_bounded_and_nothing_is_lost(tree) -> None:  # type: igno
     channel.close()
 
 
-def test_a_second_run_in_the_same_process_is_not_taken_for_resends(tree) -> None:  # type: ignore[no-untyped-def]
+def test_a_second_run_in_the_same_process_is_not_taken_for_resends(tree) -> None:
     """telemetry.init() again in one process (same job, rank and pid) numbers its batches from 1 again;
     the agent must see a new Run (RankHello.incarnation), not acknowledge its batches as resends unstored."""
     root, _, _, sock = tree

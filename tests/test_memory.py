@@ -13,7 +13,7 @@ from helpers_tree import make_agent, make_root, stop_all, wait_for
 
 def test_release_is_rate_limited():
     freed = FreedMemory(min_interval_s=30.0)
-    if freed._trim is None:  # noqa: SLF001
+    if freed._trim is None:
         pytest.skip("no glibc malloc_trim here")
     assert freed.release(100.0) and not freed.release(110.0) and freed.release(131.0)
     assert freed.trims == 2
@@ -91,7 +91,7 @@ def test_sqlite_page_caches_are_bounded(tmp_path):
     events = EventLog(store.path)
     try:
         with closing(store.reader()) as reader:
-            for db in (store._db, events._db, reader):  # noqa: SLF001
+            for db in (store._db, events._db, reader):
                 assert db.execute("PRAGMA cache_size").fetchone()[0] == -CACHE_KIB
     finally:
         events.close()

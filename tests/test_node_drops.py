@@ -14,7 +14,7 @@ def test_the_oldest_window_dropped_from_a_full_table_is_counted_and_its_holds_re
     acked: list[tuple[str, int]] = []
     refusals: list = []
 
-    def ack_down(origin, *rest, refused=None):  # type: ignore[no-untyped-def]
+    def ack_down(origin, *rest, refused=None):
         acked.append(origin)
         refusals.append(refused)
 

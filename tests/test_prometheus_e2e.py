@@ -29,7 +29,7 @@ from prometheus_support import promtool_check, require, running_prometheus
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "dashboards"))
-import generate  # noqa: E402  (dashboards/generate.py)
+import generate  # noqa: E402  (dashboards/generate.py, put on sys.path just above)
 
 HW_RANKS = Path(__file__).resolve().parent / "hw_sim_ranks.py"
 JOB = "sim"
@@ -45,7 +45,7 @@ class HardwareSimulation(Simulation):
         self.events: list[dict] = []
         self._done = threading.Event()
 
-    def start_ranks(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def start_ranks(self, *args, **kwargs):
         original = orchestrate.python_module
 
         def python_module(module: str, *argv: str) -> list[str]:

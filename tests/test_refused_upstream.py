@@ -22,7 +22,7 @@ from telemetry.v1 import forward_pb2
 STEPS = 4
 
 
-def _ranks(agent, job: str, world: int = 2) -> list:  # type: ignore[no-untyped-def]
+def _ranks(agent, job: str, world: int = 2) -> list:
     runs = [telemetry.init(job=job, rank=r, world_size=world, agent=f"unix:{agent.socket_path}") for r in range(world)]
     assert all(run.wait_connected(10) for run in runs)
     return runs

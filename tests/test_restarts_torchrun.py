@@ -18,7 +18,7 @@ from helpers_tree import api_get, wait_for
 from torchrun_tree import durable_ranks, root_and_agent, run_job
 
 pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
+import torch.distributed as dist
 
 pytestmark = [
     pytest.mark.timeout(300),

@@ -69,7 +69,7 @@ def tree(tmp_path_factory):
         stop_all(agent, root)
 
 
-def get(tree, path: str):  # type: ignore[no-untyped-def]
+def get(tree, path: str):
     return api_get(tree.api_address, path)
 
 
@@ -134,7 +134,7 @@ def test_healthz(tree):
 
 
 def test_progress(tree):
-    def current():  # type: ignore[no-untyped-def]
+    def current():
         status, body = get(tree, f"/api/v1/jobs/{JOB}/progress")
         assert status == 200
         ok = (body.get("min_step") == 2 and body.get("ranks_at_min") == [3] and body.get("max_step") == 5

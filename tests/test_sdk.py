@@ -245,7 +245,7 @@ def test_a_bad_step_never_costs_the_other_values(tmp_path, root, closing, bad_st
 
 
 # ---------------------------------------------------------------- dataloader_wait lands on the step that eats the batch
-def _slow_batches(waits: list[float]):  # type: ignore[no-untyped-def]
+def _slow_batches(waits: list[float]):
     for i, wait in enumerate(waits):
         time.sleep(wait)
         yield i

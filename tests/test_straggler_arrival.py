@@ -35,7 +35,7 @@ def _sync_step(rng: random.Random, slow: dict[int, float], compute: float = 0.1)
     return arrivals, [wall + rng.gauss(0, 0.0005) for _ in range(WORLD)]
 
 
-def _run(det: StragglerDetector, steps: range, slow_at, seed: int = 3) -> None:  # type: ignore[no-untyped-def]
+def _run(det: StragglerDetector, steps: range, slow_at, seed: int = 3) -> None:
     rng = random.Random(seed)
     for step in steps:
         arrivals, walls = _sync_step(rng, slow_at(step))

@@ -105,7 +105,7 @@ def test_from_bytes_accepts_bytes_like_and_rejects_other_types() -> None:
     assert Summary.from_bytes(bytearray(data)).to_bytes() == data
     assert Summary.from_bytes(memoryview(data)).to_bytes() == data
     with pytest.raises(TypeError):
-        Summary.from_bytes("not bytes")  # type: ignore[arg-type]
+        Summary.from_bytes("not bytes")
 
 
 # ----------------------------------------------------------------------------- random and damaged bytes

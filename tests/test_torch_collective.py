@@ -15,8 +15,8 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
-from telemetry.torch import CollectiveProgress  # noqa: E402
-from telemetry.torch.collective import COMPLETED, ENQUEUED  # noqa: E402
+from telemetry.torch import CollectiveProgress  # noqa: E402  (after the module skips without gloo)
+from telemetry.torch.collective import COMPLETED, ENQUEUED  # noqa: E402  (after the module skips without gloo)
 
 REPO = Path(__file__).resolve().parent.parent
 N = 5  # collectives before the hang scenario

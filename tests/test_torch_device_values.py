@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
-from telemetry.torch import StagedValues, stage  # noqa: E402
+from telemetry.torch import StagedValues, stage  # noqa: E402  (after the module skips without torch)
 
 
 def test_floats_and_ints_pass_through_in_order() -> None:

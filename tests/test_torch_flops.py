@@ -3,10 +3,10 @@
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch import nn  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
+from torch import nn  # noqa: E402  (after the module skips without torch)
+from torch.nn import functional as F  # noqa: E402  (after the module skips without torch)
 
-from telemetry.torch import flops_per_step  # noqa: E402
+from telemetry.torch import flops_per_step  # noqa: E402  (after the module skips without torch)
 
 B, IN, HID, OUT = 4, 16, 32, 8
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch import nn  # noqa: E402
+from torch import nn  # noqa: E402  (after the module skips without torch)
 
-import telemetry.torch as tt  # noqa: E402
-from telemetry.torch import TimedLoader, grad_norm, mfu, peak_flops  # noqa: E402
-from telemetry.torch.peak import ENV_VAR, PEAK_FLOPS, dtype_key, peak_flops_for_name  # noqa: E402
+import telemetry.torch as tt  # noqa: E402  (after the module skips without torch)
+from telemetry.torch import TimedLoader, grad_norm, mfu, peak_flops  # noqa: E402  (after the module skips without torch)
+from telemetry.torch.peak import ENV_VAR, PEAK_FLOPS, dtype_key, peak_flops_for_name  # noqa: E402  (after the module skips without torch)
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -28,7 +28,7 @@ from helpers_tree import wait_for
 from torchrun_tree import root_and_agent
 
 pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
+import torch.distributed as dist
 
 pytestmark = [
     pytest.mark.timeout(240),  # ~10-25 s each on an idle 2-core machine; generous for a loaded one

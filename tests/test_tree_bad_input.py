@@ -65,10 +65,10 @@ class Tree:
 
     @property
     def api(self) -> str:
-        return self.root.api_address  # type: ignore[attr-defined]
+        return self.root.api_address
 
     def stub(self) -> ingest_pb2_grpc.AgentStub:
-        return ingest_pb2_grpc.AgentStub(grpc.insecure_channel(f"unix:{self.agent.socket_path}"))  # type: ignore
+        return ingest_pb2_grpc.AgentStub(grpc.insecure_channel(f"unix:{self.agent.socket_path}"))
 
 
 @pytest.fixture
@@ -237,7 +237,7 @@ def test_sdk_log_refuses_bad_metric_names(tree):
 # ---------------------------------------------------------------- oversized messages
 def _big_rank_message() -> ingest_pb2.RankMessage:
     values = np.zeros(2_200_000)  # 17.6 MB > the 16 MiB limit
-    return batch({"x": values}, job="big")  # type: ignore[dict-item]
+    return batch({"x": values}, job="big")
 
 
 def _big_summary_batch() -> forward_pb2.SummaryBatch:
@@ -257,8 +257,8 @@ def test_oversized_rank_message_is_resource_exhausted(tree):
 
 
 def test_oversized_summary_batch_is_resource_exhausted(tree):
-    child = RawChild(tree.root.address, "big")  # type: ignore[attr-defined]
-    other = RawChild(tree.root.address, "fine")  # type: ignore[attr-defined]
+    child = RawChild(tree.root.address, "big")
+    other = RawChild(tree.root.address, "fine")
     try:
         assert child.ack().seq == 0
         child.send(_big_summary_batch())
@@ -275,7 +275,7 @@ def test_oversized_summary_batch_is_resource_exhausted(tree):
 def test_oversized_messages_are_counted(tree):
     """Issue 3 §6: oversized messages, like every bad input, are counted."""
     refused(tree.stub(), [hello("big"), _big_rank_message()])
-    child = RawChild(tree.root.address, "big")  # type: ignore[attr-defined]
+    child = RawChild(tree.root.address, "big")
     try:
         child.send(_big_summary_batch())
         while child.ack() is not None:
@@ -283,7 +283,7 @@ def test_oversized_messages_are_counted(tree):
     finally:
         child.close()
     assert tree.agent.node.counters["bad_inputs"] == 1, "the agent counted the oversized rank message"
-    assert tree.root.node.counters["bad_inputs"] == 1, "the root counted the oversized summary batch"  # type: ignore
+    assert tree.root.node.counters["bad_inputs"] == 1, "the root counted the oversized summary batch"
 
 
 # ---------------------------------------------------------------- malformed summaries at a collector
@@ -291,7 +291,7 @@ def _valid() -> summary_pb2.Summary:
     return summary_of({0: 1.0, 1: 2.0}).to_proto()
 
 
-def _mutated(**changes) -> summary_pb2.Summary:  # type: ignore[no-untyped-def]
+def _mutated(**changes) -> summary_pb2.Summary:
     msg = _valid()
     for name, value in changes.items():
         if name == "clear":
@@ -306,7 +306,7 @@ def _mutated(**changes) -> summary_pb2.Summary:  # type: ignore[no-untyped-def]
     return msg
 
 
-def _key(**fields) -> summary_pb2.WindowKey:  # type: ignore[no-untyped-def]
+def _key(**fields) -> summary_pb2.WindowKey:
     return summary_pb2.WindowKey(**{"job": "mal", "metric": "loss", "step": 1, **fields})
 
 

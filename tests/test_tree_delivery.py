@@ -80,11 +80,11 @@ class _Trainer:
         return [run.close(timeout) for run in self.runs]
 
 
-def _drop_durable_acks(server) -> None:  # type: ignore[no-untyped-def]
+def _drop_durable_acks(server) -> None:
     """Simulate lost DURABLE acks from `server` to its children (rejections still go down)."""
     real = server.service.ack_down
 
-    def lossy(origin, index=None, overlap=None):  # type: ignore[no-untyped-def]
+    def lossy(origin, index=None, overlap=None):
         if index is not None:
             real(origin, index, overlap)
 
@@ -286,10 +286,10 @@ def test_outbox_is_bounded_drops_oldest_and_counts():
     dropped: list[int] = []
     outbox: Outbox | None = None
 
-    def on_ack(unit, ack):  # type: ignore[no-untyped-def]
+    def on_ack(unit, ack):
         acked.append((unit.seq, ack.status))
         if ack.status == DURABLE:
-            outbox.forget(unit.seq)  # type: ignore[union-attr]
+            outbox.forget(unit.seq)
 
     outbox = Outbox("bounded", [parent.address], None, on_ack, max_units=3, on_drop=lambda u: dropped.append(u.seq))
     try:

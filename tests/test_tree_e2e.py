@@ -39,7 +39,7 @@ class ObservedSimulation(Simulation):
 def simulate(tmp_path: Path, injections: tuple[str, ...] = (),
              **options: object) -> tuple[dict, ObservedSimulation]:
     config = SimConfig(injections=[parse_injection(t) for t in injections], inject_texts=list(injections),
-                       workdir=tmp_path / "sim", **options)  # type: ignore[arg-type]
+                       workdir=tmp_path / "sim", **options)
     simulation = ObservedSimulation(config)
     report = simulation.run()
     return report, simulation
