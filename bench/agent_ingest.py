@@ -29,23 +29,22 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 
+# bench/ is this script's folder (first on sys.path): its neighbours import as they are
+from machine import cpu_model
+from procstat import cpu_seconds
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collectors.sim.procs import Proc, free_port, python_module  # noqa: E402
-from machine import cpu_model  # noqa: E402  (bench/machine.py)
-from telemetry.v1 import ingest_pb2, ingest_pb2_grpc  # noqa: E402
+from collectors.sim.procs import Proc, free_port, python_module  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from telemetry.v1 import ingest_pb2, ingest_pb2_grpc  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
 
 RANKS = 8
 METRICS = [f"metric_{i:02d}" for i in range(20)]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def build_batches(rank: int, steps: int, values_per_metric: int, steps_per_batch: int) -> list[ingest_pb2.RankMessage]:
@@ -69,7 +68,7 @@ def drive(socket_path: Path, messages: list[ingest_pb2.RankMessage], last_seq: i
     stub = ingest_pb2_grpc.AgentStub(channel)
     done = queue.Queue()
 
-    def requests():  # type: ignore[no-untyped-def]
+    def requests() -> Iterator[ingest_pb2.RankMessage]:
         yield from messages
         done.get()  # keep the stream open until every batch is durable
 
@@ -97,7 +96,8 @@ def run_shape(name: str, steps: int, values_per_metric: int, steps_per_batch: in
         last_seq = len(per_rank[0]) - 1
         received = [threading.Event() for _ in range(RANKS)]
         durable = [threading.Event() for _ in range(RANKS)]
-        cpu0 = cpu_seconds(agent.popen.pid)  # type: ignore[union-attr]
+        assert agent.popen is not None  # started above
+        cpu0 = cpu_seconds(agent.popen.pid)
         start = time.perf_counter()
         threads = [threading.Thread(target=drive, args=(sock, per_rank[r], last_seq, received[r], durable[r]),
                                     daemon=True) for r in range(RANKS)]
@@ -106,11 +106,11 @@ def run_shape(name: str, steps: int, values_per_metric: int, steps_per_batch: in
         for e in received:
             e.wait(600)
         t_received = time.perf_counter() - start
-        cpu_received = cpu_seconds(agent.popen.pid) - cpu0  # type: ignore[union-attr]
+        cpu_received = cpu_seconds(agent.popen.pid) - cpu0
         for e in durable:
             e.wait(600)
         t_durable = time.perf_counter() - start
-        cpu_durable = cpu_seconds(agent.popen.pid) - cpu0  # type: ignore[union-attr]
+        cpu_durable = cpu_seconds(agent.popen.pid) - cpu0
         for t in threads:
             t.join(10)
         return {

@@ -96,8 +96,8 @@ def measure(agent: str, rounds: int, steps: int, work_ms: float, note: Callable[
                 cpu[on].append((time.process_time() - cpu_start) / steps)
                 blocks[on].append(statistics.median(times))
         measured_s = time.perf_counter() - measured_from
-        clock = runs[True]._clock  # noqa: SLF001 (the bench reads the clock's own counters)
-        fingerprinter = runs[True]._fingerprints  # noqa: SLF001
+        clock = runs[True]._clock  # the bench reads the clock's own counters
+        fingerprinter = runs[True]._fingerprints
         polls, period = (clock.polls, clock.period_s) if clock is not None else (0, None)
         durable = {("on" if on else "off"): run.close(10.0) for on, run in runs.items()}
     finally:

@@ -18,14 +18,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, seed, settings
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
-
-from bench.machine import git_head  # noqa: E402
-from fuzz_entry_points import FuzzTree, api_paths, api_queries, forward_streams, rank_streams, raw_streams  # noqa: E402
+from bench.machine import git_head  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from fuzz_entry_points import FuzzTree, api_paths, api_queries, forward_streams, rank_streams, raw_streams  # noqa: E402  (REPO/tests is put on sys.path above: the fuzzers live there)
 
 
 def main() -> None:
@@ -43,23 +44,23 @@ def main() -> None:
         try:
             @many
             @given(stream=rank_streams)
-            def ranks(stream):  # type: ignore[no-untyped-def]
+            def ranks(stream: Any) -> None:
                 tree.stream("agent", stream)
 
             @many
             @given(stream=raw_streams)
-            def raw(stream):  # type: ignore[no-untyped-def]
+            def raw(stream: Any) -> None:
                 tree.stream("agent", stream, raw=True)
                 tree.stream("root", stream, raw=True)
 
             @many
             @given(stream=forward_streams)
-            def forward(stream):  # type: ignore[no-untyped-def]
+            def forward(stream: Any) -> None:
                 tree.stream("root", stream)
 
             @many
             @given(path=api_paths, query=api_queries)
-            def api(path, query):  # type: ignore[no-untyped-def]
+            def api(path: Any, query: Any) -> None:
                 tree.api(path, query)
 
             for name, run in (("rank streams", ranks), ("raw bytes", raw), ("forward streams", forward),

@@ -33,9 +33,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]  # the NVML test double lives with the tests
 
-from collectors.probes import NicProbe, open_gpu_probe  # noqa: E402
-from collectors.probes.nic import IB_COUNTERS, NET_STAT_COUNTERS  # noqa: E402
-from nvml_double import FakeNvml  # noqa: E402
+from collectors.probes import NicProbe, open_gpu_probe  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from collectors.probes.nic import IB_COUNTERS, NET_STAT_COUNTERS  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from nvml_double import FakeNvml  # noqa: E402  (REPO/tests is put on sys.path above: the test double lives there)
 
 TARGET_PERCENT = 1.0
 

@@ -43,10 +43,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.harness import apply_quick, parser, run_in_workdir  # noqa: E402  (run as a script: REPO is put on sys.path just above)
-from bench.scale_plot import plot  # noqa: E402  (likewise)
-from bench.scale_report import completed, config, markdown, result, table  # noqa: E402  (likewise)
-from bench.scale_runs import Runner  # noqa: E402  (likewise)
+from bench.harness import apply_quick, parser, run_in_workdir  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from bench.scale_plot import plot  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from bench.scale_report import completed, config, markdown, result, table  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from bench.scale_runs import Runner  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
 
 DEFAULT_SIZES = (1024, 2048, 4096, 8192, 16384)
 QUICK = {"sizes": "256,1024", "steps": 2, "warmup": 1, "idle_s": 1.0, "wide": "1024"}

@@ -40,20 +40,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+# bench/ is this script's folder (first on sys.path): its neighbours import as they are
+from machine import cpu_model, git_head, memory_bytes
+from procstat import cpu_seconds
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import telemetry  # noqa: E402
-from arrival_cost import measure as measure_readers  # noqa: E402  (bench/arrival_cost.py)
-from arrival_cost import report_lines as reader_lines  # noqa: E402
-from collectors.demo.train import run as run_torchrun  # noqa: E402
-from collectors.sim.procs import stop_process  # noqa: E402
-from machine import cpu_model, git_head, memory_bytes  # noqa: E402  (bench/machine.py)
+import telemetry  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from arrival_cost import measure as measure_readers  # noqa: E402  (bench/arrival_cost.py imports telemetry: REPO must be on sys.path first)
+from arrival_cost import report_lines as reader_lines  # noqa: E402  (bench/arrival_cost.py imports telemetry: REPO must be on sys.path first)
+from collectors.demo.train import run as run_torchrun  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from collectors.sim.procs import stop_process  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
 
 EXAMPLE = REPO / "examples" / "train_ddp.py"
 DEFAULT_JSON = REPO / "bench" / "results" / "sdk_overhead.json"
@@ -109,20 +112,11 @@ class Progress:
 def start_service(args: list[str]) -> tuple[subprocess.Popen, dict]:
     proc = subprocess.Popen([sys.executable, "-m", "collectors.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, cwd=REPO)
-    line = proc.stdout.readline()  # type: ignore[union-attr]
+    assert proc.stdout is not None  # stdout=PIPE
+    line = proc.stdout.readline()
     if not line:
         raise SystemExit(f"could not start {args[0]}")
     return proc, json.loads(line)
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """utime + stime of these processes (the agent and the root), from /proc/PID/stat."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
 
 
 # ---------------------------------------------------------------- statistics
@@ -269,9 +263,9 @@ class RunFailed(RuntimeError):
 
 
 def run_example(config: str, world: int, steps: int, warmup: int, agent: str, job: str, out: Path,
-                timeout: float, services: list[int] = ()) -> dict:  # type: ignore[assignment]
+                timeout: float, services: Sequence[int] = ()) -> dict:
     started = time.monotonic()
-    services_before = cpu_seconds(list(services))
+    services_before = cpu_seconds(*services)
     done, timed_out = run_torchrun(world, job, agent, "--steps", str(steps), "--warmup", str(warmup),
                                    "--timing-json", str(out), *CONFIGS[config], timeout=timeout)
     stdout, stderr = done.stdout, done.stderr
@@ -282,7 +276,7 @@ def run_example(config: str, world: int, steps: int, warmup: int, agent: str, jo
         kept.write_text(" ".join(done.args) + "\n" + stdout + "\n----- stderr -----\n" + stderr)
         raise RunFailed(f"{config} run failed with status {done.returncode} (full output: {kept}):\n"
                         f"{stderr[-3000:]}")
-    services_s = cpu_seconds(list(services)) - services_before
+    services_s = cpu_seconds(*services) - services_before
     services_wall_s = time.monotonic() - started
     data = json.loads(out.read_text())
     timed = data["step_times"][warmup:]
@@ -304,9 +298,9 @@ def bench_steps(agent: str, services: list[int], world: int, steps: int, warmup:
     order = list(CONFIGS)
     # The agent's and the root's idle CPU rate (their flush loops, liveness and detector ticks), subtracted from
     # what they spend during each run so that what is left is the work the ranks' telemetry gives them.
-    idle_from, idle_wall = cpu_seconds(services), time.monotonic()
+    idle_from, idle_wall = cpu_seconds(*services), time.monotonic()
     time.sleep(10.0)
-    idle_rate = (cpu_seconds(services) - idle_from) / (time.monotonic() - idle_wall)
+    idle_rate = (cpu_seconds(*services) - idle_from) / (time.monotonic() - idle_wall)
     progress.phase("example step time", rounds * len(order))
     for r in range(rounds):
         rotated = order[r % len(order):] + order[:r % len(order)]  # also rotate who goes first

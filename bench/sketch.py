@@ -300,7 +300,7 @@ def bench_impl(impl: Impl, cfg: dict[str, Any], data: dict[str, np.ndarray], pro
         task = progress.add_task(f"{impl.name}: tree x {repeats} ({dist})", total=repeats)
         runs, root = [], None
         for _ in range(repeats):
-            seconds, root = timed(lambda: run_tree(impl, leaves))  # noqa: F821 (called at once; `del leaves` is later)
+            seconds, root = timed(functools.partial(run_tree, impl, leaves))
             runs.append(seconds * 1e3)
             progress.advance(task)
         out["tree"][f"runs_ms_{dist}"] = runs
@@ -337,7 +337,7 @@ def profile_tree(impl: Impl, leaves: Sequence[Any]) -> list[dict[str, Any]]:
     stream = io.StringIO()
     stats = pstats.Stats(profiler, stream=stream)
     rows = []
-    for (filename, line, func), (_cc, nc, tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
+    for (filename, line, func), (_cc, nc, tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]  # pstats.Stats.stats: not in typeshed's stub
         rows.append({"function": f"{Path(filename).name}:{line}({func})", "calls": nc,
                      "tottime_ms": tt * 1e3, "cumtime_ms": ct * 1e3})
     rows.sort(key=lambda r: r["tottime_ms"], reverse=True)

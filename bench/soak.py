@@ -56,11 +56,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# bench/ is this script's folder (first on sys.path): its neighbours import as they are
+from harness import BenchError, apply_quick, failure, parser, run_in_workdir, write_result
+from machine import machine_facts
+from procstat import cpu_seconds, status
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-
-from harness import BenchError, apply_quick, failure, parser, run_in_workdir, write_result  # noqa: E402
-from machine import machine_facts  # noqa: E402  (bench/machine.py)
 
 SERVICES = ("root", "rack", "agent")
 PARENT_ENV = "TELEMETRY_DIE_WITH_PARENT"  # the services arm PDEATHSIG for this pid (collectors.common.lifetime)
@@ -68,7 +70,6 @@ TARGETS = {"rss_growth_percent_max": 5.0, "cpu_per_step_last_over_first_max": 1.
            "metrics_bytes_last_over_baseline_max": 1.05}
 QUICK = {"jobs": 200, "steady_minutes": 1.0, "steady_ranks": 16, "steady_sample_s": 10.0}
 STEADY_JOB = "soak-steady"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------- /proc and /metrics
@@ -76,11 +77,10 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 def proc_figures(pid: int) -> dict[str, float]:
     """RSS, CPU seconds, threads and open fds of one process, read from /proc (the process must be alive)."""
-    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return {"rss_bytes": int(status["VmRSS"].split()[0]) * 1024,
-            "cpu_s": (int(stat[11]) + int(stat[12])) / CLK_TCK,
-            "threads": int(status["Threads"]),
+    fields = status(pid)
+    return {"rss_bytes": int(fields["VmRSS"].split()[0]) * 1024,
+            "cpu_s": cpu_seconds(pid),
+            "threads": int(fields["Threads"]),
             "fds": len(os.listdir(f"/proc/{pid}/fd"))}
 
 
@@ -132,8 +132,9 @@ class Service:
             self.popen = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
                                           env=env, cwd=REPO)
         lines: queue.Queue[bytes] = queue.Queue()
-        threading.Thread(target=lambda: lines.put(self.popen.stdout.readline()),
-                         daemon=True).start()  # type: ignore[union-attr]
+        stdout = self.popen.stdout
+        assert stdout is not None  # stdout=PIPE
+        threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
         try:
             self.ready = json.loads(lines.get(timeout=timeout))
         except queue.Empty:

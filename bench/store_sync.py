@@ -25,10 +25,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.machine import cpu_model, git_head  # noqa: E402
-from collectors.common.keys import Key  # noqa: E402
-from collectors.root.store import SYNC_MODES, Row, Store  # noqa: E402
-from telemetry.summary import Summary  # noqa: E402
+from bench.machine import cpu_model, git_head  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from collectors.common.keys import Key  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from collectors.root.store import SYNC_MODES, Row, Store  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from telemetry.summary import Summary  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
 
 
 def _rows(windows: int, step: int) -> list[Row]:

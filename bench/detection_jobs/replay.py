@@ -22,12 +22,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from bench.detection_jobs.score import aggregate, score_run, table  # noqa: E402
-from collectors.common.keys import Key  # noqa: E402
-from collectors.detectors.events import EventLog  # noqa: E402
-from collectors.detectors.suite import Detectors, DetectorsConfig  # noqa: E402
-from collectors.root.store import Row  # noqa: E402
-from telemetry.summary import Summary  # noqa: E402
+from bench.detection_jobs.score import aggregate, score_run, table  # noqa: E402  (REPO is put on sys.path above: run as a script)
+from collectors.common.keys import Key  # noqa: E402  (REPO is put on sys.path above: run as a script)
+from collectors.detectors.events import EventLog  # noqa: E402  (REPO is put on sys.path above: run as a script)
+from collectors.detectors.suite import Detectors, DetectorsConfig  # noqa: E402  (REPO is put on sys.path above: run as a script)
+from collectors.root.store import Row  # noqa: E402  (REPO is put on sys.path above: run as a script)
+from telemetry.summary import Summary  # noqa: E402  (REPO is put on sys.path above: run as a script)
 
 
 def stored_job(db: sqlite3.Connection, job: str) -> str:

@@ -35,6 +35,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -45,9 +46,9 @@ from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable from a checkout
 
-import telemetry  # noqa: E402
-from telemetry.torch import flops_per_step, grad_norm  # noqa: E402
-from telemetry.torch.peak import mfu  # noqa: E402
+import telemetry  # noqa: E402  (the checkout is put on sys.path above: torchrun runs this file)
+from telemetry.torch import flops_per_step, grad_norm  # noqa: E402  (the checkout is put on sys.path above: torchrun runs this file)
+from telemetry.torch.peak import mfu  # noqa: E402  (the checkout is put on sys.path above: torchrun runs this file)
 
 FAULTS = ("none", "slow_rank", "loader_stuck", "nan", "bad_batch", "slow_loader")
 PEAK_FLOPS = 1e11  # a made-up CPU peak: MFU's level is meaningless here, its changes are what is judged
@@ -129,7 +130,7 @@ class Faulty(Dataset):
 class TeacherData(Faulty):
     """x ~ N(0, 1)^32, y = teacher(x) + noise: the teacher is fixed by the seed, the same on every rank."""
 
-    def __init__(self, *args, batch: int = 64, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args: Any, batch: int = 64, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.batch = batch
         g = torch.Generator().manual_seed(self.seed)
@@ -143,7 +144,7 @@ class TeacherData(Faulty):
 class TextData(Faulty):
     """Random windows of the documentation text CPython ships (no download)."""
 
-    def __init__(self, *args, text: torch.Tensor, seq_len: int = 64, batch: int = 16, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args: Any, text: torch.Tensor, seq_len: int = 64, batch: int = 16, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.text, self.seq_len, self.batch = text, seq_len, batch
 
@@ -197,12 +198,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.model == "mlp":
         data: Faulty = TeacherData(args.steps, args.seed, rank, **faults)
         raw: nn.Module = MLP()
-        corrupt = lambda y: y * 20.0 + 5.0  # noqa: E731  (targets far off their scale)
+
+        def corrupt(y: torch.Tensor) -> torch.Tensor:
+            return y * 20.0 + 5.0  # targets far off their scale
     else:
         text, vocab = corpus()
-        data = TextData(args.steps, args.seed, rank, text=text, **faults)
-        raw = CharLM(vocab, data.seq_len)  # type: ignore[attr-defined]
-        corrupt = lambda y: torch.randint(vocab, y.shape)  # noqa: E731  (random characters)
+        text_data = TextData(args.steps, args.seed, rank, text=text, **faults)
+        data, raw = text_data, CharLM(vocab, text_data.seq_len)
+
+        def corrupt(y: torch.Tensor) -> torch.Tensor:
+            return torch.randint(vocab, y.shape)  # random characters
     model = DDP(raw)
     opt = torch.optim.AdamW(raw.parameters(), lr=3e-3)
     x0, y0 = data.make(torch.Generator().manual_seed(0))
