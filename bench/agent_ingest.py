@@ -35,13 +35,13 @@ from pathlib import Path
 import grpc
 
 # bench/ is this script's folder (first on sys.path): its neighbours import as they are
-from machine import cpu_model
+from machine import REPO, cpu_model
 from procstat import cpu_seconds
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(REPO))  # the checkout: when run as a script only bench/ is on sys.path
 
-from collectors.sim.procs import Proc, free_port, python_module  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from telemetry.v1 import ingest_pb2, ingest_pb2_grpc  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from collectors.sim.procs import Proc, free_port, python_module
+from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
 
 RANKS = 8
 METRICS = [f"metric_{i:02d}" for i in range(20)]

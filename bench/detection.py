@@ -40,18 +40,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# bench/harness.py and bench/machine.py: bench/ is this script's folder, on sys.path before anything is set
+# bench/ is this script's folder (first on sys.path): its neighbours import as they are
 from harness import BenchError, apply_quick, failure, parser, run_in_workdir, write_result
-from machine import machine_facts
+from machine import REPO, machine_facts
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # the checkout: when run as a script only bench/ is on sys.path
 
-from bench.detection_jobs.logs import done_lines  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from bench.detection_jobs.score import aggregate, score_run, table  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from bench.torchrun_jobs import root_and_agent, torchrun  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from collectors.demo.train import kill_job  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from collectors.sim.procs import Proc  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from bench.detection_jobs.logs import done_lines
+from bench.detection_jobs.score import aggregate, score_run, table
+from bench.torchrun_jobs import root_and_agent, torchrun
+from collectors.demo.train import kill_job
+from collectors.sim.procs import Proc
 
 TRAIN = REPO / "bench" / "detection_jobs" / "train.py"
 FAULTS = ("slow_rank", "loader_stuck", "nan", "bad_batch", "slow_loader")

@@ -31,14 +31,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-# bench/machine.py: bench/ is this script's folder, on sys.path before anything is set
-from machine import cpu_model, git_head, memory_bytes
+# bench/ is this script's folder (first on sys.path): its neighbours import as they are
+from machine import REPO, cpu_model, git_head, memory_bytes
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # the checkout: when run as a script only bench/ is on sys.path
 
-from bench.torchrun_jobs import root_and_agent, torchrun  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from collectors.demo.train import kill_job  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from bench.torchrun_jobs import root_and_agent, torchrun
+from collectors.demo.train import kill_job
 
 JOB = REPO / "tests" / "forensics_job.py"
 SCENARIOS = {"block": "hang", "stop": "hang", "longer": "collective_mismatch", "skip": "collective_mismatch"}

@@ -22,11 +22,13 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, seed, settings
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+# bench/ is this script's folder (first on sys.path): its neighbours import as they are
+from machine import REPO, git_head
 
-from bench.machine import git_head  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from fuzz_entry_points import FuzzTree, api_paths, api_queries, forward_streams, rank_streams, raw_streams  # noqa: E402  (REPO/tests is put on sys.path above: the fuzzers live there)
+sys.path.insert(0, str(REPO / "tests"))  # the fuzzers live with the tests
+sys.path.insert(0, str(REPO))  # the checkout, before tests/
+
+from fuzz_entry_points import FuzzTree, api_paths, api_queries, forward_streams, rank_streams, raw_streams
 
 
 def main() -> None:

@@ -30,12 +30,15 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]  # the NVML test double lives with the tests
+# bench/ is this script's folder (first on sys.path): its neighbours import as they are
+from machine import REPO
 
-from collectors.probes import NicProbe, open_gpu_probe  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from collectors.probes.nic import IB_COUNTERS, NET_STAT_COUNTERS  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from nvml_double import FakeNvml  # noqa: E402  (REPO/tests is put on sys.path above: the test double lives there)
+sys.path.insert(0, str(REPO / "tests"))  # the NVML test double lives with the tests
+sys.path.insert(0, str(REPO))  # the checkout, before tests/
+
+from collectors.probes import NicProbe, open_gpu_probe
+from collectors.probes.nic import IB_COUNTERS, NET_STAT_COUNTERS
+from nvml_double import FakeNvml
 
 TARGET_PERCENT = 1.0
 

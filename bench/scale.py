@@ -40,13 +40,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout: when run as a script only bench/ is on sys.path
 
-from bench.harness import apply_quick, parser, run_in_workdir  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from bench.scale_plot import plot  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from bench.scale_report import completed, config, markdown, result, table  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from bench.scale_runs import Runner  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+from bench.harness import apply_quick, parser, run_in_workdir
+from bench.scale_plot import plot
+from bench.scale_report import completed, config, markdown, result, table
+from bench.scale_runs import Runner
 
 DEFAULT_SIZES = (1024, 2048, 4096, 8192, 16384)
 QUICK = {"sizes": "256,1024", "steps": 2, "warmup": 1, "idle_s": 1.0, "wide": "1024"}

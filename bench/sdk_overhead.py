@@ -46,17 +46,16 @@ from pathlib import Path
 from typing import Any
 
 # bench/ is this script's folder (first on sys.path): its neighbours import as they are
-from machine import cpu_model, git_head, memory_bytes
+from machine import REPO, cpu_model, git_head, memory_bytes
 from procstat import cpu_seconds
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # the checkout: when run as a script only bench/ is on sys.path
 
-import telemetry  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from arrival_cost import measure as measure_readers  # noqa: E402  (bench/arrival_cost.py imports telemetry: REPO must be on sys.path first)
-from arrival_cost import report_lines as reader_lines  # noqa: E402  (bench/arrival_cost.py imports telemetry: REPO must be on sys.path first)
-from collectors.demo.train import run as run_torchrun  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from collectors.sim.procs import stop_process  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+import telemetry
+from arrival_cost import measure as measure_readers
+from arrival_cost import report_lines as reader_lines
+from collectors.demo.train import run as run_torchrun
+from collectors.sim.procs import stop_process
 
 EXAMPLE = REPO / "examples" / "train_ddp.py"
 DEFAULT_JSON = REPO / "bench" / "results" / "sdk_overhead.json"

@@ -22,13 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+# bench/ is this script's folder (first on sys.path): its neighbours import as they are
+from machine import REPO, cpu_model, git_head
 
-from bench.machine import cpu_model, git_head  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from collectors.common.keys import Key  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from collectors.root.store import SYNC_MODES, Row, Store  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
-from telemetry.summary import Summary  # noqa: E402  (REPO is put on sys.path above: bench/ is run as a script)
+sys.path.insert(0, str(REPO))  # the checkout: when run as a script only bench/ is on sys.path
+
+from collectors.common.keys import Key
+from collectors.root.store import SYNC_MODES, Row, Store
+from telemetry.summary import Summary
 
 
 def _rows(windows: int, step: int) -> list[Row]:

@@ -19,15 +19,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: when run as a script only its folder is on sys.path
 
-from bench.detection_jobs.score import aggregate, score_run, table  # noqa: E402  (REPO is put on sys.path above: run as a script)
-from collectors.common.keys import Key  # noqa: E402  (REPO is put on sys.path above: run as a script)
-from collectors.detectors.events import EventLog  # noqa: E402  (REPO is put on sys.path above: run as a script)
-from collectors.detectors.suite import Detectors, DetectorsConfig  # noqa: E402  (REPO is put on sys.path above: run as a script)
-from collectors.root.store import Row  # noqa: E402  (REPO is put on sys.path above: run as a script)
-from telemetry.summary import Summary  # noqa: E402  (REPO is put on sys.path above: run as a script)
+from bench.detection_jobs.score import aggregate, score_run, table
+from collectors.common.keys import Key
+from collectors.detectors.events import EventLog
+from collectors.detectors.suite import Detectors, DetectorsConfig
+from collectors.root.store import Row
+from telemetry.summary import Summary
 
 
 def stored_job(db: sqlite3.Connection, job: str) -> str:

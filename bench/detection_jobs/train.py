@@ -46,9 +46,9 @@ from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable from a checkout
 
-import telemetry  # noqa: E402  (the checkout is put on sys.path above: torchrun runs this file)
-from telemetry.torch import flops_per_step, grad_norm  # noqa: E402  (the checkout is put on sys.path above: torchrun runs this file)
-from telemetry.torch.peak import mfu  # noqa: E402  (the checkout is put on sys.path above: torchrun runs this file)
+import telemetry
+from telemetry.torch import flops_per_step, grad_norm
+from telemetry.torch.peak import mfu
 
 FAULTS = ("none", "slow_rank", "loader_stuck", "nan", "bad_batch", "slow_loader")
 PEAK_FLOPS = 1e11  # a made-up CPU peak: MFU's level is meaningless here, its changes are what is judged
