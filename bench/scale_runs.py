@@ -8,6 +8,8 @@ import argparse
 import math
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +67,19 @@ class Runner:
         return {"grpc_wait_s": a.grpc_wait_s if role == "agents" and a.grpc_wait_s != 0.1 else None,
                 "share_channels": role == "agents" and a.share_channels}
 
-    def clean_up(self, children: list[Child], work: Path) -> None:
-        """After a run, whatever happened: its processes killed, its work directory removed (unless --keep)."""
-        kill_all(children)
-        if not self.args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+    @contextmanager
+    def run_dir(self, name: str) -> Iterator[tuple[Path, list[Child]]]:
+        """A run's work directory (NAME under the bench's) and the list its processes are put in; after the run,
+        whatever happened, those processes killed and the directory removed (unless --keep)."""
+        work = self.workdir / name
+        work.mkdir(parents=True, exist_ok=True)
+        children: list[Child] = []
+        try:
+            yield work, children
+        finally:
+            kill_all(children)
+            if not self.args.keep:
+                shutil.rmtree(work, ignore_errors=True)
 
     def say(self, text: str) -> None:
         self.progress.update(self.task, description=text)
@@ -141,10 +151,7 @@ class Runner:
         a = self.args
         plan = plan_tree(world, shape)
         label = f"tree {world:,} ({shape['agents_per_rack']}/rack, root fan-in {plan['root_fanin']})"
-        work = self.workdir / f"tree-{world}-{shape['agents_per_rack']}-{shape['root_fanin']}"
-        work.mkdir(parents=True, exist_ok=True)
-        children: list[Child] = []
-        try:
+        with self.run_dir(f"tree-{world}-{shape['agents_per_rack']}-{shape['root_fanin']}") as (work, children):
             self.say(f"{label}: starting root and {sum(plan['tiers'].values())} collectors")
             floor = a.collector_deadline_floor
             root = Child("root", "collector", {"parents": [], "id": "root", "db": str(work / "root.db"),
@@ -195,8 +202,6 @@ class Runner:
             api_rows = {m: api_steps(root.ready["api"], m, hi) for m in METRICS}
             hwm = {c.name: c.hwm_mb() for c in children}
             db.close()
-        finally:
-            self.clean_up(children, work)
 
         m = a.steps
         tiers: dict[str, Any] = {"root": {"processes": 1, "fanin": plan["root_fanin"],
@@ -249,10 +254,7 @@ class Runner:
     def baseline(self, world: int) -> dict[str, Any]:
         a = self.args
         label = f"gather {world:,}"
-        work = self.workdir / f"gather-{world}"
-        work.mkdir(parents=True, exist_ok=True)
-        children: list[Child] = []
-        try:
+        with self.run_dir(f"gather-{world}") as (work, children):
             self.say(f"{label}: starting")
             gather = Child("gather", "gather", {"world": world, "db": str(work / "gather.db")}, work)
             children.append(gather)
@@ -271,8 +273,6 @@ class Runner:
             rows = db.rows(1, hi)
             hwm = gather.hwm_mb()
             db.close()
-        finally:
-            self.clean_up(children, work)
         m = a.steps
         s0, s1 = run["stats0"]["gather"]["stats"], run["stats1"]["gather"]["stats"]
         lat = [(r["finalised_ns"] - r["last_time_ns"]) / 1e6 for r in rows if lo <= r["idx"] <= hi]
