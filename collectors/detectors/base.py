@@ -8,8 +8,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 
+from collectors.common.rows import Row
 from collectors.detectors.events import EventLog
-from collectors.root.store import Row
 from telemetry.summary import Summary
 
 

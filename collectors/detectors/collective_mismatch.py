@@ -35,9 +35,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from collectors.common.fingerprints import minority, ranks_of
+from collectors.common.rows import Row
 from collectors.detectors.base import Detector
 from collectors.detectors.events import MAX_LISTED_RANKS
-from collectors.root.store import Row
 
 
 @dataclass

@@ -25,9 +25,9 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from collectors.common.rows import Row
 from collectors.detectors.base import Baseline, distinct, event_time, fnum, p50
 from collectors.detectors.streak import StreakDetector, StreakState
-from collectors.root.store import Row
 from telemetry.summary import Summary
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.common.attempts import like_prefix
-from collectors.root.store import CACHE_KIB
+from collectors.common.rows import CACHE_KIB
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class EventLog:
         target = str(db_path) if db_path is not None else ":memory:"
         self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None, timeout=10.0)
         self._db.row_factory = sqlite3.Row
-        self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")  # bounded like the store's (collectors/root/store.py)
+        self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")  # bounded like the store's (collectors/common/rows.py)
         if db_path is not None:
             self._db.execute("PRAGMA journal_mode=WAL")  # already on for the root's file; harmless
             self._db.execute("PRAGMA synchronous=NORMAL")

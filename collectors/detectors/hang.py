@@ -30,8 +30,8 @@ from itertools import islice
 
 from pyroaring import BitMap
 
+from collectors.common.rows import Row
 from collectors.detectors.base import Detector, fnum
-from collectors.root.store import Row
 from telemetry.names import PROGRESS_METRIC
 from telemetry.summary import Summary
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 
 from pyroaring import BitMap
 
+from collectors.common.rows import Row
 from collectors.detectors.base import Detector, distinct, fnum
-from collectors.root.store import Row
 from telemetry.names import HOST_JOB_PREFIX
 
 

@@ -29,8 +29,8 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from collectors.common.rows import Row
 from collectors.detectors.base import Baseline, Detector, distinct, event_time, fnum, p50
-from collectors.root.store import Row
 
 RECENT_FLOOR = 5  # the expectation is never below the lowest of this many latest normal steps
 

@@ -28,9 +28,9 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from collectors.common.rows import Row
 from collectors.detectors.base import distinct, event_time, fnum
 from collectors.detectors.streak import StreakDetector, StreakState
-from collectors.root.store import Row
 
 
 @dataclass

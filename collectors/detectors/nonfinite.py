@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from collectors.common.rows import Row
 from collectors.detectors.base import Detector, event_time
-from collectors.root.store import Row
 
 
 @dataclass

@@ -35,9 +35,9 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from collectors.common.rows import Row
 from collectors.detectors.base import Baseline, distinct, event_time, fnum, p50
 from collectors.detectors.streak import StreakDetector, StreakState
-from collectors.root.store import Row
 from telemetry.names import ARRIVAL_METRIC as ARRIVAL
 from telemetry.summary import Summary
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from collectors.common.rows import Row
 from collectors.detectors.base import Context, Detector, from_mapping
 from collectors.detectors.collective_mismatch import CollectiveMismatchConfig, CollectiveMismatchDetector
 from collectors.detectors.dataloader_stall import DataloaderStallConfig, DataloaderStallDetector
@@ -30,7 +31,6 @@ from collectors.detectors.loss_spike import LossSpikeConfig, LossSpikeDetector
 from collectors.detectors.mfu_drop import MfuDropConfig, MfuDropDetector
 from collectors.detectors.nonfinite import NonfiniteConfig, NonfiniteDetector
 from collectors.detectors.straggler import StragglerConfig, StragglerDetector
-from collectors.root.store import Row
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,10 @@ import time
 from collections.abc import Callable
 
 from collectors.common.keys import Key
+from collectors.common.rows import Row
 from collectors.delivery.node import Node
 from collectors.delivery.windows import OutPart, Window, merge_parts
-from collectors.root.store import Row, Store, StoreLost
+from collectors.root.store import Store, StoreLost
 from telemetry.summary import Summary
 
 log = logging.getLogger(__name__)

@@ -23,9 +23,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from collectors.common.attempts import split
+from collectors.common.rows import Row
 from collectors.delivery.node import COUNTER_FIELDS
 from collectors.detectors.events import KINDS as EVENT_KINDS
-from collectors.root.store import Row
 from telemetry.names import ARRIVAL_METRIC, HOST_JOB_PREFIX, PROGRESS_METRIC
 from telemetry.summary import Summary
 

@@ -19,9 +19,10 @@ from contextlib import closing
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from collectors.common.attempts import split
+from collectors.common.rows import Row
 from collectors.detectors.events import EventLog
 from collectors.root.goodput import goodput
-from collectors.root.store import Row, Store
+from collectors.root.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ import math
 import os
 import sqlite3
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 from pyroaring import BitMap
 
 from collectors.common.keys import Key
+from collectors.common.rows import CACHE_KIB, Row
 from collectors.delivery.runs import Claim
 from telemetry.summary import Summary
 
@@ -50,11 +50,8 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 
 SYNC_MODES = {"process": "NORMAL", "power": "FULL"}
-# Page cache per connection, KiB (SQLite's usual default, explicit so that no build's default changes it). The
-# writer's fills as the file grows and then stays there: 0.75 MB after 100 soak-shaped jobs, 2.05 MB from job ~300
-# to 1,000 (6 misses in 100,000 lookups: it writes new windows, near the end of the index). Readers (one per API
-# request or goodput read, closed after) and the event log are bounded by it too.
-CACHE_KIB = 2000
+# `Row` and the page cache bound `CACHE_KIB` are in collectors/common/rows.py: the detectors and the event log use
+# them too, and import nothing of the root.
 
 
 class StoreLost(OSError):
@@ -62,15 +59,6 @@ class StoreLost(OSError):
 
 
 MISSING_LISTED = 1024  # at most this many missing ranks are listed per row (the count is always exact)
-
-
-@dataclass
-class Row:
-    key: Key
-    expected: int
-    summary: Summary
-    late: int
-    finalised_ns: int
 
 
 def _num(value: float) -> float | None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from collectors.common.attempts import scoped, split
 from collectors.common.fingerprints import FingerprintTable
+from collectors.common.rows import Row
 from collectors.detectors.base import Context
 from collectors.detectors.events import EventLog, make_sinks
 from collectors.detectors.suite import Detectors, DetectorsConfig
@@ -31,7 +32,6 @@ from collectors.root.api import MAX_LAST, ApiError
 from collectors.root.forensics import Forensics, ForensicsStore, forensics_folder
 from collectors.root.metrics import RootMetrics
 from collectors.root.restarts import GoodputMetrics, RestartWatch
-from collectors.root.store import Row
 
 if TYPE_CHECKING:
     from collectors.collector.server import CollectorServer
