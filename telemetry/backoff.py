@@ -1,4 +1,5 @@
-"""The one reconnect backoff of the tree: the SDK's sender (rank -> agent) and delivery's outbox (tier -> parent).
+"""The one reconnect backoff of the tree: `telemetry.retaining.RetainingStream.run` waits it out between sessions
+for the SDK's sender (rank -> agent) and delivery's outbox (tier -> parent).
 
 Exponential with "equal jitter": each wait is drawn uniformly from [cap/2, cap], where the cap starts at
 `initial_s` and is multiplied by `factor` after every draw, never past `maximum_s`. So a wait is never
