@@ -5,11 +5,13 @@ until the agent says they are durable at the root; after a reconnect every
 kept batch is resent (the agent deduplicates). The backlog is bounded: past
 it the oldest batches are dropped, and the number of values dropped is
 counted and reported to the agent in the hello of the next connection.
+Retaining, resending in order and the reconnect loop are the tree's one
+`telemetry.retaining.RetainingStream`; this module says what goes on the
+stream (hello, batches, heartbeats, bye) and what the agent's acks mean.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import queue
@@ -23,12 +25,13 @@ from typing import Any
 
 import grpc
 
-from telemetry.backoff import Backoff
+from telemetry.retaining import RetainingStream, Unreachable, read_acks, wait_ready
 from telemetry.streams import END, rpc_code, until_end
 from telemetry.v1 import forensics_pb2, ingest_pb2, ingest_pb2_grpc
 
 log = logging.getLogger("telemetry.sdk")
 LATE_WARN_EVERY_S = 10.0
+CONNECT_TIMEOUT_S = 1.0
 
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
              grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -51,6 +54,10 @@ class Kept:
     values: int
 
 
+def _values(kept: Kept) -> int:
+    return kept.values
+
+
 class Sender:
     """Owns the stream to the agent; `drain` is called on this thread to turn buffered records into batches."""
 
@@ -64,11 +71,9 @@ class Sender:
         self.max_backlog_values = max_backlog_values
         self.flush_interval_s = flush_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
-        self._lock = threading.Lock()
-        self._kept: collections.OrderedDict[int, Kept] = collections.OrderedDict()
-        self._kept_values = 0
-        self._seq = 0
-        self._outgoing: queue.Queue[Any] | None = None
+        # The batches not yet DURABLE or REFUSED, by seq, bounded by their values (max_backlog_values).
+        self._kept: RetainingStream[Kept] = RetainingStream(_values)
+        self._lock = threading.Lock()  # the drop counters, written on the sender and the ack-reading threads
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.dropped_values = 0
@@ -78,6 +83,7 @@ class Sender:
         self._late_warned = float("-inf")
         self.refused = False  # the agent refused this rank: nothing is sent any more
         self.connected = threading.Event()
+        self._registered = False  # the last stream was answered REGISTERED (an error after it is no refusal)
         self._stream_error: grpc.RpcError | None = None
         # Capture requests (RankAck.CAPTURE) go here, on the ack-reading thread: it must return at once.
         self.on_capture: Callable[[forensics_pb2.CaptureRequest], None] | None = None
@@ -92,16 +98,10 @@ class Sender:
     def send_capture(self, capture: forensics_pb2.RankCapture) -> bool:
         """Send a capture on the current stream (not retained: after a break the agent's own fallback
         answers for this rank); False when there is no stream."""
-        with self._lock:
-            outgoing = self._outgoing
-        if outgoing is None:
-            return False
-        outgoing.put(ingest_pb2.RankMessage(capture=capture))
-        return True
+        return self._kept.send(ingest_pb2.RankMessage(capture=capture))
 
     def unacknowledged(self) -> int:
-        with self._lock:
-            return len(self._kept)
+        return len(self._kept)
 
     def stop(self, timeout: float) -> None:
         """Stop the thread after one last batch (callers wait for durability first)."""
@@ -111,120 +111,115 @@ class Sender:
 
     # ---------------------------------------------------------------- thread
     def _run(self) -> None:
-        backoff = Backoff()
-        while not self._stop.is_set():
-            try:
-                self._session()
-                backoff.reset()
-            except grpc.RpcError as exc:
-                code = rpc_code(exc)
-                permanent = code is not None and code not in RETRYABLE and code != grpc.StatusCode.ALREADY_EXISTS
-                if permanent and code is not None and not self.connected.is_set():
-                    # The agent refused this rank itself (e.g. rank >= world size): nothing will ever be
-                    # delivered, so stop and count everything as dropped rather than retry forever.
-                    # (ALREADY_EXISTS is retried: the rank's previous process may still be exiting.)
-                    log.error("telemetry agent refused this rank: %s: %s; telemetry is off for it",
-                              code.name, exc.details())
-                    self._give_up()
-                    return
-                log.log(logging.WARNING if code not in RETRYABLE else logging.DEBUG,
-                        "telemetry agent stream ended: %s", exc)
-            except Exception:
-                log.exception("telemetry sender error")
-            finally:
-                self.connected.clear()
-                with self._lock:
-                    self._outgoing = None
-            # Keep batching while disconnected, so the training thread's buffer never fills.
-            end = time.monotonic() + backoff.next_delay()
-            while not self._stop.is_set() and time.monotonic() < end:
-                self._batch_once()
-                self._wake.wait(min(self.flush_interval_s * 5, max(0.0, end - time.monotonic())))
-                self._wake.clear()
+        if not self._kept.run(self._stop, self._session, self._failed, self._pause):
+            self._give_up()
+            return
         self._batch_once()
 
+    def _failed(self, exc: Exception) -> bool:
+        """A session ended in error: go on (True) unless the agent refused this rank itself."""
+        if not isinstance(exc, grpc.RpcError):
+            log.error("telemetry sender error", exc_info=exc)
+            return True
+        code = rpc_code(exc)
+        permanent = code is not None and code not in RETRYABLE and code != grpc.StatusCode.ALREADY_EXISTS
+        if permanent and code is not None and not self._registered:
+            # The agent refused this rank itself (e.g. rank >= world size): nothing will ever be
+            # delivered, so stop and count everything as dropped rather than retry forever.
+            # (ALREADY_EXISTS is retried: the rank's previous process may still be exiting.)
+            log.error("telemetry agent refused this rank: %s: %s; telemetry is off for it",
+                      code.name, exc.details())
+            return False
+        log.log(logging.WARNING if code not in RETRYABLE else logging.DEBUG,
+                "telemetry agent stream ended: %s", exc)
+        return True
+
+    def _pause(self, delay: float) -> None:
+        """Between sessions: keep batching while disconnected, so the training thread's buffer never fills."""
+        end = time.monotonic() + delay
+        while not self._stop.is_set() and time.monotonic() < end:
+            self._batch_once()
+            self._wake.wait(min(self.flush_interval_s * 5, max(0.0, end - time.monotonic())))
+            self._wake.clear()
+
     def _give_up(self) -> None:
+        dropped = self._kept.clear()
         with self._lock:
-            self.dropped_values += self._kept_values
-            self.refused_batches += len(self._kept)
-            self._kept.clear()
-            self._kept_values = 0
+            self.dropped_values += sum(kept.values for kept in dropped)
+            self.refused_batches += len(dropped)
         self.refused = True
         while not self._stop.is_set():  # keep draining so the training thread's buffer never fills
-            dropped = sum(len(m.values) for s in self._drain() for m in s.metrics)
-            self.dropped_values += dropped
+            dropped_now = sum(len(m.values) for s in self._drain() for m in s.metrics)
+            self.dropped_values += dropped_now
             self._wake.wait(0.5)
             self._wake.clear()
 
     def _session(self) -> None:
+        self._registered = False
         channel = shared_channel(self.address)
-        try:
-            grpc.channel_ready_future(channel).result(timeout=1.0)
-        except grpc.FutureTimeoutError:
-            raise _Unavailable() from None
+        if not wait_ready(channel, CONNECT_TIMEOUT_S, self._stop):
+            raise Unreachable("agent not reachable")
         stub = ingest_pb2_grpc.AgentStub(channel)
-        outgoing: queue.Queue[Any] = queue.Queue()
         ident = self.identity
-        outgoing.put(ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(
+        hello = ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(
             job=ident.job, rank=ident.rank, world_size=ident.world_size, local_rank=ident.local_rank,
             host=socket.gethostname(), pid=os.getpid(), device=ident.device, dropped=self.dropped_values,
-            incarnation=self.incarnation, attempt=ident.attempt)))
-        with self._lock:
-            for kept in self._kept.values():
-                outgoing.put(kept.message)
-            self._outgoing = outgoing
-
-        call = stub.Stream(until_end(outgoing))
-        reader = threading.Thread(target=self._read_acks, args=(call, outgoing), daemon=True)
-        reader.start()
-        last_beat = 0.0
-        while not self._stop.is_set() and reader.is_alive():
-            self._batch_once()
-            now = time.monotonic()
-            if now - last_beat >= self.heartbeat_interval_s:
-                outgoing.put(ingest_pb2.RankMessage(heartbeat=self._heartbeat()))
-                last_beat = now
-            self._wake.wait(self.flush_interval_s)
-            self._wake.clear()
-        if self._stop.is_set():
-            self._batch_once()
-            # Say this rank is finished (not dead), so that every tier can forget the job once all its
-            # ranks did; the agent ends the stream in answer.
-            outgoing.put(ingest_pb2.RankMessage(bye=ingest_pb2.RankBye()))
-        outgoing.put(END)
-        if self._stop.is_set():
+            incarnation=self.incarnation, attempt=ident.attempt))
+        outgoing = self._kept.open([hello])  # then every kept batch, in order, then each new one
+        try:
+            call = stub.Stream(until_end(outgoing))
+            reader = threading.Thread(target=self._read_acks, args=(call, outgoing), daemon=True)
+            reader.start()
+            last_beat = 0.0
+            while not self._stop.is_set() and reader.is_alive():
+                self._batch_once()
+                now = time.monotonic()
+                if now - last_beat >= self.heartbeat_interval_s:
+                    outgoing.put(ingest_pb2.RankMessage(heartbeat=self._heartbeat()))
+                    last_beat = now
+                self._wake.wait(self.flush_interval_s)
+                self._wake.clear()
+            if self._stop.is_set():
+                self._batch_once()
+                # Say this rank is finished (not dead), so that every tier can forget the job once all its
+                # ranks did; the agent ends the stream in answer.
+                outgoing.put(ingest_pb2.RankMessage(bye=ingest_pb2.RankBye()))
+            outgoing.put(END)
+            if self._stop.is_set():
+                reader.join(1.0)
+                call.cancel()
             reader.join(1.0)
-            call.cancel()
-        reader.join(1.0)
+        finally:
+            self.connected.clear()
         if self._stream_error is not None:
             error, self._stream_error = self._stream_error, None
             raise error
 
-    def _read_acks(self, call: Iterable[ingest_pb2.RankAck], outgoing: queue.Queue[Any]) -> None:
+    def _read_acks(self, call: Iterable[ingest_pb2.RankAck], outgoing: queue.SimpleQueue[Any]) -> None:
         self._stream_error = None
         try:
-            for ack in call:
-                if ack.status == ingest_pb2.RankAck.REGISTERED:
-                    self.connected.set()
-                elif ack.status == ingest_pb2.RankAck.DROPPED_LATE:
-                    self._dropped_late(ack)
-                elif ack.status == ingest_pb2.RankAck.CAPTURE:
-                    if self.on_capture is not None:
-                        self.on_capture(ack.capture)
-                elif ack.status in (ingest_pb2.RankAck.DURABLE, ingest_pb2.RankAck.REFUSED):
-                    with self._lock:
-                        kept = self._kept.pop(ack.seq, None)
-                        if kept is not None:
-                            self._kept_values -= kept.values
-                            if ack.status == ingest_pb2.RankAck.REFUSED:
-                                self.refused_batches += 1
-                                self.dropped_values += kept.values
-                                log.error("telemetry agent refused batch %d: %s", ack.seq, ack.reason)
+            read_acks(call, self._ack, outgoing)
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 self._stream_error = exc
-        finally:
-            outgoing.put(END)
+
+    def _ack(self, ack: ingest_pb2.RankAck) -> None:
+        status = ack.status
+        if status == ingest_pb2.RankAck.REGISTERED:
+            self._registered = True
+            self.connected.set()
+        elif status == ingest_pb2.RankAck.DROPPED_LATE:
+            self._dropped_late(ack)
+        elif status == ingest_pb2.RankAck.CAPTURE:
+            if self.on_capture is not None:
+                self.on_capture(ack.capture)
+        elif status in (ingest_pb2.RankAck.DURABLE, ingest_pb2.RankAck.REFUSED):
+            kept = self._kept.settle(ack.seq)
+            if kept is not None and status == ingest_pb2.RankAck.REFUSED:
+                with self._lock:
+                    self.refused_batches += 1
+                    self.dropped_values += kept.values
+                log.error("telemetry agent refused batch %d: %s", ack.seq, ack.reason)
 
     def _dropped_late(self, ack: ingest_pb2.RankAck) -> None:
         self.late_dropped_values += ack.dropped_values
@@ -240,19 +235,16 @@ class Sender:
         if not steps:
             return
         values = sum(len(m.values) for s in steps for m in s.metrics)
-        with self._lock:
-            self._seq += 1
-            ident = self.identity
-            message = ingest_pb2.RankMessage(batch=ingest_pb2.RankBatch(
-                job=ident.job, rank=ident.rank, seq=self._seq, steps=steps))
-            self._kept[self._seq] = Kept(self._seq, message, values)
-            self._kept_values += values
-            while self._kept_values > self.max_backlog_values and len(self._kept) > 1:
-                _, oldest = self._kept.popitem(last=False)
-                self._kept_values -= oldest.values
-                self.dropped_values += oldest.values
-            if self._outgoing is not None:
-                self._outgoing.put(message)
+        ident = self.identity
+
+        def batch(seq: int) -> Kept:
+            return Kept(seq, ingest_pb2.RankMessage(batch=ingest_pb2.RankBatch(
+                job=ident.job, rank=ident.rank, seq=seq, steps=steps)), values)
+
+        _, dropped = self._kept.add(batch, self.max_backlog_values)
+        if dropped:
+            with self._lock:
+                self.dropped_values += sum(kept.values for kept in dropped)
 
 
 _channels: dict[str, grpc.Channel] = {}
@@ -268,11 +260,3 @@ def shared_channel(address: str) -> grpc.Channel:
         if channel is None:
             channel = _channels[address] = grpc.insecure_channel(address)
         return channel
-
-
-class _Unavailable(grpc.RpcError):
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.UNAVAILABLE
-
-    def details(self) -> str:
-        return "agent not reachable"
