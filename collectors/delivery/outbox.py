@@ -3,13 +3,15 @@
 One thread owns the Forward stream to the parent. After any break it
 reconnects with jittered backoff (to the fallback parent when the primary
 does not answer) and resends every unit not yet acknowledged DURABLE; the
-parent's overlap rules make that resend safe.
+parent's overlap rules make that resend safe. Retaining, resending in order
+and the reconnect loop are the tree's one `telemetry.retaining.RetainingStream`
+(the SDK's sender uses it too); this module says how a tier connects (a list
+of parents to fail over between) and hands the parent's acks to its callbacks.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -19,8 +21,8 @@ from typing import Any
 import grpc
 
 from collectors.common.transport import Security, call_metadata, make_channel
-from telemetry.backoff import Backoff
-from telemetry.streams import END, until_end
+from telemetry.retaining import RetainingStream, Unreachable, read_acks, wait_ready
+from telemetry.streams import END, rpc_code, until_end
 from telemetry.v1 import forensics_pb2, forward_pb2, forward_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -52,13 +54,11 @@ class Outbox:
         self.on_requests: Callable[[list[forensics_pb2.CaptureRequest]], None] | None = None
         self.max_units = max_units
         self.connect_timeout_s = connect_timeout_s
-        self._lock = threading.Lock()
-        self._unacked: dict[int, Unit] = {}
-        self._next_seq = 1
-        self._queue: queue.SimpleQueue[Any] | None = None
+        self._unacked: RetainingStream[Unit] = RetainingStream()  # its lock guards _call and connected_to too
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"outbox-{sender_id}", daemon=True)
         self._call: grpc.Future[Any] | None = None
+        self._index = 0  # of the parent to connect to next (modulo the list)
         self.connected_to: str | None = None
         self.resent = 0
         self.dropped_units = 0
@@ -69,19 +69,12 @@ class Outbox:
 
     def submit(self, message: forward_pb2.SummaryBatch, payload: object) -> Unit:
         """Number, retain and send a unit (sent on the current stream, or on the next one)."""
-        with self._lock:
-            seq = self._next_seq
-            self._next_seq += 1
+        def number(seq: int) -> Unit:
             message.sender_id = self.sender_id
             message.seq = seq
-            unit = Unit(seq, message, payload)
-            self._unacked[seq] = unit
-            dropped = []
-            while len(self._unacked) > self.max_units:
-                oldest = min(self._unacked)
-                dropped.append(self._unacked.pop(oldest))
-            if self._queue is not None:
-                self._queue.put(message)
+            return Unit(seq, message, payload)
+
+        unit, dropped = self._unacked.add(number, self.max_units)
         for lost in dropped:
             self.dropped_units += 1
             log.warning("outbox full: dropped unit %d (%d windows)", lost.seq, len(lost.message.windows))
@@ -90,22 +83,18 @@ class Outbox:
         return unit
 
     def forget(self, seq: int) -> Unit | None:
-        with self._lock:
-            return self._unacked.pop(seq, None)
+        return self._unacked.settle(seq)
 
     def unit(self, seq: int) -> Unit | None:
-        with self._lock:
-            return self._unacked.get(seq)
+        return self._unacked.get(seq)
 
     def pending(self) -> int:
-        with self._lock:
-            return len(self._unacked)
+        return len(self._unacked)
 
     def close(self, timeout: float = 2.0) -> None:
         self._stop.set()
-        with self._lock:
-            if self._queue is not None:
-                self._queue.put(END)
+        self._unacked.send(END)
+        with self._unacked.lock:
             call = self._call
         if call is not None:
             call.cancel()
@@ -114,81 +103,62 @@ class Outbox:
 
     # ----------------------------------------------------------- connection
     def _run(self) -> None:
-        backoff = Backoff()
-        index = 0
-        while not self._stop.is_set():
-            address = self.parents[index % len(self.parents)]
-            channel = make_channel(address, self.security)
-            if not self._ready(channel):
+        self._unacked.run(self._stop, self._session, self._failed)
+
+    def _failed(self, exc: Exception) -> bool:
+        """A session ended in error: log it, and try the next parent if this one was not there."""
+        if isinstance(exc, Unreachable):
+            self._index += 1  # try the fallback next
+        elif not isinstance(exc, grpc.RpcError):
+            log.error("outbox to parent %s failed", self.parents[self._index % len(self.parents)], exc_info=exc)
+        elif not self._stop.is_set():
+            log.warning("stream to parent %s broke: %s", self.parents[self._index % len(self.parents)],
+                        _describe(exc))
+            self._index += 1 if rpc_code(exc) == grpc.StatusCode.UNAVAILABLE else 0
+        return True
+
+    def _session(self) -> None:
+        address = self.parents[self._index % len(self.parents)]
+        channel = make_channel(address, self.security)
+        try:
+            if not wait_ready(channel, self.connect_timeout_s, self._stop):
                 if self._stop.is_set():
                     # grpc's connectivity poller watches the channel in 0.2 s slices and raises on its own
                     # thread if the channel is closed (or freed at exit) under it: let it see it was cancelled.
                     time.sleep(POLLER_SLICE_S)
-                    channel.close()
-                    break
-                channel.close()
-                index += 1  # try the fallback next
-                self._stop.wait(backoff.next_delay())
-                continue
-            try:
-                self._stream(channel, address)
-                backoff.reset()
-            except grpc.RpcError as exc:
-                if not self._stop.is_set():
-                    log.warning("stream to parent %s broke: %s", address, _describe(exc))
-                    index += 1 if exc.code() == grpc.StatusCode.UNAVAILABLE else 0
-            finally:
-                with self._lock:
-                    self._queue, self._call, self.connected_to = None, None, None
-                channel.close()
-            self._stop.wait(backoff.next_delay())
-
-    def _ready(self, channel: grpc.Channel) -> bool:
-        """Wait for the channel to connect, up to connect_timeout_s, but no longer than until close()."""
-        ready = grpc.channel_ready_future(channel)
-        deadline = time.monotonic() + self.connect_timeout_s
-        while not self._stop.is_set():
-            try:
-                ready.result(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
-                return True
-            except grpc.FutureTimeoutError:
-                if time.monotonic() >= deadline:
-                    break
-        ready.cancel()
-        return False
+                raise Unreachable(f"parent {address} not reachable")
+            self._stream(channel, address)
+        finally:
+            with self._unacked.lock:
+                self._call, self.connected_to = None, None
+            channel.close()
 
     def _stream(self, channel: grpc.Channel, address: str) -> None:
         stub = forward_pb2_grpc.CollectorStub(channel)
-        outgoing: queue.SimpleQueue[Any] = queue.SimpleQueue()  # put and get in C
-        with self._lock:
-            outgoing.put(forward_pb2.SummaryBatch(sender_id=self.sender_id, seq=0))
-            backlog = [self._unacked[seq].message for seq in sorted(self._unacked)]
-            if self.connections and backlog:
-                self.resent += len(backlog)
-                log.info("resending %d unacknowledged units to %s", len(backlog), address)
-            for message in backlog:
-                outgoing.put(message)
-            self._queue = outgoing
+
+        def opened(resent: int) -> None:  # under the lock, as the stream goes live
+            if self.connections and resent:
+                self.resent += resent
+                log.info("resending %d unacknowledged units to %s", resent, address)
             self.connections += 1
             self.connected_to = address
 
+        outgoing = self._unacked.open([forward_pb2.SummaryBatch(sender_id=self.sender_id, seq=0)], opened)
         call = stub.Forward(until_end(outgoing), metadata=call_metadata(self.security))
-        with self._lock:
+        with self._unacked.lock:
             self._call = call
         if self._stop.is_set():  # close() came while this stream was being opened, and did not see it
             call.cancel()
-        try:
-            for ack in call:
-                if ack.capture_requests and self.on_requests is not None:
-                    self.on_requests(list(ack.capture_requests))
-                if ack.seq == 0:
-                    continue
-                with self._lock:
-                    unit = self._unacked.get(ack.seq)
-                if unit is not None:
-                    self._on_ack(unit, ack)
-        finally:
-            outgoing.put(END)
+        read_acks(call, self._ack, outgoing)
+
+    def _ack(self, ack: forward_pb2.Ack) -> None:
+        if ack.capture_requests and self.on_requests is not None:
+            self.on_requests(list(ack.capture_requests))
+        if ack.seq == 0:
+            return
+        unit = self._unacked.get(ack.seq)
+        if unit is not None:
+            self._on_ack(unit, ack)
 
 
 def _describe(exc: grpc.RpcError) -> str:
