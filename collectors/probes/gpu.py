@@ -218,26 +218,21 @@ def _handle_key(handle: Any) -> Any:
         return handle
 
 
+# nvmlValue_t is a union: which member holds the number, by nvmlFieldValue_t.valueType.
+_VALUE_MEMBERS = (("NVML_VALUE_TYPE_DOUBLE", "dVal"), ("NVML_VALUE_TYPE_UNSIGNED_INT", "uiVal"),
+                  ("NVML_VALUE_TYPE_UNSIGNED_LONG", "ulVal"), ("NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "ullVal"),
+                  ("NVML_VALUE_TYPE_SIGNED_LONG_LONG", "sllVal"), ("NVML_VALUE_TYPE_SIGNED_INT", "siVal"),
+                  ("NVML_VALUE_TYPE_UNSIGNED_SHORT", "usVal"))
+
+
 def _field_value(nv: Any, fv: Any) -> float:
     """The number in one nvmlFieldValue_t, or raise its NVML error."""
     if fv.nvmlReturn != nv.NVML_SUCCESS:
         raise nv.NVMLError(fv.nvmlReturn)
     vt = fv.valueType
-    v = fv.value
-    if vt == nv.NVML_VALUE_TYPE_DOUBLE:
-        return float(v.dVal)
-    if vt == nv.NVML_VALUE_TYPE_UNSIGNED_INT:
-        return float(v.uiVal)
-    if vt == nv.NVML_VALUE_TYPE_UNSIGNED_LONG:
-        return float(v.ulVal)
-    if vt == nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
-        return float(v.ullVal)
-    if vt == nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-        return float(v.sllVal)
-    if vt == nv.NVML_VALUE_TYPE_SIGNED_INT:
-        return float(v.siVal)
-    if vt == nv.NVML_VALUE_TYPE_UNSIGNED_SHORT:
-        return float(v.usVal)
+    for value_type, member in _VALUE_MEMBERS:
+        if vt == getattr(nv, value_type):
+            return float(getattr(fv.value, member))
     raise ValueError(f"unknown NVML value type {vt}")
 
 

@@ -28,6 +28,7 @@ import fnmatch
 import logging
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from .base import CounterTracker, HardwareEvent, Reading
@@ -133,6 +134,13 @@ class NicProbe:
                 out.append((dev, port))
         return out
 
+    def _emit_counters(self, out: list[Reading], folder: str, names: Iterable[str], prefix: str, device: str) -> None:
+        """Each counter file of `folder` that reads as an integer, as the rate metric prefix + its name."""
+        for counter in names:
+            v = self._read_int(os.path.join(folder, counter))
+            if v is not None:
+                self._counters.emit(out, prefix + counter, v, None, device)
+
     def sample(self) -> list[Reading]:
         out: list[Reading] = []
         seen: set[str] = set()
@@ -140,11 +148,7 @@ class NicProbe:
         for ifname in self.interfaces():
             base = os.path.join(self._net, ifname)
             seen.add(ifname)
-            stats = os.path.join(base, "statistics")
-            for counter in NET_STAT_COUNTERS:
-                v = self._read_int(os.path.join(stats, counter))
-                if v is not None:
-                    emit(out, "nic." + counter, v, None, ifname)
+            self._emit_counters(out, os.path.join(base, "statistics"), NET_STAT_COUNTERS, "nic.", ifname)
             v = self._read_int(os.path.join(base, "carrier_changes"))
             if v is not None:
                 emit(out, "nic.carrier_changes", v, None, ifname)
@@ -155,11 +159,7 @@ class NicProbe:
             device = f"{dev}/{port}"
             seen.add(device)
             base = os.path.join(self._ib, dev, "ports", port)
-            counters = os.path.join(base, "counters")
-            for counter in IB_COUNTERS:
-                v = self._read_int(os.path.join(counters, counter))
-                if v is not None:
-                    emit(out, "ib." + counter, v, None, device)
+            self._emit_counters(out, os.path.join(base, "counters"), IB_COUNTERS, "ib.", device)
             text = self._read(os.path.join(base, "state"))
             parsed = parse_port_state(text) if text is not None else None
             if parsed is not None:
