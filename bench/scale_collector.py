@@ -16,12 +16,14 @@ from bench.scale_child import commands, emit
 def child_collector(cfg: dict) -> None:
     """A real CollectorServer; counts the bytes of every SummaryBatch it is handed (the receiving side)."""
     from collectors.collector.server import CollectorConfig, CollectorServer
+    from collectors.root.server import RootConfig, RootServer
 
     root = not cfg["parents"]
-    server = CollectorServer(CollectorConfig(
-        listen="127.0.0.1:0", parents=cfg["parents"], node_id=cfg["id"],
-        db=Path(cfg["db"]) if root else None, api="127.0.0.1:0" if root else None,
-        deadline_floor_s=cfg["deadline_floor"]))
+    server: CollectorServer | RootServer = (
+        RootServer(RootConfig(listen="127.0.0.1:0", node_id=cfg["id"], db=Path(cfg["db"]), api="127.0.0.1:0",
+                              deadline_floor_s=cfg["deadline_floor"])) if root else
+        CollectorServer(CollectorConfig(listen="127.0.0.1:0", parents=cfg["parents"], node_id=cfg["id"],
+                                        deadline_floor_s=cfg["deadline_floor"])))
     stats = {"batches": 0, "windows": 0, "bytes": 0, "bytes_with_windows": 0, "rank_state_bytes": 0,
              "hosts_listed": 0, "step_work_s": 0.0}
     # Beside the process CPU: the thread CPU of the tier's own code on a step's data (units carrying windows,
@@ -69,11 +71,12 @@ def child_collector(cfg: dict) -> None:
         return None if after is None else timed(after, lambda: True)
 
     sink.ship = timed(ship_timed, lambda node, windows, now: bool(windows))  # type: ignore[method-assign]  # wrapped to time it
-    if not root:
+    if isinstance(server, CollectorServer):
         outbox = server.upstream.outbox
         outbox._on_ack = timed(outbox._on_ack, lambda unit, ack: bool(unit.message.windows))
     server.start()
-    emit({"ready": True, "address": server.address, "api": server.api_address, "pid": os.getpid()})
+    emit({"ready": True, "address": server.address, "api": server.api_address if isinstance(server, RootServer)
+          else None, "pid": os.getpid()})
 
     def on(cmd: dict) -> dict:
         if cmd["cmd"] == "stats":

@@ -273,7 +273,8 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
               help="Child streams (agents, collectors) served at once; one more is refused with "
                    "RESOURCE_EXHAUSTED (and counted).")
 @click.option("--detectors", "detectors_config", metavar="FILE|JSON", envvar="TELEMETRY_DETECTORS",
-              help="Root only: detector settings, a .toml/.json file or inline JSON (docs/detectors.md) "
+              help="Root only: detector settings, a .toml/.json file or inline JSON (docs/detectors.md); read "
+                   "here and handed to the root as its RootConfig.detectors "
                    "[env: TELEMETRY_DETECTORS; default: built-in defaults].")
 @click.option("-v", "--verbose", count=True)
 def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tuple[str, ...],
@@ -287,14 +288,13 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               detectors_config: str | None, verbose: int) -> None:
     """Run a collector (rack or cluster tier); with no --parent it is the root (store, API)."""
     signals = _signals()
-    from collectors.collector.server import CollectorConfig, CollectorServer
-    from collectors.detectors.suite import ENV, DetectorsConfig
+    from collectors.detectors.suite import DetectorsConfig
+    detectors = DetectorsConfig()
     if detectors_config:
         try:
-            DetectorsConfig.load(detectors_config)
+            detectors = DetectorsConfig.load(detectors_config)  # checked on every tier; the root is given it
         except (OSError, ValueError) as exc:
             raise click.BadParameter(str(exc), param_hint="--detectors") from None
-        os.environ[ENV] = detectors_config  # the root's wiring reads it (collectors.root.wiring.attach)
     _logging(verbose)
     if bool(tls_cert) != bool(tls_key):
         raise click.UsageError("--tls-cert and --tls-key go together")
@@ -309,16 +309,25 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
     _plaintext_token(api_token, False, [] if loopback else [api], "required by the HTTP API", allow_insecure_token)
     security = _security(tls_cert, tls_key, tls_client_ca, token)
     parent_security = _security(parent_cert, parent_key, parent_ca, parent_token, parent_server_name)
-    is_root = not parents
-    floor = deadline_floor if deadline_floor is not None else (4.0 if is_root else 3.0)
+    if not parents:
+        from collectors.root.server import RootConfig, RootServer
+        root = RootConfig(
+            listen=listen, node_id=node_id, security=security, db=Path(db), api=api, api_token=api_token,
+            deadline_floor_s=4.0 if deadline_floor is None else deadline_floor, deadline_factor=deadline_factor,
+            max_metrics_per_job=max_metrics, max_children=max_children, job_idle_timeout_s=job_idle_timeout,
+            max_world_size=max_world_size, durability=durability, detectors=detectors)
+        _serve(signals, lambda: RootServer(root),
+               lambda server: {"role": "root", "id": server.node.node_id, "address": server.address,
+                               "api": server.api_address})
+        return
+    from collectors.collector.server import CollectorConfig, CollectorServer
     config = CollectorConfig(
         listen=listen, parents=[*parents, *fallbacks], node_id=node_id, security=security,
-        parent_security=parent_security, db=Path(db), api=api, api_token=api_token, deadline_floor_s=floor,
+        parent_security=parent_security, deadline_floor_s=3.0 if deadline_floor is None else deadline_floor,
         deadline_factor=deadline_factor, max_metrics_per_job=max_metrics, max_children=max_children,
-        job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size, durability=durability)
+        job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size)
     _serve(signals, lambda: CollectorServer(config),
-           lambda server: {"role": "root" if is_root else "collector", "id": server.node.node_id,
-                           "address": server.address, "api": server.api_address})
+           lambda server: {"role": "collector", "id": server.node.node_id, "address": server.address, "api": None})
 
 
 @main.command()

@@ -27,6 +27,7 @@ import telemetry
 from collectors.agent.server import AgentConfig, AgentServer
 from collectors.collector.server import CollectorConfig, CollectorServer
 from collectors.common.keys import Key
+from collectors.root.server import RootConfig, RootServer
 from telemetry import Summary
 from telemetry.v1 import forward_pb2, forward_pb2_grpc
 
@@ -47,9 +48,9 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
         time.sleep(interval)
 
 
-def make_root(db: Path, **options: Any) -> CollectorServer:
-    config = CollectorConfig(db=db, node_id=options.pop("node_id", "root"), **{**FAST_COLLECTOR, **options})
-    server = CollectorServer(config)
+def make_root(db: Path, **options: Any) -> RootServer:
+    config = RootConfig(db=db, node_id=options.pop("node_id", "root"), **{**FAST_COLLECTOR, **options})
+    server = RootServer(config)
     server.start()
     return server
 
@@ -112,7 +113,7 @@ def hanging_job(agent: AgentServer, job: str = "healthy") -> list:
     return runs
 
 
-def counters(server: CollectorServer) -> dict[str, int]:
+def counters(server: CollectorServer | RootServer) -> dict[str, int]:
     with server.node.lock:
         return server.node.subtree_counters()
 

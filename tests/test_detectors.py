@@ -633,7 +633,7 @@ def test_event_log_persists_reopens_and_counts(tmp_path):
         reopened.raise_("straggler", JOB, step=5, severity="fatal")
 
 
-def test_detectors_config_from_mapping_env_and_typos(tmp_path, monkeypatch):
+def test_detectors_config_from_mapping_file_json_and_typos(tmp_path):
     config = DetectorsConfig.from_mapping({"straggler": {"factor": 2.0}, "hang": {"grace_s": 1}})
     assert config.straggler.factor == 2.0 and config.hang.grace_s == 1 and config.loss_spike.k == LossSpikeConfig().k
     with pytest.raises(ValueError, match="unknown option"):
@@ -642,11 +642,9 @@ def test_detectors_config_from_mapping_env_and_typos(tmp_path, monkeypatch):
         DetectorsConfig.from_mapping({"stragler": {}})
     path = tmp_path / "d.toml"
     path.write_text("[mfu_drop]\nsustain = 5\n[sinks]\nwebhook_url = 'http://127.0.0.1:1/x'\n")
-    monkeypatch.setenv("TELEMETRY_DETECTORS", str(path))
-    loaded = DetectorsConfig.from_env()
+    loaded = DetectorsConfig.load(str(path))
     assert loaded.mfu_drop.sustain == 5 and loaded.sinks.webhook_url == "http://127.0.0.1:1/x"
-    monkeypatch.setenv("TELEMETRY_DETECTORS", '{"nonfinite": {"enabled": false}}')
-    suite = Detectors(EventLog(None), DetectorsConfig.from_env())
+    suite = Detectors(EventLog(None), DetectorsConfig.load('{"nonfinite": {"enabled": false}}'))
     assert "nonfinite" not in [d.kind for d in suite.detectors]
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from collectors.detectors.suite import DetectorsConfig
 from helpers_tree import api_get, make_agent, make_root, stop_all, wait_for
 from helpers_tree import steps as api_steps
 from torchrun_tree import run_job
@@ -43,21 +43,16 @@ PER_STEP = ("step_time", "loss", "grad_norm", "lr", "dataloader_wait", "sync_wai
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     tmp = tmp_path_factory.mktemp("integrations")
-    saved = os.environ.get("TELEMETRY_DETECTORS")
-    os.environ["TELEMETRY_DETECTORS"] = json.dumps({"straggler": {"metric": "compute_time"}})
     root = agent = None
     try:
-        root = make_root(tmp / "root.db")
+        root = make_root(tmp / "root.db",
+                         detectors=DetectorsConfig.from_mapping({"straggler": {"metric": "compute_time"}}))
         # A step's window seals once both ranks closed it; the deadline only matters for a rank descheduled on a
         # loaded machine, whose late values would reach the detectors after the window they belong to.
         agent = make_agent([root.address], tmp / "agent.sock", "agent0", deadline_floor_s=2.0)
         yield {"api": root.api_address, "agent": f"unix:{agent.socket_path}"}
     finally:
         stop_all(agent, root)
-        if saved is None:
-            os.environ.pop("TELEMETRY_DETECTORS", None)
-        else:
-            os.environ["TELEMETRY_DETECTORS"] = saved
 
 
 def rank_lines(out: str) -> list[dict]:

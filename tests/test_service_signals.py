@@ -395,10 +395,10 @@ runpy.run_module("collectors.cli", run_name="__main__", alter_sys=True)
     pytest.param("root", "click"),  # collectors/cli.py's imports, before StopSignals()
     pytest.param("rack", "click"),
     pytest.param("agent", "click"),
-    pytest.param("root", "collectors.collector.server"),  # after StopSignals(), before start()
+    pytest.param("root", "collectors.root.server"),  # after StopSignals(), before start()
     pytest.param("rack", "collectors.collector.server"),
     pytest.param("agent", "collectors.agent.server"),
-    ("root", "collectors.root.wiring"),  # imported inside CollectorServer.start()
+    ("root", "collectors.root.wiring"),  # the last module collectors.root.server imports
 ])
 def test_sigterm_during_startup_stops_with_exit_0(tmp_path: Path, parent: str, service: str, module: str) -> None:
     argv = _argv(service, tmp_path, parent)

@@ -3,17 +3,17 @@
     config = DetectorsConfig.from_mapping({"straggler": {"factor": 2.0}, "hang": {"grace_s": 1.0}})
     suite = Detectors(EventLog(db_path), config, context)
     suite.on_rows(rows)        # Finaliser.on_finalised: every finalised window (flush thread)
-    suite.check(live)          # periodically, with {job: CollectorServer.liveness(job)} (hang, no progress)
+    suite.check(live)          # periodically, with {job: RootServer.liveness(job)} (hang, no progress)
 
-Configuration comes from a mapping (TOML or JSON file, or the TELEMETRY_DETECTORS environment variable:
-a path to a .toml/.json file, or inline JSON); every key is optional and unknown keys are refused.
+Configuration is a `DetectorsConfig` object, built from a mapping (`from_mapping`) or from a .toml/.json file or
+inline JSON (`load`: what `telemetry collector --detectors` reads); every key is optional and unknown keys are
+refused. The root is given it in its `RootConfig.detectors` (root/server.py).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -33,9 +33,6 @@ from collectors.detectors.nonfinite import NonfiniteConfig, NonfiniteDetector
 from collectors.detectors.straggler import StragglerConfig, StragglerDetector
 
 log = logging.getLogger(__name__)
-
-ENV = "TELEMETRY_DETECTORS"
-
 
 @dataclass
 class DetectorsConfig:
@@ -73,11 +70,6 @@ class DetectorsConfig:
         raw = path.read_text()
         data = tomllib.loads(raw) if path.suffix == ".toml" else json.loads(raw)
         return cls.from_mapping(data)
-
-    @classmethod
-    def from_env(cls) -> DetectorsConfig:
-        value = os.environ.get(ENV, "").strip()
-        return cls.load(value) if value else cls()
 
 
 class Detectors:

@@ -1,0 +1,92 @@
+"""The root: a collector tier with no parent that finalises, persists, detects and serves (DESIGN §6).
+
+    root = RootServer(RootConfig(db=Path("root.db"), api="127.0.0.1:7600", detectors=DetectorsConfig()))
+    root.start()   # gRPC (children), the consumers' threads, the HTTP API, then the flush loop
+    root.stop()
+
+It is built from the shared tier (collectors/collector/tier.py: `Node`, `CollectorService`, gRPC server, flush
+loop, lifecycle sweep) with the root's parts: `Store` (SQLite, what DURABLE means), `Finaliser` (the node's
+sink: merge, persist, then acknowledge durable), the node's `RunLedger` kept in the store, the consumers
+(`Wiring`: detectors, event log, /metrics, restarts, forensics) and the HTTP API (`RootApi`). Everything it
+needs comes from the `RootConfig` it is given: `telemetry collector` without `--parent` builds one from its
+flags (collectors/cli.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collectors.collector.tier import Tier, TierConfig
+from collectors.common.gctune import tune_gc
+from collectors.common.keys import Key
+from collectors.delivery.runs import RunLedger
+from collectors.detectors.suite import DetectorsConfig
+from collectors.root.api import BoundedHTTPServer, RootApi, serve
+from collectors.root.finalise import Finaliser, root_complete
+from collectors.root.forensics import DEFAULT_MAX_RANKS, DEFAULT_MAX_REQUESTS, forensics_folder
+from collectors.root.store import Store
+from collectors.root.wiring import Wiring
+
+
+@dataclass
+class RootConfig(TierConfig):
+    """Everything the root needs: the tier's settings, and its own below."""
+
+    deadline_floor_s: float = 4.0  # a root waits a little longer than a collector (3 s) for slow children
+    db: Path = Path("telemetry-root.db")  # SQLite file of finalised windows (and events, run claims)
+    durability: str = "process"  # what DURABLE promises: "process" or "power" (collectors/root/store.py)
+    api: str | None = "127.0.0.1:0"  # HTTP JSON API and /metrics, HOST:PORT; None: no API
+    api_token: str | None = None  # the bearer token the API requires (all but /healthz); None: none
+    detectors: DetectorsConfig = field(default_factory=DetectorsConfig)  # docs/detectors.md; sinks included
+    forensics_max_ranks: int = DEFAULT_MAX_RANKS  # ranks captured per event (docs/forensics.md)
+    forensics_max_requests: int = DEFAULT_MAX_REQUESTS  # capture requests kept on disk, the oldest go first
+
+
+class RootServer(Tier):
+    def __init__(self, config: RootConfig) -> None:
+        self.config = config
+        self.store = Store(config.db, config.durability)
+        self.finaliser = Finaliser(self.store)
+        super().__init__(config, "root", whole_world=True)
+        node = self.node
+        node.runs = RunLedger(recall=self.store.load_runs, record=self.store.save_runs)
+        node.sink = self.finaliser
+        node.complete = root_complete(node)
+        self.service.before_offer = self._reload
+        self.wiring = Wiring(config.detectors, self.store, self.finaliser, self, self.service.route_requests,
+                             forensics_folder(self.store.path), config.forensics_max_ranks,
+                             config.forensics_max_requests)
+        self.finaliser.on_finalised.append(self.wiring.on_finalised)
+        self.finaliser.on_store_trouble.append(self.wiring.store_trouble)
+        self.service.on_captures = self.wiring.forensics.on_captures
+        self.service.on_fingerprints = self.wiring.on_fingerprints
+        self.on_job_finished.append(self.wiring.finished)
+        self.api = RootApi(self.store, self.liveness)
+        self.api.events = self.wiring.events_endpoint  # GET /api/v1/jobs/{job}/events
+        self.api.forensics = self.wiring.forensics_endpoint  # GET .../events/{id}/forensics, .../forensics/{rid}
+        self.api.ask_forensics = self.wiring.ask_forensics  # POST /api/v1/jobs/{job}/forensics
+        self.api_server: BoundedHTTPServer | None = None
+        self.api_address: str | None = None  # HOST:PORT once started (the port bound, if 0 was asked)
+
+    def _reload(self, key: Key) -> None:
+        """Before a part is offered: bring back from the store a window no longer held in memory."""
+        self.finaliser.reload(self.node, key)
+
+    def start(self) -> None:
+        tune_gc()
+        self.grpc.start()
+        self.wiring.start()
+        if self.config.api is not None:
+            host, port = self.config.api.rsplit(":", 1)
+            self.api_server = serve(self.api, host, int(port), extra=self.wiring.routes, token=self.config.api_token)
+            self.api_address = f"{host}:{self.api_server.server_address[1]}"
+        self.flusher.start()
+
+    def stop(self, grace: float = 1.0) -> None:
+        self.flusher.stop()
+        self.grpc.stop(grace)
+        if self.api_server is not None:
+            self.api_server.shutdown()
+        self.wiring.close()
+        self.store.close()
