@@ -22,23 +22,13 @@ import grpc
 import pytest
 
 from collectors.delivery.outbox import Outbox, Unit
+from helpers_tree import wait_for
 from telemetry.retaining import RetainingStream, Unreachable, read_acks, wait_ready
 from telemetry.sdk.sender import Identity, Sender
 from telemetry.streams import END
 from telemetry.v1 import forensics_pb2, forward_pb2, forward_pb2_grpc, ingest_pb2, ingest_pb2_grpc
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
-        time.sleep(0.01)
 
 
 def drained(live: queue.SimpleQueue[Any]) -> list[Any]:
