@@ -127,9 +127,12 @@ class DataloaderStallDetector(StreakDetector[StreakState]):
 
     def _raise(self, job: str, step: int, wait_row: Row, median_step: float, threshold: float, rule: str) -> None:
         c, wait, state = self.config, wait_row.summary, self._state[job]
+        slowest = wait.argmax
+        if slowest is None:
+            return  # no value to name a rank by (both callers judge only windows with a finite one)
         frac = wait.max / median_step
         cut = max(threshold * median_step, c.min_wait_s)
-        ranks = distinct(wait.top(), lambda v: v > cut, c.top) or [wait.argmax]
+        ranks = distinct(wait.top(), lambda v: v > cut, c.top) or [slowest]
         event = self.events.get_open(self.kind, job)
         if event is not None:  # the ranks named accumulate: a long stall's rank stays named after it
             ranks += [r for r in event.ranks if r not in ranks]

@@ -79,7 +79,7 @@ class Event:
 Sink = Callable[[str, Event], None]
 
 
-def _json_default(value: object) -> object:
+def _json_default(value: Any) -> object:
     try:
         return float(value)  # numpy scalars and the like
     except (TypeError, ValueError):
@@ -213,7 +213,8 @@ class EventLog:
     def query(self, job: str | None = None, *, kind: str | None = None, status: str | None = None,
               since_id: int = 0, limit: int = 100) -> list[dict[str, Any]]:
         """Stored events, oldest first (the newest `limit` of those matching)."""
-        clauses, args = ["id > ?"], [since_id]
+        clauses: list[str] = ["id > ?"]
+        args: list[int | str] = [since_id]
         if job is not None:  # the job under any of its attempts (scoped names: collectors/common/attempts.py)
             clauses.append("(job = ? OR substr(job, 1, ?) = ?)")
             args += [job, len(like_prefix(job)), like_prefix(job)]

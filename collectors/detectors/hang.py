@@ -76,7 +76,7 @@ def _values_of(summary: Summary | None, ranks: list[int]) -> dict[int, float | N
     """What the bucket says for each rank: its value when among the bottom-k, else None (unknown)."""
     if summary is None:
         return {}
-    exact = {}
+    exact: dict[int, float] = {}
     for value, source in summary.bottom():
         exact.setdefault(source, value)
     return {r: exact.get(r) for r in ranks}
@@ -207,9 +207,10 @@ class HangDetector(Detector):
         listed = []
         for rank in ranks[: 4 * c.top]:
             liveness = "dead" if rank in dead else "stuck" if rank in stuck else "alive" if live else "unknown"
+            current = currents.get(rank)
             listed.append({"rank": rank, "host": hosts.get(rank), "state": "dead" if rank in dead else "stuck",
                            "liveness": liveness, "missing_step": behind[rank],
-                           "current_step": None if currents.get(rank) is None else int(currents[rank])})
+                           "current_step": None if current is None else int(current)})
         dead_named = [r for r in ranks if r in dead]
         stuck_named = [r for r in ranks if r not in dead]
         first_step = min(missing_steps) if missing_steps else state.max_step + 1

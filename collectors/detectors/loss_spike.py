@@ -133,8 +133,8 @@ class LossSpikeDetector(Detector):
     def _grad_detail(self, detail: dict, job: str, first: int, last: int) -> None:
         # the steps kept (at most 256), not range(first, last + 1): step numbers are the sender's (uint64),
         # and a gap like 5 -> 2**52 inside one event would loop for ever
-        steps = self._grad_steps.get(job, {})
-        seen = [g for s, g in steps.items() if first <= s <= last]
+        steps = self._grad_steps.get(job)
+        seen = [] if steps is None else [g for s, g in steps.items() if first <= s <= last]
         if not seen:
             detail.setdefault("grad_norm_spiked", None)
             return

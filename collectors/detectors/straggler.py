@@ -144,7 +144,7 @@ class StragglerDetector(StreakDetector[_State]):
         state.steps += 1
         if not self.due(job, state, 1 if arrival else c.consecutive):
             return
-        ranks = judged.ranks or distinct(s.top(), lambda v: v > judged.cut, c.top) or [s.argmax]
+        ranks = judged.ranks or distinct(s.top(), lambda v: v > judged.cut, c.top) or [judged.culprit]
         open_event = self.events.get_open(self.kind, job)
         signal = c.arrival_metric if arrival else c.metric
         if arrival:
@@ -167,23 +167,23 @@ class StragglerDetector(StreakDetector[_State]):
         self.raise_streak(job, state, step, open_event, ranks=ranks, detail=detail, severity=c.severity)
 
     def _step_time(self, s: Summary, baseline: Baseline) -> _Judged | None:
-        c, median = self.config, p50(s)
-        if not median > 0:
+        c, median, slowest = self.config, p50(s), s.argmax
+        if not median > 0 or slowest is None:
             return None
         ratio = s.max / median
         threshold = c.factor
         if len(baseline) >= c.min_baseline:
             threshold = max(c.factor, c.baseline_factor * baseline.median())
-        return _Judged(ratio > threshold, ratio, threshold, threshold * median, s.max - median, median, s.argmax)
+        return _Judged(ratio > threshold, ratio, threshold, threshold * median, s.max - median, median, slowest)
 
     def _arrival(self, s: Summary, state: _State, job: str) -> _Judged | None:
         """A rank is over on a step when it arrives a large share of the step after the median rank (and over
         `min_wait_s`); the step counts as over when the same rank was over on at least `persist_k` of the last
         `persist_n` steps: a rank that is late step after step, not one the OS scheduler held back now and
         then."""
-        c, median = self.config, p50(s)
+        c, median, slowest = self.config, p50(s), s.argmax
         scale = max(state.step_scale, s.max)
-        if not (scale > 0 and math.isfinite(median)):
+        if not (scale > 0 and math.isfinite(median)) or slowest is None:
             return None
         cut = median + max(c.min_wait_frac * scale, c.min_wait_s)
         late = [rank for value, rank in s.top(c.top) if value > cut]
@@ -192,7 +192,7 @@ class StragglerDetector(StreakDetector[_State]):
         counts = {rank: sum(rank in step for step in recent) for rank in late}
         persistent = sorted((r for r in late if counts[r] >= c.persist_k), key=lambda r: -counts[r])
         lag = max(0.0, s.max - median)
-        culprit = persistent[0] if persistent else s.argmax
+        culprit = persistent[0] if persistent else slowest
         began = next((len(recent) - 1 - i for i, ranks in enumerate(recent) if culprit in ranks), 0)
         return _Judged(bool(persistent), lag / scale, c.min_wait_frac, cut, lag, median, culprit, persistent or None,
                        began)

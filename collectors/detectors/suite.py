@@ -54,10 +54,8 @@ class DetectorsConfig:
         if unknown:
             raise ValueError(f"detectors config: unknown section(s) {', '.join(unknown)}; "
                              f"known: {', '.join(sections)}")
-        built = {}
-        for name, f in sections.items():
-            default = f.default_factory()
-            built[name] = from_mapping(type(default), data.get(name))
+        defaults = cls()  # each section's class, from its default (the annotations are strings here)
+        built = {name: from_mapping(type(getattr(defaults, name)), data.get(name)) for name in sections}
         return cls(**built)
 
     @classmethod

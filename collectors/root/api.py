@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, unquote, urlparse
 
 from collectors.common.attempts import split
-from collectors.root.goodput import goodput, scoped_names
+from collectors.root.goodput import Goodput, goodput, scoped_names
 from collectors.root.store import Store
 from telemetry.names import PROGRESS_METRIC
 
@@ -107,7 +107,7 @@ class RootApi:
             out.append(item)
         return out
 
-    def goodput(self, job: str) -> dict[str, object]:
+    def goodput(self, job: str) -> Goodput:
         with closing(self.store.reader()) as db:
             return goodput(db, job)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from collectors.common.attempts import like_prefix, split
 
@@ -33,6 +34,34 @@ class AttemptSteps:
     attempt: int
     world_size: int
     ends: list[tuple[int, int]] = field(default_factory=list)
+
+
+class AttemptFigures(TypedDict):
+    """One attempt in `Goodput.attempts`."""
+
+    attempt: int
+    world_size: int
+    first_step: int
+    last_step: int
+    steps: int
+    start_ns: int
+    end_ns: int
+    downtime_s: float
+    steps_replayed: int
+
+
+class Goodput(TypedDict):
+    """The goodput figures of a job (the module docstring; GET /api/v1/jobs/{job}/goodput)."""
+
+    job: str
+    wall_s: float
+    productive_s: float
+    lost_s: float
+    restart_downtime_s: float
+    replay_s: float
+    goodput: float | None
+    restarts: int
+    attempts: list[AttemptFigures]
 
 
 def scoped_names(db: sqlite3.Connection, job: str) -> list[tuple[str, int]]:
@@ -55,7 +84,7 @@ def load(db: sqlite3.Connection, job: str) -> list[AttemptSteps]:
     return out
 
 
-def compute(job: str, attempts: Iterable[AttemptSteps]) -> dict[str, object]:
+def compute(job: str, attempts: Iterable[AttemptSteps]) -> Goodput:
     """The goodput figures of `job` (see the module docstring), with one entry per attempt."""
     ordered = sorted((a for a in attempts if a.ends), key=lambda a: a.attempt)
     latest: dict[int, int] = {}  # step -> the last attempt that ran it
@@ -64,7 +93,7 @@ def compute(job: str, attempts: Iterable[AttemptSteps]) -> dict[str, object]:
             latest[step] = attempt.attempt
     productive = lost = replay = downtime_total = 0
     seen: set[int] = set()
-    entries: list[dict[str, object]] = []
+    entries: list[AttemptFigures] = []
     previous_end: int | None = None
     for attempt in ordered:
         ends = attempt.ends
@@ -91,5 +120,5 @@ def compute(job: str, attempts: Iterable[AttemptSteps]) -> dict[str, object]:
             "attempts": entries}
 
 
-def goodput(db: sqlite3.Connection, job: str) -> dict[str, object]:
+def goodput(db: sqlite3.Connection, job: str) -> Goodput:
     return compute(job, load(db, job))

@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from collectors.common.attempts import split
 from collectors.common.rows import Row
 from collectors.detectors.events import EventLog
-from collectors.root.goodput import goodput
+from collectors.root.goodput import Goodput, goodput
 from collectors.root.store import Store
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class RestartWatch:
             mine = [i for i, a in enumerate(attempts) if a["attempt"] == attempt]
             if not mine or mine[0] == 0:
                 continue  # the job's first attempt (or none stored yet): no restart
-            now, before = attempts[mine[0]], attempts[mine[0] - 1]  # type: ignore[index]
+            now, before = attempts[mine[0]], attempts[mine[0] - 1]
             replay = max(0, before["last_step"] - now["first_step"] + 1)
             self.events.raise_(KIND, scoped, step=now["first_step"], severity="info", detail={
                 "summary": f"attempt {attempt} of job {job} started at step {now['first_step']} after "
@@ -76,10 +76,10 @@ class GoodputMetrics:
         self.store = store
         self.jobs = jobs
         self.refresh_s = refresh_s
-        self._cache: dict[str, tuple[float, dict[str, object]]] = {}
+        self._cache: dict[str, tuple[float, Goodput]] = {}
         self._lock = threading.Lock()
 
-    def _figures(self, job: str, now: float) -> dict[str, object]:
+    def _figures(self, job: str, now: float) -> Goodput:
         cached = self._cache.get(job)
         if cached is not None and now - cached[0] < self.refresh_s:
             return cached[1]
@@ -113,10 +113,11 @@ class GoodputMetrics:
                 if not figures["attempts"]:
                     continue
                 if figures["goodput"] is not None:
-                    ratio.add_metric([job], figures["goodput"])  # type: ignore[arg-type]
-                for kind in ("productive", "lost", "restart_downtime"):
-                    seconds.add_metric([job, kind], figures[f"{kind}_s"])  # type: ignore[arg-type]
-                restarts.add_metric([job], figures["restarts"])  # type: ignore[arg-type]
-                replay.add_metric([job], figures["replay_s"])  # type: ignore[arg-type]
-                replayed.add_metric([job], sum(a["steps_replayed"] for a in figures["attempts"]))  # type: ignore
+                    ratio.add_metric([job], figures["goodput"])
+                for kind, value in (("productive", figures["productive_s"]), ("lost", figures["lost_s"]),
+                                    ("restart_downtime", figures["restart_downtime_s"])):
+                    seconds.add_metric([job, kind], value)
+                restarts.add_metric([job], figures["restarts"])
+                replay.add_metric([job], figures["replay_s"])
+                replayed.add_metric([job], sum(a["steps_replayed"] for a in figures["attempts"]))
         return [ratio, seconds, restarts, replay, replayed]

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -181,7 +181,8 @@ class Simulation:
                 down.remove((restart_at, proc))
         while plan and now >= plan[0][0]:
             when, kind, pause = plan.pop(0)
-            pool = {"rack": self.racks, "agent": self.agents, "root": [self.root]}[kind]
+            pools: dict[str, Sequence[Proc | None]] = {"rack": self.racks, "agent": self.agents, "root": [self.root]}
+            pool = pools[kind]
             target = self._chaos_rng.choice([p for p in pool if p is not None and p.alive()] or [None])
             if target is None:
                 continue
