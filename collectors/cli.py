@@ -273,8 +273,7 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
               help="Child streams (agents, collectors) served at once; one more is refused with "
                    "RESOURCE_EXHAUSTED (and counted).")
 @click.option("--detectors", "detectors_config", metavar="FILE|JSON", envvar="TELEMETRY_DETECTORS",
-              help="Root only: detector settings, a .toml/.json file or inline JSON (docs/detectors.md); read "
-                   "here and handed to the root as its RootConfig.detectors "
+              help="Root only: detector settings, a .toml/.json file or inline JSON (docs/detectors.md) "
                    "[env: TELEMETRY_DETECTORS; default: built-in defaults].")
 @click.option("-v", "--verbose", count=True)
 def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tuple[str, ...],
