@@ -18,9 +18,9 @@ from collectors.common.signals import SERVICES, StopSignals, early
 
 EARLY_SIGNALS = early(sys.argv)  # before click, grpc and numpy are imported: a SIGTERM from here on is clean
 
-import click  # noqa: E402
+import click  # noqa: E402  (after EARLY_SIGNALS, which must come first)
 
-from collectors.common.lifetime import die_with_parent  # noqa: E402
+from collectors.common.lifetime import die_with_parent  # noqa: E402  (after EARLY_SIGNALS, which must come first)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -15,15 +15,9 @@ So `# type: ignore[misc]  # a base chosen at run time` and `# noqa: E402  (sys.p
 `# noqa: E402`, `# type: ignore[arg-type]  # ndarray` and `# noqa: E721 (bool refused)` do not. One reason may
 follow several suppressions on a line (`# type: ignore[misc]  # noqa: B009  # ...`).
 
-Which files: `git ls-files '*.py'`, less protoc's output (telemetry/v1/*_pb2*.py), less NOT_YET_CHECKED unless
---all is given; --paths narrows the run to some folders or files.
-
-NOT_YET_CHECKED, a temporary exclusion: collectors/collector/, collectors/root/, collectors/detectors/,
-collectors/delivery/, collectors/agent/ranks.py, collectors/cli.py, collectors/sim/orchestrate.py,
-collectors/sim/procs.py, telemetry/sdk/sender.py, bench/ and tests/. They are being reworked concurrently
-(issue 16); --all found 206 suppressions without a reason in them when this was written (bench/, tests/,
-collectors/root/, collectors/collector/, collectors/detectors/, collectors/cli.py). Each entry is to go once its
-files say why; everything else tracked is checked.
+Which files: `git ls-files '*.py'` (tests/ and bench/ included), less protoc's output (telemetry/v1/*_pb2*.py);
+--paths narrows the run to some folders or files. That a suppression still suppresses something is checked by
+the tools themselves: mypy's warn_unused_ignores and ruff's RUF100 (pyproject.toml).
 
 Exit status: 0 when none is found, 1 when some are (each printed as `path:line: comment`), 2 when a file
 cannot be read or the file list cannot be had from git.
@@ -40,21 +34,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# Folders (ending in "/") and files left out unless --all: see the docstring.
-NOT_YET_CHECKED = (
-    "collectors/collector/",
-    "collectors/root/",
-    "collectors/detectors/",
-    "collectors/delivery/",
-    "collectors/agent/ranks.py",
-    "collectors/cli.py",
-    "collectors/sim/orchestrate.py",
-    "collectors/sim/procs.py",
-    "telemetry/sdk/sender.py",
-    "bench/",
-    "tests/",
-)
 
 _CODE = r"[A-Z]+[0-9]+"
 SUPPRESSION = re.compile(
@@ -111,10 +90,10 @@ def generated(path: str) -> bool:
     return pure.parent == PurePosixPath("telemetry/v1") and "_pb2" in pure.name
 
 
-def selected(files: Iterable[str], paths: Sequence[str] | None, everything: bool) -> list[str]:
+def selected(files: Iterable[str], paths: Sequence[str] | None) -> list[str]:
     chosen = []
     for name in files:
-        if generated(name) or (not everything and under(name, NOT_YET_CHECKED)):
+        if generated(name):
             continue
         if paths is not None and not under(name, paths):
             continue
@@ -126,8 +105,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     parser.add_argument("--paths", nargs="+", metavar="PATH",
                         help="only these folders or files (relative to the repository root)")
-    parser.add_argument("--all", action="store_true", dest="everything",
-                        help="check NOT_YET_CHECKED's files too")
     args = parser.parse_args(argv)
     paths = None if args.paths is None else [PurePosixPath(p).as_posix() for p in args.paths]
     try:
@@ -138,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     bad = 0
     unreadable = 0
-    for name in selected(files, paths, args.everything):
+    for name in selected(files, paths):
         try:
             found = unexplained(ROOT / name)
         except (OSError, SyntaxError, tokenize.TokenError) as exc:

@@ -221,7 +221,7 @@ class FakeParent(forward_pb2_grpc.CollectorServicer):
         self.address = f"127.0.0.1:{port}"
         self.server.start()
 
-    def Forward(self, request_iterator, context):  # type: ignore[no-untyped-def]
+    def Forward(self, request_iterator, context):
         for batch in request_iterator:
             with self.lock:
                 self.batches.append(batch)
@@ -244,7 +244,7 @@ def dead_address() -> str:
         return f"127.0.0.1:{sock.getsockname()[1]}"
 
 
-def spawn_root(workdir: Path, deadline_floor: float = 0.8):  # type: ignore[no-untyped-def]
+def spawn_root(workdir: Path, deadline_floor: float = 0.8):
     """A root in a process of its own (`telemetry collector`), for tests that may wedge it: kill it after."""
     from collectors.sim.procs import Proc, free_port, python_module
     api_port = free_port()

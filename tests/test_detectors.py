@@ -43,7 +43,7 @@ def summary(values: dict[int, float] | list[float], time_ns: int | None = None) 
                                np.array([r for r, _ in items], dtype=np.int64), time_ns or time.time_ns())
 
 
-def row(metric: str, step: int, values, expected: int = WORLD, late: int = 0, width_ms: int = 0,  # type: ignore[no-untyped-def]
+def row(metric: str, step: int, values, expected: int = WORLD, late: int = 0, width_ms: int = 0,
         job: str = JOB) -> Row:
     return Row(Key(job, metric, step, width_ms), expected, summary(values), late, time.time_ns())
 
@@ -59,7 +59,7 @@ def healthy_step(rng: random.Random, step: int, world: int = WORLD) -> dict[str,
     }
 
 
-def feed(target, metrics: dict[str, list[float]], step: int) -> None:  # type: ignore[no-untyped-def]
+def feed(target, metrics: dict[str, list[float]], step: int) -> None:
     rows = [row(metric, step, values) for metric, values in metrics.items()]
     if isinstance(target, Detectors):
         target.on_rows(rows)
@@ -149,7 +149,7 @@ def test_straggler_baseline_raises_the_bar_for_a_job_that_is_always_a_little_une
 
 # ------------------------------------------------------------------ loss spike
 def _loss_run(det, steps, spike_at=None, factor=5.0, ranks=None, grad_factor=None,
-              rng=None):  # type: ignore[no-untyped-def]
+              rng=None):
     rng = rng or random.Random(4)
     for step in steps:
         values = healthy_step(rng, step)
@@ -425,12 +425,12 @@ class Clock:
         return self.t
 
 
-def live(world=WORLD, dead=(), stuck=()):  # type: ignore[no-untyped-def]
+def live(world=WORLD, dead=(), stuck=()):
     return {"world_size": world, "alive": world - len(dead) - len(stuck), "stuck": len(stuck), "dead": len(dead),
             "dead_ranks": list(dead), "stuck_ranks": list(stuck)}
 
 
-def _hang_setup(config: HangConfig | None = None):  # type: ignore[no-untyped-def]
+def _hang_setup(config: HangConfig | None = None):
     clock = Clock()
     log = EventLog(None)
     det = HangDetector(log, Context(hosts_of=lambda job: {r: f"node{r // 8}" for r in range(WORLD)}),
@@ -438,7 +438,7 @@ def _hang_setup(config: HangConfig | None = None):  # type: ignore[no-untyped-de
     return clock, log, det
 
 
-def _steps(det, clock, steps, missing=(), progress=None):  # type: ignore[no-untyped-def]
+def _steps(det, clock, steps, missing=(), progress=None):
     for step in steps:
         clock.t += 0.5
         det.observe(row("step_time", step, {r: 0.1 for r in range(WORLD) if r not in missing}))
@@ -535,7 +535,7 @@ def test_hang_no_progress_then_the_incomplete_window_is_one_event_not_two():
 
 
 # ------------------------------------------------------------------ hardware
-def _hw(metric: str, second: int, values, job: str = JOB) -> Row:  # type: ignore[no-untyped-def]
+def _hw(metric: str, second: int, values, job: str = JOB) -> Row:
     return row(metric, second * 1000, values, width_ms=1000, job=job)
 
 
@@ -651,14 +651,14 @@ def test_detectors_config_from_mapping_file_json_and_typos(tmp_path):
 class _Recorder(BaseHTTPRequestHandler):
     received: list = []
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         type(self).received.append((self.path, json.loads(body)))
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
+    def log_message(self, *args) -> None:
         pass
 
 
@@ -684,11 +684,11 @@ def test_grafana_annotation_sink_opens_a_region_and_ends_it():
     calls = []
 
     class Annotations:
-        def add_annotation(self, **kw):  # type: ignore[no-untyped-def]
+        def add_annotation(self, **kw):
             calls.append(("add", kw))
             return {"id": 77, "message": "Annotation added"}
 
-        def partial_update_annotation(self, annotation_id, **kw):  # type: ignore[no-untyped-def]
+        def partial_update_annotation(self, annotation_id, **kw):
             calls.append(("patch", annotation_id, kw))
 
     class Api:
@@ -757,7 +757,7 @@ class WatchedSimulation(Simulation):
 
 def simulate(tmp_path: Path, injections: tuple[str, ...] = (), **options: object) -> tuple[dict, WatchedSimulation]:
     config = SimConfig(injections=[parse_injection(t) for t in injections], inject_texts=list(injections),
-                       workdir=tmp_path / "sim", **options)  # type: ignore[arg-type]
+                       workdir=tmp_path / "sim", **options)
     sim = WatchedSimulation(config)
     report = sim.run()
     return report, sim

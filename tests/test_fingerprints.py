@@ -242,7 +242,7 @@ def test_minority_rank_is_named_with_both_fingerprints():
     log, det = detector()
     t = FingerprintTable()
     for rank in range(4):
-        det.observe("j", t.merge(pb.JobFingerprints(job="j", seqs=[
+        det.observe_fingerprints("j", t.merge(pb.JobFingerprints(job="j", seqs=[
             merged(3, (10, A, [rank]), (10, A, [rank])) if rank != 2 else merged(3, (99, B, [2]), (99, B, [2]))])))
     [event] = log.open_events("j")
     assert event.kind == "collective_mismatch" and event.severity == "critical" and event.step == 17
@@ -257,10 +257,10 @@ def test_minority_rank_is_named_with_both_fingerprints():
 
 def test_more_mismatching_seqs_update_one_event():
     log, det = detector()
-    det.observe("j", [merged(5, (1, A, [0, 1, 2]), (2, B, [3]))])
-    det.observe("j", [merged(6, (1, A, [3]), (2, B, [0, 1, 2]))])
-    det.observe("j", [merged(6, (1, A, [3]), (2, B, [0, 1, 2]))])  # the same again: no update
-    det.observe("j", [merged(7, (4, A, list(range(8))), (4, A, list(range(8))))])  # agreeing
+    det.observe_fingerprints("j", [merged(5, (1, A, [0, 1, 2]), (2, B, [3]))])
+    det.observe_fingerprints("j", [merged(6, (1, A, [3]), (2, B, [0, 1, 2]))])
+    det.observe_fingerprints("j", [merged(6, (1, A, [3]), (2, B, [0, 1, 2]))])  # the same again: no update
+    det.observe_fingerprints("j", [merged(7, (4, A, list(range(8))), (4, A, list(range(8))))])  # agreeing
     [event] = log.open_events("j")
     assert event.updates == 1 and event.ranks == [3]
     d = event.detail
@@ -271,24 +271,24 @@ def test_more_mismatching_seqs_update_one_event():
 
 def test_a_tie_names_both_sides():
     log, det = detector()
-    det.observe("j", [merged(1, (1, A, [0]), (2, B, [1]))])
+    det.observe_fingerprints("j", [merged(1, (1, A, [0]), (2, B, [1]))])
     [event] = log.open_events("j")
     assert event.ranks == [0, 1] and event.detail["majority"] == "tie" and "no majority" in event.detail["summary"]
 
 
 def test_agreement_raises_nothing_and_disabled_does_nothing():
     log, det = detector()
-    det.observe("j", [merged(1, (1, A, [0, 1]), (1, A, [0, 1]))])
+    det.observe_fingerprints("j", [merged(1, (1, A, [0, 1]), (1, A, [0, 1]))])
     assert log.open_events() == []
     log, det = detector(CollectiveMismatchConfig(enabled=False))
-    det.observe("j", [merged(1, (1, A, [0]), (2, B, [1, 2]))])
+    det.observe_fingerprints("j", [merged(1, (1, A, [0]), (2, B, [1, 2]))])
     assert log.open_events() == []
 
 
 def test_close_after_quiet_and_forget():
     now = [0.0]
     log, det = detector(CollectiveMismatchConfig(close_after_s=60), clock=lambda: now[0])
-    det.observe("j", [merged(1, (1, A, [0]), (2, B, [1, 2]))])
+    det.observe_fingerprints("j", [merged(1, (1, A, [0]), (2, B, [1, 2]))])
     now[0] = 59
     det.check()
     assert log.open_events("j")
@@ -296,7 +296,7 @@ def test_close_after_quiet_and_forget():
     det.check()
     assert log.open_events("j") == [] and log.query("j")[0]["status"] == "closed"
     log, det = detector()  # default: never closes by itself
-    det.observe("j", [merged(1, (1, A, [0]), (2, B, [1, 2]))])
+    det.observe_fingerprints("j", [merged(1, (1, A, [0]), (2, B, [1, 2]))])
     det.check(now=1e9)
     assert log.open_events("j")
     det.forget("j")
@@ -306,7 +306,7 @@ def test_close_after_quiet_and_forget():
 def test_tracked_seqs_are_bounded_and_the_first_kept():
     log, det = detector(CollectiveMismatchConfig(max_tracked_seqs=4))
     for seq in range(1, 50):
-        det.observe("j", [merged(seq, (1, A, [0, 1]), (2, B, [seq % 7 + 2]))])
+        det.observe_fingerprints("j", [merged(seq, (1, A, [0, 1]), (2, B, [seq % 7 + 2]))])
     state_ = det._jobs["j"]
     assert len(state_.seqs) == 4 and 1 in state_.seqs
     d = log.open_events("j")[0].detail
@@ -318,7 +318,7 @@ def test_malformed_bitmap_is_refused():
     bad = pb.MergedFingerprint(seq=1, min_hash=1, min_what=A, min_ranks=b"junk", max_hash=2, max_what=B,
                                max_ranks=BitMap([1]).serialize())
     with pytest.raises(ValueError, match="roaring"):
-        det.observe("j", [bad])
+        det.observe_fingerprints("j", [bad])
 
 
 @settings(max_examples=150, deadline=None)
@@ -331,7 +331,7 @@ def test_detector_names_the_minority_of_min_and_max(items):
         changed += t.merge(pb.JobFingerprints(job="j", seqs=[merged(1, (HASHES[i], WHATS[i], [rank]),
                                                                     (HASHES[i], WHATS[i], [rank]))]))
     log, det = detector()
-    det.observe("j", changed)
+    det.observe_fingerprints("j", changed)
     hashes = {HASHES[i] for _, i in items}
     events = log.open_events("j")
     if len(hashes) == 1:
@@ -538,14 +538,14 @@ def test_a_seq_is_judged_only_once_the_ranks_still_to_report_cannot_change_the_m
     log = EventLog()
     det = CollectiveMismatchDetector(log, Context(world_of=lambda job: 3))
     t = FingerprintTable()
-    det.observe("j", t.merge(pb.JobFingerprints(job="j", seqs=[merged(3, (10, A, [0]), (10, A, [0]))])))
-    det.observe("j", t.merge(pb.JobFingerprints(job="j", seqs=[merged(3, (99, B, [2]), (99, B, [2]))])))
+    det.observe_fingerprints("j", t.merge(pb.JobFingerprints(job="j", seqs=[merged(3, (10, A, [0]), (10, A, [0]))])))
+    det.observe_fingerprints("j", t.merge(pb.JobFingerprints(job="j", seqs=[merged(3, (99, B, [2]), (99, B, [2]))])))
     assert log.open_events("j") == []
-    det.observe("j", t.merge(pb.JobFingerprints(job="j", seqs=[merged(3, (10, A, [1]), (10, A, [1]))])))
+    det.observe_fingerprints("j", t.merge(pb.JobFingerprints(job="j", seqs=[merged(3, (10, A, [1]), (10, A, [1]))])))
     [event] = log.open_events("j")
     assert event.ranks == [2]
     # Of 5 ranks, 3 agreeing is a strict majority: the dissenter is named before the last rank reports.
     log5 = EventLog()
     det5 = CollectiveMismatchDetector(log5, Context(world_of=lambda job: 5))
-    det5.observe("k", [merged(4, (10, A, [0, 1, 3]), (99, B, [4]))])
+    det5.observe_fingerprints("k", [merged(4, (10, A, [0, 1, 3]), (99, B, [4]))])
     assert [e.ranks for e in log5.open_events("k")] == [[4]]

@@ -25,7 +25,7 @@ from helpers_tree import steps as api_steps
 from torchrun_tree import run_job
 
 pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
+import torch.distributed as dist
 
 pytestmark = [
     pytest.mark.timeout(180),

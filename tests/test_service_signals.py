@@ -460,7 +460,7 @@ def _finalised(api: str, job: str) -> int:
         return 0
 
 
-def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def _wait(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
@@ -486,7 +486,7 @@ def test_every_service_stops_within_bound_while_ranks_stream(tmp_path: Path) -> 
         stop_s = process.stopped_within(sent)
         found = process.problems(stop_s, expect_ready=True)
         assert not found, f"{what}: " + "; ".join(found) + "\nstderr:\n" + process.stderr()[-3000:]
-        return stop_s  # type: ignore[return-value]
+        return stop_s
 
     began = time.monotonic()
     phases: dict[str, float] = {}

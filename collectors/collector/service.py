@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import grpc
 from pyroaring import BitMap
@@ -122,7 +123,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         names = certificate_names(context)
         async for answer in serve_stream(self.host, self.slots, context, request_iterator,
                                          lambda answers: self._start(answers, names), self._count):
-            yield answer  # type: ignore[misc]
+            yield cast(forward_pb2.Ack, answer)  # serve_stream yields what _start's work put: Acks here
 
     def _start(self, answers: Answers, names: frozenset[str] | None) -> StreamWork:
         stream = _ChildStream(answers, names)

@@ -109,9 +109,9 @@ class CollectiveMismatchDetector(Detector):
         self._jobs: dict[str, _Job] = {}
 
     def wants(self, row: Row) -> bool:
-        return False  # fed merged fingerprints (observe(job, merged)), never windows
+        return False  # fed merged fingerprints (observe_fingerprints(job, merged)), never windows
 
-    def observe(self, job: str, merged: Iterable) -> None:  # type: ignore[override]
+    def observe_fingerprints(self, job: str, merged: Iterable) -> None:
         """Judge a job's merged fingerprint updates (``MergedFingerprint``; agreeing seqs cost a compare)."""
         if not self.config.enabled:
             return

@@ -121,7 +121,7 @@ class Detectors:
             return
         with self.lock:
             try:
-                self.mismatch.observe(job, merged)
+                self.mismatch.observe_fingerprints(job, merged)
             except Exception:
                 self.errors += 1
                 log.exception("collective mismatch detector failed on %s", job)

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from contextlib import closing
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from collectors.common.attempts import split
@@ -62,12 +63,12 @@ class RootApi:
         with closing(self.store.reader()) as db:
             rows = db.execute("SELECT j.job, j.world_size, (SELECT max(idx) FROM windows w WHERE w.job=j.job "
                               "AND w.width_ms=0) AS last_step FROM jobs j ORDER BY j.job").fetchall()
-        jobs: dict[str, dict[str, object]] = {}
+        jobs: dict[str, dict[str, Any]] = {}  # JSON-bound entries: numbers and None
         for row in rows:
             job, attempt = split(row["job"])
             entry = jobs.setdefault(job, {"job": job, "world_size": 0, "last_step": None, "attempt": -1, "attempts": 0})
-            entry["attempts"] += 1  # type: ignore[operator]
-            if attempt > entry["attempt"]:  # type: ignore[operator]
+            entry["attempts"] += 1
+            if attempt > entry["attempt"]:
                 entry["attempt"], entry["world_size"] = attempt, row["world_size"]
             if row["last_step"] is not None and (entry["last_step"] is None or row["last_step"] > entry["last_step"]):
                 entry["last_step"] = row["last_step"]
@@ -207,7 +208,7 @@ def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tupl
                 return False
             return True
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             url = urlparse(self.path)
             if not self._authorised(url.path):
                 return
@@ -231,7 +232,7 @@ def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tupl
                 self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "application/json",
                            json.dumps({"error": "internal error (logged by the root)"}).encode())
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             url = urlparse(self.path)
             if not self._authorised(url.path):
                 return
@@ -278,12 +279,13 @@ class BoundedHTTPServer(HTTPServer):
         self._slots = threading.BoundedSemaphore(workers)
         self.refused = 0
 
-    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+    def process_request(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
             self.refused += 1
             body = b'{"error": "too many requests at once"}'
             try:
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                sock = request if isinstance(request, socket.socket) else request[1]  # TCP: always the socket
+                sock.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
                                 b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
             except OSError:
                 pass
@@ -291,7 +293,7 @@ class BoundedHTTPServer(HTTPServer):
             return
         threading.Thread(target=self._serve_one, args=(request, client_address), daemon=True).start()
 
-    def _serve_one(self, request: socket.socket, client_address: object) -> None:
+    def _serve_one(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any) -> None:
         try:
             self.finish_request(request, client_address)
         except Exception:

@@ -203,7 +203,7 @@ class RootMetrics:
         reads (our names never need the 1.0.0 format's escaping)."""
         return CONTENT_TYPE_PLAIN_0_0_4, generate_latest(self.registry)
 
-    def collect(self) -> Iterable[Metric]:  # noqa: C901 (one flat list of families)
+    def collect(self) -> Iterable[Metric]:
         registered = [j for j in (self.known_jobs() if self.known_jobs is not None else ())
                       if not j.startswith(HOST_JOB_PREFIX)]
         with self._lock:
@@ -212,18 +212,22 @@ class RootMetrics:
             jobs = {name: job for name, job in self._jobs.items()}
             snapshot = [(name, job, dict(job.latest), job.progress, dict(job.hw_latest), dict(job.hw_totals),
                          dict(job.nonfinite)) for name, job in sorted(jobs.items())]
-        families: dict[str, Metric] = {}
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
 
         def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-            if name not in families:
-                families[name] = GaugeMetricFamily(name, doc, labels=labels)
-            return families[name]  # type: ignore[return-value]
+            family = families.get(name)
+            if family is None:
+                family = families[name] = GaugeMetricFamily(name, doc, labels=labels)
+            assert isinstance(family, GaugeMetricFamily)
+            return family
 
         def counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
             key = name + "_total"  # exposed with _total; kept apart from a gauge of the bare name
-            if key not in families:
-                families[key] = CounterMetricFamily(name, doc, labels=labels)
-            return families[key]  # type: ignore[return-value]
+            family = families.get(key)
+            if family is None:
+                family = families[key] = CounterMetricFamily(name, doc, labels=labels)
+            assert isinstance(family, CounterMetricFamily)
+            return family
 
         # declared up front so the families exist (with HELP/TYPE) even before any job
         for name, doc in STEP_METRICS.values():
@@ -317,10 +321,11 @@ class RootMetrics:
             elif step_time is not None:
                 _add(gauge("telemetry_ranks_reporting", "", JA), ids, len(step_time.summary.sources))
             for metric, entry in sorted(hw_latest.items()):
-                name, _ = hardware_family(metric)  # type: ignore[misc]
+                found = hardware_family(metric)
                 s = entry.summary
-                if not s.count:
+                if found is None or not s.count:
                     continue
+                name = found[0]
                 family = gauge(name, f"Hardware reading {metric} across its sources (ranks), latest second "
                                      "(stat: max, mean, min).", [*JA, "stat"])
                 for stat, value in (("max", s.max), ("mean", s.mean), ("min", s.min)):
@@ -329,8 +334,10 @@ class RootMetrics:
                 if metric in AGGREGATES:
                     _add(counter(metric, AGGREGATES[metric][0], JA), ids, total)
                     continue
-                name, _ = hardware_family(metric)  # type: ignore[misc]
-                _add(counter(name, f"Increase of the hardware counter {metric[:-len('_delta')]} summed over "
+                found = hardware_family(metric)
+                if found is None:
+                    continue
+                _add(counter(found[0], f"Increase of the hardware counter {metric[:-len('_delta')]} summed over "
                                    "its sources (ranks, or a host's devices) since the root started.", JA),
                      ids, total)
 
@@ -396,10 +403,10 @@ def _ids(scoped: str) -> list[str]:
     return [job, str(attempt)]
 
 
-def _add(family: Metric, labels: list[str], value: float | int | None) -> None:
+def _add(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: float | int | None) -> None:
     if value is None:
         return
     value = float(value)
     if math.isnan(value):
         return
-    family.add_metric(labels, value)  # type: ignore[attr-defined]
+    family.add_metric(labels, value)
