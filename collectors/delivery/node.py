@@ -33,7 +33,6 @@ from collectors.delivery.windows import (
     Refusal,
     Window,
     WindowTable,
-    merge_parts,
 )
 from telemetry.v1 import forward_pb2
 
@@ -395,8 +394,7 @@ class Upstream:
         """Hand the windows to the outbox, which sends them from its own thread: nothing slow here."""
         parts = []
         for win in windows:
-            out = OutPart(win.key, win.expected, win.forwarded, merge_parts(win.pending), win.pending, win.absorbed)
-            win.pending, win.absorbed = [], []
+            out = win.take(late=win.forwarded)
             if out.late:
                 node.counters["late"] += 1
             parts.append((win, out))

@@ -103,6 +103,14 @@ class Window:
     sealed_at: float = 0.0
     forwarded: bool = False  # anything sent up already: what follows is a late delta
 
+    def take(self, late: bool) -> OutPart:
+        """What the window holds pending, merged into one OutPart for its sink (the parent's outbox, or the
+        root's store), with the parts and absorbed duplicates it is to release once settled; the window holds
+        nothing pending after. The caller puts it in flight (`inflight`) under the sink's id for it."""
+        out = OutPart(self.key, self.expected, late, merge_parts(self.pending), self.pending, self.absorbed)
+        self.pending, self.absorbed = [], []
+        return out
+
 
 @dataclass
 class Deadlines:

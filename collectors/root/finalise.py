@@ -9,7 +9,7 @@ from collections.abc import Callable
 from collectors.common.keys import Key
 from collectors.common.rows import Row
 from collectors.delivery.node import Node
-from collectors.delivery.windows import OutPart, Window, merge_parts
+from collectors.delivery.windows import OutPart, Window
 from collectors.root.store import Store, StoreLost
 from telemetry.summary import Summary
 
@@ -43,17 +43,15 @@ class Finaliser:
         rows, outs = [], []
         stamp = time.time_ns()
         for win in windows:
-            merged = merge_parts(win.pending)
             previous = self.final.get(win.key)
+            out = win.take(late=previous is not None)
             if previous is None:
-                row = Row(win.key, win.expected, merged, 0, stamp)
+                row = Row(win.key, win.expected, out.summary, 0, stamp)
             else:
                 row = Row(win.key, max(win.expected, previous.expected),
-                          Summary.merge_all([previous.summary, merged]), previous.late + 1, previous.finalised_ns)
+                          Summary.merge_all([previous.summary, out.summary]), previous.late + 1, previous.finalised_ns)
             rows.append(row)
-            out = OutPart(win.key, win.expected, previous is not None, merged, win.pending, win.absorbed)
             outs.append(out)
-            win.pending, win.absorbed = [], []
             win.inflight[PERSISTING] = out
         jobs = {job: node.ranks(job).world_size for job in {w.key.job for w in windows}}
         jobs = {j: w for j, w in jobs.items() if w}
