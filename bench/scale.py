@@ -7,7 +7,7 @@ Per size N: 20 metrics per rank per step, 8 ranks per node agent, 32 agents per 
 
 The tree: every collector (racks; a cluster tier when there are more racks than the root's fan-in of 4,
 --root-fanin, each collector taking at most 16 children, --racks-per-collector; the root with its SQLite store,
-API and detectors) is a real `CollectorServer` process (grpc.aio) speaking gRPC on loopback. The sizes in --wide
+API and detectors) is a real `CollectorServer` (the root a `RootServer`) process (grpc.aio) speaking gRPC on loopback. The sizes in --wide
 (default 16,384) are also run, tree only, at realistic fan-ins (--wide-shape 64x32: 64 agents per rack, up to 32
 racks per collector, so 16,384 ranks are 2,048 agents in 32 racks of 64 under the root). The node agents are
 the real agent classes wired as `AgentServer.__init__` wires them, each with its own Outbox and Forward stream to its rack, hosted up to 256 to
