@@ -1,0 +1,127 @@
+"""Run one bench at two revisions, alternately, and compare every figure of its JSON as head / base.
+
+Why: a refactor is to leave the benchmarks' figures where they were (the codebase issue: within 10 %), and these
+machines drift; figures taken days apart on another load say little. This runs the same command at the base
+revision (a detached git worktree, removed after) and at the working tree, interleaved (base, head, base, head,
+...), and compares the means of the rounds, so that both sides see the same machine.
+
+    .venv/bin/python bench/ab.py --base 7923722 --keys 'own_code|bytes_per_step' -- \\
+        bench/scale.py --sizes 1024,4096 --steps 10 --warmup 2 --idle-s 2 --wide '' --no-baseline --out {out}
+
+The command after `--` is run in each tree with that tree first on PYTHONPATH, `{out}` replaced by a fresh
+directory; the bench's JSON is the one *.json file it writes there. Every numeric leaf of it (a dotted path,
+list items by index) that both sides have is compared, or those matching --keys (a regular expression). Writes
+bench/results/ab.json (or --json): both revisions, each round's JSON and the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import REPO, git_head, machine_facts
+
+
+def leaves(value: Any, path: str = "") -> dict[str, float]:
+    """Every number of a JSON document by its dotted path (booleans are not numbers here)."""
+    out: dict[str, float] = {}
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out.update(leaves(item, f"{path}.{key}" if path else str(key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            out.update(leaves(item, f"{path}.{index}" if path else str(index)))
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        out[path] = float(value)
+    return out
+
+
+def compare(base: list[dict[str, Any]], head: list[dict[str, Any]], keys: str | None) -> list[dict[str, Any]]:
+    """Per figure both sides have in every round: each side's rounds, means, and head / base."""
+    wanted = re.compile(keys) if keys else None
+    base_leaves, head_leaves = [leaves(doc) for doc in base], [leaves(doc) for doc in head]
+    common = set.intersection(*(set(found) for found in base_leaves + head_leaves))
+    rows = []
+    for path in sorted(common):
+        if wanted is not None and not wanted.search(path):
+            continue
+        b, h = [found[path] for found in base_leaves], [found[path] for found in head_leaves]
+        mean_b, mean_h = statistics.fmean(b), statistics.fmean(h)
+        rows.append({"figure": path, "base": b, "head": h, "base_mean": mean_b, "head_mean": mean_h,
+                     "ratio": mean_h / mean_b if mean_b else None})
+    return rows
+
+
+def run_once(tree: Path, command: list[str], out: Path) -> dict[str, Any]:
+    """The command in `tree`, its JSON result."""
+    out.mkdir(parents=True)
+    argv = [sys.executable if part == "python" else part.replace("{out}", str(out)) for part in command]
+    if argv[0].endswith(".py"):
+        argv.insert(0, sys.executable)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(":")}
+    done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} in {tree} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    found = sorted(out.rglob("*.json"))
+    if len(found) != 1:
+        raise RuntimeError(f"{' '.join(argv)} wrote {len(found)} JSON files in {out}, not one")
+    return dict(json.loads(found[0].read_text()))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
+    parser.add_argument("--base", required=True, help="the revision to compare against (any git revision)")
+    parser.add_argument("--rounds", type=int, default=2, help="runs per side, interleaved (default 2)")
+    parser.add_argument("--keys", help="compare only the figures whose dotted path matches this regex")
+    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "ab.json")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the bench command, with {out}")
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command or not any("{out}" in part for part in command):
+        parser.error("give the bench command after --, with {out} where its output directory goes")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    work = Path(tempfile.mkdtemp(prefix="telemetry-ab-"))
+    base_tree = work / "base"
+    try:
+        subprocess.run(["git", "worktree", "add", "--detach", str(base_tree), args.base], cwd=REPO, check=True,
+                       capture_output=True)
+        docs: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
+        for round_ in range(1, args.rounds + 1):
+            for side, tree in (("base", base_tree), ("head", REPO)):
+                start = time.monotonic()
+                docs[side].append(run_once(tree, command, work / f"{side}-{round_}"))
+                print(f"round {round_}/{args.rounds} {side}: {time.monotonic() - start:.0f} s", flush=True)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], cwd=REPO, capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+    rows = compare(docs["base"], docs["head"], args.keys)
+    width = max((len(row["figure"]) for row in rows), default=10)
+    print(f"{'figure':{width}}  {'base (rounds)':>24}  {'head (rounds)':>24}  head/base")
+    for row in rows:
+        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3f}"
+        print(f"{row['figure']:{width}}  {', '.join(f'{v:.4g}' for v in row['base']):>24}  "
+              f"{', '.join(f'{v:.4g}' for v in row['head']):>24}  {ratio:>9}")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    base_rev = subprocess.run(["git", "rev-parse", args.base], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    args.json.write_text(json.dumps({"benchmark": "ab", "command": command, "base": base_rev, "head": git_head(),
+                                     "rounds": args.rounds, "machine": machine_facts(), "keys": args.keys,
+                                     "table": rows, "runs": docs}, indent=1) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
