@@ -162,6 +162,17 @@ lifecycle_options = [
 ]
 
 
+def window_options(deadline_factor: float) -> list:
+    """The window options every tier has beside its deadline floor: the deadline's factor (its default per tier),
+    the metric budget, then the job lifecycle's."""
+    return [
+        click.option("--deadline-factor", type=float, default=deadline_factor, show_default=True,
+                     help="Deadline as a multiple of the job's median step time, when larger than the floor."),
+        click.option("--max-metrics", type=int, default=256, show_default=True, help="Distinct metric names per job."),
+        *lifecycle_options,
+    ]
+
+
 def with_options(options):
     def decorate(func):
         for option in reversed(options):
@@ -183,12 +194,9 @@ def with_options(options):
 @with_options(parent_options)
 @click.option("--deadline-floor", type=float, default=2.0, show_default=True,
               help="Seconds a step may wait for a slow local rank (at least).")
-@click.option("--deadline-factor", type=float, default=3.0, show_default=True,
-              help="Deadline as a multiple of the job's median step time, when larger than the floor.")
+@with_options(window_options(deadline_factor=3.0))
 @click.option("--stuck-after", type=float, default=10.0, show_default=True,
               help="Seconds without a heartbeat before a live rank counts as stuck.")
-@click.option("--max-metrics", type=int, default=256, show_default=True, help="Distinct metric names per job.")
-@with_options(lifecycle_options)
 @click.option("--max-ranks", type=click.IntRange(min=1), default=512, show_default=True,
               help="Rank streams served at once; one more is refused with RESOURCE_EXHAUSTED (and counted).")
 @click.option("--gpu-probe/--no-gpu-probe", default=True, show_default=True,
@@ -265,10 +273,7 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
                    "(synchronous=FULL, an fsync per commit; cost in bench/store_sync.py).")
 @click.option("--deadline-floor", type=float, default=None,
               help="Seconds a window may wait for slow children [default: 3 (collector), 4 (root)].")
-@click.option("--deadline-factor", type=float, default=4.0, show_default=True,
-              help="Deadline as a multiple of the job's median step time, when larger than the floor.")
-@click.option("--max-metrics", type=int, default=256, show_default=True, help="Distinct metric names per job.")
-@with_options(lifecycle_options)
+@with_options(window_options(deadline_factor=4.0))
 @click.option("--max-children", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Child streams (agents, collectors) served at once; one more is refused with "
                    "RESOURCE_EXHAUSTED (and counted).")
