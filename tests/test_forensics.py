@@ -52,7 +52,8 @@ def test_an_on_demand_capture_travels_down_three_tiers_and_back(tmp_path: Path) 
         for run in runs:
             with run.step(0):
                 run.log(0, loss=1.0)
-        wait_for(lambda: "fx" in root.jobs(), 15, what="the job at the root")
+        # Both ranks registered and known at the root: a rank no child covers yet is answered "none" at once.
+        wait_for(lambda: root.liveness("fx")["alive"] == 2, 15, what="both ranks of the job at the root")
         status, asked = _post(root.api_address, "/api/v1/jobs/fx/forensics", {"ranks": [1]})
         assert status == 202, asked
         assert asked["ranks"] == [1] and asked["request_id"].startswith("od-")
@@ -63,7 +64,7 @@ def test_an_on_demand_capture_travels_down_three_tiers_and_back(tmp_path: Path) 
             return body if not body["pending"] else None
         body = wait_for(answered, 20, what="rank 1's capture at the root")
         [capture] = body["captures"]
-        assert capture["rank"] == 1 and capture["source"] == "sdk" and capture["error"] == ""
+        assert capture["rank"] == 1 and capture["source"] == "sdk" and capture["error"] == "", (capture["error"], capture["reason"])
         # The SDK took every thread of its process (this test's): the blocked worker is there, in wait.
         assert '"data-loader-worker"' in capture["stacks"] and "in wait" in capture["stacks"]
         assert capture["flight_recorder"] is None  # no torch.distributed here
