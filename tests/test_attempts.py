@@ -278,3 +278,16 @@ def test_a_second_init_in_one_process_drops_the_steps_it_replays(tmp_path: Path,
         wait_for(lambda: losses().get(7) == 207.0, 15, what="steps 6-7")
     finally:
         stop_all(agent, root)
+
+
+def test_the_replay_guard_remembers_a_bounded_number_of_runs(tmp_path: Path, monkeypatch) -> None:
+    from telemetry.sdk import run as sdk_run
+
+    monkeypatch.setattr(sdk_run, "MAX_RUNS_REMEMBERED", 2)
+    monkeypatch.setattr(sdk_run, "_STEPS_LOGGED", {})
+    agent = f"unix:{tmp_path / 'nobody.sock'}"
+    for attempt in (1, 2, 3):
+        run = telemetry.init(job="bounded", rank=0, world_size=2, agent=agent, attempt=attempt)
+        run.log(1, loss=1.0)
+        run.close(0.1)
+    assert [key[2] for key in sdk_run._STEPS_LOGGED] == [2, 3]  # the oldest Run forgotten, the newest kept

@@ -87,15 +87,6 @@ class RankView:
                    dict(zip(msg.host_ranks, msg.hosts)), bitmap(msg.closed),
                    {rank: process for rank, process in zip(msg.host_ranks, msg.processes) if process})
 
-    def absorb(self, other: RankView) -> None:
-        self.alive |= other.alive
-        self.stuck |= other.stuck
-        self.dead |= other.dead
-        self.closed |= other.closed
-        self.world_size = max(self.world_size, other.world_size)
-        self.hosts.update(other.hosts)
-        self.processes.update(other.processes)
-
 
 class AckDown(Protocol):
     """Tell a sender below about one of its units: durable (or settled with the windows in `refused` never

@@ -43,8 +43,11 @@ _Record = tuple[int, int, Any]  # (kind, step, payload): values, a step's end ti
 # The highest step each (agent, job, attempt, rank) logged in this process, across its Runs. The tree tells one
 # run from another by process (collectors/delivery/runs.py), so a later telemetry.init() of the same rank in the
 # same process that logs a step again would have it taken for a resend of the earlier Run's and dropped
-# unseen: such steps are dropped here instead, loudly, and close() says so (docs/restarts.md).
+# unseen: such steps are dropped here instead, loudly, and close() says so (docs/restarts.md). The newest
+# MAX_RUNS_REMEMBERED are kept: a process that starts Runs for months (a sweep; single-rank jobs get a new attempt
+# per init, so their entries never match again) must not grow by one entry per Run.
 _STEPS_LOGGED: dict[tuple[str, str, int, int], list[int]] = {}
+MAX_RUNS_REMEMBERED = 4096
 
 
 class Run:
@@ -65,6 +68,8 @@ class Run:
         self._known_names: set[str] = set()
         self.dropped_records = 0
         self._logged = _STEPS_LOGGED.setdefault((self.agent, job, self.attempt, rank), [-1])
+        if len(_STEPS_LOGGED) > MAX_RUNS_REMEMBERED:
+            del _STEPS_LOGGED[next(iter(_STEPS_LOGGED))]  # the oldest (a dict keeps insertion order)
         self._replayed_through = self._logged[0]  # steps up to this one an earlier Run here logged: dropped
         self._replay_warned = False
         self.current_step = 0
