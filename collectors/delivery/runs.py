@@ -63,6 +63,7 @@ class RunLedger:
         if known is None:
             known = self._runs[job] = dict(self._recall(job)) if self._recall is not None else {}
         new: dict[int, Claim] = {}
+        newly_refused: list[int] = []
         conflicts = self._conflicts.get((sender, job))
         for rank, claim in claims.items():
             if not claim.process:
@@ -74,13 +75,18 @@ class RunLedger:
                 if conflicts is None:
                     conflicts = self._conflicts[(sender, job)] = {}
                 if rank not in conflicts:
-                    log.warning("rank %d of job %s: %s says process %x on %s runs it, but process %x on %s "
-                                "already did; its windows are refused", rank, job, sender, claim.process,
-                                claim.host or "?", first.process, first.host or "?")
+                    newly_refused.append(rank)
                 conflicts[rank] = (first, claim)
                 continue
             if conflicts:
                 conflicts.pop(rank, None)
+        if newly_refused and conflicts is not None:
+            # One line per child and job, not per rank: a refused run of 16,384 ranks is one event.
+            first, claim = conflicts[newly_refused[0]]
+            log.warning("job %s: %s says %d rank(s) (e.g. rank %d, process %x on %s) run in other processes than "
+                        "the ones that already ran them (rank %d: process %x on %s); their windows are refused",
+                        job, sender, len(newly_refused), newly_refused[0], claim.process, claim.host or "?",
+                        newly_refused[0], first.process, first.host or "?")
         if new and self._record is not None:
             try:
                 self._record(job, new)
