@@ -24,7 +24,8 @@ from collectors.common.lifetime import die_with_parent  # noqa: E402  (after EAR
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="telemetry", prog_name="telemetry")
+@click.version_option(package_name="treemetry", prog_name="telemetry",
+                      message="%(prog)s %(version)s (the package: pip install %(package)s)")
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """Hierarchical, mergeable telemetry for large distributed PyTorch training runs.

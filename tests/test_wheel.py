@@ -1,9 +1,11 @@
-"""The wheel carries what the services need, and installs quietly.
+"""The wheel installs under the project's own name, carries what the services need, and installs quietly.
 
 Builds the wheel from this checkout (``python -m build --wheel --no-isolation``: the environment's
 setuptools, no download), checks the build says nothing deprecated about our packaging, installs
-``telemetry[services]`` from it into a fresh venv and runs the services' commands there, outside
-any checkout: ``telemetry dashboards push`` must find the dashboards in the installed package.
+``treemetry`` from it (no extras: the base install runs the CLI and the services) into a fresh venv and runs
+the services' commands there, outside any checkout: ``telemetry dashboards push`` must find the dashboards in
+the installed package. The distribution is ``treemetry``: on the package index, ``telemetry`` is someone
+else's project, so an install line naming it would fetch that.
 
 Needs the package registry for the fresh venv's dependencies (marked ``network``; deselect with
 ``-m "not network"`` on a machine without one).
@@ -11,6 +13,7 @@ Needs the package registry for the fresh venv's dependencies (marked ``network``
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import venv
@@ -31,24 +34,53 @@ def _run(cmd: list, cwd: Path, timeout: float = 240) -> str:
     return done.stdout + done.stderr
 
 
+class _Service(subprocess.Popen):
+    ready: dict
+
+
+def _ready(cmd: list, cwd: Path) -> _Service:
+    """Start a service; return it once it printed its JSON ready line."""
+    service = _Service([str(c) for c in cmd], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = service.stdout.readline() if service.stdout else ""
+    if not line.startswith("{"):
+        service.kill()
+        raise AssertionError(f"{cmd} printed {line!r}:\n{service.communicate()[1][-3000:]}")
+    service.ready = json.loads(line)
+    return service
+
+
 def test_wheel_installs_the_services_with_their_data(tmp_path: Path) -> None:
     pytest.importorskip("build")
     out = tmp_path / "dist"
     log = _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", out, REPO], cwd=tmp_path)
     assert "deprecat" not in log.lower(), log  # e.g. SetuptoolsDeprecationWarning for a TOML license table
-    (wheel,) = out.glob("telemetry-*.whl")
+    (wheel,) = out.glob("*.whl")
+    assert wheel.name.startswith("treemetry-"), wheel.name
 
     env = tmp_path / "venv"
     venv.create(env, with_pip=False)  # the outer pip installs into it: quicker than bootstrapping one
     python = env / "bin" / "python"
     _run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--disable-pip-version-check",
-          f"{wheel}[services]"], cwd=tmp_path)
+          wheel], cwd=tmp_path)
 
     elsewhere = tmp_path / "elsewhere"  # no checkout on the path: everything comes from the installed package
     elsewhere.mkdir()
     dry = _run([env / "bin" / "telemetry", "dashboards", "push", "--dry-run"], cwd=elsewhere)
     assert "would push dashboard telemetry-training-run" in dry and str(env) in dry, dry
     assert "watch" in _run([env / "bin" / "telemetry", "--help"], cwd=elsewhere)
+    for command in ("agent", "collector", "watch", "demo"):
+        assert "Usage:" in _run([env / "bin" / "telemetry", command, "--help"], cwd=elsewhere), command
+    # The services themselves start from the base install (their imports run only once they start).
+    root = _ready([env / "bin" / "telemetry", "collector", "--listen", "127.0.0.1:0", "--api", "127.0.0.1:0",
+                   "--db", tmp_path / "root.db"], elsewhere)
+    agent = _ready([env / "bin" / "telemetry", "agent", "--socket", tmp_path / "agent.sock", "--no-gpu-probe",
+                    "--parent", root.ready["address"]], elsewhere)
+    for service in (agent, root):
+        service.terminate()
+        assert service.wait(timeout=30) == 0, service.stderr.read() if service.stderr else ""
+    assert "telemetry 0.1.0 (the package: pip install treemetry)" in _run([env / "bin" / "treemetry", "--version"], cwd=elsewhere)
+    shown = _run([sys.executable, "-m", "pip", "--python", python, "show", "treemetry"], cwd=elsewhere)
+    assert "Name: treemetry" in shown, shown
     where = _run([python, "-c", "import collectors, pathlib; print(pathlib.Path(collectors.__file__).parent)"],
                  cwd=elsewhere).strip()
     assert where.startswith(str(env)), where

@@ -18,7 +18,7 @@ def plot(report: dict[str, Any], hardware_history: list[tuple[float, dict[str, f
     try:
         import matplotlib
     except ImportError:
-        raise RuntimeError("--plot needs matplotlib: pip install 'telemetry[demo]'") from None
+        raise RuntimeError("--plot needs matplotlib: pip install 'treemetry[demo]'") from None
     matplotlib.use("Agg")  # files only; no display needed
     import matplotlib.pyplot as plt
 

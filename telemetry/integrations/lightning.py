@@ -59,7 +59,7 @@ def _callback_bases() -> tuple[type, ...]:
     except ImportError:
         pass
     if not bases:
-        raise ImportError("telemetry.integrations.lightning needs Lightning: pip install 'telemetry[lightning]'")
+        raise ImportError("telemetry.integrations.lightning needs Lightning: pip install 'treemetry[lightning]'")
     return tuple(bases)
 
 
