@@ -170,6 +170,9 @@ def window_options(deadline_factor: float) -> list:
         click.option("--deadline-factor", type=float, default=deadline_factor, show_default=True,
                      help="Deadline as a multiple of the job's median step time, when larger than the floor."),
         click.option("--max-metrics", type=int, default=256, show_default=True, help="Distinct metric names per job."),
+        click.option("--window-budget-mb", type=click.IntRange(min=1), default=512, show_default=True,
+                     help="MiB of windows this tier holds in memory. Past it, windows already durable are forgotten "
+                          "early (no loss); only if none is left is unstored data dropped (dropped_windows)."),
         *lifecycle_options,
     ]
 
@@ -223,8 +226,8 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
           parent_ca: str | None, parent_cert: str | None, parent_key: str | None, parent_token: str | None,
           parent_token_file: str | None, parent_server_name: str | None, allow_insecure_token: bool,
           deadline_floor: float,
-          deadline_factor: float, stuck_after: float, max_metrics: int, max_world_size: int, job_idle_timeout: float,
-          max_ranks: int, gpu_probe: bool, nic_probe: bool,
+          deadline_factor: float, stuck_after: float, max_metrics: int, window_budget_mb: int, max_world_size: int,
+          job_idle_timeout: float, max_ranks: int, gpu_probe: bool, nic_probe: bool,
           probe_interval: float, sysfs_root: str, nic_exclude: tuple[str, ...], nvlink_every: int, host_id: str,
           capture_timeout: float, verbose: int) -> None:
     """Run the node agent: ranks on this host stream to it; it forwards sealed step summaries to --parent."""
@@ -242,7 +245,8 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
         allowed_uids=allowed_uids,
         node_id=node_id, parent_security=security, deadline_floor_s=deadline_floor,
         deadline_factor=deadline_factor, stuck_after_s=stuck_after, max_metrics_per_job=max_metrics,
-        max_ranks=max_ranks, job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size, gpu_probe=gpu_probe,
+        window_budget_bytes=window_budget_mb << 20, max_ranks=max_ranks, job_idle_timeout_s=job_idle_timeout,
+        max_world_size=max_world_size, gpu_probe=gpu_probe,
         nic_probe=nic_probe, probe_interval_s=probe_interval,
         sysfs_root=sysfs_root, nic_exclude=tuple(nic_exclude), nvlink_every=nvlink_every, host_id=host_id,
         capture_timeout_s=capture_timeout)
@@ -288,7 +292,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               tls_cert: str | None,
               tls_key: str | None, tls_client_ca: str | None, token: str | None, token_file: str | None, db: str,
               api: str, api_token: str | None, api_token_file: str | None, deadline_floor: float | None,
-              deadline_factor: float, max_metrics: int,
+              deadline_factor: float, max_metrics: int, window_budget_mb: int,
               durability: str, max_world_size: int, job_idle_timeout: float, max_children: int,
               detectors_config: str | None, verbose: int) -> None:
     """Run a collector (rack or cluster tier); with no --parent it is the root (store, API)."""
@@ -320,7 +324,8 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
             listen=listen, node_id=node_id, security=security, db=Path(db), api=api, api_token=api_token,
             deadline_floor_s=4.0 if deadline_floor is None else deadline_floor, deadline_factor=deadline_factor,
             max_metrics_per_job=max_metrics, max_children=max_children, job_idle_timeout_s=job_idle_timeout,
-            max_world_size=max_world_size, durability=durability, detectors=detectors)
+            max_world_size=max_world_size, durability=durability, detectors=detectors,
+            window_budget_bytes=window_budget_mb << 20)
         _serve(signals, lambda: RootServer(root),
                lambda server: {"role": "root", "id": server.node.node_id, "address": server.address,
                                "api": server.api_address})
@@ -330,7 +335,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
         listen=listen, parents=[*parents, *fallbacks], node_id=node_id, security=security,
         parent_security=parent_security, deadline_floor_s=3.0 if deadline_floor is None else deadline_floor,
         deadline_factor=deadline_factor, max_metrics_per_job=max_metrics, max_children=max_children,
-        job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size)
+        job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size, window_budget_bytes=window_budget_mb << 20)
     _serve(signals, lambda: CollectorServer(config),
            lambda server: {"role": "collector", "id": server.node.node_id, "address": server.address, "api": None})
 

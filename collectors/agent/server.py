@@ -25,7 +25,7 @@ from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, DEFAULT_MA
 from collectors.delivery.lifecycle import DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, JobLifecycle
 from collectors.delivery.node import Node, Upstream
 from collectors.delivery.outbox import Outbox
-from collectors.delivery.windows import Deadlines
+from collectors.delivery.windows import DEFAULT_WINDOW_BUDGET_BYTES, Deadlines
 from telemetry.sdk.env import default_socket
 from telemetry.v1 import ingest_pb2_grpc
 
@@ -47,6 +47,7 @@ class AgentConfig:
     stuck_after_s: float = DEFAULT_STUCK_AFTER_S
     max_metrics_per_job: int = DEFAULT_MAX_METRICS_PER_JOB
     retain_s: float = 120.0
+    window_budget_bytes: int = DEFAULT_WINDOW_BUDGET_BYTES  # --window-budget-mb (WindowTable)
     max_ranks: int = DEFAULT_MAX_RANKS  # concurrent rank streams; past it a stream is refused (RESOURCE_EXHAUSTED)
     job_idle_timeout_s: float = DEFAULT_JOB_IDLE_TIMEOUT_S  # a job nothing arrived of for this long is forgotten
     max_world_size: int = DEFAULT_MAX_WORLD_SIZE  # a rank declaring a larger world is refused at its hello
@@ -76,7 +77,8 @@ class AgentServer:
         self.config = config
         node_id = config.node_id or f"agent-{socket.gethostname()}-{os.getpid()}"
         self.node = Node(node_id, Deadlines(config.deadline_floor_s, config.deadline_factor),
-                         ack_down=lambda *a, **k: self.service.ack_down(*a, **k), retain_s=config.retain_s)
+                         ack_down=lambda *a, **k: self.service.ack_down(*a, **k), retain_s=config.retain_s,
+                         window_budget_bytes=config.window_budget_bytes)
         self.node.complete = lambda win: True  # the agent's intake decides when a step is sealed
         self.upstream = Upstream(self.node, lambda on_ack: Outbox(node_id, config.parents, config.parent_security,
                                                                   on_ack))

@@ -25,7 +25,7 @@ from collectors.common.transport import Security
 from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, DEFAULT_MAX_WORLD_SIZE, MetricBudget
 from collectors.delivery.lifecycle import DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, ChildLifecycle, JobLifecycle
 from collectors.delivery.node import Node
-from collectors.delivery.windows import Deadlines
+from collectors.delivery.windows import DEFAULT_WINDOW_BUDGET_BYTES, Deadlines
 from telemetry.v1 import forward_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ class TierConfig:
     flush_interval_s: float = 0.02
     max_metrics_per_job: int = DEFAULT_MAX_METRICS_PER_JOB
     retain_s: float = 300.0
+    window_budget_bytes: int = DEFAULT_WINDOW_BUDGET_BYTES  # --window-budget-mb (WindowTable)
     max_children: int = DEFAULT_MAX_CHILDREN  # concurrent child streams; past it refused (RESOURCE_EXHAUSTED)
     job_idle_timeout_s: float = DEFAULT_JOB_IDLE_TIMEOUT_S  # jobs idle and children gone this long are forgotten
     max_world_size: int = DEFAULT_MAX_WORLD_SIZE  # windows or rank states beyond it are refused
@@ -58,7 +59,8 @@ class Tier:
         self.whole_world = whole_world
         node_id = config.node_id or f"{role}-{socket.gethostname()}"
         self.node = Node(node_id, Deadlines(config.deadline_floor_s, config.deadline_factor),
-                         ack_down=self._ack_down, retain_s=config.retain_s)
+                         ack_down=self._ack_down, retain_s=config.retain_s,
+                         window_budget_bytes=config.window_budget_bytes)
         self.flusher = FlushLoop("flush", self._flush, config.flush_interval_s)
         self.lifecycle = JobLifecycle(config.job_idle_timeout_s)
         self.children = ChildLifecycle(config.job_idle_timeout_s)

@@ -25,6 +25,7 @@ from collectors.delivery.forensics import CaptureQueue
 from collectors.delivery.outbox import Outbox, Unit
 from collectors.delivery.runs import Claim, RunLedger
 from collectors.delivery.windows import (
+    DEFAULT_WINDOW_BUDGET_BYTES,
     Deadlines,
     Durability,
     Origin,
@@ -108,10 +109,12 @@ class Node:
     """Windows + durability for one tier. Callers hold `node.lock` around intake; flush takes it itself."""
 
     def __init__(self, node_id: str, deadlines: Deadlines, ack_down: AckDown,
-                 retain_s: float = 300.0, max_windows: int = 200_000) -> None:
+                 retain_s: float = 300.0, window_budget_bytes: int = DEFAULT_WINDOW_BUDGET_BYTES) -> None:
         self.node_id = node_id
         self.lock = threading.RLock()
-        self.table = WindowTable(deadlines, retain_s, max_windows, on_drop=self._dropped)
+        self.table = WindowTable(deadlines, retain_s, window_budget_bytes, on_drop=self._dropped,
+                                 on_evict=self._evicted)
+        self._drop_log = RateLimitedLog(log)
         self.ack_down = ack_down
         self.durability = Durability(
             lambda origin, refused: ack_down(origin, refused=refused) if refused else ack_down(origin))
@@ -347,16 +350,29 @@ class Node:
                 total[name] += child.get(name, 0)
         return total
 
+    def _evicted(self, keys: list[Key]) -> None:
+        """Settled windows the table forgot early to stay in its budget: durable already, so no loss and not
+        counted as one; the sink forgets them too (the root reloads one from its store if a resend comes)."""
+        if self.sink is not None:
+            self.sink.forget(keys)
+
     def _dropped(self, win: Window) -> None:
-        """The table was full and let its oldest window go: counted (`dropped_windows`), and what it held is
-        released as refused, so the senders stop retaining it and their ranks learn it was lost (run.close()
-        is not True). Units in flight upstream release their own holds when acknowledged."""
+        """The table was over its budget with nothing settled left to forget, and let its oldest window go.
+        Only a window that held data not yet handed on (pending parts, absorbed duplicates) is a loss: counted
+        (`dropped_windows`), logged (rate-limited: this can repeat thousands of times a second), and what it
+        held released as refused, so the senders stop retaining it and their ranks learn it was lost
+        (run.close() is not True). Units in flight upstream release their own holds when acknowledged."""
+        if self.sink is not None:
+            self.sink.forget([win.key])
+        if not (win.pending or win.absorbed):
+            return
         self.counters["dropped_windows"] += 1
-        log.warning("window table full: dropped %s", win.key)
+        self._drop_log.warn("window table over its budget (%d bytes) with nothing settled to forget: dropped %s "
+                            "unstored (dropped_windows)", self.table.max_bytes, win.key)
         pending, absorbed = win.pending, win.absorbed
         win.pending, win.absorbed = [], []
         self.release(win.key, pending, absorbed,
-                     refused=f"dropped at {self.node_id}: its window table was full (dropped_windows)")
+                     refused=f"dropped at {self.node_id}: its window table was over its budget (dropped_windows)")
 
 
 class Upstream:

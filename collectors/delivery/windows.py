@@ -102,6 +102,12 @@ class Window:
     sealed: bool = False
     sealed_at: float = 0.0
     forwarded: bool = False  # anything sent up already: what follows is a late delta
+    cost: int = 0  # bytes this window is charged against its table's budget (WindowTable.charge)
+
+    @property
+    def settled(self) -> bool:
+        """Sealed, and nothing pending, in flight or waiting on durability: forgetting it loses nothing."""
+        return self.sealed and not (self.pending or self.inflight or self.absorbed)
 
     def take(self, late: bool) -> OutPart:
         """What the window holds pending, merged into one OutPart for its sink (the parent's outbox, or the
@@ -150,16 +156,38 @@ class Deadlines:
         return statistics.median(intervals) if intervals else 0.0
 
 
+WINDOW_BYTES = 3072
+"""What one window costs a tier, roughly, before its sources: the Window and its dict entry, and at the root the
+finalised Row with its sketch (Finaliser.final). Measured: 60 hosts' hardware held 450,000 windows in ~1.5 GB
+of root RSS (issue 28), ~3.4 KB each."""
+SOURCE_BYTES = 4  # a source in the window's bitmap (2 in an array container, more in a sparse one): an estimate
+DEFAULT_WINDOW_BUDGET_BYTES = 512 << 20
+
+
 class WindowTable:
-    """The windows one node holds; not thread-safe (the node's lock guards it)."""
+    """The windows one node holds; not thread-safe (the node's lock guards it).
+
+    Memory is bounded by a byte budget (`max_bytes`, each window charged `WINDOW_BYTES` plus `SOURCE_BYTES` per
+    source), not by a count. Past it, room is made down to 90% of the budget: settled windows first, oldest
+    sealed first (`on_evict`: what they held is durable, so forgetting them early loses nothing and is not a
+    drop); only when no settled window is left does the oldest unsettled window go, and only one that held data
+    not yet handed on (pending parts or absorbed duplicates) is a loss (`on_drop`). A window whose data is in
+    flight (in the outbox, or being committed) releases its holds when that settles, as an expired one does.
+    """
 
     def __init__(self, deadlines: Deadlines, retain_s: float = 300.0,
-                 max_windows: int = 200_000, on_drop: Callable[[Window], None] | None = None) -> None:
+                 max_bytes: int = DEFAULT_WINDOW_BUDGET_BYTES, on_drop: Callable[[Window], None] | None = None,
+                 on_evict: Callable[[list[Key]], None] | None = None) -> None:
+        if max_bytes < WINDOW_BYTES:
+            raise ValueError(f"a window budget of {max_bytes} bytes holds no window (one costs ~{WINDOW_BYTES})")
         self.deadlines = deadlines
         self.retain_s = retain_s
-        self.max_windows = max_windows
+        self.max_bytes = max_bytes
+        self.bytes = 0  # what the windows held are charged (WINDOW_BYTES + SOURCE_BYTES per source each)
+        self.evicted = 0  # settled windows forgotten before retain_s to stay in budget (no data lost)
         self.windows: dict[Key, Window] = {}
         self._on_drop = on_drop
+        self._on_evict = on_evict
         self._pending: set[Key] = set()  # windows with parts not yet shipped
         self._settling: deque[Key] = deque()  # sealed windows, oldest first, for expiry
 
@@ -169,11 +197,17 @@ class WindowTable:
             now = time.monotonic() if now is None else now
             win = Window(key, expected, now, self.deadlines.for_window(key, now, time.time_ns()))
             self.windows[key] = win
-            if len(self.windows) > self.max_windows:
-                self._drop_oldest()
+            self.charge(win, WINDOW_BYTES)
         elif expected > win.expected:
             win.expected = expected
         return win
+
+    def charge(self, win: Window, nbytes: int) -> None:
+        """Charge `win` for nbytes more; past the budget, make room (never by removing `win` itself)."""
+        win.cost += nbytes
+        self.bytes += nbytes
+        if self.bytes > self.max_bytes:
+            self._make_room(win.key)
 
     def offer(self, part: Part, expected: int) -> tuple[str, BitMap | None]:
         """Accept, absorb or reject one part: returns ("accepted"|"duplicate"|"overlap", overlap)."""
@@ -183,6 +217,7 @@ class WindowTable:
             win.sources |= part.sources
             win.pending.append(part)
             self._pending.add(part.key)
+            self.charge(win, SOURCE_BYTES * len(part.sources))
             return "accepted", None
         if len(overlap) == len(part.sources):
             return "duplicate", overlap
@@ -224,25 +259,52 @@ class WindowTable:
             if win.pending or win.inflight or win.absorbed:
                 self._settling.append(key)  # not settled yet: look again later
                 continue
-            gone.append(self.windows.pop(key))
+            gone.append(self._remove(key))
         return gone
 
     def drop_settled(self, jobs: set[str]) -> list[Key]:
         """Forget the settled windows of these jobs (nothing pending, in flight or waiting on durability)."""
         if not jobs:
             return []
-        gone = [key for key, win in self.windows.items()
-                if key.job in jobs and win.sealed and not (win.pending or win.inflight or win.absorbed)]
+        gone = [key for key, win in self.windows.items() if key.job in jobs and win.settled]
         for key in gone:
-            del self.windows[key]
+            self._remove(key)
         return gone
 
-    def _drop_oldest(self) -> None:
-        oldest = next(iter(self.windows.values()))  # dicts keep insertion order: the first is the oldest
-        del self.windows[oldest.key]
-        self._pending.discard(oldest.key)
-        if self._on_drop:
-            self._on_drop(oldest)
+    def _remove(self, key: Key) -> Window:
+        win = self.windows.pop(key)
+        self.bytes -= win.cost
+        self._pending.discard(key)
+        return win
+
+    def _make_room(self, keep: Key) -> None:
+        """Down to 90% of the budget (so that the work is paid once per many windows, not once per window):
+        settled windows first, oldest sealed first; then, only if that is not enough, the oldest others."""
+        target = self.max_bytes * 9 // 10
+        evicted: list[Key] = []
+        for _ in range(len(self._settling)):
+            if self.bytes <= target:
+                break
+            key = self._settling.popleft()
+            win = self.windows.get(key)
+            if win is None:
+                continue
+            if not win.settled or key == keep:
+                self._settling.append(key)  # still owed something: kept, looked at again later
+                continue
+            self._remove(key)
+            evicted.append(key)
+        if evicted:
+            self.evicted += len(evicted)
+            if self._on_evict:
+                self._on_evict(evicted)
+        while self.bytes > target:
+            oldest = next((w for w in self.windows.values() if w.key != keep), None)  # insertion order: oldest
+            if oldest is None:
+                return
+            self._remove(oldest.key)
+            if self._on_drop:
+                self._on_drop(oldest)
 
 
 def merge_parts(parts: list[Part]) -> Summary:

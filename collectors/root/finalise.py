@@ -82,7 +82,8 @@ class Finaliser:
                 win.forwarded = True
                 if out.late:
                     node.counters["late"] += 1
-                self.final[row.key] = row
+                if node.table.windows.get(row.key) is win:  # not if the table let it go meanwhile (its budget)
+                    self.final[row.key] = row
             node.release_all(outs)
         for callback in self.on_finalised:
             callback(rows)
