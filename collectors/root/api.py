@@ -43,9 +43,10 @@ REQUEST_TIMEOUT_S = 5.0   # a connection idle this long (reading the request, or
 
 
 class ApiError(Exception):
-    def __init__(self, status: HTTPStatus, message: str) -> None:
+    def __init__(self, status: HTTPStatus, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.headers = headers or {}  # e.g. Retry-After with a 429
 
 
 class RootApi:
@@ -226,7 +227,7 @@ def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tupl
                 payload = api.handle_post(url.path, self.rfile.read(length))
                 self._send(HTTPStatus.ACCEPTED, "application/json", json.dumps(payload).encode())
             except ApiError as exc:
-                self._send(exc.status, "application/json", json.dumps({"error": str(exc)}).encode())
+                self._send(exc.status, "application/json", json.dumps({"error": str(exc)}).encode(), exc.headers)
             except Exception:
                 log.exception("API error on POST %s", self.path)
                 self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "application/json",
@@ -244,7 +245,7 @@ def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tupl
                 payload = api.handle(url.path, parse_qs(url.query))
                 self._send(HTTPStatus.OK, "application/json", json.dumps(payload).encode())
             except ApiError as exc:
-                self._send(exc.status, "application/json", json.dumps({"error": str(exc)}).encode())
+                self._send(exc.status, "application/json", json.dumps({"error": str(exc)}).encode(), exc.headers)
             except Exception:  # a bug must answer 500, not kill the server (the details go to the log only)
                 log.exception("API error on %s", self.path)
                 self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "application/json",

@@ -11,7 +11,12 @@ per-rank flight-recorder dump in the layout PyTorch's `torchfrtrace` reads:
     <db stem>.forensics/job-<job>/<request_id>/rank-<r>.json    one capture
     <db stem>.forensics/job-<job>/<request_id>/fr/rank_<r>      the rank's flight recorder (pickle), if any
 
-At most `max_requests` requests are kept (the oldest directory goes first). Everything that touches the
+At most `max_requests` requests are kept (the oldest directory goes first), at most `max_request_bytes` on
+disk per request and `max_job_bytes` per job (a job over its budget loses its oldest requests first; a capture
+that does not fit is kept without its stacks and flight recorder, saying why). Only the ranks a request asked
+are stored; a capture that cannot be stored whole (malformed flight-recorder JSON) is stored with its error,
+never left pending. On-demand requests are admitted by `CaptureLimits` (collectors/root/capture_limits.py:
+rate limits per job and per rank, one capture in flight per rank). Everything that touches the
 disk or the tree runs on one worker thread: event sinks are called under the detectors' lock, and captures
 arrive under the node's lock, so neither may wait for the other's lock or for the disk.
 """
@@ -34,10 +39,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 from pyroaring import BitMap
 
-from collectors.common.attempts import split
+from collectors.common.attempts import scoped, split
 from collectors.detectors.events import Event
+from collectors.root.capture_limits import CaptureLimits
 from telemetry.names import MAX_CAPTURE_BYTES
 from telemetry.v1 import forensics_pb2
 
@@ -46,6 +54,8 @@ log = logging.getLogger(__name__)
 CAPTURE_KINDS = ("hang", "straggler", "collective_mismatch")
 DEFAULT_MAX_RANKS = 8
 DEFAULT_MAX_REQUESTS = 1000
+DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024   # on disk, per request (8 ranks of at most ~580 KiB by default)
+DEFAULT_MAX_JOB_BYTES = 256 * 1024 * 1024      # on disk, per job (its oldest requests go first)
 REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -63,12 +73,17 @@ def _dir_name(job: str) -> str:
 class ForensicsStore:
     """Captures on disk, one directory per request; the newest `max_requests` kept."""
 
-    def __init__(self, folder: Path, max_requests: int = DEFAULT_MAX_REQUESTS) -> None:
+    def __init__(self, folder: Path, max_requests: int = DEFAULT_MAX_REQUESTS,
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 max_job_bytes: int = DEFAULT_MAX_JOB_BYTES) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.max_requests = max_requests
+        self.max_request_bytes = max_request_bytes
+        self.max_job_bytes = max_job_bytes
         found = sorted((p for p in self.folder.glob("job-*/*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
-        self._requests: OrderedDict[Path, None] = OrderedDict((p, None) for p in found)
+        self._requests: OrderedDict[Path, int] = OrderedDict((p, _du(p)) for p in found)  # -> bytes on disk
+        self.trimmed = 0  # captures kept without their stacks and flight recorder (over a byte budget)
 
     def _dir(self, job: str, request_id: str) -> Path:
         if not REQUEST_ID.fullmatch(request_id):
@@ -79,7 +94,7 @@ class ForensicsStore:
         where = self._dir(job, request_id)
         where.mkdir(parents=True, exist_ok=True)
         _write_json(where / "request.json", meta)
-        self._requests[where] = None
+        self._requests[where] = self._requests.get(where, 0)
         self._requests.move_to_end(where)
         while len(self._requests) > self.max_requests:
             oldest, _ = self._requests.popitem(last=False)
@@ -93,19 +108,47 @@ class ForensicsStore:
 
     def save(self, capture: dict[str, Any], flight_recorder: dict[str, Any] | None) -> bool:
         """Write one rank's capture (the first one wins: a resent unit brings it again). False when the
-        request is unknown here (evicted, or never asked by this root)."""
+        request is unknown here (evicted, or never asked by this root). A capture over the request's or the
+        job's byte budget is written without its stacks and flight recorder, saying so."""
         where = self._dir(capture["job"], capture["request_id"])
         if not (where / "request.json").exists():
             return False
         target = where / f"rank-{capture['rank']}.json"
         if target.exists():
             return True
-        if flight_recorder is not None:
+        dump = pickle.dumps(flight_recorder) if flight_recorder is not None else b""
+        text = json.dumps(capture, separators=(",", ":"))
+        size = len(text) + len(dump)
+        if self._requests.get(where, 0) + size > self.max_request_bytes or not self._room(where, size):
+            self.trimmed += 1
+            capture = {**capture, "stacks": "", "flight_recorder": None,
+                       "error": (capture.get("error") or "") + f" [not kept: this capture ({size:,} bytes) is over "
+                       f"the request's ({self.max_request_bytes:,}) or the job's ({self.max_job_bytes:,}) byte "
+                       "budget on disk]"}
+            dump, text = b"", json.dumps(capture, separators=(",", ":"))
+            size = len(text)
+        if dump:
             (where / "fr").mkdir(exist_ok=True)
-            with open(where / "fr" / f"rank_{capture['rank']}", "wb") as f:
-                pickle.dump(flight_recorder, f)
-        _write_json(target, capture)
+            (where / "fr" / f"rank_{capture['rank']}").write_bytes(dump)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, target)
+        self._requests[where] = self._requests.get(where, 0) + size
         return True
+
+    def _room(self, where: Path, size: int) -> bool:
+        """Make room for `size` more bytes in the request `where` within its job's budget, evicting the job's
+        oldest other requests; False when even that is not enough."""
+        mine = [p for p in self._requests if p.parent == where.parent]
+        total = sum(self._requests[p] for p in mine)
+        for oldest in mine:
+            if total + size <= self.max_job_bytes:
+                break
+            if oldest == where:
+                continue
+            total -= self._requests.pop(oldest)
+            shutil.rmtree(oldest, ignore_errors=True)
+        return total + size <= self.max_job_bytes
 
     def captures(self, job: str, request_id: str) -> list[dict[str, Any]]:
         where = self._dir(job, request_id)
@@ -121,6 +164,10 @@ class ForensicsStore:
         return self._dir(job, request_id) / "fr"
 
 
+def _du(where: Path) -> int:
+    return sum(p.stat().st_size for p in where.rglob("*") if p.is_file())
+
+
 def _write_json(path: Path, value: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(value, separators=(",", ":")))
@@ -132,8 +179,10 @@ class Forensics:
 
     def __init__(self, store: ForensicsStore, route: Callable[[list[forensics_pb2.CaptureRequest]], BitMap],
                  max_ranks: int = DEFAULT_MAX_RANKS, max_bytes: int = MAX_CAPTURE_BYTES,
-                 kinds: Iterable[str] = CAPTURE_KINDS, clock: Callable[[], float] = time.time) -> None:
+                 kinds: Iterable[str] = CAPTURE_KINDS, clock: Callable[[], float] = time.time,
+                 limits: CaptureLimits | None = None) -> None:
         self.store = store
+        self.limits = limits or CaptureLimits()
         self.route = route
         self.max_ranks = max_ranks
         self.max_bytes = max_bytes
@@ -143,7 +192,7 @@ class Forensics:
         self._work: queue.Queue = queue.Queue(maxsize=10_000)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="forensics", daemon=True)
-        self.counts = {"requests": 0, "captures": 0, "unknown": 0, "dropped": 0}
+        self.counts = {"requests": 0, "captures": 0, "unknown": 0, "unasked": 0, "malformed": 0, "dropped": 0}
         self.latencies: list[float] = []  # seconds from asking to storing, the latest 1,000
 
     def start(self) -> None:
@@ -167,11 +216,13 @@ class Forensics:
 
     def ask(self, job: str, ranks: Iterable[int], reason: str = "on demand", wait_s: float = 5.0) -> str:
         """An on-demand capture of `ranks` of `job` (its scoped name, collectors/common/attempts.py); returns
-        the request id once the request is recorded (so that reading it at once finds it) and sent down."""
+        the request id once the request is recorded (so that reading it at once finds it) and sent down.
+        Raises ValueError for a bad request, `Busy` (capture_limits.py) when it must wait."""
         request_id = "od-" + secrets.token_hex(6)
         ranks = sorted({int(r) for r in ranks})
         if not ranks or len(ranks) > self.max_ranks:
             raise ValueError(f"name 1 to {self.max_ranks} ranks, got {len(ranks)}")
+        self.limits.admit(job, ranks, request_id, time.monotonic())
         recorded = threading.Event()
         self._put(("ask", job, request_id, ranks, reason, None, None, recorded))
         if not recorded.wait(wait_s):
@@ -206,6 +257,7 @@ class Forensics:
         room = self.max_ranks - len(asked)
         new = [r for r in ranks if r not in asked][:max(0, room)]
         if new:
+            self.limits.asked(job, new, request_id, time.monotonic())
             self._ask(job, request_id, new, kind, event_id, asked)
 
     def _ask(self, job: str, request_id: str, ranks: list[int], reason: str, event_id: int | None,
@@ -241,22 +293,56 @@ class Forensics:
         if meta is None:
             self.counts["unknown"] += 1
             return
+        if capture.rank not in meta.get("ranks", ()):  # a rank never asked: nobody's answer, kept nowhere
+            self.counts["unasked"] += 1
+            log.warning("forensics: refused a capture of rank %d for %s, which did not ask for it", capture.rank,
+                        capture.request_id)
+            return
         asked_at = next((a["at"] for a in meta.get("asks", ()) if capture.rank in a["ranks"]), meta["asked_at"])
+        try:
+            record, dump = self._record(capture, received, asked_at)
+            stored = self.store.save(record, dump)
+        except Exception as exc:  # malformed beyond what _record survives: answered with its error, never pending
+            self.counts["malformed"] += 1
+            log.warning("forensics: the capture of rank %d for %s could not be stored whole: %s", capture.rank,
+                        capture.request_id, exc)
+            record = {"request_id": capture.request_id, "job": capture.job, "attempt": capture.attempt,
+                      "rank": capture.rank, "host": capture.host, "captured_at": capture.captured_at_ns / 1e9,
+                      "stored_at": received, "seconds_to_store": round(received - asked_at, 3),
+                      "source": capture.source, "reason": capture.reason, "stacks": "", "flight_recorder": None,
+                      "process": None, "bytes": capture.ByteSize(),
+                      "error": f"{capture.error} [not stored whole: {type(exc).__name__}: {str(exc)[:200]}]"}
+            stored = self.store.save(record, None)
+        if stored:
+            self.counts["captures"] += 1
+            self.latencies = (self.latencies + [received - asked_at])[-1000:]
+            self.limits.stored(scoped(job, int(meta.get("attempt") or 0)), capture.rank, capture.request_id)
+
+    def _record(self, capture: forensics_pb2.Capture, received: float,
+                asked_at: float) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The capture as stored, and its flight recorder in torchfrtrace's layout when it has one."""
+        error = capture.error
         fr = _parse_json(capture.flight_recorder)
-        record = {"request_id": capture.request_id, "job": job, "attempt": capture.attempt, "rank": capture.rank,
-                  "host": capture.host,
+        record = {"request_id": capture.request_id, "job": capture.job, "attempt": capture.attempt,
+                  "rank": capture.rank, "host": capture.host,
                   "captured_at": capture.captured_at_ns / 1e9, "stored_at": received,
                   "seconds_to_store": round(received - asked_at, 3), "source": capture.source,
-                  "reason": capture.reason, "error": capture.error, "stacks": capture.stacks,
+                  "reason": capture.reason, "error": error, "stacks": capture.stacks,
                   "flight_recorder": fr, "process": _parse_json(capture.process),
                   "bytes": capture.ByteSize()}
         dump = None
         if isinstance(fr, dict) and isinstance(fr.get("entries"), list):
-            dump = {"version": fr.get("version", ""), "pg_config": _pg_config(fr),
-                    "pg_status": fr.get("pg_status") or {}, "entries": fr["entries"]}
-        if self.store.save(record, dump):
-            self.counts["captures"] += 1
-            self.latencies = (self.latencies + [received - asked_at])[-1000:]
+            config = fr.get("pg_config") or {}
+            if all(isinstance(e, dict) for e in fr["entries"]) and isinstance(config, dict) and all(
+                    isinstance(value, dict) for value in config.values()):
+                dump = {"version": fr.get("version", ""), "pg_config": _pg_config(fr),
+                        "pg_status": fr.get("pg_status") or {}, "entries": fr["entries"]}
+            else:
+                record["error"] = (error + " [flight recorder malformed (its entries or pg_config are not "
+                                   "objects): kept as JSON only, not written for torchfrtrace]").strip()
+        elif fr is not None and (not isinstance(fr, dict) or list(fr) == ["unparsed"]):
+            record["error"] = (error + " [flight recorder malformed: not a JSON object]").strip()
+        return record, dump
 
     # ----------------------------------------------------------------- reading (the API's threads)
     def answer(self, job: str, request_id: str) -> dict[str, Any] | None:
@@ -283,7 +369,8 @@ def _pg_config(fr: dict[str, Any]) -> dict[str, Any]:
     config keyed "" is re-keyed by the name the entries use (the dump as captured stays in the JSON)."""
     config = dict(fr.get("pg_config") or {})
     names = {tuple(e["process_group"][:2]) for e in fr["entries"]
-             if isinstance(e, dict) and isinstance(e.get("process_group"), list) and len(e["process_group"]) >= 2}
+             if isinstance(e, dict) and isinstance(e.get("process_group"), list) and len(e["process_group"]) >= 2
+             and all(isinstance(n, str) for n in e["process_group"][:2])}
     if list(config) == [""] and len(names) == 1:
         name, desc = next(iter(names))
         config = {name: {**config[""], "name": name, "desc": desc}}
@@ -295,5 +382,33 @@ def _parse_json(text: str) -> Any:
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # 100k-deep nesting raises RecursionError, not ValueError
         return {"unparsed": text[:1000]}
+
+
+class ForensicsMetrics(Collector):
+    """A Prometheus collector: what became of the captures that reached the root, and the on-demand requests
+    its limits refused (docs/forensics.md)."""
+
+    def __init__(self, forensics: Forensics) -> None:
+        self.forensics = forensics
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        captures = CounterMetricFamily(
+            "telemetry_forensics_captures", "Captures that reached the root, by outcome (stored; unknown: no such "
+            "request; unasked: a rank the request did not name; malformed: stored with its error only; dropped: "
+            "the worker's queue was full).", labels=["outcome"])
+        counts = dict(self.forensics.counts)
+        for outcome, key in (("stored", "captures"), ("unknown", "unknown"), ("unasked", "unasked"),
+                             ("malformed", "malformed"), ("dropped", "dropped")):
+            captures.add_metric([outcome], counts[key])
+        refused = CounterMetricFamily(
+            "telemetry_forensics_refused_requests", "On-demand capture requests refused with 429, by why "
+            "(job_rate, rank_rate, in_flight).", labels=["reason"])
+        for reason, count in sorted(self.forensics.limits.refused.items()):
+            refused.add_metric([reason], count)
+        trimmed = CounterMetricFamily("telemetry_forensics_trimmed_captures", "Captures kept without their stacks "
+                                      "and flight recorder: over the request's or the job's byte budget on disk.")
+        trimmed.add_metric([], self.forensics.store.trimmed)
+        return [captures, refused, trimmed]
+

@@ -37,8 +37,15 @@ from collectors.detectors.base import Context
 from collectors.detectors.events import EventLog, make_sinks
 from collectors.detectors.suite import Detectors, DetectorsConfig
 from collectors.root.api import MAX_LAST, ApiError
+from collectors.root.capture_limits import Busy
 from collectors.root.finalise import Finaliser
-from collectors.root.forensics import DEFAULT_MAX_RANKS, DEFAULT_MAX_REQUESTS, Forensics, ForensicsStore
+from collectors.root.forensics import (
+    DEFAULT_MAX_RANKS,
+    DEFAULT_MAX_REQUESTS,
+    Forensics,
+    ForensicsMetrics,
+    ForensicsStore,
+)
 from collectors.root.metrics import RootMetrics
 from collectors.root.restarts import GoodputMetrics, RestartWatch
 from collectors.root.store import Store
@@ -94,6 +101,7 @@ class Wiring:
         self.forensics = Forensics(ForensicsStore(forensics_folder, forensics_max_requests), route,
                                    max_ranks=forensics_max_ranks)
         self.events.sinks.append(self.forensics.on_event)
+        self.metrics.registry.register(ForensicsMetrics(self.forensics))
         self.fingerprints = FingerprintTable()
 
     def _counters(self) -> dict[str, int]:
@@ -226,6 +234,9 @@ class Wiring:
             raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
         except TimeoutError as exc:
             raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, str(exc)) from None
+        except Busy as busy:
+            raise ApiError(HTTPStatus.TOO_MANY_REQUESTS, str(busy),
+                           {"Retry-After": busy.retry_after_header}) from None
         return {"job": job, "attempt": wanted, "request_id": request_id, "ranks": sorted(set(body["ranks"])),
                 "url": f"/api/v1/jobs/{job}/forensics/{request_id}"}
 

@@ -1,7 +1,7 @@
 """A rank's answer to a capture request (docs/forensics.md): every thread's Python stack, and the flight
 recorder's recent entries when torch.distributed is in use.
 
-It runs on a thread of its own, started by the sender when the agent asks (RankAck.CAPTURE), so it answers
+It runs on one thread of its own, started when the agent first asks (RankAck.CAPTURE), so it answers
 while the training thread is blocked in a collective, in I/O or in any C call that released the GIL; a
 training thread spinning in pure Python still lets it run (the GIL switches every 5 ms). A rank whose GIL is
 held by a C call that never releases it cannot answer: the agent then dumps it from outside (py-spy) or
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import sys
 import threading
 import time
@@ -95,26 +96,58 @@ def take(request: forensics_pb2.CaptureRequest, progress: Any) -> forensics_pb2.
 
 
 class Responder:
-    """Answers capture requests, each once, each on a thread of its own (a slow recorder dump never delays
-    the acks the sender reads); `progress` gives the flight recorder once torch.distributed is up."""
+    """Answers capture requests, each once, one at a time on one thread of its own (a slow recorder dump never
+    delays the acks the sender reads); `progress` gives the flight recorder once torch.distributed is up.
+
+    The work is bounded whatever the tree asks: at most `MAX_QUEUED` requests wait (more are dropped and
+    counted in `dropped`: the agent then looks from outside), and captures are taken one after the other.
+    Before, every request started a thread of its own: 1,500 requests in 5 s started 1,500 threads walking
+    every frame of the training process at once (issue 26: one flood ended in a segfault in libpython). The
+    thread starts with the first request and ends after `IDLE_S` without one."""
 
     MAX_REMEMBERED = 256
+    MAX_QUEUED = 4
+    IDLE_S = 30.0
 
     def __init__(self, progress: Callable[[], Any], send: Callable[[forensics_pb2.RankCapture], object]) -> None:
         self._progress = progress
         self._send = send
         self._seen: dict[str, None] = {}
+        self._queue: queue.Queue[forensics_pb2.CaptureRequest] = queue.Queue(maxsize=self.MAX_QUEUED)
         self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
         self.answered = 0
+        self.dropped = 0
 
     def request(self, request: forensics_pb2.CaptureRequest) -> None:
+        """Queue a request (never blocks: called on the sender's ack-reading thread)."""
         with self._lock:
             if request.request_id in self._seen:
                 return
             self._seen[request.request_id] = None
             while len(self._seen) > self.MAX_REMEMBERED:
                 del self._seen[next(iter(self._seen))]
-        threading.Thread(target=self._answer, args=(request,), name="telemetry-capture", daemon=True).start()
+            try:
+                self._queue.put_nowait(request)
+            except queue.Full:
+                self.dropped += 1
+                log.debug("telemetry: capture %s dropped: %d already waiting", request.request_id, self.MAX_QUEUED)
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="telemetry-capture", daemon=True)
+                self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                request = self._queue.get(timeout=self.IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():  # a request queued meanwhile finds this thread still running
+                        self._thread = None
+                        return
+                continue
+            self._answer(request)
 
     def _answer(self, request: forensics_pb2.CaptureRequest) -> None:
         try:
