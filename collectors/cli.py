@@ -217,6 +217,13 @@ def with_options(options):
               help="Read the NVLink error counters on every Nth sample only.")
 @click.option("--host-id", default="", help="Name of this host's hardware pseudo-job _host:NAME "
               "[default: the hostname]. Give each agent its own when several share one machine (simulations).")
+@click.option("--host-index", type=click.IntRange(0, (1 << 24) - 1), default=None,
+              help="This host's index in the fleet (docs/fleet.md): its NIC, IB and rank-less GPU readings go to "
+                   "the fleet-wide windows (job _fleet) merged across hosts, not to _host:NAME. Each host its own; "
+                   "a second host claiming an index is refused by the tree.")
+@click.option("--host-registry", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A file listing the fleet's host names, one a line, the same on every agent: this host's "
+                   "index is its position in it (instead of --host-index).")
 @click.option("--capture-timeout", type=click.FloatRange(min=0.1), default=3.0, show_default=True,
               help="Seconds a rank has to answer a capture request (docs/forensics.md) before the agent dumps it "
                    "from outside (py-spy, else /proc).")
@@ -229,7 +236,7 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
           deadline_factor: float, stuck_after: float, max_metrics: int, window_budget_mb: int, max_world_size: int,
           job_idle_timeout: float, max_ranks: int, gpu_probe: bool, nic_probe: bool,
           probe_interval: float, sysfs_root: str, nic_exclude: tuple[str, ...], nvlink_every: int, host_id: str,
-          capture_timeout: float, verbose: int) -> None:
+          host_index: int | None, host_registry: str | None, capture_timeout: float, verbose: int) -> None:
     """Run the node agent: ranks on this host stream to it; it forwards sealed step summaries to --parent."""
     signals = _signals()
     from collectors.agent.server import AgentConfig, AgentServer
@@ -240,6 +247,16 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
     _plaintext_token(parent_token, bool(parent_ca), [*parents, *fallbacks], "sent to the parent",
                      allow_insecure_token)
     security = _security(parent_cert, parent_key, parent_ca, parent_token, parent_server_name)
+    if host_registry is not None:
+        if host_index is not None:
+            raise click.UsageError("--host-index and --host-registry are alternatives: give one")
+        import socket
+
+        from collectors.common.fleet import index_from_registry
+        try:
+            host_index = index_from_registry(host_registry, host_id or socket.gethostname())
+        except (OSError, ValueError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--host-registry") from None
     config = AgentConfig(
         parents=[*parents, *fallbacks], socket=Path(socket_path) if socket_path else None, tcp=tcp,
         allowed_uids=allowed_uids,
@@ -249,7 +266,7 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
         max_world_size=max_world_size, gpu_probe=gpu_probe,
         nic_probe=nic_probe, probe_interval_s=probe_interval,
         sysfs_root=sysfs_root, nic_exclude=tuple(nic_exclude), nvlink_every=nvlink_every, host_id=host_id,
-        capture_timeout_s=capture_timeout)
+        host_index=host_index, capture_timeout_s=capture_timeout)
     _serve(signals, lambda: AgentServer(config),
            lambda server: {"role": "agent", "id": server.node.node_id, "addresses": server.addresses})
 

@@ -35,6 +35,10 @@ MAX_CAPTURE_BYTES = 64 * 1024
 #: NICs, IB ports, GPUs no rank uses); no rank may register one.
 HOST_JOB_PREFIX = "_host:"
 
+#: The pseudo-job of the fleet's hardware windows (collectors/common/fleet.py): every host's devices, merged
+#: across hosts per metric and second; no rank may register it.
+FLEET_JOB = "_fleet"
+
 
 def is_metric_name(name: str) -> bool:
     return METRIC_NAME.fullmatch(name) is not None

@@ -30,6 +30,12 @@ Which window and which source (the source-id scheme; docs/hardware.md says why):
 Rank ids and device ids never share a window: no rank can register a job named
 ``_host:...`` (RankRegistry refuses it), and each host has its own pseudo-job,
 so two hosts' ``gpu0`` never meet in one sources bitmap.
+
+With a host index (``--host-index`` / ``--host-registry``; docs/fleet.md) the host's readings go instead to the
+fleet's windows, ``Key(FLEET_JOB, metric, bucket, 1000)``, merged across every host of the tree, with source
+``host_index << 8 | slot`` (collectors/common/fleet.py): the root's input then no longer grows with the number of
+hosts. The host's devices travel up as the rank states of FLEET_JOB (``RankRegistry.pseudo``): which sources report,
+their names (``host:device``) and the host's claim on them, which the tree's run ledger checks.
 """
 
 from __future__ import annotations
@@ -50,8 +56,9 @@ from pyroaring import BitMap
 
 from collectors.agent.intake import HEARTBEAT_WIDTH_MS
 from collectors.agent.ranks import RankInfo, RankRegistry
+from collectors.common import fleet
 from collectors.common.keys import Key, bucket_of
-from collectors.delivery.node import Node
+from collectors.delivery.node import Node, RankView
 from collectors.delivery.windows import Part, RawValues
 from collectors.probes import HardwareEvent, NicProbe, Reading, open_gpu_probe
 from collectors.probes.gpu import XID_DESCRIPTIONS, GpuProbe
@@ -108,6 +115,7 @@ class SamplerStats:
     events: int = 0
     offered_windows: int = 0
     not_accepted: int = 0
+    no_slot: int = 0  # fleet readings of a device past its kind's slots (collectors/common/fleet.py), skipped
     cpu_s: float = 0.0  # this thread's CPU time in sample_once (time.thread_time)
     last_sample_s: float = 0.0  # wall seconds the last sample took
 
@@ -116,9 +124,17 @@ class HardwareSampler:
     """Samples the probes every ``interval_s`` on a daemon thread and offers the readings as windows."""
 
     def __init__(self, node: Node, registry: RankRegistry, *, host_id: str, gpu: GpuProbe | None = None,
-                 nic: NicProbe | None = None, interval_s: float = DEFAULT_PROBE_INTERVAL_S) -> None:
+                 nic: NicProbe | None = None, interval_s: float = DEFAULT_PROBE_INTERVAL_S,
+                 host_index: int | None = None) -> None:
         if interval_s <= 0:
             raise ValueError("the probe interval must be > 0")
+        if host_index is not None:
+            fleet.source(host_index, 0)  # raises for an index out of range
+        self.host_index = host_index
+        self.host_name = host_id
+        self._slots: dict[str, int | None] = {}  # fleet layout: device -> its slot (None: past its kind's slots)
+        self._fleet_names: dict[int, str] = {}  # fleet source -> "host:device"
+        self._fleet_reporting = BitMap()  # the fleet sources the last sample read
         self.node = node
         self.registry = registry
         self.gpu = gpu
@@ -148,7 +164,7 @@ class HardwareSampler:
     def open(cls, node: Node, registry: RankRegistry, *, host_id: str, gpu_probe: bool = True,
              nic_probe: bool = True, interval_s: float = DEFAULT_PROBE_INTERVAL_S, sysfs_root: str | Path = "/sys",
              nic_exclude: Iterable[str] = DEFAULT_NIC_EXCLUDE, nvml: Any = None, nvlink_every: int = 1,
-             xid_wait_ms: int = 500) -> HardwareSampler | None:
+             xid_wait_ms: int = 500, host_index: int | None = None) -> HardwareSampler | None:
         """Open the enabled probes; None when neither is enabled or available (the agent runs without)."""
         gpu = None
         if gpu_probe:
@@ -160,10 +176,12 @@ class HardwareSampler:
         if gpu is None and nic is None:
             log.info("hardware sampler not started: no probe enabled or available")
             return None
-        sampler = cls(node, registry, host_id=host_id, gpu=gpu, nic=nic, interval_s=interval_s)
+        sampler = cls(node, registry, host_id=host_id, gpu=gpu, nic=nic, interval_s=interval_s,
+                      host_index=host_index)
         log.info("hardware sampler: every %g s; GPU probe %s; NIC probe %s; host windows under job %r",
                  interval_s, f"on ({len(gpu.gpus)} GPU(s))" if gpu is not None else "off",
-                 f"on ({sysfs_root})" if nic is not None else "off", sampler.host_job)
+                 f"on ({sysfs_root})" if nic is not None else "off",
+                 sampler.host_job if host_index is None else f"{fleet.FLEET_JOB} as host {host_index}")
         return sampler
 
     # ------------------------------------------------------------ thread
@@ -220,16 +238,25 @@ class HardwareSampler:
             next_wall_ns = now_ns + int(self.interval_s * 1e9)
         start_ms = max(bucket_of(now_ns, WIDTH_MS), self._floor_ms)  # a wall clock stepping back stays put
         with self.node.lock:
+            reporting = BitMap()
             owners = self._gpu_owners() if self.gpu is not None else {}
             for r in gpu_readings:
-                self._add_gpu(owners, r.metric, r.gpu, r.value, start_ms, now_ns)
+                self._add_gpu(owners, r.metric, r.gpu, r.value, start_ms, now_ns, reporting)
             for index in sorted(self._gpu_indexes):
-                self._add_gpu(owners, "gpu.lost", index, 1.0 if index in lost else 0.0, start_ms, now_ns)
+                self._add_gpu(owners, "gpu.lost", index, 1.0 if index in lost else 0.0, start_ms, now_ns, reporting)
             for ev in events:
                 if ev.kind == "xid" and ev.gpu is not None:
-                    self._add_gpu(owners, "gpu.xid_code", ev.gpu, float(ev.code), start_ms, now_ns)
+                    self._add_gpu(owners, "gpu.xid_code", ev.gpu, float(ev.code), start_ms, now_ns, reporting)
             for r in nic_readings:
-                self._add(self.host_job, r.metric, self._nic_source(r.device), 0, r.value, start_ms, now_ns)
+                if self.host_index is None:
+                    self._add(self.host_job, r.metric, self._nic_source(r.device), 0, r.value, start_ms, now_ns)
+                    continue
+                src = self._fleet_source(r.device, "ib." if "/" in r.device else "nic.")
+                if src is not None:
+                    reporting.add(src)
+                    self._add(fleet.FLEET_JOB, r.metric, src, 0, r.value, start_ms, now_ns)
+            if self.host_index is not None:
+                self._publish(reporting)
             self._offer_due(start_ms, next_wall_ns)
             names = {ev.gpu: self._owner_names(owners, ev.gpu) for ev in events}
         for ev in events:
@@ -248,13 +275,55 @@ class HardwareSampler:
             self._offer_due(1 << 62, 1 << 62)
 
     def _add_gpu(self, owners: dict[int, list[RankInfo]], metric: str, index: int | None, value: float,
-                 start_ms: int, now_ns: int) -> None:
+                 start_ms: int, now_ns: int, reporting: BitMap) -> None:
         ranks = owners.get(index) if index is not None else None
         if ranks:
             for info in ranks:
                 self._add(info.job, metric, info.rank, info.world_size, value, start_ms, now_ns)
-        else:
+        elif self.host_index is None:
             self._add(self.host_job, metric, index if index is not None else 0, 0, value, start_ms, now_ns)
+        else:
+            src = self._fleet_source(f"gpu{index if index is not None else 0}", "gpu.", index or 0)
+            if src is not None:
+                reporting.add(src)
+                self._add(fleet.FLEET_JOB, metric, src, 0, value, start_ms, now_ns)
+
+    def _fleet_source(self, device: str, kind: str, gpu_index: int | None = None) -> int | None:
+        """The fleet source of one of this host's devices: its slot is its kind's next free one, in order of
+        first sight (a GPU's: its NVML index); None (skipped, counted, logged once) past its kind's slots."""
+        slot = self._slots.get(device, -1)
+        if slot == -1:
+            lo, hi = fleet.FAMILIES[kind]
+            if gpu_index is not None:
+                slot = lo + gpu_index if lo + gpu_index < hi else None
+            else:
+                used = sum(1 for name, s in self._slots.items() if s is not None and lo <= s < hi)
+                slot = lo + used if lo + used < hi else None
+            self._slots[device] = slot
+            if slot is None:
+                log.warning("%s: no fleet slot left for %s devices (%d); its readings are skipped", device,
+                            kind.rstrip("."), hi - lo)
+            else:
+                src = fleet.source(self.host_index or 0, slot)
+                self._fleet_names[src] = f"{self.host_name}:{device}"
+                log.info("%s is source %d (host %d, slot %d) of the fleet's %s* windows", device, src,
+                         self.host_index, slot, kind)
+        if slot is None:
+            self.stats.no_slot += 1
+            return None
+        return fleet.source(self.host_index or 0, slot)
+
+    def _publish(self, reporting: BitMap) -> None:
+        """The fleet's view of this host (caller holds the lock): the sources that report, their names and the
+        host's claim on them; a new view object when it changed, so that the node sends the change up."""
+        if reporting == self._fleet_reporting:
+            return
+        self._fleet_reporting = reporting
+        claim = fleet.host_claim(self.host_name)
+        view = RankView(alive=BitMap(reporting), hosts={src: self._fleet_names[src] for src in reporting},
+                        processes=dict.fromkeys(reporting, claim))
+        self.registry.pseudo[fleet.FLEET_JOB] = view
+        self.registry.changed = True
 
     def _add(self, job: str, metric: str, source: int, expected: int, value: float, start_ms: int,
              now_ns: int) -> None:

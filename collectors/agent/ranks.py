@@ -33,7 +33,7 @@ from collectors.common.validation import DEFAULT_MAX_WORLD_SIZE, BadInput, check
 from collectors.delivery.node import RankView
 from collectors.delivery.runs import process_digest
 from collectors.probes.process import ProcessStatus, classify, process_status
-from telemetry.names import HOST_JOB_PREFIX
+from telemetry.names import FLEET_JOB, HOST_JOB_PREFIX
 from telemetry.streams import END
 
 log = logging.getLogger(__name__)
@@ -134,13 +134,15 @@ class RankRegistry:
         self.max_world_size = max_world_size
         self.ranks: dict[tuple[str, int], RankInfo] = {}
         self.changed = False  # a rank registered since the last views()
+        # Views that are not ranks: the fleet's devices on this host (HardwareSampler), sent up as FLEET_JOB's.
+        self.pseudo: dict[str, RankView] = {}
         self._exits: collections.deque[tuple[RankInfo, int]] = collections.deque(maxlen=MAX_PENDING_EXITS)
 
     def register(self, hello, link: Answers) -> RankInfo:
         check_job(hello.job)
-        if hello.job.startswith(HOST_JOB_PREFIX):
-            raise BadInput("INVALID_ARGUMENT", f"job names starting with {HOST_JOB_PREFIX!r} are reserved "
-                                               "for the agents' host hardware windows")
+        if hello.job.startswith(HOST_JOB_PREFIX) or hello.job == FLEET_JOB:
+            raise BadInput("INVALID_ARGUMENT", f"job names starting with {HOST_JOB_PREFIX!r}, and {FLEET_JOB!r}, "
+                                               "are reserved for the agents' host hardware windows")
         if hello.world_size == 0:
             raise BadInput("INVALID_ARGUMENT", "world_size must be >= 1")
         check_world(hello.world_size, self.max_world_size)
@@ -203,6 +205,7 @@ class RankRegistry:
                 continue
             self._refresh(info, now)
             getattr(view, info.verdict).add(info.rank)
+        views.update(self.pseudo)
         return views
 
     def jobs(self) -> set[str]:

@@ -64,6 +64,8 @@ class AgentConfig:
     xid_wait_ms: int = 500
     nvml: Any = None  # replaces the pynvml module (tests: tests/nvml_double.py FakeNvml)
     host_id: str = ""  # the host's pseudo-job is _host:<host_id> [default: the hostname, as the ranks report it]
+    # The host's index in the fleet (docs/fleet.md): its readings go to the fleet's windows, not _host:<host_id>.
+    host_index: int | None = None
     reap_rank_children: bool = False  # waitpid() ranks that are this process's children (see RankRegistry)
     capture_timeout_s: float = DEFAULT_ANSWER_TIMEOUT_S  # a rank's time to answer a capture before py-spy/proc
 
@@ -126,7 +128,7 @@ class AgentServer:
                 self.node, self.registry, host_id=self.host_id, gpu_probe=config.gpu_probe,
                 nic_probe=config.nic_probe, interval_s=config.probe_interval_s, sysfs_root=config.sysfs_root,
                 nic_exclude=config.nic_exclude, nvml=config.nvml, nvlink_every=config.nvlink_every,
-                xid_wait_ms=config.xid_wait_ms)
+                xid_wait_ms=config.xid_wait_ms, host_index=config.host_index)
             if self.hardware is not None:
                 self.hardware.start()
 

@@ -19,6 +19,7 @@ from pyroaring import BitMap
 
 from collectors.common.attempts import split
 from collectors.common.fingerprints import FingerprintTable
+from collectors.common.fleet import FLEET_JOB, family_mask, family_of
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from collectors.delivery.forensics import CaptureQueue
@@ -125,6 +126,7 @@ class Node:
         self._own_ranks: dict[str, RankView] = {}
         self.hosts_version = 0  # bumped whenever any rank->host entry this node knows changes
         self._covered: dict[str, BitMap | None] | None = None  # per job, during one flush (None: all closed)
+        self._fleet_masks: dict[tuple[int, tuple[int, int] | None], BitMap] = {}
         self.sink: Sink | None = None
         self.complete: Callable[[Window], bool] = self.covered_complete
 
@@ -150,6 +152,9 @@ class Node:
             if view.processes and self.runs.claim(sender, job, {rank: Claim(process, view.hosts.get(rank, ""))
                                                                 for rank, process in view.processes.items()}):
                 self.hosts_version += 1
+            refused = self.runs.refused(sender, job)
+            if refused and view.hosts:  # a refused claimant's names must not replace the first one's
+                view.hosts = {rank: host for rank, host in view.hosts.items() if rank not in refused}
             before = previous.get(job)
             if before is not None:
                 hosts = before.hosts
@@ -325,7 +330,21 @@ class Node:
                 cache[job] = covered
         if covered is None:
             return bool(win.sources)
+        if job == FLEET_JOB and covered:
+            covered = self._fleet_family(covered, win.key.metric)
         return bool(covered) and covered.issubset(win.sources)
+
+    def _fleet_family(self, covered: BitMap, metric: str) -> BitMap:
+        """The fleet's sources that report `metric` (its device kind's: collectors/common/fleet.py), kept until
+        the hosts this node knows change."""
+        slots = family_of(metric)
+        key = (self.hosts_version, slots)
+        found = self._fleet_masks.get(key)
+        if found is None:
+            if len(self._fleet_masks) > 8:
+                self._fleet_masks.clear()
+            found = self._fleet_masks[key] = family_mask(covered, metric)
+        return found
 
     def flush(self, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now

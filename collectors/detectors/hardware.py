@@ -27,9 +27,10 @@ from dataclasses import dataclass, field, replace
 
 from pyroaring import BitMap
 
+from collectors.common.fleet import host_index_of, slot_of, split_name
 from collectors.common.rows import Row
 from collectors.detectors.base import Detector, distinct, fnum
-from telemetry.names import HOST_JOB_PREFIX
+from telemetry.names import FLEET_JOB, HOST_JOB_PREFIX
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,9 @@ class HardwareDetector(Detector):
             "rule": rule.name, "metric": rule.metric, "mode": rule.mode, "threshold": rule.threshold,
             "value": fnum(worst), "buckets": state.streak, "bucket_ms": bucket,
         }
+        if job == FLEET_JOB:
+            self._raise_fleet(rule, sources, worst_source, s, base, state)
+            return
         if job.startswith(HOST_JOB_PREFIX):
             # A host's own reading (a NIC, an IB port, a GPU no rank uses): sources are device ids. The
             # event goes to every job with ranks on that host, naming those ranks; else to the host's job.
@@ -205,6 +209,28 @@ class HardwareDetector(Detector):
         base.update(rank=worst_source, sources_over=len(sources))
         self._raise(rule, job, rule.name, sources, self.context.hosts(job, sources), {**base, "summary": what}, s,
                     state)
+
+    def _raise_fleet(self, rule: Rule, sources: list[int], worst_source: int | None, s, base: dict,
+                     state: _State) -> None:
+        """The fleet's windows (collectors/common/fleet.py): sources are (host, device) pairs, named by the rank
+        states the agents sent up (`host:device`). One event per host over the threshold, key `<rule>@<host>`,
+        naming the host and its devices: in every job with ranks on that host (naming them), else in the fleet's."""
+        names = self.context.hosts_of(FLEET_JOB)
+        by_host: dict[str, list[int]] = {}
+        for src in sources or ([] if worst_source is None else [worst_source]):
+            host, _ = split_name(names.get(src, f"host{host_index_of(src)}:slot{slot_of(src)}"))
+            by_host.setdefault(host, []).append(src)
+        for host, srcs in by_host.items():
+            devices = [split_name(names.get(src, f":slot{slot_of(src)}"))[1] for src in srcs]
+            values = dict((r, v) for v, r in [*s.top(), *s.bottom()])
+            worst = values.get(srcs[0], s.max if rule.mode != "below" else s.min)
+            what = (f"{rule.what or rule.name} on {host}: {rule.metric} {_op(rule)}{worst:.4g} "
+                    f"(device {devices[0]})")
+            detail = {**base, "host": host, "device": devices[0], "devices": devices, "sources": srcs,
+                      "value": fnum(worst), "summary": what}
+            targets = self.context.ranks_on_host(host) or {FLEET_JOB: []}
+            for target_job, ranks in targets.items():
+                self._raise(rule, target_job, f"{rule.name}@{host}", ranks, [host], dict(detail), s, state)
 
     def _raise(self, rule: Rule, job: str, key: str, ranks: list[int], hosts: list[str], detail: dict,
                s, state: _State) -> None:

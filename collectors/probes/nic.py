@@ -36,6 +36,8 @@ from .base import CounterTracker, HardwareEvent, Reading
 LOG = logging.getLogger("collectors.probes.nic")
 
 NET_STAT_COUNTERS = ("rx_errors", "tx_errors", "rx_dropped", "tx_dropped")
+MAX_COUNTER = 1 << 62  # no real counter gets near it (2**62 errors); a larger value is forged or corrupt
+MAX_RATE_GBPS = 1_000_000.0  # a petabit port: past it, a rate file is forged
 IB_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors", "port_xmit_discards")
 
 _STATE_RE = re.compile(r"^\s*(\d+)\s*:\s*([A-Za-z_]+)")
@@ -88,6 +90,7 @@ class NicProbe:
         self._counters = CounterTracker()
         self._seen: set[str] = set()
         self._unreadable: set[str] = set()
+        self.skipped = 0  # values read but refused: not integers, negative, past MAX_COUNTER, absurd rates/states
 
     def _list(self, path: str) -> list[str]:
         try:
@@ -111,12 +114,22 @@ class NicProbe:
         if text is None:
             return None
         try:
-            return int(text.strip())
+            value = int(text.strip())
         except ValueError:
-            if path not in self._unreadable:
-                self._unreadable.add(path)
-                self._log.warning("NIC probe: %s does not hold an integer: %r", path, text[:40])
+            self._skip(path, f"does not hold an integer: {text[:40]!r}")
             return None
+        if not 0 <= value <= MAX_COUNTER:
+            self._skip(path, f"holds {str(value)[:40]}, outside 0..2**62: forged or corrupt")
+            return None
+        return value
+
+    def _skip(self, path: str, why: str) -> None:
+        """A value no device writes (negative, huge, not a number): skipped and counted (`skipped`), logged once
+        per file, never fatal; the other files of the sample are read as usual."""
+        self.skipped += 1
+        if path not in self._unreadable:
+            self._unreadable.add(path)
+            self._log.warning("NIC probe: %s %s (skipped; counted in the probe's `skipped`)", path, why)
 
     def interfaces(self) -> list[str]:
         """The Ethernet (and IPoIB) interfaces it reads, after ``exclude``."""
@@ -161,22 +174,32 @@ class NicProbe:
             base = os.path.join(self._ib, dev, "ports", port)
             self._emit_counters(out, os.path.join(base, "counters"), IB_COUNTERS, "ib.", device)
             text = self._read(os.path.join(base, "state"))
-            parsed = parse_port_state(text) if text is not None else None
+            parsed = self._state(os.path.join(base, "state"), text)
             if parsed is not None:
                 out.append(Reading("ib.port_state", float(parsed[0]), None, device))
                 out.append(Reading("ib.port_active", 1.0 if parsed[1] == "ACTIVE" else 0.0, None, device))
             text = self._read(os.path.join(base, "phys_state"))
-            parsed = parse_port_state(text) if text is not None else None
+            parsed = self._state(os.path.join(base, "phys_state"), text)
             if parsed is not None:
                 out.append(Reading("ib.phys_state", float(parsed[0]), None, device))
             text = self._read(os.path.join(base, "rate"))
             rate = parse_rate_gbps(text) if text is not None else None
+            if rate is not None and not rate <= MAX_RATE_GBPS:
+                self._skip(os.path.join(base, "rate"), f"says {str(rate)[:40]} Gb/s")
+                rate = None
             if rate is not None:
                 out.append(Reading("ib.rate_gbps", rate, None, device))
         for gone in self._seen - seen:
             self._counters.forget(gone)
         self._seen = seen
         return out
+
+    def _state(self, path: str, text: str | None) -> tuple[int, str] | None:
+        parsed = parse_port_state(text) if text is not None else None
+        if parsed is not None and not 0 <= parsed[0] <= 255:  # the kernel's states are small numbers
+            self._skip(path, f"holds state {str(parsed[0])[:40]}")
+            return None
+        return parsed
 
     def drain_events(self) -> list[HardwareEvent]:
         return []

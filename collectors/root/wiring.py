@@ -49,6 +49,7 @@ from collectors.root.forensics import (
 from collectors.root.metrics import RootMetrics
 from collectors.root.restarts import GoodputMetrics, RestartWatch
 from collectors.root.store import Store
+from telemetry.names import FLEET_JOB
 from telemetry.v1 import forensics_pb2
 
 log = logging.getLogger(__name__)
@@ -169,8 +170,10 @@ class Wiring:
                 node = self.tier.node
                 with node.lock:
                     views = {job: dict(node.ranks(job).hosts) for job in jobs}
+                    if FLEET_JOB in node.jobs():  # the fleet's device names (collectors/common/fleet.py)
+                        views[FLEET_JOB] = node.hosts(FLEET_JOB)
                 with self._hosts_lock:  # only jobs the detectors still hold: one finished since `jobs` was read is gone
-                    known = set(self.detectors.jobs())
+                    known = {*self.detectors.jobs(), FLEET_JOB}
                     self.hosts.update({job: view for job, view in views.items() if job in known})
                 self.detectors.check(live)
             except Exception:

@@ -1,0 +1,100 @@
+"""The fleet's hardware windows (DESIGN §12): every host's NICs, IB ports and rank-less GPUs in one window per
+metric and second, merged up the tree like a job's ranks (docs/fleet.md).
+
+A source of the pseudo-job `FLEET_JOB` is one device of one host: ``host_index << SLOT_BITS | slot``. The host
+index comes from a registry (``telemetry agent --host-index N``, or ``--host-registry FILE``: the host's line in
+a list every agent is given), never from a hash, so two hosts never share a source by accident; two agents that
+claim one index are told apart by the tree's run ledger (collectors/delivery/runs.py: each source's claim is
+the host's name, and a second host naming the same source has its windows refused). A device's slot is fixed
+by its kind, so that a window of one kind's metric knows which sources to wait for (`family_mask`):
+
+* GPUs no rank uses: slot = NVML index, ``0 .. 15``;
+* network interfaces: ``16 .. 63``, in name order of first sight;
+* InfiniBand ports: ``64 .. 255``, in name order of first sight.
+
+Each source's name (``host:device``) travels up with the rank states (``RankStates.hosts``), so the root can
+name the worst host and port of every second from the exact top-k.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from pyroaring import BitMap
+
+from telemetry.names import FLEET_JOB
+
+__all__ = ["FLEET_JOB", "SLOT_BITS", "MAX_HOST_INDEX", "FAMILIES", "source", "host_index_of", "slot_of",
+           "family_of", "family_mask", "host_claim", "index_from_registry", "split_name"]
+
+SLOT_BITS = 8
+MAX_HOST_INDEX = (1 << (32 - SLOT_BITS)) - 1  # sources are uint32 in a summary's bitmap
+#: metric prefix -> the slots of its device kind [lo, hi)
+FAMILIES: dict[str, tuple[int, int]] = {"gpu.": (0, 16), "nic.": (16, 64), "ib.": (64, 256)}
+
+
+def source(host_index: int, slot: int) -> int:
+    if not 0 <= host_index <= MAX_HOST_INDEX:
+        raise ValueError(f"host index {host_index} is outside 0..{MAX_HOST_INDEX}")
+    if not 0 <= slot < 1 << SLOT_BITS:
+        raise ValueError(f"device slot {slot} is outside 0..{(1 << SLOT_BITS) - 1}")
+    return host_index << SLOT_BITS | slot
+
+
+def host_index_of(src: int) -> int:
+    return src >> SLOT_BITS
+
+
+def slot_of(src: int) -> int:
+    return src & ((1 << SLOT_BITS) - 1)
+
+
+def family_of(metric: str) -> tuple[int, int] | None:
+    for prefix, slots in FAMILIES.items():
+        if metric.startswith(prefix):
+            return slots
+    return None
+
+
+def family_mask(covered: BitMap, metric: str) -> BitMap:
+    """The sources of `covered` whose device kind reports `metric` (all of them for a metric of no kind)."""
+    slots = family_of(metric)
+    if slots is None:
+        return covered
+    lo, hi = slots
+    mask = BitMap()
+    for host in {src >> SLOT_BITS for src in covered}:
+        mask.add_range((host << SLOT_BITS) + lo, (host << SLOT_BITS) + hi)
+    return covered & mask
+
+
+def host_claim(host: str) -> int:
+    """The run-ledger digest an agent claims its sources with: the host's name, so that the same host coming
+    back (an agent restart) is the same claimant, and another host naming its index is not. Never 0."""
+    return int.from_bytes(hashlib.blake2b(f"fleet\0{host}".encode(), digest_size=8).digest(), "little") or 1
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """``"host:device"`` -> (host, device)."""
+    host, _, device = name.partition(":")
+    return host, device
+
+
+def index_from_registry(path: str | Path, host: str) -> int:
+    """The host's index in a registry file: one host name a line (blank lines and ``#`` comments skipped; the
+    index is the position among the names, from 0). Refuses a file naming a host twice, or not naming this one:
+    every agent must be given the same file."""
+    names: dict[str, int] = {}
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        name = line.split("#", 1)[0].strip()
+        if not name:
+            continue
+        if name in names:
+            raise ValueError(f"{path}:{lineno}: host {name!r} is listed twice (first as index {names[name]})")
+        names[name] = len(names)
+    if host not in names:
+        raise ValueError(f"{path} does not list this host ({host!r})")
+    if names[host] > MAX_HOST_INDEX:
+        raise ValueError(f"{path}: host {host!r} is number {names[host]}, past {MAX_HOST_INDEX}")
+    return names[host]
