@@ -98,16 +98,24 @@ def _signals() -> StopSignals:
 
 STOP_DEADLINE_S = 4.5
 EXIT_STOP_OVERRAN = 70  # EX_SOFTWARE: a clean stop took longer than STOP_DEADLINE_S and was cut short
+EXIT_CANNOT_LISTEN = 69  # EX_UNAVAILABLE: an address to listen on is taken or not this host's (one line on stderr)
 
 
 def _serve(signals: StopSignals, make: Callable[[], Any], describe: Callable[[Any], dict[str, Any]]) -> None:
     """Build and start the server, announce readiness (a JSON line on stdout, and READY=1 to systemd), ping
     the watchdog while flushes succeed, and stop cleanly on SIGTERM/SIGINT within STOP_DEADLINE_S."""
     from collectors.common.sdnotify import Notifier, WatchdogPinger
+    from collectors.common.transport import CannotListen
     notifier = Notifier()
-    server = make()
+    try:
+        server = make()
+        if signals.received is None:
+            server.start()
+    except CannotListen as exc:  # a busy port is a one-line answer, not a traceback
+        sys.stderr.write(f"telemetry: {exc}\n")
+        sys.stderr.flush()
+        os._exit(EXIT_CANNOT_LISTEN)  # half-started servers' threads would hold a normal exit
     if signals.received is None:
-        server.start()
         ready = describe(server)
         print(json.dumps({"ready": True, **ready}), flush=True)
         notifier.ready(f"{ready['role']} listening")
@@ -500,6 +508,7 @@ def shutil_copy(src: str, dst: str) -> None:
 main.add_command(__import__("collectors.dashboards_cli", fromlist=["dashboards"]).dashboards)  # telemetry dashboards
 main.add_command(__import__("collectors.watch_cli", fromlist=["watch"]).watch)  # telemetry watch
 main.add_command(__import__("collectors.forensics_cli", fromlist=["forensics"]).forensics)  # telemetry forensics
+main.add_command(__import__("collectors.doctor_cli", fromlist=["doctor"]).doctor)  # telemetry doctor
 
 if __name__ == "__main__":
     main()

@@ -42,3 +42,12 @@ FLEET_JOB = "_fleet"
 
 def is_metric_name(name: str) -> bool:
     return METRIC_NAME.fullmatch(name) is not None
+
+
+def job_name_problem(name: str) -> str | None:
+    """Why every tier would refuse `name` as a job name, or None: the SDK says so at init(), not later."""
+    if not JOB_NAME.fullmatch(name):
+        return f"job name {name!r} must be 1-128 of [A-Za-z0-9_.:-] (no spaces or slashes)"
+    if name.startswith(HOST_JOB_PREFIX):
+        return f"job names starting with {HOST_JOB_PREFIX!r} are reserved for hosts' hardware windows"
+    return None

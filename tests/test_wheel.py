@@ -68,7 +68,7 @@ def test_wheel_installs_the_services_with_their_data(tmp_path: Path) -> None:
     dry = _run([env / "bin" / "telemetry", "dashboards", "push", "--dry-run"], cwd=elsewhere)
     assert "would push dashboard telemetry-training-run" in dry and str(env) in dry, dry
     assert "watch" in _run([env / "bin" / "telemetry", "--help"], cwd=elsewhere)
-    for command in ("agent", "collector", "watch", "demo"):
+    for command in ("agent", "collector", "watch", "demo", "doctor"):
         assert "Usage:" in _run([env / "bin" / "telemetry", command, "--help"], cwd=elsewhere), command
     # The services themselves start from the base install (their imports run only once they start).
     root = _ready([env / "bin" / "telemetry", "collector", "--listen", "127.0.0.1:0", "--api", "127.0.0.1:0",

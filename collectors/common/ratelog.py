@@ -1,26 +1,5 @@
-"""A warning that can repeat thousands of times a second, logged at most once per interval with a count."""
+"""`RateLimitedLog` lives in telemetry/ratelog.py (the SDK uses it too, and never imports the services); the
+services' modules import it from here as before."""
 
-from __future__ import annotations
-
-import logging
-import time
-
-DEFAULT_EVERY_S = 10.0
-
-
-class RateLimitedLog:
-    def __init__(self, logger: logging.Logger, every_s: float = DEFAULT_EVERY_S) -> None:
-        self.logger = logger
-        self.every_s = every_s
-        self._last = float("-inf")
-        self._suppressed = 0
-
-    def warn(self, message: str, *args: object) -> None:
-        now = time.monotonic()
-        if now - self._last < self.every_s:
-            self._suppressed += 1
-            return
-        if self._suppressed:
-            message += f" (and {self._suppressed} more like it since the last report)"
-        self.logger.warning(message, *args)
-        self._last, self._suppressed = now, 0
+from telemetry.ratelog import DEFAULT_EVERY_S as DEFAULT_EVERY_S
+from telemetry.ratelog import RateLimitedLog as RateLimitedLog

@@ -7,7 +7,9 @@ standard grpc.health.v1 service. With a token, every call must carry
 
 from __future__ import annotations
 
+import errno
 import hmac
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,8 +76,42 @@ def make_server(security: Security | None = None, max_message_bytes: int = DEFAU
     return server, health_servicer
 
 
+class CannotListen(OSError):
+    """A service's address could not be bound: the command line says so in one line (no traceback)."""
+
+
+def listen_problem(address: str) -> str | None:
+    """Why HOST:PORT cannot be bound, from a plain socket's bind (gRPC's error names no reason), with the fix;
+    None if it can be."""
+    host, _, port = address.rpartition(":")
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT is no owner
+            probe.bind(where)
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        if getattr(exc, "errno", None) == errno.EADDRINUSE:
+            return f"{reason}: another process listens there (ss -ltnp 'sport = :{port}'); stop it or pick another port"
+        return reason
+    return None
+
+
 def bind(server: grpc.aio.Server, address: str, security: Security | None = None) -> str:
-    """Bind an address ("unix:PATH" or "HOST:PORT"; port 0 picks one); return the bound address."""
+    """Bind an address ("unix:PATH" or "HOST:PORT"; port 0 picks one); return the bound address. An address that
+    cannot be bound is a CannotListen saying why."""
+    tcp = not address.startswith("unix:")
+    problem = listen_problem(address) if tcp and not address.endswith(":0") else None
+    if problem is not None:  # found before gRPC tries, which would log a line of its own and give no reason
+        raise CannotListen(f"cannot listen on {address}: {problem}")
+    try:
+        return _bind(server, address, security)
+    except RuntimeError:  # grpc's "Failed to bind to address ...", which gives no reason
+        why = (listen_problem(address) if tcp else "is its directory writable?") or "GRPC_VERBOSITY=debug says why"
+        raise CannotListen(f"cannot listen on {address}: {why}") from None
+
+
+def _bind(server: grpc.aio.Server, address: str, security: Security | None = None) -> str:
     if security and security.tls and not address.startswith("unix:"):
         if security.cert is None or security.key is None:
             raise ValueError("TLS server needs --tls-cert and --tls-key")
@@ -87,7 +123,7 @@ def bind(server: grpc.aio.Server, address: str, security: Security | None = None
     else:
         port = server.add_insecure_port(address)
     if port == 0 and not address.startswith("unix:"):
-        raise OSError(f"could not bind {address}")
+        raise CannotListen(f"cannot listen on {address}: {listen_problem(address) or 'gRPC bound no port'}")
     if address.startswith("unix:"):
         return address
     host = address.rsplit(":", 1)[0]

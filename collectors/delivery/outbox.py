@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 
 from collectors.common.transport import Security, call_metadata, make_channel
+from telemetry.ratelog import RateLimitedLog
 from telemetry.retaining import RetainingStream, Unreachable, read_acks, wait_ready
 from telemetry.streams import END, rpc_code, until_end
 from telemetry.v1 import forensics_pb2, forward_pb2, forward_pb2_grpc
@@ -28,6 +29,7 @@ from telemetry.v1 import forensics_pb2, forward_pb2, forward_pb2_grpc
 log = logging.getLogger(__name__)
 
 POLLER_SLICE_S = 0.25  # a little more than the 0.2 s grpc's connectivity poller waits per watch
+UNREACHABLE_WARN_EVERY_S = 30.0  # while no parent answers, how often the tier says so
 
 @dataclass
 class Unit:
@@ -42,7 +44,7 @@ class Outbox:
     def __init__(self, sender_id: str, parents: list[str], security: Security | None,
                  on_ack: Callable[[Unit, forward_pb2.Ack], None],
                  max_units: int = 100_000, on_drop: Callable[[Unit], None] | None = None,
-                 connect_timeout_s: float = 2.0) -> None:
+                 connect_timeout_s: float = 2.0, warn_every_s: float = UNREACHABLE_WARN_EVERY_S) -> None:
         if not parents:
             raise ValueError("an outbox needs at least one parent address")
         self.sender_id = sender_id
@@ -63,6 +65,9 @@ class Outbox:
         self.resent = 0
         self.dropped_units = 0
         self.connections = 0
+        # No parent answers: said at once, then every warn_every_s until one does (and then that it does).
+        self._unreachable_log = RateLimitedLog(log, warn_every_s)
+        self._unreachable_since: float | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -108,6 +113,7 @@ class Outbox:
     def _failed(self, exc: Exception) -> bool:
         """A session ended in error: log it, and try the next parent if this one was not there."""
         if isinstance(exc, Unreachable):
+            self._unreachable()
             self._index += 1  # try the fallback next
         elif not isinstance(exc, grpc.RpcError):
             log.error("outbox to parent %s failed", self.parents[self._index % len(self.parents)], exc_info=exc)
@@ -116,6 +122,17 @@ class Outbox:
                         _describe(exc))
             self._index += 1 if rpc_code(exc) == grpc.StatusCode.UNAVAILABLE else 0
         return True
+
+    def _unreachable(self) -> None:
+        """No parent answered: say which, for how long, and what it costs, until one does."""
+        now = time.monotonic()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+        tried = ", ".join(self.parents)
+        self._unreachable_log.warn(
+            "cannot reach the parent (tried %s for %.0f s): nothing this node sends becomes durable until one "
+            "answers (%d units kept meanwhile); check --parent/--fallback-parent and that the collector there "
+            "is running (telemetry doctor)", tried, now - self._unreachable_since, len(self._unacked))
 
     def _session(self) -> None:
         address = self.parents[self._index % len(self.parents)]
@@ -137,6 +154,10 @@ class Outbox:
         stub = forward_pb2_grpc.CollectorStub(channel)
 
         def opened(resent: int) -> None:  # under the lock, as the stream goes live
+            if self._unreachable_since is not None:
+                log.warning("parent %s answers now, after %.0f s without one; sending the %d units kept meanwhile",
+                            address, time.monotonic() - self._unreachable_since, resent)
+                self._unreachable_since = None
             if self.connections and resent:
                 self.resent += resent
                 log.info("resending %d unacknowledged units to %s", resent, address)

@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from collectors.common.attempts import split
+from collectors.common.transport import CannotListen, listen_problem
 from collectors.root.goodput import Goodput, goodput, scoped_names
 from collectors.root.store import Store
 from telemetry.names import PROGRESS_METRIC
@@ -263,7 +264,11 @@ def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tupl
         def log_message(self, fmt: str, *args: object) -> None:
             log.debug("api: " + fmt, *args)
 
-    server = BoundedHTTPServer((host, port), Handler)
+    try:
+        server = BoundedHTTPServer((host, port), Handler)
+    except OSError:  # the probe in listen_problem says why, with the fix
+        raise CannotListen(f"cannot serve the HTTP API on {host}:{port} (--api): "
+                           f"{listen_problem(f'{host}:{port}')}") from None
     threading.Thread(target=server.serve_forever, name="root-api", daemon=True).start()
     return server
 

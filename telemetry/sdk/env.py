@@ -6,7 +6,10 @@ import os
 from pathlib import Path
 from typing import overload
 
+from telemetry.sdk.address import check_address
+
 SYSTEM_SOCKET = Path("/run/telemetry/agent.sock")
+AGENT_ENV = "TELEMETRY_AGENT"
 
 
 def default_socket() -> Path:
@@ -19,8 +22,10 @@ def default_socket() -> Path:
 
 
 def default_agent() -> str:
-    """TELEMETRY_AGENT (a gRPC address, e.g. unix:/path or 127.0.0.1:PORT), else the default socket."""
-    return os.environ.get("TELEMETRY_AGENT") or f"unix:{default_socket()}"
+    """TELEMETRY_AGENT (a gRPC address, e.g. unix:/path or 127.0.0.1:PORT; a malformed one is a ValueError),
+    else the default socket."""
+    given = os.environ.get(AGENT_ENV)
+    return check_address(given, AGENT_ENV) if given else f"unix:{default_socket()}"
 
 
 @overload

@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from telemetry.names import ARRIVAL_METRIC as ARRIVAL
-from telemetry.names import MAX_STEP, is_metric_name
+from telemetry.names import MAX_STEP, is_metric_name, job_name_problem
+from telemetry.sdk.address import check_address
 from telemetry.sdk.attempt import check_attempt, default_attempt
 from telemetry.sdk.capture import Responder
 from telemetry.sdk.env import default_agent, env_int
@@ -60,9 +61,12 @@ class Run:
                  captures: bool | None = None) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        problem = job_name_problem(job)
+        if problem is not None:  # every tier would refuse it, later and out of sight: say so here
+            raise ValueError(problem)
         self.job, self.rank, self.world_size, self.local_rank = job, rank, world_size, local_rank
         self.attempt = check_attempt(attempt)  # the job's launch this Run belongs to (docs/restarts.md)
-        self.agent = agent or default_agent()
+        self.agent = check_address(agent, "agent") if agent else default_agent()
         self._records: collections.deque[_Record] = collections.deque()
         self._max_records = buffer_records
         self._known_names: set[str] = set()
@@ -309,8 +313,26 @@ class Run:
         done = not self._records and not sender.unacknowledged()
         # Everything durable, and nothing dropped on the way (backlog overflow, refused, logged too late).
         done = done and not (sender.dropped_values or sender.refused_batches or sender.late_dropped_values)
+        done = done and not sender.refused  # the agent refused the rank: nothing it logs could have arrived
         self._sender.stop(max(0.1, deadline - time.monotonic()) + 1.0)
+        if not done:
+            self._say_not_done(timeout)
         return done
+
+    def _say_not_done(self, timeout: float) -> None:
+        """close() returns False: say why in one line (a boolean alone was all a user saw)."""
+        stats, sender = self.stats, self._sender
+        if sender.refused:
+            why = "the agent refused this rank (logged when it did)"
+        elif not sender.ever_registered:
+            why = f"the node agent at {self.agent} never answered (logged when it did not)"
+        elif stats["unacknowledged_batches"]:
+            why = (f"the agent at {self.agent} took them but the root has not said they are durable: is the "
+                   f"agent's parent reachable? (its log says; telemetry doctor checks)")
+        else:
+            why = "values were dropped on the way"
+        log.warning("telemetry: close(timeout=%s) for job %r rank %d: not everything is durable at the root: %s "
+                    "(%s)", timeout, self.job, self.rank, why, ", ".join(f"{k}={v}" for k, v in stats.items()))
 
     @property
     def stats(self) -> dict[str, int]:
@@ -351,10 +373,16 @@ def init(job: str | None = None, rank: int | None = None, world_size: int | None
     """Start telemetry for this rank; every argument defaults from torchrun's environment.
 
     job: TORCHELASTIC_RUN_ID (else "default"); rank: RANK; world_size: WORLD_SIZE; local_rank: LOCAL_RANK;
-    agent: TELEMETRY_AGENT, else the node agent's default Unix socket; attempt: which launch of the job this
+    agent: TELEMETRY_AGENT, else the node agent's default Unix socket (unix:PATH or HOST:PORT; a malformed address
+    or job name is a ValueError here rather than silence later); attempt: which launch of the job this
     is (TELEMETRY_ATTEMPT, torchrun's restarts, Slurm's, ...: telemetry/sdk/attempt.py, docs/restarts.md).
     """
-    job = job or os.environ.get("TORCHELASTIC_RUN_ID") or "default"
+    if not job and os.environ.get("TORCHELASTIC_RUN_ID"):
+        job = os.environ["TORCHELASTIC_RUN_ID"]
+        problem = job_name_problem(job)
+        if problem is not None:
+            raise ValueError(f"{problem}; it came from TORCHELASTIC_RUN_ID (torchrun --rdzv-id): pass job=...")
+    job = job or "default"
     rank = rank if rank is not None else env_int("RANK", 0)
     world_size = world_size if world_size is not None else env_int("WORLD_SIZE", 1)
     local_rank = local_rank if local_rank is not None else env_int("LOCAL_RANK", 0)

@@ -25,13 +25,16 @@ from typing import Any
 
 import grpc
 
+from telemetry.ratelog import RateLimitedLog
 from telemetry.retaining import RetainingStream, Unreachable, read_acks, wait_ready
+from telemetry.sdk.address import why_unreachable
 from telemetry.streams import END, rpc_code, until_end
 from telemetry.v1 import forensics_pb2, ingest_pb2, ingest_pb2_grpc
 
 log = logging.getLogger("telemetry.sdk")
 LATE_WARN_EVERY_S = 10.0
 CONNECT_TIMEOUT_S = 1.0
+UNREACHABLE_WARN_EVERY_S = 60.0
 
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
              grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -84,6 +87,7 @@ class Sender:
         self.refused = False  # the agent refused this rank: nothing is sent any more
         self.connected = threading.Event()
         self._registered = False  # the last stream was answered REGISTERED (an error after it is no refusal)
+        self.ever_registered = False  # some stream was (close() says which of the two it was when it fails)
         self._stream_error: grpc.RpcError | None = None
         # Capture requests (RankAck.CAPTURE) go here, on the ack-reading thread: it must return at once.
         self.on_capture: Callable[[forensics_pb2.CaptureRequest], None] | None = None
@@ -121,14 +125,17 @@ class Sender:
         if not isinstance(exc, grpc.RpcError):
             log.error("telemetry sender error", exc_info=exc)
             return True
+        ident = self.identity
+        if isinstance(exc, Unreachable):
+            _agents.unreachable(self.address, ident.job, ident.rank)
+            return True
         code = rpc_code(exc)
         permanent = code is not None and code not in RETRYABLE and code != grpc.StatusCode.ALREADY_EXISTS
         if permanent and code is not None and not self._registered:
             # The agent refused this rank itself (e.g. rank >= world size): nothing will ever be
             # delivered, so stop and count everything as dropped rather than retry forever.
             # (ALREADY_EXISTS is retried: the rank's previous process may still be exiting.)
-            log.error("telemetry agent refused this rank: %s: %s; telemetry is off for it",
-                      code.name, exc.details())
+            _agents.refused(self.address, ident.job, ident.rank, f"{code.name}: {exc.details()}")
             return False
         log.log(logging.WARNING if code not in RETRYABLE else logging.DEBUG,
                 "telemetry agent stream ended: %s", exc)
@@ -206,8 +213,9 @@ class Sender:
     def _ack(self, ack: ingest_pb2.RankAck) -> None:
         status = ack.status
         if status == ingest_pb2.RankAck.REGISTERED:
-            self._registered = True
+            self._registered = self.ever_registered = True
             self.connected.set()
+            _agents.reached(self.address)
         elif status == ingest_pb2.RankAck.DROPPED_LATE:
             self._dropped_late(ack)
         elif status == ingest_pb2.RankAck.CAPTURE:
@@ -247,6 +255,42 @@ class Sender:
                 self.dropped_values += sum(kept.values for kept in dropped)
 
 
+class _AgentWarnings:
+    """What the user is told when nothing arrives, per agent address for every Run in the process (the
+    simulator runs many): at most one warning a minute while the agent cannot be reached, naming the address
+    and the fix; one line when it answers again; a refusal once a minute with the agent's reason."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._unreachable: dict[str, RateLimitedLog] = {}
+        self._refused: dict[str, RateLimitedLog] = {}
+        self._warned: set[str] = set()  # addresses warned about and not reached since
+
+    def unreachable(self, address: str, job: str, rank: int) -> None:
+        with self._lock:
+            said = self._unreachable.setdefault(address, RateLimitedLog(log, UNREACHABLE_WARN_EVERY_S)).warn(
+                "telemetry: cannot reach the node agent at %s (job %r, rank %d); nothing logged is delivered "
+                "until it answers (values are kept meanwhile, up to the backlog bound, and close() returns False): "
+                "%s", address, job, rank, why_unreachable(address))
+            if said:
+                self._warned.add(address)
+
+    def reached(self, address: str) -> None:
+        with self._lock:
+            if address not in self._warned:
+                return
+            self._warned.discard(address)
+        log.warning("telemetry: the node agent at %s answers now; sending what was kept", address)
+
+    def refused(self, address: str, job: str, rank: int, reason: str) -> None:
+        with self._lock:
+            self._refused.setdefault(address, RateLimitedLog(log, UNREACHABLE_WARN_EVERY_S)).warn(
+                "telemetry: the node agent at %s refused job %r rank %d: %s; telemetry is off for this rank "
+                "(nothing it logs is delivered); fix what the agent names and restart the rank", address, job,
+                rank, reason)
+
+
+_agents = _AgentWarnings()
 _channels: dict[str, grpc.Channel] = {}
 _channels_lock = threading.Lock()
 
