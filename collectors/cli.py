@@ -21,6 +21,7 @@ EARLY_SIGNALS = early(sys.argv)  # before click, grpc and numpy are imported: a 
 import click  # noqa: E402  (after EARLY_SIGNALS, which must come first)
 
 from collectors.common.lifetime import die_with_parent  # noqa: E402  (after EARLY_SIGNALS, which must come first)
+from collectors.remote_write_cli import remote_write_config, remote_write_options  # noqa: E402  (after EARLY_SIGNALS too)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -307,6 +308,7 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
 @click.option("--max-children", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Child streams (agents, collectors) served at once; one more is refused with "
                    "RESOURCE_EXHAUSTED (and counted).")
+@with_options(remote_write_options)
 @click.option("--detectors", "detectors_config", metavar="FILE|JSON", envvar="TELEMETRY_DETECTORS",
               help="Root only: detector settings, a .toml/.json file or inline JSON (docs/detectors.md) "
                    "[env: TELEMETRY_DETECTORS; default: built-in defaults].")
@@ -319,7 +321,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               api: str, api_token: str | None, api_token_file: str | None, deadline_floor: float | None,
               deadline_factor: float, max_metrics: int, window_budget_mb: int,
               durability: str, max_world_size: int, job_idle_timeout: float, max_children: int,
-              detectors_config: str | None, verbose: int) -> None:
+              detectors_config: str | None, verbose: int, **remote_write: Any) -> None:
     """Run a collector (rack or cluster tier); with no --parent it is the root (store, API)."""
     signals = _signals()
     from collectors.detectors.suite import DetectorsConfig
@@ -329,6 +331,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
             detectors = DetectorsConfig.load(detectors_config)  # checked on every tier; the root is given it
         except (OSError, ValueError) as exc:
             raise click.BadParameter(str(exc), param_hint="--detectors") from None
+    remote = remote_write_config(remote_write, not parents, allow_insecure_token)
     _logging(verbose)
     if bool(tls_cert) != bool(tls_key):
         raise click.UsageError("--tls-cert and --tls-key go together")
@@ -350,7 +353,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
             deadline_floor_s=4.0 if deadline_floor is None else deadline_floor, deadline_factor=deadline_factor,
             max_metrics_per_job=max_metrics, max_children=max_children, job_idle_timeout_s=job_idle_timeout,
             max_world_size=max_world_size, durability=durability, detectors=detectors,
-            window_budget_bytes=window_budget_mb << 20)
+            window_budget_bytes=window_budget_mb << 20, remote_write=remote)
         _serve(signals, lambda: RootServer(root),
                lambda server: {"role": "root", "id": server.node.node_id, "address": server.address,
                                "api": server.api_address})

@@ -86,27 +86,31 @@ class Prometheus:
 
 
 @contextmanager
-def running_prometheus(workdir: Path, port: int, targets: list[str], scrape_interval: str = "1s"):
-    """A real Prometheus on 127.0.0.1:port scraping `targets` (honor_labels: true), storage in workdir."""
+def running_prometheus(workdir: Path, port: int, targets: list[str], scrape_interval: str = "1s",
+                       receiver: bool = False):
+    """A real Prometheus on 127.0.0.1:port scraping `targets` (honor_labels: true), storage in workdir; with
+    `receiver`, it also accepts remote-write on /api/v1/write. Started again on the same workdir, it keeps
+    what it held (its WAL)."""
     binary = require("prometheus")
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
+    scrape = ("scrape_configs:\n"
+              "  - job_name: telemetry-root\n"
+              "    honor_labels: true\n"
+              "    static_configs:\n"
+              f"      - targets: [{', '.join(repr(t) for t in targets)}]\n") if targets else ""
     config.write_text(
         "global:\n"
         f"  scrape_interval: {scrape_interval}\n"
-        f"  evaluation_interval: {scrape_interval}\n"
-        "scrape_configs:\n"
-        "  - job_name: telemetry-root\n"
-        "    honor_labels: true\n"
-        "    static_configs:\n"
-        f"      - targets: [{', '.join(repr(t) for t in targets)}]\n")
+        f"  evaluation_interval: {scrape_interval}\n" + scrape)
     check = subprocess.run([require("promtool"), "check", "config", str(config)], capture_output=True, text=True,
                            timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
-    log = open(workdir / "prometheus.log", "wb")
+    log = open(workdir / "prometheus.log", "ab")
     proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
                              f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h",
-                             "--log.level=warn"], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+                             "--log.level=warn", *(["--web.enable-remote-write-receiver"] if receiver else [])],
+                            stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     prom = Prometheus(f"http://127.0.0.1:{port}")
     try:
         deadline = time.monotonic() + 60
@@ -123,7 +127,7 @@ def running_prometheus(workdir: Path, port: int, targets: list[str], scrape_inte
             raise RuntimeError("prometheus did not become ready in 60 s")
         # Prometheus hands discovered targets to its scrapers at most every 5 s: wait until the first
         # scrape happened (even a failed one), so that scraping covers everything that follows.
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + (30 if targets else 0)
         while time.monotonic() < deadline and not prom.scraped_once():
             time.sleep(0.2)
         yield prom

@@ -7,7 +7,8 @@
 It is built from the shared tier (collectors/collector/tier.py: `Node`, `CollectorService`, gRPC server, flush
 loop, lifecycle sweep) with the root's parts: `Store` (SQLite, what DURABLE means), `Finaliser` (the node's
 sink: merge, persist, then acknowledge durable), the node's `RunLedger` kept in the store, the consumers
-(`Wiring`: detectors, event log, /metrics, restarts, forensics) and the HTTP API (`RootApi`). Everything it
+(`Wiring`: detectors, event log, /metrics, restarts, forensics), the HTTP API (`RootApi`) and, given URLs,
+remote-write of every finalised step to long-term stores (`RemoteWriter`, remote_write.py). Everything it
 needs comes from the `RootConfig` it is given: `telemetry collector` without `--parent` builds one from its
 flags (collectors/cli.py).
 """
@@ -25,6 +26,7 @@ from collectors.detectors.suite import DetectorsConfig
 from collectors.root.api import BoundedHTTPServer, RootApi, serve
 from collectors.root.finalise import Finaliser, root_complete
 from collectors.root.forensics import DEFAULT_MAX_RANKS, DEFAULT_MAX_REQUESTS, forensics_folder
+from collectors.root.remote_write import RemoteWriteConfig, RemoteWriter
 from collectors.root.store import Store
 from collectors.root.wiring import Wiring
 
@@ -41,6 +43,8 @@ class RootConfig(TierConfig):
     detectors: DetectorsConfig = field(default_factory=DetectorsConfig)  # docs/detectors.md; sinks included
     forensics_max_ranks: int = DEFAULT_MAX_RANKS  # ranks captured per event (docs/forensics.md)
     forensics_max_requests: int = DEFAULT_MAX_REQUESTS  # capture requests kept on disk, the oldest go first
+    remote_write: RemoteWriteConfig | None = None  # every finalised step to long-term stores (remote_write.py)
+    remote_write_close_s: float = 1.5  # at stop, how long what is queued may take to leave (within the stop deadline)
 
 
 class RootServer(Tier):
@@ -66,6 +70,13 @@ class RootServer(Tier):
         self.api.events = self.wiring.events_endpoint  # GET /api/v1/jobs/{job}/events
         self.api.forensics = self.wiring.forensics_endpoint  # GET .../events/{id}/forensics, .../forensics/{rid}
         self.api.ask_forensics = self.wiring.ask_forensics  # POST /api/v1/jobs/{job}/forensics
+        self.remote_write: RemoteWriter | None = None
+        if config.remote_write is not None and config.remote_write.urls:
+            self.remote_write = RemoteWriter(config.remote_write, self.store.reader, self.wiring.events.totals)
+            self.finaliser.on_finalised.append(self.remote_write.on_finalised)
+            self.wiring.events.sinks.append(self.remote_write.on_event)
+            self.wiring.metrics.registry.register(self.remote_write)
+            self.on_job_finished.append(self.remote_write.forget)
         self.api_server: BoundedHTTPServer | None = None
         self.api_address: str | None = None  # HOST:PORT once started (the port bound, if 0 was asked)
 
@@ -77,6 +88,8 @@ class RootServer(Tier):
         tune_gc()
         self.grpc.start()
         self.wiring.start()
+        if self.remote_write is not None:
+            self.remote_write.start()
         if self.config.api is not None:
             host, port = self.config.api.rsplit(":", 1)
             self.api_server = serve(self.api, host, int(port), extra=self.wiring.routes, token=self.config.api_token)
@@ -89,4 +102,6 @@ class RootServer(Tier):
         if self.api_server is not None:
             self.api_server.shutdown()
         self.wiring.close()
+        if self.remote_write is not None:  # after the last commit (the flush loop stopped), before the store
+            self.remote_write.close(self.config.remote_write_close_s)
         self.store.close()
