@@ -302,6 +302,11 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
               help="Root only: what a DURABLE acknowledgement promises. process: the data survives a crash of "
                    "the root process (SQLite synchronous=NORMAL); power: it survives a power loss too "
                    "(synchronous=FULL, an fsync per commit; cost in bench/store_sync.py).")
+@click.option("--retention", "retention", multiple=True, metavar="KIND=DURATION",
+              help="Root only: how long the store keeps each kind (repeatable; docs/fleet.md): seconds (raw 1 s "
+                   "windows, default 6h), minutes (their 1 min rollups, 14d), hours (1 h rollups, 400d), steps "
+                   "(raw step windows, 14d), step-blocks (blocks of 100 steps, 400d), events (closed ones, 90d); "
+                   "DURATION like 90s, 30m, 6h, 14d, or off.")
 @click.option("--deadline-floor", type=float, default=None,
               help="Seconds a window may wait for slow children [default: 3 (collector), 4 (root)].")
 @with_options(window_options(deadline_factor=4.0))
@@ -319,7 +324,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               tls_cert: str | None,
               tls_key: str | None, tls_client_ca: str | None, token: str | None, token_file: str | None, db: str,
               api: str, api_token: str | None, api_token_file: str | None, deadline_floor: float | None,
-              deadline_factor: float, max_metrics: int, window_budget_mb: int,
+              deadline_factor: float, max_metrics: int, window_budget_mb: int, retention: tuple[str, ...],
               durability: str, max_world_size: int, job_idle_timeout: float, max_children: int,
               detectors_config: str | None, verbose: int, **remote_write: Any) -> None:
     """Run a collector (rack or cluster tier); with no --parent it is the root (store, API)."""
@@ -347,13 +352,20 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
     security = _security(tls_cert, tls_key, tls_client_ca, token)
     parent_security = _security(parent_cert, parent_key, parent_ca, parent_token, parent_server_name)
     if not parents:
+        from collectors.root.retention import RetentionConfig
         from collectors.root.server import RootConfig, RootServer
+        lifecycle = RetentionConfig()
+        for spec in retention:
+            try:
+                lifecycle.set(spec)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="--retention") from None
         root = RootConfig(
             listen=listen, node_id=node_id, security=security, db=Path(db), api=api, api_token=api_token,
             deadline_floor_s=4.0 if deadline_floor is None else deadline_floor, deadline_factor=deadline_factor,
             max_metrics_per_job=max_metrics, max_children=max_children, job_idle_timeout_s=job_idle_timeout,
             max_world_size=max_world_size, durability=durability, detectors=detectors,
-            window_budget_bytes=window_budget_mb << 20, remote_write=remote)
+            window_budget_bytes=window_budget_mb << 20, remote_write=remote, retention=lifecycle)
         _serve(signals, lambda: RootServer(root),
                lambda server: {"role": "root", "id": server.node.node_id, "address": server.address,
                                "api": server.api_address})

@@ -372,6 +372,9 @@ class RootMetrics:
                          "retried at the next flush).", []), [], status["write_failures"])
             _add(counter("telemetry_store_files_lost", "Times the root found its store's file deleted or replaced "
                          "and reopened it.", []), [], status["files_lost"])
+            if "bytes" in status:
+                _add(gauge("telemetry_store_bytes", "Bytes of the root's SQLite store on disk (file, write-ahead "
+                           "log and index), bounded by its retention (--retention).", []), [], status["bytes"])
         yield from families.values()
 
     def _live(self, job: str) -> dict:

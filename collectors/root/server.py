@@ -27,6 +27,7 @@ from collectors.root.api import BoundedHTTPServer, RootApi, serve
 from collectors.root.finalise import Finaliser, root_complete
 from collectors.root.forensics import DEFAULT_MAX_RANKS, DEFAULT_MAX_REQUESTS, forensics_folder
 from collectors.root.remote_write import RemoteWriteConfig, RemoteWriter
+from collectors.root.retention import Retention, RetentionConfig
 from collectors.root.store import Store
 from collectors.root.wiring import Wiring
 
@@ -45,6 +46,7 @@ class RootConfig(TierConfig):
     forensics_max_requests: int = DEFAULT_MAX_REQUESTS  # capture requests kept on disk, the oldest go first
     remote_write: RemoteWriteConfig | None = None  # every finalised step to long-term stores (remote_write.py)
     remote_write_close_s: float = 1.5  # at stop, how long what is queued may take to leave (within the stop deadline)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)  # the store's lifecycle (--retention)
 
 
 class RootServer(Tier):
@@ -52,6 +54,7 @@ class RootServer(Tier):
         self.config = config
         self.store = Store(config.db, config.durability)
         self.finaliser = Finaliser(self.store)
+        self.retention = Retention(self.store, config.retention)  # rollups and deletes, on their own thread
         super().__init__(config, "root", whole_world=True)
         node = self.node
         node.runs = RunLedger(recall=self.store.load_runs, record=self.store.save_runs)
@@ -95,8 +98,10 @@ class RootServer(Tier):
             self.api_server = serve(self.api, host, int(port), extra=self.wiring.routes, token=self.config.api_token)
             self.api_address = f"{host}:{self.api_server.server_address[1]}"
         self.flusher.start()
+        self.retention.start()
 
     def stop(self, grace: float = 1.0) -> None:
+        self.retention.stop()
         self.flusher.stop()
         self.grpc.stop(grace)
         if self.api_server is not None:

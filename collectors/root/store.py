@@ -20,6 +20,8 @@ import math
 import os
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyroaring import BitMap
@@ -42,6 +44,9 @@ CREATE TABLE IF NOT EXISTS windows (
     summary BLOB NOT NULL,
     PRIMARY KEY (job, metric, width_ms, idx)
 );
+CREATE INDEX IF NOT EXISTS windows_by_age ON windows (width_ms, idx);
+CREATE INDEX IF NOT EXISTS windows_by_finalised ON windows (width_ms, finalised_ns);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS jobs (job TEXT PRIMARY KEY, world_size INTEGER NOT NULL, first_seen_ns INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     job TEXT NOT NULL, rank INTEGER NOT NULL, process INTEGER NOT NULL, host TEXT NOT NULL,
@@ -50,6 +55,7 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 
 SYNC_MODES = {"process": "NORMAL", "power": "FULL"}
+WAL_LIMIT_BYTES = 64 << 20  # the write-ahead log is truncated back to this after a checkpoint
 # `Row` and the page cache bound `CACHE_KIB` are in collectors/common/rows.py: the detectors and the event log use
 # them too, and import nothing of the root.
 
@@ -84,6 +90,22 @@ def figures(summary: Summary, expected: int) -> dict[str, object]:
     }
 
 
+INSERT_WINDOW = "INSERT OR REPLACE INTO windows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+
+
+def _records(rows: list[Row]) -> list[tuple]:
+    records = []
+    for row in rows:
+        fig = figures(row.summary, row.expected)
+        records.append((
+            row.key.job, row.key.metric, row.key.index, row.key.width_ms, row.expected, fig["count"],
+            fig["sources"], json.dumps(fig["missing"]), fig["mean"], fig["stddev"], fig["min"], fig["argmin"],
+            fig["max"], fig["argmax"], json.dumps(fig["top"]), fig["p50"], fig["p90"], fig["p99"], fig["p999"],
+            fig["nonfinite_count"], json.dumps(fig["nonfinite_sources"]), row.late,
+            row.summary.last_time_ns, row.finalised_ns, row.summary.to_bytes()))
+    return records
+
+
 class Store:
     """Thread-safe: one writer connection under a lock; readers open their own."""
 
@@ -98,7 +120,10 @@ class Store:
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        # A new file gives freed pages back to the file system (Store.reclaim); an old one reuses them.
+        self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
         self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         self._db.execute(f"PRAGMA synchronous={SYNC_MODES[self.sync]}")
         self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         self._db.executescript(_SCHEMA)
@@ -125,22 +150,12 @@ class Store:
 
     def save(self, rows: list[Row], jobs: dict[str, int]) -> None:
         """Persist rows (replacing earlier versions of the same windows) in one transaction."""
-        records = []
-        for row in rows:
-            fig = figures(row.summary, row.expected)
-            records.append((
-                row.key.job, row.key.metric, row.key.index, row.key.width_ms, row.expected, fig["count"],
-                fig["sources"], json.dumps(fig["missing"]), fig["mean"], fig["stddev"], fig["min"], fig["argmin"],
-                fig["max"], fig["argmax"], json.dumps(fig["top"]), fig["p50"], fig["p90"], fig["p99"], fig["p999"],
-                fig["nonfinite_count"], json.dumps(fig["nonfinite_sources"]), row.late,
-                row.summary.last_time_ns, row.finalised_ns, row.summary.to_bytes()))
+        records = _records(rows)
         with self._lock:
             self.check_file()
             self._db.execute("BEGIN")
             try:
-                self._db.executemany(
-                    "INSERT OR REPLACE INTO windows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    records)
+                self._db.executemany(INSERT_WINDOW, records)
                 for job, world in jobs.items():
                     self._db.execute("INSERT INTO jobs VALUES (?,?,strftime('%s','now')*1000000000) "
                                      "ON CONFLICT(job) DO UPDATE SET world_size=max(world_size, excluded.world_size)",
@@ -149,6 +164,44 @@ class Store:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+
+    # ------------------------------------------------------------ lifecycle (collectors/root/retention.py)
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """The writer connection in one transaction, under the store's lock (keep it short: intake waits)."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    @staticmethod
+    def save_in(db: sqlite3.Connection, rows: list[Row]) -> None:
+        """Rows written inside a `transaction`."""
+        db.executemany(INSERT_WINDOW, _records(rows))
+
+    def meta(self, name: str) -> int | None:
+        with self._lock:
+            found = self._db.execute("SELECT value FROM meta WHERE name=?", (name,)).fetchone()
+        return None if found is None else int(found[0])
+
+    @staticmethod
+    def set_meta(db: sqlite3.Connection, name: str, value: int) -> None:
+        db.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", (name, value))
+
+    def has_table(self, name: str) -> bool:
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                                    (name,)).fetchone() is not None
+
+    def reclaim(self, pages: int = 2048) -> None:
+        """Give up to `pages` free pages back to the file system (a file made with incremental auto-vacuum), a
+        bounded step: what is left goes at the next call."""
+        with self._lock:
+            self._db.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
 
     def save_runs(self, job: str, claims: dict[int, Claim]) -> None:
         """Which process first ran each of these ranks of `job` (RunLedger's record): kept as long as the file,

@@ -48,6 +48,7 @@ from collectors.root.forensics import (
 )
 from collectors.root.metrics import RootMetrics
 from collectors.root.restarts import GoodputMetrics, RestartWatch
+from collectors.root.retention import store_bytes
 from collectors.root.store import Store
 from telemetry.names import FLEET_JOB
 from telemetry.v1 import forensics_pb2
@@ -94,7 +95,8 @@ class Wiring:
                                    detector_errors=lambda: self.detectors.errors, jobs=registered,
                                    store=lambda: {"writable": int(finaliser.writable),
                                                   "write_failures": finaliser.write_failures,
-                                                  "files_lost": finaliser.files_lost})
+                                                  "files_lost": finaliser.files_lost,
+                                                  "bytes": store_bytes(store.path)})
         self.routes: dict[str, Route] = {"/metrics": self.metrics.render, "/api/v1/events": self.all_events}
         self.restarts = RestartWatch(store, self.events)
         self.metrics.registry.register(GoodputMetrics(store, registered))

@@ -1,0 +1,256 @@
+"""The root store's lifecycle (DESIGN §12, issue 28 item 3, docs/fleet.md "Retention"): retention per kind, and
+rollups that merge summaries over time as the tree merges them over ranks and hosts.
+
+* 1 s windows (hardware, heartbeats) roll up into 1 min windows (`width_ms` 60,000), and those into 1 h windows
+  (3,600,000): the same table, the same columns, keys `(job, metric, start ms, width)`.
+* Step windows older than `raw_steps_s` roll up into blocks of `step_block` steps (`width_ms` = -step_block,
+  `idx` = the block's first step), merged into the block as they age out, then deleted.
+* Each kind is then deleted past its retention: raw seconds, minutes, hours, step blocks, closed events.
+
+A rollup is `merge_over_time` of its members: count, sum, min/argmin, max/argmax, top-k/bottom-k (value,
+source) and the sources bitmap stay exact (the k largest readings of the hour with their host and port; a
+source may appear more than once, once per reading); quantiles keep the sketch's stated error. A second is
+rolled up once it ended `settle_s` ago (past the root's `retain_s`, after which a late part of it is refused
+as a resend), each rolled level only from a level already complete.
+
+All work runs on its own thread, in transactions of at most `batch` rows, each taking the store's lock only for
+itself: the intake's commit waits for one batch at most, never for a whole sweep. Deleted pages are reused
+(and given back to the file system where the file was created with incremental auto-vacuum), so the file's
+size is bounded by retention, not by uptime.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyroaring import BitMap
+
+from collectors.common.keys import Key
+from collectors.common.rows import Row
+from collectors.root.store import Store
+from telemetry.summary import Summary
+
+log = logging.getLogger(__name__)
+
+SECOND_MS, MINUTE_MS, HOUR_MS = 1000, 60_000, 3_600_000
+DAY_S = 86_400.0
+
+
+@dataclass
+class RetentionConfig:
+    """How long each kind is kept, in seconds (`telemetry collector --retention KIND=DURATION`)."""
+
+    seconds_s: float = 6 * 3600.0  # raw 1 s windows (hardware, heartbeats)
+    minutes_s: float = 14 * DAY_S  # their 1 min rollups
+    hours_s: float = 400 * DAY_S  # their 1 h rollups
+    raw_steps_s: float = 14 * DAY_S  # step windows, raw
+    step_blocks_s: float = 400 * DAY_S  # blocks of step_block steps
+    events_s: float = 90 * DAY_S  # closed events (open ones are kept)
+    step_block: int = 100
+    settle_s: float = 600.0
+    batch: int = 500
+    every_s: float = 10.0
+    enabled: bool = True
+
+    KINDS = {"seconds": "seconds_s", "minutes": "minutes_s", "hours": "hours_s", "steps": "raw_steps_s",
+             "step-blocks": "step_blocks_s", "events": "events_s"}
+
+    def set(self, spec: str) -> None:
+        """`KIND=DURATION`, e.g. `seconds=6h`, `steps=30d` (units s, m, h, d; `off` or 0: kept forever)."""
+        kind, sep, value = spec.partition("=")
+        if not sep or kind not in self.KINDS:
+            raise ValueError(f"{spec!r}: expected KIND=DURATION with KIND one of {', '.join(self.KINDS)}")
+        setattr(self, self.KINDS[kind], parse_duration(value))
+
+
+def parse_duration(text: str) -> float:
+    text = text.strip().lower()
+    if text in ("off", "forever", "0"):
+        return 0.0
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY_S, "w": 7 * DAY_S}
+    scale = units.get(text[-1:], None)
+    number = text[:-1] if scale is not None else text
+    try:
+        value = float(number) * (scale or 1.0)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration (e.g. 90s, 30m, 6h, 14d)") from None
+    if not value > 0:
+        raise ValueError(f"{text!r}: a duration must be > 0 (or 'off')")
+    return value
+
+
+def merge_over_time(summaries: Sequence[Summary]) -> Summary:
+    """One summary of several windows of the same metric over time (the same sources may recur, unlike a merge
+    over ranks, where a shared source is an error). Merged in time order, so the result is deterministic."""
+    first = summaries[0]
+    merged = Summary(first.k, first.max_centroids)
+    if len(summaries) == 1:
+        merged = first.copy()
+        return merged
+    ordered = sorted(summaries, key=lambda s: (s.first_time_ns, s.last_time_ns, s.count))
+    union = BitMap.union(*(s.sources for s in ordered))
+    merged._absorb(ordered, union)  # Summary's own fold; sources may overlap across time (see docstring)
+    return merged
+
+
+@dataclass
+class SweepStats:
+    rolled: int = 0  # rollup rows written
+    deleted: int = 0  # rows deleted (windows and events)
+    sweeps: int = 0
+    seconds: float = 0.0  # wall time of the last sweep
+
+
+class Retention:
+    """Runs `sweep` every `every_s` on a daemon thread."""
+
+    def __init__(self, store: Store, config: RetentionConfig | None = None) -> None:
+        self.store = store
+        self.config = config or RetentionConfig()
+        self.stats = SweepStats()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if not self.config.enabled or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="retention", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.config.every_s):
+            try:
+                self.sweep()
+            except Exception:  # the store's own trouble is reported by the intake's commits; try again later
+                log.exception("store retention sweep failed")
+
+    # ------------------------------------------------------------------ one sweep
+    def sweep(self, now_ns: int | None = None, max_batches: int = 200) -> SweepStats:
+        """Roll up and delete what is due at `now_ns`, at most `max_batches` transactions (the rest next time)."""
+        started = time.monotonic()
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        now_ms = now_ns // 1_000_000
+        c = self.config
+        budget = [max_batches]
+        settled_ms = now_ms - int(c.settle_s * 1000)
+        self._roll_time(SECOND_MS, MINUTE_MS, settled_ms, budget, now_ns)
+        self._roll_time(MINUTE_MS, HOUR_MS, self._mark(f"rolled:{MINUTE_MS}") or 0, budget, now_ns)
+        if c.raw_steps_s:
+            self._roll_steps(now_ns - int(c.raw_steps_s * 1e9), budget, now_ns)
+        for width, keep_s, rolled in ((SECOND_MS, c.seconds_s, MINUTE_MS), (MINUTE_MS, c.minutes_s, HOUR_MS),
+                                      (HOUR_MS, c.hours_s, None)):
+            if keep_s:
+                cutoff = now_ms - int(keep_s * 1000)
+                if rolled is not None:  # never delete what is not rolled up yet
+                    cutoff = min(cutoff, self._mark(f"rolled:{rolled}") or 0)
+                self._delete("DELETE FROM windows WHERE rowid IN (SELECT rowid FROM windows WHERE width_ms=? "
+                             "AND idx<? LIMIT ?)", (width, cutoff), budget)
+        if c.step_blocks_s:
+            self._delete("DELETE FROM windows WHERE rowid IN (SELECT rowid FROM windows WHERE width_ms<0 "
+                         "AND finalised_ns<? LIMIT ?)", (now_ns - int(c.step_blocks_s * 1e9),), budget)
+        if c.events_s and self.store.has_table("events"):  # the event log's table, in the same file
+            self._delete("DELETE FROM events WHERE id IN (SELECT id FROM events WHERE status='closed' AND "
+                         "updated<? LIMIT ?)", (now_ns / 1e9 - c.events_s,), budget)
+        self.store.reclaim()
+        self.stats.sweeps += 1
+        self.stats.seconds = time.monotonic() - started
+        return self.stats
+
+    def _mark(self, name: str) -> int | None:
+        return self.store.meta(name)
+
+    def _roll_time(self, width: int, into: int, upto_ms: int, budget: list[int], now_ns: int) -> None:
+        """Roll `width` windows into `into` windows, one `into` period a transaction, up to `upto_ms`."""
+        mark = f"rolled:{into}"
+        start = self._mark(mark)
+        while budget[0] > 0:
+            with self.store.transaction() as db:
+                if start is None:
+                    first = db.execute("SELECT min(idx) FROM windows WHERE width_ms=?", (width,)).fetchone()[0]
+                    if first is None:
+                        return
+                    start = first - first % into
+                if start + into > upto_ms:
+                    return
+                found = db.execute("SELECT job, metric, expected, summary FROM windows WHERE width_ms=? AND idx>=? "
+                                   "AND idx<?", (width, start, start + into)).fetchall()
+                groups: dict[tuple[str, str], tuple[int, list[Summary]]] = {}
+                for job, metric, expected, blob in found:
+                    most, summaries = groups.get((job, metric), (0, []))
+                    summaries.append(Summary.from_bytes(blob))
+                    groups[(job, metric)] = (max(most, expected), summaries)
+                rows = [Row(Key(job, metric, start, into), expected, merge_over_time(summaries), False, now_ns)
+                        for (job, metric), (expected, summaries) in groups.items()]
+                self.store.save_in(db, rows)
+                nxt = start + into
+                if not found:  # a gap: on to the next period holding anything, or to the settled edge
+                    after = db.execute("SELECT min(idx) FROM windows WHERE width_ms=? AND idx>=?",
+                                       (width, nxt)).fetchone()[0]
+                    edge = upto_ms - upto_ms % into
+                    nxt = max(nxt, min(edge, after - after % into) if after is not None else edge)
+                start = nxt
+                self.store.set_meta(db, mark, start)
+            self.stats.rolled += len(rows)
+            budget[0] -= 1
+
+    def _roll_steps(self, before_ns: int, budget: list[int], now_ns: int) -> None:
+        """Step windows finalised before `before_ns` are merged into their blocks, then deleted."""
+        block = self.config.step_block
+        while budget[0] > 0:
+            with self.store.transaction() as db:
+                found = db.execute("SELECT rowid, job, metric, idx, expected, finalised_ns, summary FROM windows "
+                                   "WHERE width_ms=0 AND finalised_ns<? LIMIT ?",
+                                   (before_ns, self.config.batch)).fetchall()
+                if not found:
+                    return
+                groups: dict[tuple[str, str, int], tuple[int, int, list[Summary]]] = {}
+                for _, job, metric, idx, expected, final, blob in found:
+                    key = (job, metric, idx - idx % block)
+                    most, latest, summaries = groups.get(key, (0, 0, []))
+                    summaries.append(Summary.from_bytes(blob))
+                    groups[key] = (max(most, expected), max(latest, final), summaries)
+                rows = []
+                for (job, metric, first), (expected, latest, summaries) in groups.items():
+                    block_key = Key(job, metric, first, -block)
+                    old = db.execute("SELECT expected, summary, finalised_ns FROM windows WHERE job=? AND metric=? "
+                                     "AND width_ms=? AND idx=?", (job, metric, -block, first)).fetchone()
+                    if old is not None:
+                        summaries.append(Summary.from_bytes(old[1]))
+                        expected, latest = max(expected, old[0]), max(latest, old[2])
+                    rows.append(Row(block_key, expected, merge_over_time(summaries), False, latest))
+                self.store.save_in(db, rows)
+                db.executemany("DELETE FROM windows WHERE rowid=?", [(r[0],) for r in found])
+            self.stats.rolled += len(rows)
+            self.stats.deleted += len(found)
+            budget[0] -= 1
+
+    def _delete(self, sql: str, args: tuple, budget: list[int]) -> None:
+        while budget[0] > 0:
+            with self.store.transaction() as db:
+                gone = db.execute(sql, (*args, self.config.batch)).rowcount
+            budget[0] -= 1
+            self.stats.deleted += max(0, gone)
+            if gone < self.config.batch:
+                return
+
+
+def store_bytes(path: os.PathLike[str] | str) -> int:
+    """The store's size on disk: the file, its write-ahead log and shared-memory index."""
+    total = 0
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            total += os.path.getsize(f"{os.fspath(path)}{suffix}")
+        except OSError:
+            pass
+    return total

@@ -1,0 +1,166 @@
+"""The store's lifecycle (issue 28 item 3): rollups over time keep every exact field exact; each kind is deleted
+past its retention, in batches, never what is not rolled up yet; the file's size is exported."""
+
+from __future__ import annotations
+
+import heapq
+import random
+from contextlib import closing
+
+import pytest
+
+from collectors.common.keys import Key
+from collectors.common.rows import Row
+from collectors.root.metrics import RootMetrics
+from collectors.root.retention import (
+    HOUR_MS,
+    MINUTE_MS,
+    Retention,
+    RetentionConfig,
+    merge_over_time,
+    parse_duration,
+    store_bytes,
+)
+from collectors.root.store import Store
+from telemetry import Summary
+
+T0_MS = 1_700_000_000_000 - 1_700_000_000_000 % HOUR_MS  # an hour boundary
+
+
+def _second(rng: random.Random, start_ms: int, hosts: int = 6) -> tuple[Summary, list[tuple[float, int]]]:
+    readings = [(float(rng.randint(0, 1000)), h << 8 | d) for h in range(hosts) for d in (64, 65)
+                if rng.random() < 0.9]
+    s = Summary()
+    for value, src in readings:
+        s.add(value, src, time_ns=start_ms * 1_000_000 + 1)
+    return s, readings
+
+
+def _rows(db, width: int, metric: str = "ib.symbol_error_delta"):
+    return db.execute("SELECT idx, count, min, argmin, max, argmax, sources, summary FROM windows "
+                      "WHERE width_ms=? AND metric=? ORDER BY idx", (width, metric)).fetchall()
+
+
+def test_seconds_roll_up_into_exact_minutes_and_hours(tmp_path) -> None:
+    rng = random.Random(7)
+    store = Store(tmp_path / "root.db")
+    raw: dict[int, list[tuple[float, int]]] = {}
+    for sec in range(2 * 3600 // 20):  # two hours, one window every 20 s (sparse, with gaps)
+        start = T0_MS + sec * 20_000
+        s, readings = _second(rng, start)
+        raw[start] = readings
+        store.save([Row(Key("_fleet", "ib.symbol_error_delta", start, 1000), 0, s, False, 0)], {})
+    retention = Retention(store, RetentionConfig(settle_s=60))
+    retention.sweep(now_ns=(T0_MS + 2 * HOUR_MS + 120_000) * 1_000_000, max_batches=10_000)
+    with closing(store.reader()) as db:
+        minutes, hours = _rows(db, MINUTE_MS), _rows(db, HOUR_MS)
+    assert len(minutes) == 120 and len(hours) == 2
+    for width, rolled in ((MINUTE_MS, minutes), (HOUR_MS, hours)):
+        for row in rolled:
+            members = [r for start, rs in raw.items() if row["idx"] <= start < row["idx"] + width for r in rs]
+            s = Summary.from_bytes(row["summary"])
+            assert s.count == row["count"] == len(members)
+            assert s.sum == pytest.approx(sum(v for v, _ in members))
+            low = min(members, key=lambda p: (p[0], p[1]))
+            high = min(members, key=lambda p: (-p[0], p[1]))
+            assert (s.min, s.argmin, s.max, s.argmax) == (low[0], low[1], high[0], high[1])
+            assert s.top() == heapq.nsmallest(s.k, members, key=lambda p: (-p[0], p[1]))
+            assert s.bottom() == heapq.nsmallest(s.k, members)
+            assert set(s.sources) == {src for _, src in members}
+    store.close()
+
+
+def test_each_kind_goes_past_its_retention_and_never_before_its_rollup(tmp_path) -> None:
+    store = Store(tmp_path / "root.db")
+    rng = random.Random(1)
+    for sec in range(0, 3 * 3600, 30):
+        s, _ = _second(rng, T0_MS + sec * 1000, hosts=2)
+        store.save([Row(Key("_fleet", "ib.symbol_error_delta", T0_MS + sec * 1000, 1000), 0, s, False, 0)], {})
+    config = RetentionConfig(seconds_s=3600, minutes_s=7200, settle_s=60, batch=50)
+    retention = Retention(store, config)
+    now_ms = T0_MS + 3 * HOUR_MS + 120_000
+    # A sweep with room for a few transactions only: nothing raw goes before it is rolled up.
+    retention.sweep(now_ns=now_ms * 1_000_000, max_batches=3)
+    with closing(store.reader()) as db:
+        mark = store.meta(f"rolled:{MINUTE_MS}")
+        assert mark is not None
+        unrolled = db.execute("SELECT count(*) FROM windows WHERE width_ms=1000 AND idx>=?", (mark,)).fetchone()[0]
+    assert mark < now_ms - 3600 * 1000  # the sweep stopped before rolling up everything due ...
+    assert unrolled == len([sec for sec in range(0, 3 * 3600, 30) if T0_MS + sec * 1000 >= mark])  # ... all kept
+    retention.sweep(now_ns=now_ms * 1_000_000, max_batches=10_000)
+    with closing(store.reader()) as db:
+        oldest_second = db.execute("SELECT min(idx) FROM windows WHERE width_ms=1000").fetchone()[0]
+        oldest_minute = db.execute("SELECT min(idx) FROM windows WHERE width_ms=?", (MINUTE_MS,)).fetchone()[0]
+        hours = db.execute("SELECT count(*) FROM windows WHERE width_ms=?", (HOUR_MS,)).fetchone()[0]
+    assert oldest_second >= now_ms - 3600 * 1000
+    assert oldest_minute >= now_ms - 7200 * 1000
+    assert hours == 3  # kept (400 days by default)
+    store.close()
+
+
+def test_old_steps_roll_into_blocks_exactly_then_go(tmp_path) -> None:
+    store = Store(tmp_path / "root.db")
+    rng = random.Random(3)
+    day_ns = 86_400 * 10**9
+    values: dict[int, list[tuple[float, int]]] = {}
+    for step in range(250):
+        s = Summary()
+        values[step] = [(rng.random(), rank) for rank in range(16)]
+        for v, rank in values[step]:
+            s.add(v, rank)
+        store.save([Row(Key("job", "step_time", step), 16, s, False, step * 10**9)], {"job": 16})
+    retention = Retention(store, RetentionConfig(raw_steps_s=86_400, batch=40))
+    retention.sweep(now_ns=2 * day_ns, max_batches=10_000)
+    with closing(store.reader()) as db:
+        assert db.execute("SELECT count(*) FROM windows WHERE width_ms=0").fetchone()[0] == 0
+        blocks = db.execute("SELECT idx, count, max, argmax, summary FROM windows WHERE width_ms=-100 "
+                            "ORDER BY idx").fetchall()
+    assert [b["idx"] for b in blocks] == [0, 100, 200]
+    for b in blocks:
+        members = [p for step in range(b["idx"], min(250, b["idx"] + 100)) for p in values[step]]
+        s = Summary.from_bytes(b["summary"])
+        assert s.count == len(members)
+        assert s.top() == heapq.nsmallest(s.k, members, key=lambda p: (-p[0], p[1]))
+    store.close()
+
+
+def test_closed_events_go_past_their_retention_open_ones_stay(tmp_path) -> None:
+    from collectors.detectors.events import EventLog
+    store = Store(tmp_path / "root.db")
+    events = EventLog(store.path)
+    events.raise_("hardware", "_fleet", step=None, key="a")
+    events.raise_("hardware", "_fleet", step=None, key="b")
+    events.clear("hardware", "_fleet", "a")
+    retention = Retention(store, RetentionConfig(events_s=60))
+    import time
+    retention.sweep(now_ns=time.time_ns() + 3600 * 10**9)
+    with closing(store.reader()) as db:
+        left = [r["key"] for r in db.execute("SELECT key FROM events")]
+    assert left == ["b"]
+    store.close()
+
+
+def test_store_bytes_is_exported(tmp_path) -> None:
+    store = Store(tmp_path / "root.db")
+    metrics = RootMetrics(store=lambda: {"writable": 1, "write_failures": 0, "files_lost": 0,
+                                         "bytes": store_bytes(store.path)})
+    text = metrics.render()[1].decode()
+    line = next(x for x in text.splitlines() if x.startswith("telemetry_store_bytes "))
+    assert float(line.split()[1]) >= 4096
+    store.close()
+
+
+def test_durations_and_merge_over_time() -> None:
+    assert parse_duration("90s") == 90 and parse_duration("6h") == 21600 and parse_duration("off") == 0
+    with pytest.raises(ValueError):
+        parse_duration("soon")
+    config = RetentionConfig()
+    config.set("steps=30d")
+    assert config.raw_steps_s == 30 * 86400
+    with pytest.raises(ValueError):
+        config.set("forever=1d")
+    a, b = Summary(), Summary()
+    a.add(1.0, 5)
+    b.add(3.0, 5)  # the same source a second later: a merge over ranks would refuse it, one over time may not
+    merged = merge_over_time([a, b])
+    assert (merged.count, merged.max, merged.argmax, list(merged.sources)) == (2, 3.0, 5, [5])
