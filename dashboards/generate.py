@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -347,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             path.write_text(text)
             print(f"wrote {path}")
+    if not args.check and args.out.resolve() == HERE.resolve():  # deploy/kubernetes carries the same JSON
+        subprocess.run([sys.executable, str(HERE.parent / "scripts" / "gen_dashboard_configmap.py")], check=True)
     if stale:
         print(f"stale (run python dashboards/generate.py): {', '.join(stale)}", file=sys.stderr)
         return 1
