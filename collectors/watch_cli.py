@@ -15,6 +15,7 @@ import click
 from rich.console import Console, RenderableType
 from rich.live import Live
 
+from collectors.demo.hosts_view import fetch, fleet_frame, host_frame, host_path
 from collectors.demo.view import jobs_table, render
 from collectors.demo.watch import RootWatcher, list_jobs
 
@@ -31,21 +32,37 @@ def _api_url(root: str) -> str:
               help="The root's HTTP API address (its `collector --api`, default 127.0.0.1:7600) "
                    "[env: TELEMETRY_ROOT_API].")
 @click.option("--job", help="The job to watch [default: list the root's jobs].")
+@click.option("--hosts", "fleet", is_flag=True, help="Watch the fleet's hardware: the worst hosts per metric now "
+              "(docs/fleet.md).")
+@click.option("--host", help="Watch one host: its devices, recent readings and events.")
 @click.option("--once", is_flag=True, help="Print one frame and exit (for scripts and tests).")
 @click.option("--interval", type=click.FloatRange(min=0.2), default=1.0, show_default=True,
               help="Seconds between refreshes.")
 @click.option("--last", type=click.IntRange(min=1, max=10_000), default=200, show_default=True,
               help="Finalised steps per metric to show (the sparklines' history).")
-def watch(root: str, job: str | None, once: bool, interval: float, last: int) -> None:
-    """Watch a running root live: its jobs, or one job's MFU, loss, step time, hardware and events."""
+def watch(root: str, job: str | None, fleet: bool, host: str | None, once: bool, interval: float,
+          last: int) -> None:
+    """Watch a running root live: its jobs, one job's MFU, loss, step time, hardware and events, or the fleet's
+    hardware (--hosts, --host)."""
     api = _api_url(root)
     jobs = list_jobs(api)
     if jobs is None:
         raise click.ClickException(f"no answer from a root at {api} (is its --api address reachable from here?)")
+    if sum((job is not None, fleet, host is not None)) > 1:
+        raise click.UsageError("--job, --hosts and --host are alternatives: give one")
     console = Console(width=None if Console().is_terminal else PLAIN_WIDTH)
     frame: Callable[[], RenderableType]
     refresh: Callable[[], None]
-    if job is None:
+    if fleet or host is not None:
+        def frame() -> RenderableType:
+            stamp = f"at {time.strftime('%H:%M:%S')}"
+            if host is not None:
+                return host_frame(fetch(api, host_path(host)), host, stamp)
+            return fleet_frame(fetch(api, "/api/v1/hosts"), stamp)
+
+        def refresh() -> None:
+            """Nothing: each frame reads the root itself."""
+    elif job is None:
         def frame() -> RenderableType:
             return jobs_table(list_jobs(api) or [])
 

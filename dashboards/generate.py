@@ -34,6 +34,7 @@ DATASOURCE_UID = "telemetry-prometheus"  # what `telemetry dashboards push` prov
 DS = dash.DataSourceRef(type_val="prometheus", uid="${datasource}")
 JOB = 'job="$job"'  # a job's goodput families: the job's, every attempt together (no attempt label)
 J = 'job="$job",attempt=~"$attempt"'  # every other per-job family: the attempt(s) chosen
+FLEET = 'job="_fleet"'  # the fleet's hardware windows (docs/fleet.md): every host's devices, merged
 RATE = "$__rate_interval"
 
 
@@ -230,10 +231,15 @@ def training_run() -> dash.Dashboard:
             description="ECC, XID, PCIe replay, NVLink and row-remap counters of the job's GPUs, summed over "
                         "its GPUs: increase per interval.", width=8))
         .with_panel(series(
-            "NIC / InfiniBand errors by host", "none",
-            q(f'sum by (job) (increase(telemetry_network_errors_total[{RATE}]))', "{{job}}", "A"),
-            description="NIC and InfiniBand error counters summed per host (the agents' _host:<host> series) "
-                        "and per job.", width=8))
+            "Fleet: NIC / InfiniBand errors and ports", "none",
+            q(f'sum(increase(telemetry_network_errors_total{{{FLEET}}}[{RATE}]))', "errors, whole fleet", "A"),
+            q(f'telemetry_ib_port_active{{{FLEET},stat="min"}}', "lowest IB port active (0: a port down)", "B"),
+            q(f'sum by (job) (increase(telemetry_network_errors_total{{job=~"_host:.*"}}[{RATE}]))',
+              "{{job}} (per-host layout)", "C"),
+            description="The fleet's hardware windows (job _fleet: every host's NICs and IB ports merged, "
+                        "docs/fleet.md): error counters summed over the fleet and the lowest port state; hosts "
+                        "still in the per-host layout (_host:<host>) each on their own. Which host and port: "
+                        "GET /api/v1/hosts, or telemetry watch --hosts.", width=8))
         .with_panel(series(
             "Hardware events open", "none",
             q(f'telemetry_events_active{{{J},kind="hardware"}}', "open", "A"),

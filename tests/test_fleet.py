@@ -162,3 +162,40 @@ def test_a_forged_sysfs_value_is_skipped_and_counted_never_fatal(tmp_path, forge
     assert readings[("mlx5_1/1", "ib.symbol_error_total")] == 0  # the rest of the sample is read as usual
     assert readings[("mlx5_0/1", "ib.port_active")] == 1
     assert probe.skipped >= 4  # two samples, the counter and the state each (and the rate where it parses)
+
+
+def test_the_api_lists_hosts_and_shows_one(fleet_tree):
+    root = fleet_tree["root"]
+    _complete(root, "ib.symbol_error_total")
+    status, body = api_get(root.api_address, "/api/v1/jobs")
+    assert status == 200 and body["hosts"] == "/api/v1/hosts"
+    status, body = api_get(root.api_address, "/api/v1/hosts?metric=ib.symbol_error_total&k=2")
+    assert status == 200, body
+    fleet_hosts = {h["host"]: h for h in body["hosts"] if h["layout"] == "fleet"}
+    assert {f"node-{h}" for h in range(HOSTS)} <= set(fleet_hosts)
+    assert fleet_hosts["node-1"]["index"] == 1 and len(fleet_hosts["node-1"]["devices"]) == 6
+    worst = body["worst"]["ib.symbol_error_total"]["top"][0]
+    assert (worst["host"], worst["device"], worst["value"]) == ("node-1", "mlx5_2/1", 500.0)
+    status, one = api_get(root.api_address, "/api/v1/hosts/node-1?seconds=30")
+    assert status == 200 and one["index"] == 1
+    assert {d["device"] for d in one["devices"]} == {"eth0", "eth1", "mlx5_0/1", "mlx5_1/1", "mlx5_2/1", "mlx5_3/1"}
+    kept = [r for r in one["readings"] if r["metric"] == "ib.symbol_error_total"]
+    assert kept and kept[-1]["values"]["mlx5_2/1"] == 500.0
+    assert api_get(root.api_address, "/api/v1/hosts/nowhere")[0] == 404
+    assert api_get(root.api_address, "/api/v1/hosts?k=0")[0] == 400
+
+
+def test_telemetry_watch_shows_the_fleet_and_one_host(fleet_tree):
+    from click.testing import CliRunner
+
+    from collectors.watch_cli import watch
+    root = fleet_tree["root"]
+    _complete(root, "ib.symbol_error_total")
+    result = CliRunner().invoke(watch, ["--root", root.api_address, "--hosts", "--once"])
+    assert result.exit_code == 0, result.output
+    assert "ib.symbol_error_total" in result.output and "node-1 mlx5_2/1 500" in result.output
+    result = CliRunner().invoke(watch, ["--root", root.api_address, "--host", "node-1", "--once"])
+    assert result.exit_code == 0, result.output
+    assert "mlx5_2/1" in result.output and "index 1" in result.output
+    result = CliRunner().invoke(watch, ["--root", root.api_address, "--host", "node-1", "--hosts", "--once"])
+    assert result.exit_code != 0 and "alternatives" in result.output

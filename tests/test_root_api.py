@@ -76,7 +76,8 @@ def get(tree, path: str):
 def test_jobs(tree):
     status, body = get(tree, "/api/v1/jobs")
     assert status == 200
-    assert body == {"jobs": [{"job": JOB, "world_size": WORLD, "last_step": 5, "attempt": 0, "attempts": 1}]}
+    assert body == {"jobs": [{"job": JOB, "world_size": WORLD, "last_step": 5, "attempt": 0, "attempts": 1}],
+                    "hosts": "/api/v1/hosts"}
 
 
 def test_steps_have_every_field_and_exact_figures(tree):

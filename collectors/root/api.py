@@ -8,6 +8,8 @@ GET /api/v1/jobs/{job}/events?status=open|closed&kind=K&since_id=N&last=N (when 
 GET /api/v1/jobs/{job}/events/{id}/forensics      the captures an event asked for (docs/forensics.md)
 GET /api/v1/jobs/{job}/forensics/{request_id}     the captures an on-demand request asked for
 POST /api/v1/jobs/{job}/forensics                 {"ranks": [...], "attempt": N}: ask for captures now
+GET /api/v1/hosts?metric=M&k=N                     the fleet's hosts, the worst of the latest second (hosts.py)
+GET /api/v1/hosts/{host}?seconds=N                 one host's devices, recent readings and events
 GET /healthz
 
 With a token (`--api-token-file`), every path but /healthz (which says nothing but "up") needs
@@ -59,6 +61,7 @@ class RootApi:
         self.events: Callable[[str, dict[str, list[str]]], object] | None = None  # set by root.wiring
         self.forensics: Callable[[str, str], object] | None = None                # set by root.wiring
         self.ask_forensics: Callable[[str, object], object] | None = None         # set by root.wiring
+        self.hosts: Callable[[list[str], dict[str, list[str]]], object] | None = None  # root/hosts.py HostsView
 
     def jobs(self) -> list[dict[str, object]]:
         """One entry per job (its attempts together): the latest attempt's world size, the last step of any."""
@@ -145,10 +148,13 @@ class RootApi:
         parts = [unquote(p) for p in path.strip("/").split("/")]
         if parts == ["healthz"]:
             return {"ok": True}
+        if parts[:3] == ["api", "v1", "hosts"] and self.hosts is not None:
+            return self.hosts(parts[3:], query)
         if parts[:2] != ["api", "v1"] or len(parts) < 3 or parts[2] != "jobs":
             raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")
         if len(parts) == 3:
-            return {"jobs": self.jobs()}
+            # Hosts' hardware lives under the pseudo-jobs _fleet (or _host:NAME): listed, and pointed at.
+            return {"jobs": self.jobs(), "hosts": "/api/v1/hosts"}
         job = parts[3]
         if len(parts) == 5 and parts[4] == "steps":
             metric = query.get("metric", ["step_time"])[0]

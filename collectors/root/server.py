@@ -26,6 +26,7 @@ from collectors.detectors.suite import DetectorsConfig
 from collectors.root.api import BoundedHTTPServer, RootApi, serve
 from collectors.root.finalise import Finaliser, root_complete
 from collectors.root.forensics import DEFAULT_MAX_RANKS, DEFAULT_MAX_REQUESTS, forensics_folder
+from collectors.root.hosts import HostsView
 from collectors.root.remote_write import RemoteWriteConfig, RemoteWriter
 from collectors.root.retention import Retention, RetentionConfig
 from collectors.root.store import Store
@@ -73,6 +74,7 @@ class RootServer(Tier):
         self.api.events = self.wiring.events_endpoint  # GET /api/v1/jobs/{job}/events
         self.api.forensics = self.wiring.forensics_endpoint  # GET .../events/{id}/forensics, .../forensics/{rid}
         self.api.ask_forensics = self.wiring.ask_forensics  # POST /api/v1/jobs/{job}/forensics
+        self.api.hosts = HostsView(self.store, self.node).handle  # GET /api/v1/hosts[/{host}]
         self.remote_write: RemoteWriter | None = None
         if config.remote_write is not None and config.remote_write.urls:
             self.remote_write = RemoteWriter(config.remote_write, self.store.reader, self.wiring.events.totals)
