@@ -75,8 +75,20 @@ def _token(value: str | None, file: str | None, option: str) -> str | None:
     """The token from its file, else from the option or its environment variable; one given on the command
     line works but is warned about (every user of the host sees it in `ps`)."""
     if file:
-        return Path(file).read_text().strip()
-    source = click.get_current_context().get_parameter_source(option.lstrip("-").replace("-", "_"))
+        token = Path(file).read_text().strip()
+        if not token:  # a secret mount left empty must not start the service with no authentication at all
+            raise click.UsageError(f"{option}-file {file} is empty (or only whitespace): refusing to start "
+                                   f"without authentication; put the token in it, or leave {option}-file out")
+        return token
+    name = option.lstrip("-").replace("-", "_")
+    context = click.get_current_context()
+    envvar = next((p.envvar for p in context.command.params if p.name == name), None)
+    if (value is not None and not value.strip()) or (
+            value is None and isinstance(envvar, str) and envvar in os.environ and not os.environ[envvar].strip()):
+        # click takes an empty environment variable for an unset one: the service would start open, silently
+        raise click.UsageError(f"{option} (or ${envvar}) is set but empty or whitespace: refusing to start "
+                               "without authentication; set a token, or unset it")
+    source = context.get_parameter_source(name)
     if value and source == click.core.ParameterSource.COMMANDLINE:
         click.echo(f"warning: {option} on the command line is visible to every user of this host (ps); "
                    f"use {option}-file or the environment variable instead", err=True)

@@ -15,15 +15,25 @@ GET /healthz
 With a token (`--api-token-file`), every path but /healthz (which says nothing but "up") needs
 `Authorization: Bearer TOKEN`, /metrics included (Prometheus sends it with `authorization:
 credentials_file:`); a request without it is answered 401.
+
+Hostile clients (docs/reliability.md): a request must arrive whole (request line, headers and body) within
+REQUEST_DEADLINE_S of its connection, else it is closed (with a 408 when its body is what was late); at most
+MAX_CONNECTIONS connections at once and PER_CLIENT_CONNECTIONS from one address (more are answered 503 at
+once); a connection holds one of MAX_WORKERS workers only once its request has arrived, and /metrics and
+/healthz have workers of their own (SCRAPE_WORKERS), so a busy JSON API never starves Prometheus; a POST
+body is at most MAX_BODY_BYTES and MAX_JSON_DEPTH deep (413/400, never 500), and one shorter than its
+Content-Length is a 400.
 """
 
 from __future__ import annotations
 
 import hmac
+import io
 import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from contextlib import closing
 from http import HTTPStatus
@@ -41,8 +51,14 @@ log = logging.getLogger(__name__)
 
 MAX_LAST = 10_000
 MAX_BODY_BYTES = 64 * 1024  # a POST body past this is refused (413) before it is read
-MAX_WORKERS = 16          # requests served at once; one more is answered 503 at once, not queued
+MAX_WORKERS = 16          # JSON requests served at once; one more is answered 503 at once, not queued
+SCRAPE_WORKERS = 4        # /metrics and /healthz served at once, apart from the JSON API's workers
+MAX_CONNECTIONS = 128     # connections open at once (each has a thread while its request arrives)
+PER_CLIENT_CONNECTIONS = 32  # of them from one client address
 REQUEST_TIMEOUT_S = 5.0   # a connection idle this long (reading the request, or the answer) is closed
+REQUEST_DEADLINE_S = 10.0  # the whole request (line, headers, body) must arrive within this of the connection
+MAX_JSON_DEPTH = 32       # nesting of a POST body
+SCRAPE_PATHS = frozenset({"/metrics", "/healthz"})
 
 
 class ApiError(Exception):
@@ -187,15 +203,58 @@ class RootApi:
         parts = [unquote(p) for p in path.strip("/").split("/")]
         if (len(parts) == 5 and parts[:3] == ["api", "v1", "jobs"] and parts[4] == "forensics"
                 and self.ask_forensics is not None):
-            try:
-                payload = json.loads(body or b"{}")
-            except ValueError:
-                raise ApiError(HTTPStatus.BAD_REQUEST, "the body must be JSON") from None
-            return self.ask_forensics(parts[3], payload)
+            return self.ask_forensics(parts[3], parse_json_body(body))
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint: POST {path}")
 
 
 OPEN_PATHS = frozenset({"/healthz"})  # answered without the token: liveness probes carry none
+
+
+def parse_json_body(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> object:
+    """A POST body as JSON, or ApiError 400: not JSON, or nested deeper than `max_depth` (a 30,000-deep body
+    raised RecursionError, a 500, before)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in body:  # bounded by MAX_BODY_BYTES; strings skipped so that "[[[" inside one counts nothing
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    if deepest > max_depth:
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"the body is nested {deepest} deep; at most {max_depth}")
+    try:
+        return json.loads(body or b"{}")
+    except (ValueError, RecursionError):
+        raise ApiError(HTTPStatus.BAD_REQUEST, "the body must be JSON") from None
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A connection's reading side that gives up at a deadline for the whole request, not per recv: a client
+    trickling one byte every 2 s held a worker for ever under a per-recv timeout (issue 26)."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self.sock = sock
+        self.deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the request did not arrive within {REQUEST_DEADLINE_S:g} s")
+        self.sock.settimeout(min(left, REQUEST_TIMEOUT_S))
+        return self.sock.recv_into(buffer)
 
 
 def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tuple[str, bytes]]] | None = None,
@@ -203,10 +262,31 @@ def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tupl
     """Start the API on a daemon thread; `extra` maps paths (e.g. /metrics) to (content type, body) makers;
     with `token`, requests need it as a bearer token (see the module docstring)."""
     routes = extra or {}
+    if token is not None and not token.strip():
+        raise ValueError("the API's token is empty: refusing to serve without authentication (give a token, or none)")
     expected = f"Bearer {token}".encode() if token else None
 
     class Handler(BaseHTTPRequestHandler):
         timeout = REQUEST_TIMEOUT_S
+        server: BoundedHTTPServer
+
+        def setup(self) -> None:
+            super().setup()
+            self.rfile.close()  # the socket's own reader; the socket stays open
+            self.rfile = io.BufferedReader(_DeadlineReader(self.connection, time.monotonic() + REQUEST_DEADLINE_S))
+
+        def _arrived(self, path: str) -> threading.BoundedSemaphore | None:
+            """The request has arrived: the answer gets the socket's ordinary timeout, and a worker (of the
+            scrapes' or the JSON API's); None (answered 503) when none is free."""
+            self.connection.settimeout(REQUEST_TIMEOUT_S)
+            slots = self.server.scrape_slots if path in SCRAPE_PATHS else self.server.slots
+            if slots.acquire(blocking=False):
+                return slots
+            self.server.refused += 1
+            self._send(HTTPStatus.SERVICE_UNAVAILABLE, "application/json", b'{"error": "too many requests at once"}',
+                       {"Connection": "close", "Retry-After": "1"})
+            self.close_connection = True
+            return None
 
         def _authorised(self, path: str) -> bool:
             if expected is not None and path not in OPEN_PATHS and not hmac.compare_digest(
@@ -218,38 +298,67 @@ def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tupl
 
         def do_POST(self) -> None:
             url = urlparse(self.path)
-            if not self._authorised(url.path):
-                return
             try:
                 length = int(self.headers.get("Content-Length") or 0)
             except ValueError:
                 length = -1
             if not 0 <= length <= MAX_BODY_BYTES:
+                self.close_connection = True
                 self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "application/json",
                            json.dumps({"error": f"the body must be 0 to {MAX_BODY_BYTES} bytes with a "
                                                 "Content-Length"}).encode(), {"Connection": "close"})
-                self.close_connection = True
                 return
             try:
-                payload = api.handle_post(url.path, self.rfile.read(length))
+                body = self.rfile.read(length)
+            except (TimeoutError, OSError):
+                self.close_connection = True
+                self._send(HTTPStatus.REQUEST_TIMEOUT, "application/json", json.dumps(
+                    {"error": f"the body did not arrive within {REQUEST_DEADLINE_S:g} s"}).encode(),
+                    {"Connection": "close"})
+                return
+            slots = self._arrived(url.path)
+            if slots is None:
+                return
+            try:
+                self._post(url.path, length, body)
+            finally:
+                slots.release()
+
+        def _post(self, path: str, length: int, body: bytes) -> None:
+            if not self._authorised(path):
+                return
+            try:
+                if len(body) < length:
+                    raise ApiError(HTTPStatus.BAD_REQUEST, f"the body has {len(body)} bytes; its Content-Length "
+                                                           f"said {length}")
+                payload = api.handle_post(path, body)
                 self._send(HTTPStatus.ACCEPTED, "application/json", json.dumps(payload).encode())
             except ApiError as exc:
                 self._send(exc.status, "application/json", json.dumps({"error": str(exc)}).encode(), exc.headers)
             except Exception:
-                log.exception("API error on POST %s", self.path)
+                log.exception("API error on POST %s", path)
                 self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "application/json",
                            json.dumps({"error": "internal error (logged by the root)"}).encode())
 
         def do_GET(self) -> None:
             url = urlparse(self.path)
-            if not self._authorised(url.path):
+            slots = self._arrived(url.path)
+            if slots is None:
                 return
             try:
-                if url.path in routes:
-                    ctype, body = routes[url.path]()
+                self._get(url.path, url.query)
+            finally:
+                slots.release()
+
+        def _get(self, path: str, query: str) -> None:
+            if not self._authorised(path):
+                return
+            try:
+                if path in routes:
+                    ctype, body = routes[path]()
                     self._send(HTTPStatus.OK, ctype, body)
                     return
-                payload = api.handle(url.path, parse_qs(url.query))
+                payload = api.handle(path, parse_qs(query))
                 self._send(HTTPStatus.OK, "application/json", json.dumps(payload).encode())
             except ApiError as exc:
                 self._send(exc.status, "application/json", json.dumps({"error": str(exc)}).encode(), exc.headers)
@@ -280,36 +389,59 @@ def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tupl
 
 
 class BoundedHTTPServer(HTTPServer):
-    """A thread per request, at most MAX_WORKERS at once: past that a request is answered 503 at once.
+    """A thread per connection, at most MAX_CONNECTIONS at once and PER_CLIENT_CONNECTIONS per client address:
+    past that a connection is answered 503 at once. A connection takes a worker (MAX_WORKERS for the JSON API,
+    SCRAPE_WORKERS for /metrics and /healthz) only once its request has arrived (the handler's `_arrived`).
 
     Why: ThreadingHTTPServer starts a thread for every connection and never times one out, so a thousand
-    idle connections held every thread and file descriptor the root had."""
+    idle connections held every thread and file descriptor the root had; and with workers taken at the
+    connection, 16 clients trickling their headers held every worker, /metrics included (issue 26)."""
+
+    request_queue_size = MAX_CONNECTIONS  # listen()'s backlog: 5 made a burst of connections wait for SYN retries
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
                  workers: int = MAX_WORKERS) -> None:
         super().__init__(address, handler)
-        self._slots = threading.BoundedSemaphore(workers)
+        self.slots = threading.BoundedSemaphore(workers)
+        self.scrape_slots = threading.BoundedSemaphore(SCRAPE_WORKERS)
+        self._open: dict[str, int] = {}  # client address -> connections open
+        self._open_lock = threading.Lock()
         self.refused = 0
 
+    def _admit(self, client: str) -> bool:
+        with self._open_lock:
+            if sum(self._open.values()) >= MAX_CONNECTIONS or self._open.get(client, 0) >= PER_CLIENT_CONNECTIONS:
+                return False
+            self._open[client] = self._open.get(client, 0) + 1
+            return True
+
+    def _leave(self, client: str) -> None:
+        with self._open_lock:
+            self._open[client] -= 1
+            if not self._open[client]:
+                del self._open[client]
+
     def process_request(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        client = str(client_address[0])
+        if not self._admit(client):
             self.refused += 1
-            body = b'{"error": "too many requests at once"}'
+            body = b'{"error": "too many connections at once"}'
             try:
                 sock = request if isinstance(request, socket.socket) else request[1]  # TCP: always the socket
                 sock.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+                             b"Retry-After: 1\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
             except OSError:
                 pass
             self.shutdown_request(request)
             return
-        threading.Thread(target=self._serve_one, args=(request, client_address), daemon=True).start()
+        threading.Thread(target=self._serve_one, args=(request, client_address, client), daemon=True).start()
 
-    def _serve_one(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any) -> None:
+    def _serve_one(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any,
+                   client: str) -> None:
         try:
             self.finish_request(request, client_address)
         except Exception:
             self.handle_error(request, client_address)
         finally:
             self.shutdown_request(request)
-            self._slots.release()
+            self._leave(client)
