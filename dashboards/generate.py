@@ -354,8 +354,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             path.write_text(text)
             print(f"wrote {path}")
-    if not args.check and args.out.resolve() == HERE.resolve():  # deploy/kubernetes carries the same JSON
-        subprocess.run([sys.executable, str(HERE.parent / "scripts" / "gen_dashboard_configmap.py")], check=True)
+    if args.out.resolve() == HERE.resolve():  # deploy/kubernetes/grafana-dashboards.yaml carries the same JSON
+        configmap = [sys.executable, str(HERE.parent / "scripts" / "gen_dashboard_configmap.py")]
+        if args.check and subprocess.run([*configmap, "--check"]).returncode != 0:
+            stale.append("deploy/kubernetes/grafana-dashboards.yaml")
+        elif not args.check:
+            subprocess.run(configmap, check=True)
     if stale:
         print(f"stale (run python dashboards/generate.py): {', '.join(stale)}", file=sys.stderr)
         return 1
