@@ -244,9 +244,25 @@ def test_out_of_order_samples_and_late_rows_are_not_sent(receiver) -> None:
         assert writer.flush(10)
     finally:
         writer.close(2)
-    assert writer.late_rows == 1 and writer.out_of_order == 9  # step 4's 8 figures + its step index
+    assert writer.late_rows == 1 and writer.out_of_order == 9  # step 4's 7 figures and 2 ranks (no step index)
     for series in r.series.values():
         assert [ts for ts, _ in series] == [1_700_000_005_000]
+
+
+def test_steps_that_end_in_the_same_millisecond_are_all_written_1_ms_apart(receiver) -> None:
+    r = receiver()
+    writer = writer_for(r.url)
+    try:
+        writer.on_finalised([step_row("j", "loss", s, [1.0 * s], 1_700_000_000_000) for s in range(3)])
+        writer.on_finalised([step_row("j", "mfu", 3, [0.5], 1_700_000_000_000)])  # a metric new at step 3
+        assert writer.flush(10)
+    finally:
+        writer.close(2)
+    mean = r.series[labels("telemetry_step_figure", (), job="j", attempt="0", metric="loss", stat="mean")]
+    assert mean == [(1_700_000_000_000 + s, 1.0 * s) for s in range(3)]
+    index = r.series[labels("telemetry_step_index", (), job="j", attempt="0")]
+    assert index == [(1_700_000_000_000 + s, float(s)) for s in range(4)]
+    assert writer.out_of_order == 0
 
 
 def test_close_while_the_receiver_is_down_counts_what_is_left(receiver) -> None:
@@ -348,3 +364,40 @@ def test_the_root_exports_the_writers_counters(receiver, tmp_path) -> None:
         assert 'reason="queue_full"' in body and "telemetry_remote_write_pending_samples" in body
     finally:
         root.stop()
+
+
+def test_a_root_writes_its_steps_as_they_are_finalised_and_goodput_when_it_stops(receiver, tmp_path) -> None:
+    """The whole root in-process: steps from a child are finalised and written; stop() writes goodput last."""
+    from pyroaring import BitMap
+
+    from collectors.root.remote_write import RemoteWriteConfig as Config
+    from helpers_tree import RawChild, make_root
+    from telemetry.v1 import forward_pb2
+
+    def window(step: int, end_ms: int) -> forward_pb2.WindowSummary:
+        summary = Summary.from_arrays(np.array([1.0 + step, 2.0 + step]), np.array([0, 1]), time_ns=end_ms * 10**6)
+        return forward_pb2.WindowSummary(key=Key("gp", "loss", step).to_proto(), summary=summary.to_proto(),
+                                         expected=2)
+
+    start_ms = time.time_ns() // 10**6 - 10_000
+    r = receiver()
+    root = make_root(tmp_path / "root.db", api=None,
+                     remote_write=Config(urls=(r.url,), flush_interval_s=0.05, goodput_interval_s=3600))
+    try:
+        child = RawChild(root.address, "agent-0")
+        states = forward_pb2.RankStates(job="gp", world_size=2, alive=BitMap(range(2)).serialize())
+        for step in range(5):
+            child.seq += 1
+            child.send(forward_pb2.SummaryBatch(sender_id="agent-0", seq=child.seq, ranks=[states],
+                                                windows=[window(step, start_ms + 1000 * step)]))
+        child.ack_for(child.seq, forward_pb2.Ack.DURABLE)
+        child.close()
+        mean = labels("telemetry_step_figure", (), job="gp", attempt="0", metric="loss", stat="mean")
+        wait_for(lambda: len(r.series.get(mean, [])) == 5, what="five steps written")
+        assert [v for _, v in r.series[mean]] == [1.5 + step for step in range(5)]
+        assert not any(dict(lab)["__name__"].startswith("telemetry_job_goodput") for lab in r.series)
+    finally:
+        root.stop()
+    ratio = r.series[labels("telemetry_job_goodput_ratio", (), job="gp")]
+    assert ratio == [(start_ms + 4000, 1.0)]  # at the job's latest step end; one attempt: all productive
+    assert r.series[labels("telemetry_job_restarts", (), job="gp")][0][1] == 0

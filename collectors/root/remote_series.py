@@ -17,7 +17,10 @@ scraped ones (a Prometheus may both scrape the root and receive its writes):
     telemetry_job_restarts{job}
 
 A step window's timestamp is its summary's `last_time_ns` (the latest time any rank logged that metric at
-that step); a time bucket's is its end. Ranks are values, never labels, so a series' cardinality is bounded
+that step); a time bucket's is its end. A store keeps one sample per series and millisecond, oldest first: a
+newer window (a later step, bucket, event count) whose time is not after its series' last sample is stamped
+1 ms after it (two steps that end in the same millisecond), while an older one keeps its time (the writer
+then counts it as out of order: it is not sent). Ranks are values, never labels, so a series' cardinality is bounded
 by jobs x metrics (which the root caps per job). Every series carries the external labels given
 (`--remote-write-label`), e.g. the cluster, so that several roots can write to one store.
 """
@@ -47,7 +50,7 @@ GOODPUT_SECONDS = "telemetry_job_goodput_seconds"
 RESTARTS = "telemetry_job_restarts"
 STEP_STATS = ("count", "mean", "min", "max", "p50", "p90", "p99")
 RESERVED_LABELS = frozenset({"__name__", "job", "attempt", "metric", "stat", "kind"})
-MAX_JOBS_REMEMBERED = 10_000  # jobs whose latest step index is kept (for telemetry_step_index)
+MAX_JOBS_REMEMBERED = 10_000  # jobs whose latest stamps are kept (the least recently written go first)
 
 
 def labels(name: str, external: Labels, **pairs: str) -> Labels:
@@ -61,7 +64,25 @@ class SeriesMaker:
 
     def __init__(self, external: Labels = ()) -> None:
         self.external = external
-        self._last_step: OrderedDict[str, int] = OrderedDict()  # scoped job -> latest step index sent
+        # scoped job -> (series kind, metric) -> (index of its latest window, its timestamp ms)
+        self._stamps: OrderedDict[str, dict[tuple[str, str], tuple[int, int]]] = OrderedDict()
+
+    def _stamp(self, job: str, series: tuple[str, str], index: int, ts: int) -> int:
+        """The timestamp for window `index` of a series: `ts`, or 1 ms after the series' last one when this window
+        is newer but not later (see the module docstring)."""
+        stamps = self._stamps.get(job)
+        if stamps is None:
+            stamps = self._stamps[job] = {}
+            while len(self._stamps) > MAX_JOBS_REMEMBERED:
+                self._stamps.popitem(last=False)
+        self._stamps.move_to_end(job)
+        last = stamps.get(series)
+        if last is not None:
+            if index <= last[0]:
+                return ts  # an older window, or the same one again: as it is
+            ts = max(ts, last[1] + 1)
+        stamps[series] = (index, ts)
+        return ts
 
     def rows(self, rows: list[Row]) -> list[Sample]:
         """Samples of the rows of one commit: step windows and hardware buckets (late deltas are not rows
@@ -77,7 +98,8 @@ class SeriesMaker:
     def _step(self, row: Row, out: list[Sample]) -> None:
         job, attempt = split(row.key.job)
         metric, s = row.key.metric, row.summary
-        ts = s.last_time_ns // 1_000_000
+        step = row.key.index
+        ts = self._stamp(row.key.job, ("step", metric), step, s.last_time_ns // 1_000_000)
         ids = {"job": job, "attempt": str(attempt), "metric": metric}
         if s.count:
             p50, p90, p99 = s.quantiles([0.5, 0.9, 0.99])
@@ -90,18 +112,15 @@ class SeriesMaker:
         for name, rank in ((STEP_ARGMAX, s.argmax if s.count else None), (STEP_ARGMIN, s.argmin if s.count else None)):
             if rank is not None:
                 out.append((labels(name, self.external, **ids), ts, float(rank)))
-        step = row.key.index
-        if step > self._last_step.get(row.key.job, -1):
-            self._last_step[row.key.job] = step
-            self._last_step.move_to_end(row.key.job)
-            while len(self._last_step) > MAX_JOBS_REMEMBERED:
-                self._last_step.popitem(last=False)
-            out.append((labels(STEP_INDEX, self.external, job=job, attempt=str(attempt)), ts, float(step)))
+        last = self._stamps[row.key.job].get(("index", ""))
+        if last is None or step > last[0]:
+            at = self._stamp(row.key.job, ("index", ""), step, ts)
+            out.append((labels(STEP_INDEX, self.external, job=job, attempt=str(attempt)), at, float(step)))
 
     def _hardware(self, row: Row, out: list[Sample]) -> None:
         job, attempt = split(row.key.job)
         metric, s = row.key.metric, row.summary
-        ts = row.key.index + row.key.width_ms  # the bucket's end
+        ts = self._stamp(row.key.job, ("hardware", metric), row.key.index, row.key.index + row.key.width_ms)
         ids = {"job": job, "attempt": str(attempt), "metric": metric}
         figures = {"count": float(s.count)}
         if s.count:
@@ -115,16 +134,17 @@ class SeriesMaker:
 
     def event_opened(self, scoped_job: str, kind: str, time_s: float, total: int) -> list[Sample]:
         job, attempt = split(scoped_job)
-        return [(labels(EVENTS_TOTAL, self.external, job=job, attempt=str(attempt), kind=kind),
-                 int(time_s * 1000), float(total))]
+        ts = self._stamp(scoped_job, ("events", kind), total, int(time_s * 1000))
+        return [(labels(EVENTS_TOTAL, self.external, job=job, attempt=str(attempt), kind=kind), ts, float(total))]
 
     def goodput(self, figures: Goodput) -> list[Sample]:
         """The goodput figures of a job (by its name, all attempts), at its latest step's end."""
         attempts = figures["attempts"]
         if not attempts:
             return []
-        ts = max(a["end_ns"] for a in attempts) // 1_000_000
         job = figures["job"]
+        ts = self._stamp(job, ("goodput", ""), sum(a["steps"] for a in attempts),
+                         max(a["end_ns"] for a in attempts) // 1_000_000)
         out: list[Sample] = []
         if figures["goodput"] is not None and math.isfinite(figures["goodput"]):
             out.append((labels(GOODPUT_RATIO, self.external, job=job), ts, float(figures["goodput"])))
@@ -135,4 +155,4 @@ class SeriesMaker:
         return out
 
     def forget(self, scoped_job: str) -> None:
-        self._last_step.pop(scoped_job, None)
+        self._stamps.pop(scoped_job, None)
