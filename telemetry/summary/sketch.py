@@ -162,6 +162,16 @@ class Sketch:
         return float(digest.cdf(x))
 
     # -- wire form ------------------------------------------------------
+    def digest_bytes(self) -> bytes | None:
+        """The digest in fastdigest's binary layout (what the native merge reads), None when empty."""
+        digest = self._get()
+        return None if digest is None else digest.to_bytes()
+
+    @classmethod
+    def from_digest_bytes(cls, max_centroids: int, data: bytes | None) -> Sketch:
+        """From `digest_bytes` or the native core's equivalent (trusted: made by this process)."""
+        return cls(max_centroids, None if data is None else TDigest.from_bytes(data))
+
     def centroids(self) -> tuple[np.ndarray, np.ndarray]:
         """(means ascending, weights) as float64 arrays."""
         digest = self._get()

@@ -15,6 +15,12 @@ A source contributes to a window once: merging two summaries whose sources
 intersect raises `OverlapError` naming the overlap, and changes nothing.
 `merge` never mutates its argument. `merge_all` merges in a fixed order (by
 lowest source id) so the same inputs always give the same bytes.
+
+Where the work is done: a summary built by ingest (`add`, `add_many`, `from_arrays`) holds its fields in
+Python (values arrive through numpy and fastdigest). Decoding, merging and encoding are native
+(`telemetry.summary._native`, C++: telemetry/summary/native/): a summary parsed or merged holds a `Core` and
+materialises Python fields only when a query or an ingest reads them. The t-digest merge there is fastdigest's
+algorithm, centroid for centroid; the bitmaps are CRoaring's, as pyroaring's.
 """
 
 from __future__ import annotations
@@ -23,11 +29,12 @@ import heapq
 import math
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
-from google.protobuf.message import DecodeError
 from pyroaring import BitMap
 
+from telemetry.summary import _native
 from telemetry.summary.sketch import DEFAULT_MAX_CENTROIDS, Sketch
 from telemetry.v1 import summary_pb2
 
@@ -44,14 +51,18 @@ class OverlapError(ValueError):
         super().__init__(f"sources already present in this window: {shown} ({len(self.sources)} overlapping)")
 
 
+# The Python-side fields: set by ingest, or materialised from the native core on first read (`__getattr__`).
+_FIELDS = (
+    "k", "_count", "_sum", "_mean", "_m2", "_min", "_argmin", "_max", "_argmax",
+    "_top", "_bottom", "_sketch", "_sources", "_nonfinite_count", "_nonfinite_sources",
+    "_first_ns", "_last_ns",
+)
+
+
 class Summary:
     """count/sum/moments/min/max/top-k/bottom-k/t-digest/sources of one metric over one window."""
 
-    __slots__ = (
-        "k", "_count", "_sum", "_mean", "_m2", "_min", "_argmin", "_max", "_argmax",
-        "_top", "_bottom", "_sketch", "_sources", "_nonfinite_count", "_nonfinite_sources",
-        "_first_ns", "_last_ns",
-    )
+    __slots__ = (*_FIELDS, "_core")
 
     def __init__(self, k: int = DEFAULT_K, max_centroids: int = DEFAULT_MAX_CENTROIDS) -> None:
         if k < 0:
@@ -73,11 +84,62 @@ class Summary:
         self._nonfinite_sources = BitMap()
         self._first_ns = 0
         self._last_ns = 0
+        self._core: _native.Core | None = None
+
+    # ------------------------------------------------------------ native state
+    @classmethod
+    def _wrap(cls, core: _native.Core) -> Summary:
+        out = cls.__new__(cls)
+        out._core = core
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        """A field not materialised yet: read it from the native core (bitmaps and k alone, the rest together)."""
+        if name == "_core" or name not in _FIELDS:
+            raise AttributeError(name)
+        core = self._core
+        if core is None:
+            raise AttributeError(name)
+        if name == "k":
+            self.k = core.k
+        elif name == "_sources":
+            self._sources = BitMap.deserialize(core.sources_bytes())
+        else:
+            self._materialise(core)
+        return object.__getattribute__(self, name)
+
+    def _materialise(self, core: _native.Core) -> None:
+        (self.k, self._count, self._sum, self._mean, self._m2, self._min, self._argmin, self._max, self._argmax,
+         self._top, self._bottom, sources, self._nonfinite_count, nonfinite, self._first_ns,
+         self._last_ns) = core.fields()
+        self._sources = BitMap.deserialize(sources)
+        self._nonfinite_sources = BitMap.deserialize(nonfinite)
+        self._sketch = Sketch.from_digest_bytes(core.max_centroids, core.digest_bytes())
+
+    def _own(self) -> None:
+        """Before ingest changes Python fields: materialise them, and let the (now stale) core go."""
+        core = self._core
+        if core is not None:
+            if not _has(self, "_sketch"):  # fields not materialised yet (else they equal the core's)
+                self._materialise(core)
+            self._core = None
+
+    def _as_core(self) -> _native.Core:
+        """The native form of this summary (built once from the Python fields after ingest)."""
+        core = self._core
+        if core is None:
+            core = self._core = _native.build(
+                self.k, self._count, self._sum, self._mean, self._m2, self._min, self._argmin, self._max,
+                self._argmax, self._top, self._bottom, self._sources.serialize(), self._nonfinite_count,
+                self._nonfinite_sources.serialize(), self._first_ns, self._last_ns, self._sketch.max_centroids,
+                self._sketch.digest_bytes())
+        return core
 
     # ------------------------------------------------------------------ ingest
     def add(self, value: float, source: int, time_ns: int | None = None) -> None:
         """Record one value from one source."""
         _check_source(source)
+        self._own()
         value = float(value)
         self._sources.add(source)
         self._touch(time.time_ns() if time_ns is None else time_ns)
@@ -105,6 +167,7 @@ class Summary:
         array = np.asarray(values, dtype=np.float64).ravel()
         if array.size == 0:
             return
+        self._own()
         self._sources.add(source)
         self._touch(time.time_ns() if time_ns is None else time_ns)
         finite_mask = np.isfinite(array)
@@ -193,93 +256,32 @@ class Summary:
     # ------------------------------------------------------------------- merge
     def merge(self, other: Summary) -> None:
         """Fold `other` into self; `other` is never mutated. Raises OverlapError, changing nothing."""
-        self._check_compatible(other)
-        overlap = self._sources & other._sources
-        if overlap:
+        if not isinstance(other, Summary):
+            raise TypeError(f"cannot merge Summary with {type(other).__name__}")
+        core = self._as_core()
+        overlap = core.absorb(other._as_core())
+        if overlap is not None:
             raise OverlapError(overlap)
-        self._absorb([other])
+        for name in _FIELDS:  # the core changed: Python fields are read from it again
+            if _has(self, name):
+                object.__delattr__(self, name)
 
     @classmethod
     def merge_all(cls, summaries: Sequence[Summary]) -> Summary:
         """A new summary of all inputs (none mutated), merged in order of lowest source id."""
         if not summaries:
             return cls()
-        first = summaries[0]
-        for other in summaries[1:]:
-            first._check_compatible(other)
-        union = BitMap.union(*(s._sources for s in summaries))
-        if len(union) != sum(len(s._sources) for s in summaries):
-            raise OverlapError(_overlapping(summaries))
-        if len(summaries) == 1:
-            return first.copy()
-        ordered = sorted(summaries, key=_order_key)
-        merged = cls(first.k, first._sketch.max_centroids)
-        merged._absorb(ordered, union)
-        return merged
-
-    def _absorb(self, others: Sequence[Summary], union: BitMap | None = None) -> None:
-        """Fold compatible, source-disjoint summaries into self."""
-        parts = [self, *others] if self._count or self._nonfinite_count or self._sources else list(others)
-        valued = [s for s in parts if s._count]
-        total = sum(s._count for s in valued)
-        if len(valued) == 1:
-            only = valued[0]
-            mean, m2, sum_ = only._mean, only._m2, only._sum
-        elif total:
-            # Chan et al.: combine (count, mean, M2) without the cancellation of sum-of-squares.
-            # Plain Python: a merge combines tens of parts, where numpy's per-call cost dominates.
-            mean = math.fsum(s._count * s._mean for s in valued) / total
-            m2 = math.fsum(s._m2 + s._count * (s._mean - mean) * (s._mean - mean) for s in valued)
-            sum_ = math.fsum(s._sum for s in valued)
-        else:
-            mean, m2, sum_ = 0.0, 0.0, 0.0
-        lo, lo_src, hi, hi_src = self._min, self._argmin, self._max, self._argmax
-        for s in others:
-            if s._count:
-                if s._min < lo or (s._min == lo and s._argmin < lo_src):
-                    lo, lo_src = s._min, s._argmin
-                if s._max > hi or (s._max == hi and s._argmax < hi_src):
-                    hi, hi_src = s._max, s._argmax
-        if self.k:
-            # (-value, source) orders as "value descending, source ascending" with no key function.
-            top = heapq.nsmallest(self.k, [(-v, src) for s in parts for v, src in s._top])
-            self._top = [(-v, src) for v, src in top]
-            self._bottom = heapq.nsmallest(self.k, [p for s in parts for p in s._bottom])
-        if parts and parts[0] is self:
-            for other in others:  # folds are deferred and compressed together (see Sketch.merge)
-                self._sketch.merge(other._sketch)
-        else:
-            self._sketch = Sketch.merge_all([s._sketch for s in parts], self._sketch.max_centroids)
-        self._count = total
-        self._sum, self._mean, self._m2 = sum_, mean, m2
-        self._min, self._argmin, self._max, self._argmax = lo, lo_src, hi, hi_src
-        self._sources = union if union is not None else BitMap.union(self._sources, *(s._sources for s in others))
-        self._nonfinite_count += sum(s._nonfinite_count for s in others)
-        if any(s._nonfinite_count for s in others):
-            self._nonfinite_sources = BitMap.union(self._nonfinite_sources, *(s._nonfinite_sources for s in others))
-        firsts = [s._first_ns for s in parts if s._first_ns]
-        self._first_ns = min(firsts) if firsts else 0
-        self._last_ns = max(s._last_ns for s in parts)
-
-    def _check_compatible(self, other: Summary) -> None:
-        if not isinstance(other, Summary):
-            raise TypeError(f"cannot merge Summary with {type(other).__name__}")
-        if other.k != self.k:
-            raise ValueError(f"cannot merge summaries with k={self.k} and k={other.k}")
-        if other._sketch.max_centroids != self._sketch.max_centroids:
-            raise ValueError(
-                f"cannot merge summaries with max_centroids={self._sketch.max_centroids} "
-                f"and {other._sketch.max_centroids}")
+        for other in summaries:
+            if not isinstance(other, Summary):
+                raise TypeError(f"cannot merge Summary with {type(other).__name__}")
+        merged = _native.merge_all([s._as_core() for s in summaries])
+        if isinstance(merged, list):
+            raise OverlapError(merged)
+        return cls._wrap(merged)
 
     def copy(self) -> Summary:
         """An independent summary with identical fields (and identical bytes)."""
-        out = Summary.__new__(Summary)
-        for name in Summary.__slots__:
-            setattr(out, name, getattr(self, name))
-        out._top, out._bottom = list(self._top), list(self._bottom)
-        out._sketch = self._sketch.copy()
-        out._sources, out._nonfinite_sources = BitMap(self._sources), BitMap(self._nonfinite_sources)
-        return out
+        return Summary._wrap(self._as_core().clone())
 
     # ----------------------------------------------------------------- queries
     @property
@@ -359,7 +361,8 @@ class Summary:
 
     @property
     def max_centroids(self) -> int:
-        return self._sketch.max_centroids
+        core = self._core
+        return core.max_centroids if core is not None else self._sketch.max_centroids
 
     def quantile(self, q: float) -> float:
         """Estimated value at cumulative probability q in [0, 1]; exact min/max at 0 and 1; NaN when empty."""
@@ -389,119 +392,28 @@ class Summary:
 
     # --------------------------------------------------------------- wire form
     def to_proto(self) -> summary_pb2.Summary:
-        # Contiguous sources travel as run containers: a multi-way union, or sources added one by one,
-        # leave array containers (2 bytes per source) until optimised. Same set, so exact fields are unchanged.
-        self._sources.run_optimize()
-        if self._nonfinite_count:
-            self._nonfinite_sources.run_optimize()
-        means, weights = self._sketch.centroids()
-        msg = summary_pb2.Summary(
-            count=self._count, sum=self._sum, mean=self._mean, m2=self._m2, k=self.k,
-            first_time_ns=self._first_ns, last_time_ns=self._last_ns,
-            sources=self._sources.serialize(), nonfinite_count=self._nonfinite_count,
-        )
-        if self._count:
-            msg.min, msg.argmin, msg.max, msg.argmax = self._min, self._argmin, self._max, self._argmax
-            msg.top_values.extend([v for v, _ in self._top])
-            msg.top_sources.extend([s for _, s in self._top])
-            msg.bottom_values.extend([v for v, _ in self._bottom])
-            msg.bottom_sources.extend([s for _, s in self._bottom])
-        if self._nonfinite_count:
-            msg.nonfinite_sources = self._nonfinite_sources.serialize()
-        sketch = msg.sketch
-        sketch.max_centroids = self._sketch.max_centroids
-        sketch.means = means.astype("<f8", copy=False).tobytes()
-        sketch.weights = weights.astype("<f8", copy=False).tobytes()
-        return msg
+        return summary_pb2.Summary.FromString(self.to_bytes())
 
     def to_bytes(self) -> bytes:
-        return self.to_proto().SerializeToString()
+        """The canonical bytes: contiguous sources as run containers, fields in number order (native encoder)."""
+        return self._as_core().encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Summary:
-        """Parse bytes from `to_bytes`; raises ValueError on anything malformed."""
+        """Parse bytes from `to_bytes`; raises ValueError ("malformed summary: ...") on anything malformed.
+
+        Every check is made natively before anything is kept: wire syntax as protobuf's own parser, bitmaps as
+        pyroaring's, then the summary's invariants (ordered top/bottom among the sources, moments possible for
+        [min, max], sketch ascending, positive, within [min, max] and weighing `count`).
+        """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"expected bytes, got {type(data).__name__}")
-        try:
-            msg = summary_pb2.Summary.FromString(bytes(data))
-        except DecodeError as exc:
-            raise ValueError(f"malformed summary: not a telemetry.v1.Summary message ({exc})") from None
-        return cls.from_proto(msg)
+        return cls._wrap(_native.decode(data))
 
     @classmethod
     def from_proto(cls, msg: summary_pb2.Summary) -> Summary:
         """Build from the wire message; raises ValueError on anything inconsistent."""
-        try:
-            return cls._from_proto(msg)
-        except ValueError as exc:
-            raise ValueError(f"malformed summary: {exc}") from None
-
-    @classmethod
-    def _from_proto(cls, msg: summary_pb2.Summary) -> Summary:
-        out = cls.__new__(cls)
-        out.k = msg.k
-        count = msg.count
-        out._count = count
-        out._sum, out._mean, out._m2 = msg.sum, msg.mean, msg.m2
-        out._sources = _bitmap(msg.sources, "sources")
-        out._nonfinite_count = msg.nonfinite_count
-        out._nonfinite_sources = _bitmap(msg.nonfinite_sources, "nonfinite_sources")
-        out._first_ns, out._last_ns = msg.first_time_ns, msg.last_time_ns
-        if count:
-            out._min, out._argmin, out._max, out._argmax = msg.min, msg.argmin, msg.max, msg.argmax
-            lo, hi = out._min, out._max
-            if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
-                raise ValueError(f"min {lo} / max {hi} are not finite and ordered")
-            if not (math.isfinite(out._sum) and math.isfinite(out._mean) and math.isfinite(out._m2)):
-                raise ValueError("sum, mean and m2 must be finite")
-            slack = 1e-9 * max(1.0, abs(lo), abs(hi))
-            if not lo - slack <= out._mean <= hi + slack:
-                raise ValueError(f"mean {out._mean} lies outside [min, max] = [{lo}, {hi}]")
-            span = hi - lo  # float arithmetic: overflows to inf, never raises
-            if not -slack * slack <= out._m2 <= span * span * count * (1 + 1e-9) + slack * slack * count:
-                raise ValueError(f"m2 {out._m2} is impossible for {count} values in [{lo}, {hi}]")
-            if out._argmin not in out._sources or out._argmax not in out._sources:
-                raise ValueError("argmin/argmax must be among the sources")
-        else:
-            out._min, out._argmin, out._max, out._argmax = math.inf, 0, -math.inf, 0
-            if msg.top_values or msg.bottom_values:
-                raise ValueError("an empty summary cannot have top/bottom values")
-            if out._sum != 0.0 or out._mean != 0.0 or out._m2 != 0.0:
-                raise ValueError("a summary without finite values must have sum, mean and m2 of 0")
-        top = out._top = _pairs(msg.top_values, msg.top_sources, "top")
-        bottom = out._bottom = _pairs(msg.bottom_values, msg.bottom_sources, "bottom")
-        expected = min(out.k, count)
-        if len(top) != expected or len(bottom) != expected:
-            raise ValueError(f"top/bottom must hold min(k, count) = {expected} pairs")
-        # A collector parses every child's summary: plain comparisons of a few tuples, no per-pair calls.
-        if expected > 1:
-            descending = [(-v, src) for v, src in top]
-            if descending != sorted(descending) or bottom != sorted(bottom):
-                raise ValueError("top/bottom pairs are not in order")
-        if expected:
-            if top[0] != (out._max, out._argmax) or bottom[0] != (out._min, out._argmin):
-                raise ValueError("top/bottom disagree with max/min")
-            if top[-1][0] < out._min or bottom[-1][0] > out._max:
-                raise ValueError("top/bottom values lie outside [min, max]")
-            sources = out._sources
-            for _, src in top + bottom:
-                if src not in sources:
-                    raise ValueError("top/bottom sources must be among the sources")
-        if len(out._sources) == 0 and (count or out._nonfinite_count):
-            raise ValueError("values without sources")
-        if (out._nonfinite_count == 0) != (len(out._nonfinite_sources) == 0):
-            raise ValueError("nonfinite_count and nonfinite_sources disagree")
-        if out._nonfinite_count < len(out._nonfinite_sources):
-            raise ValueError("fewer non-finite values than sources that sent them")
-        if not out._nonfinite_sources.issubset(out._sources):
-            raise ValueError("nonfinite_sources must be among the sources")
-        if out._first_ns > out._last_ns:
-            raise ValueError("first_time_ns is after last_time_ns")
-        sketch = msg.sketch
-        out._sketch = Sketch.from_wire(
-            sketch.max_centroids, sketch.means, sketch.weights,
-            count, out._sum, out._min, out._max)
-        return out
+        return cls.from_bytes(msg.SerializeToString())
 
     def __eq__(self, other: object) -> bool:
         """Same fields, same sketch centroids (used by tests; summaries are not hashable)."""
@@ -510,6 +422,15 @@ class Summary:
         return self.to_bytes() == other.to_bytes()
 
     __hash__ = None  # type: ignore[assignment]  # unhashable on purpose: equal by content, and mutable
+
+
+def _has(summary: Summary, name: str) -> bool:
+    """Whether a field is set, without materialising it."""
+    try:
+        object.__getattribute__(summary, name)
+    except AttributeError:
+        return False
+    return True
 
 
 def _check_source(source: int) -> None:
@@ -527,34 +448,3 @@ def _keep_top(current: list[tuple[float, int]], new: list[tuple[float, int]], k:
 
 def _keep_bottom(current: list[tuple[float, int]], new: list[tuple[float, int]], k: int) -> list[tuple[float, int]]:
     return heapq.nsmallest(k, current + new)
-
-
-def _order_key(summary: Summary) -> tuple[int, int]:
-    """Merge order: by lowest source id; empty summaries first."""
-    sources = summary._sources
-    return (sources.min(), len(sources)) if sources else (-1, 0)
-
-
-def _overlapping(summaries: Sequence[Summary]) -> BitMap:
-    seen, overlap = BitMap(), BitMap()
-    for s in summaries:
-        overlap |= seen & s._sources
-        seen |= s._sources
-    return overlap
-
-
-def _bitmap(data: bytes, name: str) -> BitMap:
-    if not data:
-        return BitMap()
-    try:
-        return BitMap.deserialize(data)
-    except Exception as exc:  # pyroaring raises ValueError or its own errors on corrupt input
-        raise ValueError(f"{name} is not a portable roaring bitmap ({exc})") from None
-
-
-def _pairs(values: Sequence[float], sources: Sequence[int], name: str) -> list[tuple[float, int]]:
-    if len(values) != len(sources):
-        raise ValueError(f"{name} has {len(values)} values but {len(sources)} sources")
-    if not all(map(math.isfinite, values)):
-        raise ValueError(f"{name} values must be finite")
-    return list(zip(values, sources))

@@ -1,0 +1,599 @@
+// See core.hpp. Every check in decode() is one the Python decoder made (telemetry/summary/summary.py before
+// issue 29, kept as the oracle in tests/summary_oracle.py), with its message.
+#include "core.hpp"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "fsum.hpp"
+#include "wire.hpp"
+
+namespace treemetry {
+
+using namespace roaring::api;
+
+namespace {
+
+std::string num(double x) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", x);
+    return buf;
+}
+
+[[noreturn]] void bad(const std::string& why) { throw Malformed("malformed summary: " + why); }
+
+struct Bytes {
+    const uint8_t* p = nullptr;
+    size_t n = 0;
+};
+
+// What the wire holds, before any check: upb's view of telemetry.v1.Summary.
+struct Raw {
+    uint64_t count = 0;
+    double sum = 0, mean = 0, m2 = 0, min = 0, max = 0;
+    uint32_t argmin = 0, argmax = 0, k = 0;
+    std::vector<double> top_values, bottom_values;
+    std::vector<uint32_t> top_sources, bottom_sources;
+    uint32_t max_centroids = 0;
+    Bytes means, weights, sources, nonfinite_sources;
+    uint64_t nonfinite_count = 0;
+    int64_t first_ns = 0, last_ns = 0;
+};
+
+void append_doubles(Reader& r, uint32_t type, std::vector<double>& out) {
+    Reader body = r.sub();
+    if (body.left() % 8) throw WireError("packed doubles not a multiple of 8 bytes");
+    size_t n = body.left() / 8;
+    size_t at = out.size();
+    out.resize(at + n);
+    if (n) std::memcpy(&out[at], body.data(), n * 8);
+    (void)type;
+}
+
+void append_uints(Reader& r, std::vector<uint32_t>& out) {
+    Reader body = r.sub();
+    while (!body.done()) out.push_back(static_cast<uint32_t>(body.varint()));
+}
+
+void parse_sketch(Reader r, Raw& raw) {
+    while (!r.done()) {
+        uint32_t field, type;
+        r.tag(field, type);
+        if (field == 1 && type == VARINT) {
+            raw.max_centroids = static_cast<uint32_t>(r.varint());
+        } else if ((field == 2 || field == 3) && type == LEN) {
+            Reader body = r.sub();
+            Bytes& b = field == 2 ? raw.means : raw.weights;
+            b.p = body.data();
+            b.n = body.left();
+        } else {
+            if (type == EGROUP) throw WireError("end group inside a sub-message");
+            r.skip_field(field, type);
+        }
+    }
+}
+
+Raw parse(const uint8_t* data, size_t n) {
+    Raw raw;
+    Reader r(data, n);
+    while (!r.done()) {
+        uint32_t field, type;
+        r.tag(field, type);
+        switch (field) {
+            case 1: if (type == VARINT) { raw.count = r.varint(); continue; } break;
+            case 2: if (type == FIXED64) { raw.sum = r.fixed64_double(); continue; } break;
+            case 3: if (type == FIXED64) { raw.mean = r.fixed64_double(); continue; } break;
+            case 4: if (type == FIXED64) { raw.m2 = r.fixed64_double(); continue; } break;
+            case 5: if (type == FIXED64) { raw.min = r.fixed64_double(); continue; } break;
+            case 6: if (type == VARINT) { raw.argmin = static_cast<uint32_t>(r.varint()); continue; } break;
+            case 7: if (type == FIXED64) { raw.max = r.fixed64_double(); continue; } break;
+            case 8: if (type == VARINT) { raw.argmax = static_cast<uint32_t>(r.varint()); continue; } break;
+            case 9: if (type == VARINT) { raw.k = static_cast<uint32_t>(r.varint()); continue; } break;
+            case 10:
+            case 12: {
+                std::vector<double>& v = field == 10 ? raw.top_values : raw.bottom_values;
+                if (type == LEN) { append_doubles(r, type, v); continue; }
+                if (type == FIXED64) { v.push_back(r.fixed64_double()); continue; }
+                break;
+            }
+            case 11:
+            case 13: {
+                std::vector<uint32_t>& v = field == 11 ? raw.top_sources : raw.bottom_sources;
+                if (type == LEN) { append_uints(r, v); continue; }
+                if (type == VARINT) { v.push_back(static_cast<uint32_t>(r.varint())); continue; }
+                break;
+            }
+            case 14: if (type == LEN) { parse_sketch(r.sub(), raw); continue; } break;
+            case 15:
+            case 17:
+                if (type == LEN) {
+                    Reader body = r.sub();
+                    Bytes& b = field == 15 ? raw.sources : raw.nonfinite_sources;
+                    b.p = body.data();
+                    b.n = body.left();
+                    continue;
+                }
+                break;
+            case 16: if (type == VARINT) { raw.nonfinite_count = r.varint(); continue; } break;
+            case 18: if (type == VARINT) { raw.first_ns = static_cast<int64_t>(r.varint()); continue; } break;
+            case 19: if (type == VARINT) { raw.last_ns = static_cast<int64_t>(r.varint()); continue; } break;
+            default: break;
+        }
+        if (type == EGROUP) throw WireError("end group at the top level");
+        r.skip_field(field, type);
+    }
+    return raw;
+}
+
+bool contains(const roaring_bitmap_t* r, uint32_t x) { return roaring_bitmap_contains(r, x); }
+
+// Sketch.from_wire / from_centroids / _from_lists: the checks, then the digest.
+void check_sketch(const Raw& raw, Core& out) {
+    if (raw.means.n % 8) bad("sketch.means holds " + std::to_string(raw.means.n) + " bytes, not a whole number of float64s");
+    if (raw.weights.n % 8) bad("sketch.weights holds " + std::to_string(raw.weights.n) + " bytes, not a whole number of float64s");
+    uint32_t mc = raw.max_centroids;
+    if (!(2 <= mc && mc <= MAX_CENTROIDS_BOUND))
+        bad("sketch max_centroids must be in [2, 100000], got " + std::to_string(mc));
+    size_t n = raw.means.n / 8;
+    if (raw.weights.n / 8 != n)
+        bad("sketch has " + std::to_string(n) + " means but " + std::to_string(raw.weights.n / 8) + " weights");
+    out.sketch.max_centroids = mc;
+    if (n == 0) {
+        if (out.count) bad("sketch is empty but the summary counts " + std::to_string(out.count) + " values");
+        return;
+    }
+    if (n > 2 * static_cast<uint64_t>(mc) + 2)
+        bad("sketch has " + std::to_string(n) + " centroids, more than its bound " + std::to_string(mc) + " allows");
+    Digest& d = out.sketch.digest;
+    d.means.resize(n);
+    d.weights.resize(n);
+    std::memcpy(d.means.data(), raw.means.p, n * 8);
+    std::memcpy(d.weights.data(), raw.weights.p, n * 8);
+    for (double w : d.weights)
+        if (!(w > 0)) bad("sketch weights must be positive and finite");
+    for (size_t i = 1; i < n; ++i)
+        if (!(d.means[i - 1] <= d.means[i])) bad("sketch means must be ascending");
+    double lo = out.min, hi = out.max;
+    double slack = 1e-9 * std::max({1.0, std::fabs(lo), std::fabs(hi)});
+    if (!(lo - slack <= d.means[0] && d.means[n - 1] <= hi + slack))
+        bad("sketch means lie outside the summary's [min, max]");
+    Fsum mass;
+    double total;
+    try {
+        for (double w : d.weights) mass.add(w);
+        total = mass.result();
+    } catch (const std::exception&) {
+        bad("sketch weights overflow a float64 sum");
+    }
+    double count = static_cast<double>(out.count);
+    if (!(std::fabs(total - count) <= 1e-6 * std::max(1.0, count)))
+        bad("sketch weights sum to " + num(total) + " but the summary counts " + std::to_string(out.count) + " values");
+    d.mass = total;
+    d.count = out.count;
+    out.sketch.has_digest = true;
+}
+
+bool pair_lt(const Pair& a, const Pair& b) {  // (value, source) ascending, as Python compares tuples
+    return a.first < b.first || (a.first == b.first && a.second < b.second);
+}
+bool desc_lt(const Pair& a, const Pair& b) {  // (-value, source) ascending
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+void pairs(const std::vector<double>& values, const std::vector<uint32_t>& sources, const char* name,
+           std::vector<Pair>& out) {
+    if (values.size() != sources.size())
+        bad(std::string(name) + " has " + std::to_string(values.size()) + " values but " +
+            std::to_string(sources.size()) + " sources");
+    for (double v : values)
+        if (!std::isfinite(v)) bad(std::string(name) + " values must be finite");
+    out.reserve(values.size());
+    for (size_t i = 0; i < values.size(); ++i) out.emplace_back(values[i], sources[i]);
+}
+
+}  // namespace
+
+Bitmap empty_bitmap() { return Bitmap(roaring_bitmap_create()); }
+
+Bitmap copy_bitmap(const roaring_bitmap_t* r) { return Bitmap(roaring_bitmap_copy(r)); }
+
+Bitmap parse_bitmap(const uint8_t* p, size_t n, const char* name) {
+    if (n == 0) return empty_bitmap();
+    Bitmap out(roaring_bitmap_portable_deserialize_safe(reinterpret_cast<const char*>(p), n));
+    if (!out) bad(std::string(name) + " is not a portable roaring bitmap (Could not deserialize bitmap)");
+    const char* reason = nullptr;
+    if (!roaring_bitmap_internal_validate(out.get(), &reason))
+        bad(std::string(name) + " is not a portable roaring bitmap (Invalid bitmap after deserialization: " +
+            (reason ? reason : "?") + ")");
+    return out;
+}
+
+Bitmap union_of(const std::vector<const roaring_bitmap_t*>& bitmaps) {
+    if (bitmaps.size() == 1) return copy_bitmap(bitmaps[0]);
+    if (bitmaps.size() == 2) return Bitmap(roaring_bitmap_or(bitmaps[0], bitmaps[1]));
+    return Bitmap(roaring_bitmap_or_many(bitmaps.size(), const_cast<const roaring_bitmap_t**>(bitmaps.data())));
+}
+
+std::string serialize_bitmap(roaring_bitmap_t* r, bool optimize) {
+    if (optimize) roaring_bitmap_run_optimize(r);
+    std::string out(roaring_bitmap_portable_size_in_bytes(r), '\0');
+    roaring_bitmap_portable_serialize(r, out.data());
+    return out;
+}
+
+void SketchState::collapse() {
+    if (folds.empty()) return;
+    std::vector<const Digest*> parts;
+    parts.reserve(folds.size() + 1);
+    if (has_digest) parts.push_back(&digest);
+    for (const Digest& f : folds) parts.push_back(&f);
+    Digest merged = merge_digests(parts, max_centroids);
+    folds.clear();
+    digest = std::move(merged);
+    has_digest = true;
+}
+
+void SketchState::fold(SketchState& other) {
+    other.collapse();
+    if (!other.has_digest) return;
+    folds.push_back(other.digest);
+    if (folds.size() >= FOLD_BATCH) collapse();
+}
+
+Core::Core(const Core& other)
+    : k(other.k), count(other.count), sum(other.sum), mean(other.mean), m2(other.m2), min(other.min),
+      max(other.max), argmin(other.argmin), argmax(other.argmax), top(other.top), bottom(other.bottom),
+      sketch(other.sketch), sources(copy_bitmap(other.sources.get())), nonfinite_count(other.nonfinite_count),
+      nonfinite_sources(copy_bitmap(other.nonfinite_sources.get())), first_ns(other.first_ns),
+      last_ns(other.last_ns) {}
+
+bool Core::any() const { return count || nonfinite_count || !roaring_bitmap_is_empty(sources.get()); }
+
+Core decode(const uint8_t* data, size_t n) {
+    Raw raw;
+    try {
+        raw = parse(data, n);
+    } catch (const WireError& e) {
+        bad(std::string("not a telemetry.v1.Summary message (") + e.what() + ")");
+    }
+    Core out;
+    out.k = raw.k;
+    out.count = raw.count;
+    out.sum = raw.sum;
+    out.mean = raw.mean;
+    out.m2 = raw.m2;
+    out.sources = parse_bitmap(raw.sources.p, raw.sources.n, "sources");
+    out.nonfinite_count = raw.nonfinite_count;
+    out.nonfinite_sources = parse_bitmap(raw.nonfinite_sources.p, raw.nonfinite_sources.n, "nonfinite_sources");
+    out.first_ns = raw.first_ns;
+    out.last_ns = raw.last_ns;
+    const roaring_bitmap_t* sources = out.sources.get();
+    if (out.count) {
+        out.min = raw.min;
+        out.argmin = raw.argmin;
+        out.max = raw.max;
+        out.argmax = raw.argmax;
+        double lo = out.min, hi = out.max;
+        if (!(std::isfinite(lo) && std::isfinite(hi) && lo <= hi))
+            bad("min " + num(lo) + " / max " + num(hi) + " are not finite and ordered");
+        if (!(std::isfinite(out.sum) && std::isfinite(out.mean) && std::isfinite(out.m2)))
+            bad("sum, mean and m2 must be finite");
+        double slack = 1e-9 * std::max({1.0, std::fabs(lo), std::fabs(hi)});
+        if (!(lo - slack <= out.mean && out.mean <= hi + slack))
+            bad("mean " + num(out.mean) + " lies outside [min, max] = [" + num(lo) + ", " + num(hi) + "]");
+        double span = hi - lo;
+        double count = static_cast<double>(out.count);
+        if (!(-slack * slack <= out.m2 && out.m2 <= span * span * count * (1 + 1e-9) + slack * slack * count))
+            bad("m2 " + num(out.m2) + " is impossible for " + std::to_string(out.count) + " values in [" + num(lo) +
+                ", " + num(hi) + "]");
+        if (!contains(sources, out.argmin) || !contains(sources, out.argmax))
+            bad("argmin/argmax must be among the sources");
+    } else {
+        if (!raw.top_values.empty() || !raw.bottom_values.empty())
+            bad("an empty summary cannot have top/bottom values");
+        if (out.sum != 0.0 || out.mean != 0.0 || out.m2 != 0.0)
+            bad("a summary without finite values must have sum, mean and m2 of 0");
+    }
+    pairs(raw.top_values, raw.top_sources, "top", out.top);
+    pairs(raw.bottom_values, raw.bottom_sources, "bottom", out.bottom);
+    uint64_t expected = std::min<uint64_t>(out.k, out.count);
+    if (out.top.size() != expected || out.bottom.size() != expected)
+        bad("top/bottom must hold min(k, count) = " + std::to_string(expected) + " pairs");
+    if (expected > 1) {
+        for (size_t i = 1; i < expected; ++i)
+            if (desc_lt(out.top[i], out.top[i - 1]) || pair_lt(out.bottom[i], out.bottom[i - 1]))
+                bad("top/bottom pairs are not in order");
+    }
+    if (expected) {
+        if (!(out.top[0].first == out.max && out.top[0].second == out.argmax) ||
+            !(out.bottom[0].first == out.min && out.bottom[0].second == out.argmin))
+            bad("top/bottom disagree with max/min");
+        if (out.top.back().first < out.min || out.bottom.back().first > out.max)
+            bad("top/bottom values lie outside [min, max]");
+        for (const auto* list : {&out.top, &out.bottom})
+            for (const Pair& p : *list)
+                if (!contains(sources, p.second)) bad("top/bottom sources must be among the sources");
+    }
+    uint64_t n_nonfinite_sources = roaring_bitmap_get_cardinality(out.nonfinite_sources.get());
+    if (roaring_bitmap_is_empty(sources) && (out.count || out.nonfinite_count)) bad("values without sources");
+    if ((out.nonfinite_count == 0) != (n_nonfinite_sources == 0))
+        bad("nonfinite_count and nonfinite_sources disagree");
+    if (out.nonfinite_count < n_nonfinite_sources) bad("fewer non-finite values than sources that sent them");
+    if (!roaring_bitmap_is_subset(out.nonfinite_sources.get(), sources))
+        bad("nonfinite_sources must be among the sources");
+    if (out.first_ns > out.last_ns) bad("first_time_ns is after last_time_ns");
+    check_sketch(raw, out);
+    return out;
+}
+
+std::string encode(Core& c) {
+    c.sketch.collapse();
+    std::string sources = serialize_bitmap(c.sources.get(), true);
+    Writer w;
+    w.out.reserve(96 + sources.size() + 16 * c.sketch.digest.means.size() + 24 * c.top.size());
+    w.uint_field(1, c.count);
+    w.double_field(2, c.sum);
+    w.double_field(3, c.mean);
+    w.double_field(4, c.m2);
+    if (c.count) {
+        w.double_field(5, c.min);
+        w.uint_field(6, c.argmin);
+        w.double_field(7, c.max);
+        w.uint_field(8, c.argmax);
+    }
+    w.uint_field(9, c.k);
+    if (c.count) {
+        for (int which = 0; which < 2; ++which) {
+            const std::vector<Pair>& list = which ? c.bottom : c.top;
+            std::vector<double> values;
+            std::vector<uint32_t> srcs;
+            values.reserve(list.size());
+            srcs.reserve(list.size());
+            for (const Pair& p : list) {
+                values.push_back(p.first);
+                srcs.push_back(p.second);
+            }
+            w.packed_doubles(which ? 12 : 10, values);
+            w.packed_uints(which ? 13 : 11, srcs);
+        }
+    }
+    {
+        Writer s;
+        s.uint_field(1, c.sketch.max_centroids);
+        const Digest& d = c.sketch.digest;
+        if (c.sketch.has_digest) {
+            s.packed_doubles(2, d.means);
+            s.packed_doubles(3, d.weights);
+        }
+        w.tag(14, LEN);
+        w.varint(s.out.size());
+        w.out += s.out;
+    }
+    w.bytes_field(15, sources.data(), sources.size());
+    w.uint_field(16, c.nonfinite_count);
+    if (c.nonfinite_count) {
+        std::string nf = serialize_bitmap(c.nonfinite_sources.get(), true);
+        w.bytes_field(17, nf.data(), nf.size());
+    }
+    w.uint_field(18, static_cast<uint64_t>(c.first_ns));
+    w.uint_field(19, static_cast<uint64_t>(c.last_ns));
+    return std::move(w.out);
+}
+
+void check_compatible(const Core& a, const Core& b) {
+    if (a.k != b.k)
+        throw Incompatible("cannot merge summaries with k=" + std::to_string(a.k) + " and k=" + std::to_string(b.k));
+    if (a.sketch.max_centroids != b.sketch.max_centroids)
+        throw Incompatible("cannot merge summaries with max_centroids=" + std::to_string(a.sketch.max_centroids) +
+                           " and " + std::to_string(b.sketch.max_centroids));
+}
+
+std::vector<uint32_t> overlapping(const std::vector<Core*>& cores) {
+    Bitmap seen = empty_bitmap(), overlap = empty_bitmap();
+    for (Core* c : cores) {
+        Bitmap both(roaring_bitmap_and(seen.get(), c->sources.get()));
+        roaring_bitmap_or_inplace(overlap.get(), both.get());
+        roaring_bitmap_or_inplace(seen.get(), c->sources.get());
+    }
+    std::vector<uint32_t> out(roaring_bitmap_get_cardinality(overlap.get()));
+    roaring_bitmap_to_uint32_array(overlap.get(), out.data());
+    return out;
+}
+
+void absorb(Core& self, const std::vector<Core*>& others, const roaring_bitmap_t* union_) {
+    std::vector<Core*> parts;
+    bool self_first = self.any();
+    if (self_first) parts.push_back(&self);
+    parts.insert(parts.end(), others.begin(), others.end());
+
+    unsigned __int128 total = 0;
+    std::vector<Core*> valued;
+    for (Core* s : parts)
+        if (s->count) {
+            valued.push_back(s);
+            total += s->count;
+        }
+    if (total > UINT64_MAX) throw std::overflow_error("merged count does not fit 64 bits");
+    double mean = 0.0, m2 = 0.0, sum = 0.0;
+    if (valued.size() == 1) {
+        mean = valued[0]->mean;
+        m2 = valued[0]->m2;
+        sum = valued[0]->sum;
+    } else if (total) {
+        // Chan et al., with the partial sums combined exactly (math.fsum) as the Python merge did.
+        Fsum fm;
+        for (Core* s : valued) fm.add(static_cast<double>(s->count) * s->mean);
+        mean = fm.result() / static_cast<double>(static_cast<uint64_t>(total));
+        Fsum f2, fs;
+        for (Core* s : valued) {
+            double d = s->mean - mean;
+            f2.add(s->m2 + static_cast<double>(s->count) * d * d);
+            fs.add(s->sum);
+        }
+        m2 = f2.result();
+        sum = fs.result();
+    }
+    double lo = self.min, hi = self.max;
+    uint32_t lo_src = self.argmin, hi_src = self.argmax;
+    for (Core* s : others) {
+        if (s->count) {
+            if (s->min < lo || (s->min == lo && s->argmin < lo_src)) {
+                lo = s->min;
+                lo_src = s->argmin;
+            }
+            if (s->max > hi || (s->max == hi && s->argmax < hi_src)) {
+                hi = s->max;
+                hi_src = s->argmax;
+            }
+        }
+    }
+    if (self.k) {
+        std::vector<Pair> top, bottom;
+        for (Core* s : parts) {
+            top.insert(top.end(), s->top.begin(), s->top.end());
+            bottom.insert(bottom.end(), s->bottom.begin(), s->bottom.end());
+        }
+        std::stable_sort(top.begin(), top.end(), desc_lt);
+        std::stable_sort(bottom.begin(), bottom.end(), pair_lt);
+        if (top.size() > self.k) top.resize(self.k);
+        if (bottom.size() > self.k) bottom.resize(self.k);
+        self.top = std::move(top);
+        self.bottom = std::move(bottom);
+    }
+    if (self_first) {
+        for (Core* o : others) self.sketch.fold(o->sketch);
+    } else {
+        // Sketch.merge_all: the inputs' digests (collapsed); one is copied, several are merged.
+        std::vector<const Digest*> digests;
+        for (Core* s : parts) {
+            s->sketch.collapse();
+            if (s->sketch.has_digest) digests.push_back(&s->sketch.digest);
+        }
+        SketchState merged;
+        merged.max_centroids = self.sketch.max_centroids;
+        if (digests.size() == 1) {
+            merged.digest = *digests[0];
+            merged.has_digest = true;
+        } else if (digests.size() > 1) {
+            merged.digest = merge_digests(digests, merged.max_centroids);
+            merged.has_digest = true;
+        }
+        self.sketch = std::move(merged);
+    }
+    self.count = static_cast<uint64_t>(total);
+    self.sum = sum;
+    self.mean = mean;
+    self.m2 = m2;
+    self.min = lo;
+    self.argmin = lo_src;
+    self.max = hi;
+    self.argmax = hi_src;
+    if (union_) {
+        self.sources = copy_bitmap(union_);
+    } else {
+        std::vector<const roaring_bitmap_t*> all{self.sources.get()};
+        for (Core* o : others) all.push_back(o->sources.get());
+        self.sources = union_of(all);
+    }
+    unsigned __int128 nonfinite = self.nonfinite_count;
+    bool any_nonfinite = false;
+    for (Core* o : others) {
+        nonfinite += o->nonfinite_count;
+        any_nonfinite = any_nonfinite || o->nonfinite_count;
+    }
+    if (nonfinite > UINT64_MAX) throw std::overflow_error("merged nonfinite_count does not fit 64 bits");
+    self.nonfinite_count = static_cast<uint64_t>(nonfinite);
+    if (any_nonfinite) {
+        std::vector<const roaring_bitmap_t*> all{self.nonfinite_sources.get()};
+        for (Core* o : others) all.push_back(o->nonfinite_sources.get());
+        self.nonfinite_sources = union_of(all);
+    }
+    bool have_first = false;
+    int64_t first = 0, last = 0;
+    bool have_last = false;
+    for (Core* s : parts) {
+        if (s->first_ns && (!have_first || s->first_ns < first)) {
+            first = s->first_ns;
+            have_first = true;
+        }
+        if (!have_last || s->last_ns > last) {
+            last = s->last_ns;
+            have_last = true;
+        }
+    }
+    self.first_ns = have_first ? first : 0;
+    self.last_ns = last;
+}
+
+Core merge_all(const std::vector<Core*>& cores, const roaring_bitmap_t* union_) {
+    // Merge order: by lowest source id, empty summaries first (Python's _order_key), stable.
+    std::vector<std::pair<std::pair<int64_t, uint64_t>, Core*>> keyed;
+    keyed.reserve(cores.size());
+    for (Core* c : cores) {
+        const roaring_bitmap_t* s = c->sources.get();
+        std::pair<int64_t, uint64_t> key{-1, 0};
+        if (!roaring_bitmap_is_empty(s)) key = {roaring_bitmap_minimum(s), roaring_bitmap_get_cardinality(s)};
+        keyed.emplace_back(key, c);
+    }
+    std::stable_sort(keyed.begin(), keyed.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<Core*> ordered;
+    for (auto& kc : keyed) ordered.push_back(kc.second);
+    Core merged;
+    merged.k = cores[0]->k;
+    merged.sketch.max_centroids = cores[0]->sketch.max_centroids;
+    absorb(merged, ordered, union_);
+    return merged;
+}
+
+Core clone(Core& c) {
+    c.sketch.collapse();
+    return Core(c);
+}
+
+std::string fastdigest_bytes(Core& c) {
+    c.sketch.collapse();
+    if (!c.sketch.has_digest) return {};
+    const Digest& d = c.sketch.digest;
+    uint64_t n = d.means.size();
+    std::string out(80 + 16 * n, '\0');
+    char* p = out.data();
+    std::memcpy(p, "FASTDIG~", 8);
+    uint32_t version = 1;
+    std::memcpy(p + 8, &version, 4);
+    std::memcpy(p + 12, &n, 8);
+    uint64_t mc = c.sketch.max_centroids;
+    std::memcpy(p + 20, &mc, 8);
+    std::memcpy(p + 28, &d.mass, 8);
+    std::memcpy(p + 36, &c.sum, 8);
+    std::memcpy(p + 44, &c.min, 8);
+    std::memcpy(p + 52, &c.max, 8);
+    std::memcpy(p + 60, &d.count, 16);
+    for (uint64_t i = 0; i < n; ++i) {
+        std::memcpy(p + 80 + 16 * i, &d.means[i], 8);
+        std::memcpy(p + 88 + 16 * i, &d.weights[i], 8);
+    }
+    return out;
+}
+
+Digest digest_from_fastdigest(const uint8_t* p, size_t size) {
+    if (size < 80 || std::memcmp(p, "FASTDIG~", 8) != 0) throw std::invalid_argument("not a fastdigest digest");
+    uint64_t n;
+    std::memcpy(&n, p + 12, 8);
+    if (size != 80 + 16 * n) throw std::invalid_argument("fastdigest digest of the wrong size");
+    Digest d;
+    std::memcpy(&d.mass, p + 28, 8);
+    std::memcpy(&d.count, p + 60, 16);
+    d.means.resize(n);
+    d.weights.resize(n);
+    for (uint64_t i = 0; i < n; ++i) {
+        std::memcpy(&d.means[i], p + 80 + 16 * i, 8);
+        std::memcpy(&d.weights[i], p + 88 + 16 * i, 8);
+    }
+    return d;
+}
+
+}  // namespace treemetry

@@ -1,0 +1,105 @@
+// The summary's state in native form (DESIGN §3): what `telemetry.summary.Summary` holds once it was parsed or
+// merged, with the wire codec (decode checks untrusted bytes exactly as the Python decoder did) and the merge
+// (same order, same arithmetic, same bits as the Python merge it replaced).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "croaring/roaring.h"
+#include "tdigest.hpp"
+
+namespace treemetry {
+
+using roaring::api::roaring_bitmap_t;
+
+// Bad input: Python sees ValueError("malformed summary: <what>").
+struct Malformed : std::invalid_argument {
+    using std::invalid_argument::invalid_argument;
+};
+
+// Summaries that cannot merge (k or max_centroids differ): Python sees ValueError(<what>).
+struct Incompatible : std::invalid_argument {
+    using std::invalid_argument::invalid_argument;
+};
+
+struct BitmapFree {
+    void operator()(roaring_bitmap_t* r) const { roaring::api::roaring_bitmap_free(r); }
+};
+using Bitmap = std::unique_ptr<roaring_bitmap_t, BitmapFree>;
+
+Bitmap empty_bitmap();
+Bitmap copy_bitmap(const roaring_bitmap_t* r);
+// pyroaring's BitMap.deserialize: CRoaring's safe portable parse, then its internal validation.
+Bitmap parse_bitmap(const uint8_t* p, size_t n, const char* name);
+std::string serialize_bitmap(roaring_bitmap_t* r, bool optimize);
+// BitMap.union(*bitmaps) as pyroaring computes it (a copy, `|`, or or_many): the same containers, so the same
+// bytes once run-optimised.
+Bitmap union_of(const std::vector<const roaring_bitmap_t*>& bitmaps);
+
+using Pair = std::pair<double, uint32_t>;  // (value, source)
+
+constexpr size_t FOLD_BATCH = 256;  // folds held before compressing (as telemetry/summary/sketch.py)
+constexpr uint32_t MAX_CENTROIDS_BOUND = 100000;
+
+// Sketch state: a digest plus folds merged in one by one and compressed together later (Sketch.merge).
+struct SketchState {
+    uint32_t max_centroids = 200;
+    bool has_digest = false;  // Python's `_digest is None` when false
+    Digest digest;
+    std::vector<Digest> folds;
+
+    // Sketch._get: fold pending digests into the digest (fastdigest.merge_all, even of one part).
+    void collapse();
+    void fold(SketchState& other);  // Sketch.merge
+};
+
+struct Core {
+    uint32_t k = 8;
+    uint64_t count = 0;
+    double sum = 0.0, mean = 0.0, m2 = 0.0;
+    double min = INFINITY, max = -INFINITY;
+    uint32_t argmin = 0, argmax = 0;
+    std::vector<Pair> top, bottom;  // value desc / asc, then source asc
+    SketchState sketch;
+    Bitmap sources = empty_bitmap();
+    uint64_t nonfinite_count = 0;
+    Bitmap nonfinite_sources = empty_bitmap();
+    int64_t first_ns = 0, last_ns = 0;
+
+    Core() = default;
+    Core(const Core& other);
+    Core& operator=(const Core&) = delete;
+
+    bool any() const;  // counts or sources: not a fresh summary
+};
+
+// Parses and checks untrusted bytes; throws Malformed (or WireError) with the reason.
+Core decode(const uint8_t* data, size_t n);
+// The canonical bytes (those the Python encoder produced): collapses pending sketch folds.
+std::string encode(Core& core);
+
+// Sources shared by summaries that would merge; empty when they are disjoint.
+std::vector<uint32_t> overlapping(const std::vector<Core*>& cores);
+// Checks k and max_centroids agree (throws Incompatible).
+void check_compatible(const Core& a, const Core& b);
+// Summary.merge_all on two or more compatible, disjoint inputs whose sources' union is given: a new core,
+// inputs left unchanged in value.
+Core merge_all(const std::vector<Core*>& cores, const roaring_bitmap_t* union_);
+// Summary.copy: an independent core (the source's pending sketch folds are compressed first, as there).
+Core clone(Core& c);
+// Summary.merge's fold of compatible, disjoint `others` into self.
+void absorb(Core& self, const std::vector<Core*>& others, const roaring_bitmap_t* union_ = nullptr);
+
+// fastdigest's binary layout of the core's sketch (TDigest.from_bytes), header filled as
+// Sketch.from_centroids did; empty when the sketch is.
+std::string fastdigest_bytes(Core& core);
+// A digest read from fastdigest's binary layout (TDigest.to_bytes), for summaries built by ingest.
+Digest digest_from_fastdigest(const uint8_t* p, size_t n);
+
+}  // namespace treemetry

@@ -1,0 +1,143 @@
+// The Python module telemetry.summary._native: the summary's hot path (decode, merge, encode) over `Core`.
+// telemetry/summary/summary.py is its one caller; see there for what each entry point stands for.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "core.hpp"
+
+namespace py = pybind11;
+using namespace treemetry;
+using roaring::api::roaring_bitmap_get_cardinality;
+
+namespace {
+
+// Bytes-like input without a copy: bytes directly, anything else through the buffer protocol.
+template <class F>
+auto with_buffer(py::handle obj, F&& fn) {
+    if (PyBytes_Check(obj.ptr())) {
+        return fn(reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(obj.ptr())),
+                  static_cast<size_t>(PyBytes_GET_SIZE(obj.ptr())));
+    }
+    py::buffer_info info = py::reinterpret_borrow<py::buffer>(obj).request();
+    if (info.ndim > 1 && info.strides.back() != info.itemsize) throw py::value_error("expected contiguous bytes");
+    return fn(static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size * info.itemsize));
+}
+
+py::bytes as_bytes(const std::string& s) { return py::bytes(s.data(), s.size()); }
+
+py::list pair_list(const std::vector<Pair>& pairs) {
+    py::list out(pairs.size());
+    for (size_t i = 0; i < pairs.size(); ++i) out[i] = py::make_tuple(pairs[i].first, pairs[i].second);
+    return out;
+}
+
+std::vector<Pair> to_pairs(const py::list& items) {
+    std::vector<Pair> out;
+    out.reserve(items.size());
+    for (py::handle item : items) {
+        auto t = py::reinterpret_borrow<py::tuple>(item);
+        out.emplace_back(t[0].cast<double>(), t[1].cast<uint32_t>());
+    }
+    return out;
+}
+
+std::vector<Core*> cores_of(const py::sequence& seq) {
+    std::vector<Core*> out;
+    out.reserve(seq.size());
+    for (py::handle item : seq) out.push_back(item.cast<Core*>());
+    return out;
+}
+
+// Summary.merge_all's checks and merge: a new Core, or the overlapping sources (a list) when they intersect.
+py::object merge_all_py(const py::sequence& seq) {
+    std::vector<Core*> cores = cores_of(seq);
+    if (cores.empty()) throw py::value_error("merge_all needs at least one summary");
+    for (size_t i = 1; i < cores.size(); ++i) check_compatible(*cores[0], *cores[i]);
+    std::vector<const roaring::api::roaring_bitmap_t*> bitmaps;
+    uint64_t total = 0;
+    for (Core* c : cores) {
+        bitmaps.push_back(c->sources.get());
+        total += roaring_bitmap_get_cardinality(c->sources.get());
+    }
+    Bitmap union_ = union_of(bitmaps);
+    if (roaring_bitmap_get_cardinality(union_.get()) != total) return py::cast(overlapping(cores));
+    if (cores.size() == 1) return py::cast(clone(*cores[0]));
+    return py::cast(merge_all(cores, union_.get()));
+}
+
+// Summary.merge: fold `other` into self in place; the overlapping sources (a list) instead when they intersect.
+py::object absorb_py(Core& self, Core& other) {
+    check_compatible(self, other);
+    std::vector<Core*> pair{&self, &other};
+    if (roaring::api::roaring_bitmap_intersect(self.sources.get(), other.sources.get()))
+        return py::cast(overlapping(pair));
+    absorb(self, {&other});
+    return py::none();
+}
+
+Bitmap bitmap_arg(py::handle obj, const char* name) {
+    return with_buffer(obj, [&](const uint8_t* p, size_t n) { return parse_bitmap(p, n, name); });
+}
+
+// A core from the fields of a summary built by ingest (trusted: this process made them).
+Core build(uint32_t k, uint64_t count, double sum, double mean, double m2, double min, uint32_t argmin, double max,
+           uint32_t argmax, const py::list& top, const py::list& bottom, py::handle sources,
+           uint64_t nonfinite_count, py::handle nonfinite_sources, int64_t first_ns, int64_t last_ns,
+           uint32_t max_centroids, py::handle digest) {
+    Core c;
+    c.k = k;
+    c.count = count;
+    c.sum = sum;
+    c.mean = mean;
+    c.m2 = m2;
+    c.min = min;
+    c.argmin = argmin;
+    c.max = max;
+    c.argmax = argmax;
+    c.top = to_pairs(top);
+    c.bottom = to_pairs(bottom);
+    c.sources = bitmap_arg(sources, "sources");
+    c.nonfinite_count = nonfinite_count;
+    c.nonfinite_sources = bitmap_arg(nonfinite_sources, "nonfinite_sources");
+    c.first_ns = first_ns;
+    c.last_ns = last_ns;
+    c.sketch.max_centroids = max_centroids;
+    if (!digest.is_none()) {
+        c.sketch.digest = with_buffer(digest, [](const uint8_t* p, size_t n) { return digest_from_fastdigest(p, n); });
+        c.sketch.has_digest = !c.sketch.digest.empty();
+    }
+    return c;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+    m.doc() = "The summary's hot path in C++: decode (checked), merge, encode. See telemetry/summary/summary.py.";
+
+    py::class_<Core>(m, "Core")
+        .def_readonly("k", &Core::k)
+        .def_readonly("count", &Core::count)
+        .def_property_readonly("max_centroids", [](const Core& c) { return c.sketch.max_centroids; })
+        .def("encode", [](Core& c) { return as_bytes(encode(c)); }, "The canonical wire bytes.")
+        .def("clone", [](Core& c) { return clone(c); })
+        .def("absorb", &absorb_py)
+        .def("sources_bytes", [](Core& c) { return as_bytes(serialize_bitmap(c.sources.get(), false)); })
+        .def("digest_bytes", [](Core& c) -> py::object {
+            std::string raw = fastdigest_bytes(c);
+            if (raw.empty()) return py::none();
+            return as_bytes(raw);
+        }, "The sketch in fastdigest's binary layout (TDigest.from_bytes), or None when empty.")
+        .def("fields", [](Core& c) {
+            return py::make_tuple(
+                c.k, c.count, c.sum, c.mean, c.m2, c.min, c.argmin, c.max, c.argmax, pair_list(c.top),
+                pair_list(c.bottom), as_bytes(serialize_bitmap(c.sources.get(), false)), c.nonfinite_count,
+                as_bytes(serialize_bitmap(c.nonfinite_sources.get(), false)), c.first_ns, c.last_ns);
+        }, "(k, count, sum, mean, m2, min, argmin, max, argmax, top, bottom, sources, nonfinite_count, "
+           "nonfinite_sources, first_ns, last_ns); bitmaps as portable bytes.");
+
+    m.def("decode", [](py::handle data) {
+        return with_buffer(data, [](const uint8_t* p, size_t n) { return decode(p, n); });
+    }, "Parse and check untrusted bytes; ValueError('malformed summary: ...') on anything wrong.");
+    m.def("merge_all", &merge_all_py);
+    m.def("build", &build);
+}

@@ -1,0 +1,156 @@
+// fastdigest 0.12.0's merge of many t-digests (src/tdigest.rs, TDigest::merge_digests), ported line by line so
+// that the centroids come out bit for bit as fastdigest.merge_all gives them (tests/test_native.py checks it).
+// Only the merge is here: ingest and queries stay with fastdigest in Python (telemetry/summary/sketch.py).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace treemetry {
+
+// One digest: centroid means (ascending) and weights, its mass (sum of weights, as fastdigest carries it) and
+// the count of values it stands for (fastdigest's u128 `count`, used only for its recompute threshold).
+struct Digest {
+    std::vector<double> means;
+    std::vector<double> weights;
+    double mass = 0.0;
+    unsigned __int128 count = 0;
+
+    bool empty() const { return means.empty(); }
+};
+
+namespace detail {
+
+inline double k_to_q(double k, double d) {
+    double k_div_d = k / d;
+    if (k_div_d >= 0.5) {
+        double base = 1.0 - k_div_d;
+        return 1.0 - 2.0 * base * base;
+    }
+    return 2.0 * k_div_d * k_div_d;
+}
+
+struct Centroid {
+    double mean;
+    double weight;
+};
+
+// Stable merge of [first, middle) and [middle, last): ties go to the left run (fastdigest's external_merge).
+inline void external_merge(std::vector<Centroid>& c, std::vector<Centroid>& scratch, size_t first, size_t middle,
+                           size_t last) {
+    scratch.clear();
+    size_t i = first, j = middle;
+    while (i < middle && j < last) {
+        if (c[j].mean < c[i].mean) {
+            scratch.push_back(c[j++]);
+        } else {
+            scratch.push_back(c[i++]);
+        }
+    }
+    while (i < middle) scratch.push_back(c[i++]);
+    while (j < last) scratch.push_back(c[j++]);
+    std::copy(scratch.begin(), scratch.end(), c.begin() + static_cast<std::ptrdiff_t>(first));
+}
+
+}  // namespace detail
+
+// fastdigest's TDigest::merge_digests(digests, Some(max_size)). Empty inputs keep their slot in the pairwise
+// merge order, as there.
+inline Digest merge_digests(const std::vector<const Digest*>& digests, size_t max_size) {
+    using detail::Centroid;
+    Digest result;
+    size_t n_centroids = 0;
+    for (const Digest* d : digests) n_centroids += d->means.size();
+    if (n_centroids == 0) return result;
+
+    std::vector<Centroid> centroids;
+    centroids.reserve(n_centroids);
+    std::vector<size_t> starts;
+    starts.reserve(digests.size());
+    unsigned __int128 count = 0, max_count = 0;
+    double mass = 0.0;
+    size_t start = 0;
+    for (const Digest* d : digests) {
+        count += d->count;
+        max_count = std::max(max_count, d->count);
+        starts.push_back(start);
+        if (d->mass > 0.0) {
+            mass += d->mass;
+            for (size_t i = 0; i < d->means.size(); ++i) centroids.push_back({d->means[i], d->weights[i]});
+            start += d->means.size();
+        }
+    }
+
+    std::vector<Centroid> scratch;
+    scratch.reserve(centroids.size());
+    size_t per_block = 1;
+    while (per_block < starts.size()) {
+        for (size_t i = 0; i < starts.size(); i += per_block * 2) {
+            if (i + per_block < starts.size()) {
+                size_t first = starts[i];
+                size_t middle = starts[i + per_block];
+                size_t last = i + 2 * per_block < starts.size() ? starts[i + 2 * per_block] : centroids.size();
+                detail::external_merge(centroids, scratch, first, middle, last);
+            }
+        }
+        per_block *= 2;
+    }
+    if (centroids.empty()) return result;  // every input had mass <= 0 (not reachable from valid summaries)
+
+    std::vector<Centroid> compressed;
+    compressed.reserve(max_size + 1);
+    double k_limit = 1.0;
+    const double size = static_cast<double>(max_size);
+    double q_limit_times_mass = detail::k_to_q(k_limit, size) * mass;
+
+    auto add = [](Centroid& c, double sum, double weight) {
+        double new_sum = sum + c.weight * c.mean;
+        double new_weight = c.weight + weight;
+        c.weight = new_weight;
+        c.mean = new_sum / new_weight;
+    };
+
+    Centroid curr = centroids[0];
+    double weight_so_far = curr.weight;
+    double sums_to_merge = 0.0, weights_to_merge = 0.0;
+    for (size_t i = 1; i < centroids.size(); ++i) {
+        const Centroid& c = centroids[i];
+        weight_so_far += c.weight;
+        if (weight_so_far <= q_limit_times_mass) {
+            sums_to_merge += c.mean * c.weight;
+            weights_to_merge += c.weight;
+        } else {
+            add(curr, sums_to_merge, weights_to_merge);
+            sums_to_merge = 0.0;
+            weights_to_merge = 0.0;
+            compressed.push_back(curr);
+            q_limit_times_mass = detail::k_to_q(k_limit, size) * mass;
+            k_limit += 1.0;
+            curr = c;
+        }
+    }
+    add(curr, sums_to_merge, weights_to_merge);
+    compressed.push_back(curr);
+    std::stable_sort(compressed.begin(), compressed.end(),
+                     [](const Centroid& a, const Centroid& b) { return a.mean < b.mean; });
+
+    result.means.reserve(compressed.size());
+    result.weights.reserve(compressed.size());
+    for (const Centroid& c : compressed) {
+        result.means.push_back(c.mean);
+        result.weights.push_back(c.weight);
+    }
+    result.mass = mass;
+    result.count = count;
+    // maybe_recompute_totals: fastdigest re-adds the weights when the count crosses a multiple of 10^7.
+    const unsigned __int128 thresh = 10000000;
+    if (count / thresh > max_count / thresh) {
+        double m = 0.0;
+        for (double w : result.weights) m += w;
+        result.mass = m;
+    }
+    return result;
+}
+
+}  // namespace treemetry

@@ -1,0 +1,147 @@
+"""The wire fuzz of the native summary decoder, shared by tests/test_native_asan.py and bench/fuzz.py --native.
+
+Cases: valid summaries of several shapes, truncated, bit-flipped, byte-damaged, spliced with raw protobuf
+records (unknown fields, groups, wrong wire types, repeated fields), and arbitrary messages. Each goes to
+`Summary.from_bytes`; an accepted one must re-encode to bytes that parse back to the same bytes, answer its
+queries, and merge with an ordinary summary. Anything but ValueError is a failure.
+
+Run as a script (what the AddressSanitizer test does), it loads the extension given by --module in place of
+the installed one, then runs --cases seeded cases:
+
+    python tests/native_fuzz.py --module build/asan/telemetry/summary/_native....so --cases 3000
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import random
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def load_module(path: Path) -> None:
+    """Use the extension at `path` as telemetry.summary._native (before telemetry is imported)."""
+    spec = importlib.util.spec_from_file_location("telemetry.summary._native", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["telemetry.summary._native"] = module
+    spec.loader.exec_module(module)
+
+
+def seeds() -> list[bytes]:
+    """Valid summaries of different shapes (empty, NaN only, one value, mixed, wide and run-container sources)."""
+    import numpy as np
+
+    from telemetry import Summary
+
+    rng = np.random.default_rng(3)
+    shapes = [[], [(4, [math.nan])], [(0, [2.5])],
+              [(1, list(np.arange(1.0, 9.0))), (2, [50.0, math.nan]), (3, [0.5]), (9, [-math.inf, 1.0])],
+              [(s, list(rng.lognormal(0, 1, 8))) for s in range(0, 120, 3)],
+              [(s, [float(s)]) for s in range(5000)]]
+    out = []
+    for groups in shapes:
+        s = Summary(k=3)
+        for source, values in groups:
+            s.add_many(values, source, time_ns=100 + source)
+        out.append(s.to_bytes())
+    return out
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | 0x80 if n else b)
+        if not n:
+            return bytes(out)
+
+
+def mutate(rng: random.Random, base: bytes) -> bytes:
+    """One damaged variant of base."""
+    data = bytearray(base)
+    kind = rng.randrange(6)
+    if kind == 0 and data:
+        return bytes(data[:rng.randrange(len(data))])
+    if kind == 1 and data:
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        return bytes(data)
+    if kind == 2 and data:
+        for _ in range(rng.randint(1, 8)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        return bytes(data)
+    if kind == 3:  # a raw record: any field number, any wire type, a random payload
+        field = rng.choice([rng.randint(1, 20), rng.randint(1, 2**29 - 1)])
+        wire = rng.randrange(8)
+        payload = bytes(rng.randrange(256) for _ in range(rng.randrange(24)))
+        record = _varint(field << 3 | wire) + (_varint(len(payload)) if wire == 2 else b"") + payload
+        at = rng.randrange(len(data) + 1)
+        return bytes(data[:at]) + record + bytes(data[at:])
+    if kind == 4:  # a slice of the message moved elsewhere
+        if len(data) < 2:
+            return bytes(data)
+        i, j = sorted(rng.sample(range(len(data)), 2))
+        piece = data[i:j]
+        del data[i:j]
+        at = rng.randrange(len(data) + 1)
+        return bytes(data[:at]) + bytes(piece) + bytes(data[at:])
+    return bytes(rng.randrange(256) for _ in range(rng.randrange(64)))
+
+
+def check(data: bytes) -> bool:
+    """One case: refused with ValueError, or usable. Returns whether it was accepted."""
+    from telemetry import Summary
+
+    try:
+        parsed = Summary.from_bytes(data)
+    except ValueError:
+        return False
+    again = parsed.to_bytes()
+    assert Summary.from_bytes(again).to_bytes() == again
+    parsed.quantiles([0.0, 0.5, 1.0])
+    _ = parsed.mean, parsed.top(), parsed.sources
+    sources = parsed.sources
+    fresh = sources.max() + 1 if sources and sources.max() < 2**32 - 1 else 0
+    if fresh not in sources:
+        other = Summary(parsed.k, parsed.max_centroids)
+        other.add_many([1.0, 2.0], fresh, time_ns=1)
+        merged = Summary.merge_all([parsed, other])
+        assert Summary.from_bytes(merged.to_bytes()).to_bytes() == merged.to_bytes()
+    return True
+
+
+def run(cases: int, seed: int) -> tuple[int, int]:
+    """Seeded random cases (no hypothesis: the sanitizer run wants plain speed). (cases, accepted)."""
+    rng = random.Random(seed)
+    bases = seeds()
+    accepted = 0
+    for _ in range(cases):
+        data = rng.choice(bases)
+        for _ in range(rng.randint(1, 3)):
+            data = mutate(rng, data)
+        accepted += check(data)
+    return cases, accepted
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--module", type=Path, help="the extension to load as telemetry.summary._native")
+    parser.add_argument("--cases", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.module:
+        load_module(args.module)
+    cases, accepted = run(args.cases, args.seed)
+    from telemetry.summary import _native
+    print(f"{cases} cases, {accepted} accepted, module {_native.__file__}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE.parent))
+    main()
