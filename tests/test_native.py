@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyroaring import BitMap
 
 from summary_oracle import OracleSummary
 from telemetry import Summary
@@ -228,3 +229,18 @@ def test_overlap_and_incompatibility_are_refused_natively() -> None:
     with pytest.raises(ValueError, match="k=3 and k=8"):
         Summary.merge_all([a, Summary(8)])
     assert isinstance(_native.merge_all([a._as_core(), b._as_core()]), list)
+
+
+@SETTINGS
+@given(groups=disjoint(min_groups=2, max_groups=5), rt=st.booleans())
+def test_merge_over_time_gives_the_oracles_bytes(groups, rt) -> None:
+    """Windows over time share sources (collectors/root/retention.py): merged in the order given, no overlap check,
+    as the Python fold (`_absorb` with the union) did."""
+    ours = [pair(Summary, groups[0] + g) for g in groups]  # every window repeats the first window's sources
+    theirs = [pair(OracleSummary, groups[0] + g) for g in groups]
+    if rt:
+        ours = [Summary.from_bytes(s.to_bytes()) for s in ours]
+        theirs = [OracleSummary.from_bytes(s.to_bytes()) for s in theirs]
+    merged = OracleSummary(3)
+    merged._absorb(theirs, BitMap.union(*(s.sources for s in theirs)))
+    assert Summary.merge_over_time(ours).to_bytes() == merged.to_bytes()

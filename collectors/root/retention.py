@@ -28,8 +28,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyroaring import BitMap
-
 from collectors.common.keys import Key
 from collectors.common.rows import Row
 from collectors.root.store import Store
@@ -87,15 +85,10 @@ def parse_duration(text: str) -> float:
 def merge_over_time(summaries: Sequence[Summary]) -> Summary:
     """One summary of several windows of the same metric over time (the same sources may recur, unlike a merge
     over ranks, where a shared source is an error). Merged in time order, so the result is deterministic."""
-    first = summaries[0]
-    merged = Summary(first.k, first.max_centroids)
     if len(summaries) == 1:
-        merged = first.copy()
-        return merged
+        return summaries[0].copy()
     ordered = sorted(summaries, key=lambda s: (s.first_time_ns, s.last_time_ns, s.count))
-    union = BitMap.union(*(s.sources for s in ordered))
-    merged._absorb(ordered, union)  # Summary's own fold; sources may overlap across time (see docstring)
-    return merged
+    return Summary.merge_over_time(ordered)
 
 
 @dataclass

@@ -279,6 +279,15 @@ class Summary:
             raise OverlapError(merged)
         return cls._wrap(merged)
 
+    @classmethod
+    def merge_over_time(cls, summaries: Sequence[Summary]) -> Summary:
+        """A new summary of several windows of one metric over time, merged in the order given (the caller's
+        time order). A source may recur across windows (a merge over ranks refuses that: `merge_all`); its
+        values then count once per window, and the sources bitmap is the union."""
+        if not summaries:
+            return cls()
+        return cls._wrap(_native.merge_over_time([s._as_core() for s in summaries]))
+
     def copy(self) -> Summary:
         """An independent summary with identical fields (and identical bytes)."""
         return Summary._wrap(self._as_core().clone())

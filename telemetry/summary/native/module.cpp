@@ -65,6 +65,22 @@ py::object merge_all_py(const py::sequence& seq) {
     return py::cast(merge_all(cores, union_.get()));
 }
 
+// Summary.merge_over_time: several windows of one metric over time, merged in the order given; a source may
+// recur (once per window), so there is no overlap check.
+Core merge_over_time_py(const py::sequence& seq) {
+    std::vector<Core*> cores = cores_of(seq);
+    if (cores.empty()) throw py::value_error("merge_over_time needs at least one summary");
+    for (size_t i = 1; i < cores.size(); ++i) check_compatible(*cores[0], *cores[i]);
+    std::vector<const roaring::api::roaring_bitmap_t*> bitmaps;
+    for (Core* c : cores) bitmaps.push_back(c->sources.get());
+    Bitmap union_ = union_of(bitmaps);
+    Core merged;
+    merged.k = cores[0]->k;
+    merged.sketch.max_centroids = cores[0]->sketch.max_centroids;
+    absorb(merged, cores, union_.get());
+    return merged;
+}
+
 // Summary.merge: fold `other` into self in place; the overlapping sources (a list) instead when they intersect.
 py::object absorb_py(Core& self, Core& other) {
     check_compatible(self, other);
@@ -139,5 +155,6 @@ PYBIND11_MODULE(_native, m) {
         return with_buffer(data, [](const uint8_t* p, size_t n) { return decode(p, n); });
     }, "Parse and check untrusted bytes; ValueError('malformed summary: ...') on anything wrong.");
     m.def("merge_all", &merge_all_py);
+    m.def("merge_over_time", &merge_over_time_py);
     m.def("build", &build);
 }
