@@ -40,6 +40,7 @@ class Receiver:
         self.series: dict[tuple, list[tuple[int, float]]] = {}
         self.lock = threading.Lock()
         self.default = 204
+        self.refuse: set = set()  # series whose presence makes a request 400, as an out-of-order sample does
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -53,6 +54,8 @@ class Receiver:
                 decoded = prompb.decode(bytes(cramjam.snappy.decompress_raw(body)))
                 with outer.lock:
                     status, headers = outer.replies.pop(0) if outer.replies else (outer.default, {})
+                    if any(series_labels in outer.refuse for series_labels, _ in decoded):
+                        status = 400
                     outer.requests.append({"headers": dict(self.headers), "status": status,
                                            "samples": sum(len(s) for _, s in decoded)})
                     if 200 <= status < 300:
@@ -202,6 +205,23 @@ def test_a_4xx_is_dropped_at_once_and_counted(receiver) -> None:
         writer.close(2)
     _, sent, dropped, _ = accounts(writer)
     assert dropped["rejected"] == 10 and sent == 5 and r.delivered() == 5 and len(r.requests) == 2
+    assert balanced(writer)
+
+
+def test_a_refused_request_is_split_until_only_the_refused_series_is_lost(receiver) -> None:
+    r = receiver()
+    poison = labels("telemetry_test", (), s="7")
+    r.refuse.add(poison)
+    writer = writer_for(r.url, shards=1, flush_interval_s=0.2)
+    try:
+        writer._put(samples(3, series=16))
+        assert writer.flush(10)
+    finally:
+        writer.close(2)
+    _, sent, dropped, _ = accounts(writer)
+    assert dropped["rejected"] == 3 and sent == 45 and r.delivered() == 45
+    assert poison not in r.series and len(r.series) == 15
+    assert len(r.requests) <= 2 * 4 + 1  # a bisection: about 2 log2(16) requests, not one per series
     assert balanced(writer)
 
 

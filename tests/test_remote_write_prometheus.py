@@ -178,3 +178,34 @@ def test_every_step_reaches_prometheus_across_a_root_restart_and_an_outage(tmp_p
     newest = set(range(60 - (QUEUE // 19) + 1, 70))  # the newest queue-full of the outage, and everything after
     assert not missing_steps & newest, sorted(missing_steps & newest)
 
+
+
+def test_a_sample_prometheus_refuses_costs_only_its_own_series(tmp_path: Path) -> None:
+    """Prometheus rolls back a whole request for one sample it refuses (a second value at a timestamp it holds):
+    the writer splits the request until only that series' sample is lost, counted as rejected."""
+    from collectors.root.remote_series import labels
+    from collectors.root.remote_write import RemoteWriteConfig, RemoteWriter
+    require("prometheus")
+    port = free_port()
+    now = int(time.time() * 1000)
+    clash = labels("telemetry_test_clash", ())
+    with running_prometheus(tmp_path / "prometheus", port, [], receiver=True) as prom:
+        writer = RemoteWriter(RemoteWriteConfig(urls=(f"http://127.0.0.1:{port}/api/v1/write",), shards=1,
+                                                flush_interval_s=0.1))
+        writer.start()
+        try:
+            (endpoint,) = writer.endpoints
+            endpoint.put([(clash, now, 1.0)])
+            assert writer.flush(10)
+            # the same timestamp with another value (what a second root could send), among 12 good series
+            endpoint.put([(clash, now, 2.0), *[(labels("telemetry_test_good", (), s=str(k)), now, float(k))
+                                               for k in range(12)]])
+            assert writer.flush(20)
+        finally:
+            writer.close(2)
+        c = endpoint.counters
+        assert (c.sent, c.dropped["rejected"]) == (13, 1)
+        good = prom.api("query", query="telemetry_test_good", time=f"{now / 1000 + 1:.3f}")["data"]["result"]
+        assert sorted(float(s["value"][1]) for s in good) == [float(k) for k in range(12)]
+        held = prom.api("query", query="telemetry_test_clash", time=f"{now / 1000 + 1:.3f}")["data"]["result"]
+        assert [float(s["value"][1]) for s in held] == [1.0]

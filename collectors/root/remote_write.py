@@ -15,8 +15,9 @@ What is sent is `remote_series.SeriesMaker`'s: per-step figures, hardware bucket
   protobuf `WriteRequest` (prompb.py), with the remote-write 0.1.0 headers.
 * 2xx: sent. 5xx, 429 (its Retry-After honoured) and connection errors: retried with jittered exponential
   backoff (`telemetry.backoff.Backoff`) until the batch is `retry_deadline_s` old, then dropped and counted
-  (`retries_exhausted`). Any other 4xx: the receiver refuses the batch for good (e.g. an out-of-order
-  sample): dropped and counted (`rejected`), never retried.
+  (`retries_exhausted`). Any other 4xx: the receiver refuses the request for good (e.g. an out-of-order
+  sample): it is split in two by series and each half sent again, down to the series refused, whose samples
+  are dropped and counted (`rejected`); nothing is retried as it was.
 * The queue is bounded (`queue_samples` per endpoint, spread over its shards): a full shard drops its oldest
   sample (counted, `queue_full`), so that after an outage the newest history is what is kept. Within the bound
   nothing is lost: a receiver that comes back gets everything, oldest first.
@@ -198,33 +199,44 @@ class _Shard:
         series: dict[Labels, list[tuple[int, float]]] = {}
         for labels, ts, value in batch:
             series.setdefault(labels, []).append((ts, value))
-        body = bytes(cramjam.snappy.compress_raw(prompb.encode(series.items())))
+        self._send(list(series.items()), time.monotonic() + self.config.retry_deadline_s)
+
+    def _send(self, groups: list[tuple[Labels, list[tuple[int, float]]]], deadline: float) -> None:
+        """POST these series, retrying until `deadline`. A refused request (4xx) is split in two by series and
+        each half sent again, so that one series the store refuses (Prometheus refuses the whole request for
+        one out-of-order sample) loses only its own samples."""
+        n = sum(len(samples) for _, samples in groups)
+        body = bytes(cramjam.snappy.compress_raw(prompb.encode(groups)))
         counters, lock = self.endpoint.counters, self.endpoint.lock
-        deadline = time.monotonic() + self.config.retry_deadline_s
         backoff = Backoff(self.config.backoff_initial_s, self.config.backoff_max_s)
         while True:
             outcome, retry_after = self._post(body)
             with lock:
                 counters.requests += 1
                 if outcome == "ok":
-                    counters.sent += len(batch)
+                    counters.sent += n
                     counters.last_success_s = time.time()
-                elif outcome == "rejected":
-                    counters.dropped["rejected"] += len(batch)
+                elif outcome == "rejected" and len(groups) == 1:
+                    counters.dropped["rejected"] += n
+            if outcome == "rejected" and len(groups) > 1:
+                half = len(groups) // 2
+                self._send(groups[:half], deadline)
+                self._send(groups[half:], deadline)
+                return
             if outcome != "retry":
                 return
             wait = max(backoff.next_delay(), retry_after)
             if time.monotonic() + wait > deadline:
                 log.warning("remote-write to %s: gave up a batch of %d samples after %.0f s of retries",
-                            self.endpoint.name, len(batch), self.config.retry_deadline_s)
+                            self.endpoint.name, n, self.config.retry_deadline_s)
                 with lock:
-                    counters.dropped["retries_exhausted"] += len(batch)
+                    counters.dropped["retries_exhausted"] += n
                 return
             with lock:
                 counters.retries += 1
             if self.abort.wait(wait):
                 with lock:
-                    counters.dropped["shutdown"] += len(batch)
+                    counters.dropped["shutdown"] += n
                 return
 
     def _post(self, body: bytes) -> tuple[str, float]:
