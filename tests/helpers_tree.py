@@ -22,11 +22,13 @@ from typing import Any
 import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from pyroaring import BitMap
 
 import telemetry
 from collectors.agent.server import AgentConfig, AgentServer
 from collectors.collector.server import CollectorConfig, CollectorServer
 from collectors.common.keys import Key
+from collectors.common.validation import DEFAULT_MAX_WORLD_SIZE, BadInput, check_job
 from collectors.root.server import RootConfig, RootServer
 from telemetry import Summary
 from telemetry.v1 import forward_pb2, forward_pb2_grpc
@@ -159,6 +161,8 @@ class RawChild:
         self.acks: queue.Queue = queue.Queue()
         self.error: grpc.RpcError | None = None
         self.seq = 0
+        self.covers: dict[tuple[str, int], BitMap] = {}  # (job, attempt) -> the ranks its windows named
+        self.worlds: dict[tuple[str, int], int] = {}
         stub = forward_pb2_grpc.CollectorStub(self.channel)
         self.call = stub.Forward(iter(self._requests.get, None), metadata=metadata)
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -178,11 +182,28 @@ class RawChild:
         self._requests.put(batch)
 
     def batch(self, *windows: forward_pb2.WindowSummary, seq: int | None = None) -> int:
-        """Send a numbered batch of windows; returns its seq."""
+        """Send a numbered batch of windows; returns its seq. Like an honest child, it also sends rank states
+        naming the ranks its windows speak for (a tier refuses windows about ranks the child does not cover):
+        every source of every window it ever sent, as alive, by job and attempt."""
         if seq is None:
             self.seq += 1
             seq = self.seq
-        self.send(forward_pb2.SummaryBatch(sender_id=self.sender_id, seq=seq, windows=list(windows)))
+        for one in windows:
+            try:
+                check_job(one.key.job)
+                sources = Summary.from_proto(one.summary).sources
+            except (ValueError, BadInput):  # a malformed window (a test of refusals): it names no rank
+                continue
+            if not sources or max(sources) >= DEFAULT_MAX_WORLD_SIZE:
+                continue
+            job = (one.key.job, one.key.attempt)
+            self.covers.setdefault(job, BitMap()).update(sources)
+            declared = one.expected if one.expected <= DEFAULT_MAX_WORLD_SIZE else 0  # an absurd one is a test's
+            self.worlds[job] = max(self.worlds.get(job, 0), declared, max(sources) + 1)
+        states = [forward_pb2.RankStates(job=job, attempt=attempt, alive=ranks.serialize(),
+                                         world_size=self.worlds[(job, attempt)])
+                  for (job, attempt), ranks in self.covers.items() if ranks]
+        self.send(forward_pb2.SummaryBatch(sender_id=self.sender_id, seq=seq, windows=list(windows), ranks=states))
         return seq
 
     def ack(self, timeout: float = 10.0) -> forward_pb2.Ack | None:

@@ -145,6 +145,8 @@ RANK_CASES = [
      INVALID, "registered for 'solo'"),
     ("batch_for_another_rank", lambda pid: [hello(pid=pid), batch({"loss": [1.0]}, rank=1)],
      INVALID, "registered for rank 0"),
+    ("second_hello_for_another_rank", lambda pid: [hello(pid=pid), hello("solo2", pid=pid)],
+     INVALID, "one stream, one rank"),
     ("duplicate_rank_from_live_pid", lambda pid: [hello("good", rank=1, world_size=2, pid=pid)],
      EXISTS, f"already registered by live pid {os.getpid()}"),
     ("metric_uppercase", lambda pid: [hello(pid=pid), batch({"Loss": [1.0]})], INVALID, "'Loss'"),

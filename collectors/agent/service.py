@@ -112,6 +112,10 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             return
         with self.node.lock:
             if which == "hello":
+                if stream.info is not None:  # one stream speaks for one rank, registered once
+                    raise BadInput("INVALID_ARGUMENT", f"a second hello on a stream registered for rank "
+                                                       f"{stream.info.rank} of {stream.info.job!r}: one stream, "
+                                                       "one rank")
                 if self.peers is not None:
                     self.peers.check(stream.peer, message.hello.pid)
                 stream.info = self._hello(message.hello, stream.answers)

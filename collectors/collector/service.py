@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
+from itertools import islice
 from typing import cast
 
 import grpc
@@ -14,6 +15,7 @@ from pyroaring import BitMap
 
 from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
 from collectors.common.attempts import scoped, split
+from collectors.common.fingerprints import ranks_of
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from collectors.common.transport import certificate_names
@@ -27,6 +29,7 @@ from collectors.common.validation import (
     check_world,
     shown,
 )
+from collectors.delivery.coverage import Coverage
 from collectors.delivery.forensics import check_capture, request_ranks, with_ranks
 from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
 from collectors.delivery.node import COUNTER_FIELDS, Node, RankView
@@ -64,6 +67,8 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         self._links: dict[str, Answers] = {}
         self._links_lock = threading.Lock()
         self._run_log = RateLimitedLog(log)  # a refused second run has every window refused: say so, not each
+        self.coverage = Coverage()  # which ranks each child may speak for (collectors/delivery/coverage.py)
+        self._cover_log = RateLimitedLog(log)
         # Forensics riding on the units (docs/forensics.md), called under the node's lock: a collector passes
         # both up with its own units, the root stores captures and judges fingerprints.
         self.on_captures: Callable[[list[forensics_pb2.Capture]], None] | None = None
@@ -177,6 +182,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         parsed = [self._parse(origin, index, window) for index, window in enumerate(batch.windows)]
         with node.lock:
             node.child_states(sender, views)
+            self.coverage.note(sender, views, node.runs.processes)
             node.child_counters[sender] = {name: getattr(batch.counters, name) for name in COUNTER_FIELDS}
             if batch.captures or batch.fingerprints:
                 self._forensics(sender, batch)
@@ -202,18 +208,38 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         for capture in batch.captures:
             try:
                 check_capture(capture, self.max_world_size)
+                self._covers(sender, capture.job, capture.attempt, BitMap([capture.rank]), "a capture")
                 captures.append(capture)
             except BadInput as exc:
                 self.node.counters["bad_inputs"] += 1
-                log.warning("refused a capture from %s: %s", sender, exc)
+                self._cover_log.warn("refused a capture from %s: %s", sender, exc)
         if captures and self.on_captures is not None:
             self.on_captures(captures)
-        if batch.fingerprints and self.on_fingerprints is not None:
+        fingerprints = []
+        for found in batch.fingerprints:
             try:
-                self.on_fingerprints(list(batch.fingerprints))
+                ranks = BitMap()
+                for merged in found.seqs:
+                    ranks |= ranks_of(merged.min_ranks, "min_ranks") | ranks_of(merged.max_ranks, "max_ranks")
+                self._covers(sender, found.job, found.attempt, ranks, "fingerprints")
+                fingerprints.append(found)
+            except (ValueError, BadInput) as exc:
+                self.node.counters["bad_inputs"] += 1
+                self._cover_log.warn("refused fingerprints from %s: %s", sender, exc)
+        if fingerprints and self.on_fingerprints is not None:
+            try:
+                self.on_fingerprints(fingerprints)
             except (ValueError, BadInput) as exc:
                 self.node.counters["bad_inputs"] += 1
                 log.warning("refused fingerprints from %s: %s", sender, exc)
+
+    def _covers(self, sender: str, job: str, attempt: int, ranks: BitMap, what: str) -> None:
+        """BadInput unless `sender` covers every rank of `ranks` of the job's attempt."""
+        uncovered = self.coverage.uncovered(sender, scoped(job, attempt), ranks)
+        if uncovered:
+            raise BadInput("PERMISSION_DENIED", f"{what} about rank(s) {list(islice(uncovered, 8))} of job "
+                                                f"{shown(job, 64)} attempt {attempt}, which {shown(sender, 64)} does "
+                                                "not cover (a child speaks only for the ranks its rank states name)")
 
     def _states(self, states: Iterable[forward_pb2.RankStates]) -> dict[str, RankView]:
         """A child's rank states, parsed and checked: a malformed bitmap, a rank or world beyond the cap, or a
@@ -260,15 +286,11 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
     def _offer(self, origin: Origin, index: int, window: forward_pb2.WindowSummary,
                parsed: tuple[Key, Summary] | str) -> forward_pb2.Rejection | None:
         node = self.node
-        try:
-            if isinstance(parsed, str):
-                raise ValueError(parsed)
-            key, summary = parsed
-            self.budget.admit(key.job, key.metric)
-        except (ValueError, BadInput) as exc:
+        if isinstance(parsed, str):
             node.counters["bad_inputs"] += 1
-            log.warning("refused window %d of %s: %s", index, origin, exc)
-            return forward_pb2.Rejection(index=index, key=window.key, reason=str(exc))
+            log.warning("refused window %d of %s: %s", index, origin, parsed)
+            return forward_pb2.Rejection(index=index, key=window.key, reason=parsed)
+        key, summary = parsed
         refused = node.runs.refused(origin[0], key.job)
         if refused:
             taken = summary._sources & BitMap(refused)
@@ -278,6 +300,14 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 reason = refusal_reason(job, attempt, taken.min(), refused[taken.min()][0])
                 self._run_log.warn("refused window %d of %s: %s", index, origin, reason)
                 return forward_pb2.Rejection(index=index, key=window.key, reason=reason)
+        try:
+            name, attempt = split(key.job)
+            self._covers(origin[0], name, attempt, summary._sources, "a window")  # before it costs the budget
+            self.budget.admit(key.job, key.metric)
+        except BadInput as exc:
+            node.counters["bad_inputs"] += 1
+            self._cover_log.warn("refused window %d of %s: %s", index, origin, exc)
+            return forward_pb2.Rejection(index=index, key=window.key, reason=str(exc))
         if self.before_offer is not None:
             self.before_offer(key)
         part = Part(key, [origin], summary._sources, index=index, built=summary)

@@ -1,0 +1,64 @@
+"""Which ranks of which job each child covers, so that a child speaks only for those (issue 26 item 1).
+
+A child's coverage of a job (its scoped name, with the attempt) is every rank its rank states ever named for
+it - alive, stuck, dead or closed - since this tier first heard of the child: sticky, because a child forgets
+a finished job before the last of its windows (or a resend of them) is through, and a window must not be
+refused then. A rank the tier's run ledger (runs.py) already knows to run in some process counts for a child
+only when that child names the same process: a child that merely lists a rank another child's agent
+registered (without its process, or with another one) does not come to cover it.
+
+Everything a child sends about ranks is checked against its coverage by `CollectorService`: windows (their
+sources), captures (their rank), fingerprints (the ranks in their bitmaps). What is not covered is refused,
+counted (`bad_inputs`) and logged, rate-limited. Jobs under HOST_JOB_PREFIX are a host's own hardware, whose
+sources are its devices, not ranks: not checked here.
+
+Bounded: at most `max_entries` (child, job) entries, the least recently noted forgotten first. Not
+thread-safe: callers hold the node's lock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+from pyroaring import BitMap
+
+from collectors.delivery.node import RankView
+from telemetry.names import HOST_JOB_PREFIX
+
+DEFAULT_MAX_ENTRIES = 65_536
+
+
+class Coverage:
+    """Per (child, scoped job): the ranks the child covers."""
+
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        self.max_entries = max_entries
+        self._covered: OrderedDict[tuple[str, str], BitMap] = OrderedDict()
+
+    def note(self, child: str, views: dict[str, RankView], processes: Callable[[str], dict[int, int]]) -> None:
+        """A child's rank states (by scoped job); `processes(job)`: the ledger's accepted process per rank."""
+        for job, view in views.items():
+            named = view.alive | view.stuck | view.dead | view.closed
+            if not named:
+                continue
+            key = (child, job)
+            covered = self._covered.get(key)
+            if covered is None:
+                covered = self._covered[key] = BitMap()
+            new = named - covered
+            if new:
+                known = processes(job)
+                if known:
+                    new = BitMap(rank for rank in new if rank not in known or view.processes.get(rank) == known[rank])
+                covered |= new
+            self._covered.move_to_end(key)
+        while len(self._covered) > self.max_entries:
+            self._covered.popitem(last=False)
+
+    def uncovered(self, child: str, job: str, ranks: BitMap) -> BitMap:
+        """The ranks of `ranks` that `child` does not cover for `job` (empty: it may speak for all)."""
+        if job.startswith(HOST_JOB_PREFIX) or not ranks:
+            return BitMap()
+        covered = self._covered.get((child, job))
+        return ranks - covered if covered is not None else BitMap(ranks)
