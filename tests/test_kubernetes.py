@@ -142,7 +142,7 @@ def test_one_image_everywhere_and_the_containerfile_agrees() -> None:
         assert (spec["securityContext"]["runAsUser"], spec["securityContext"]["runAsGroup"]) == (
             int(user.group(1)), int(user.group(2)))
     assert re.search(r'^ENTRYPOINT \["telemetry"\]$', text, re.M)
-    assert "treemetry-*.whl" in text and "[services]" in text
+    assert "treemetry-*.whl" in text and "pip install" in text
     exposed = {int(p) for p in re.search(r"^EXPOSE (.+)$", text, re.M).group(1).split()}
     ports = {p["containerPort"] for _, c in containers() for p in c.get("ports", [])}
     assert ports == exposed

@@ -70,6 +70,9 @@ def test_wheel_installs_the_services_with_their_data(tmp_path: Path) -> None:
     assert "watch" in _run([env / "bin" / "telemetry", "--help"], cwd=elsewhere)
     for command in ("agent", "collector", "watch", "demo", "doctor"):
         assert "Usage:" in _run([env / "bin" / "telemetry", command, "--help"], cwd=elsewhere), command
+    # The deployment files come with the package (docs/deploy.md).
+    assert "kind: DaemonSet" in _run([env / "bin" / "telemetry", "deploy", "--print", "kubernetes"], cwd=elsewhere)
+    assert "[Service]" in _run([env / "bin" / "telemetry", "deploy", "--print", "systemd"], cwd=elsewhere)
     # The services themselves start from the base install (their imports run only once they start).
     root = _ready([env / "bin" / "telemetry", "collector", "--listen", "127.0.0.1:0", "--api", "127.0.0.1:0",
                    "--db", tmp_path / "root.db"], elsewhere)
