@@ -39,7 +39,7 @@ from helpers_tree import (
     window,
 )
 from telemetry import Summary
-from telemetry.v1 import forward_pb2, ingest_pb2, ingest_pb2_grpc, summary_pb2
+from telemetry.v1 import forensics_pb2, forward_pb2, ingest_pb2, ingest_pb2_grpc, summary_pb2
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -147,6 +147,8 @@ RANK_CASES = [
      INVALID, "registered for rank 0"),
     ("second_hello_for_another_rank", lambda pid: [hello(pid=pid), hello("solo2", pid=pid)],
      INVALID, "one stream, one rank"),
+    ("attempt_beyond_2_63", lambda pid: [ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(
+        job="good", rank=0, world_size=1, host="h", pid=pid, attempt=2**64 - 1))], INVALID, "not in [0, 2**63)"),
     ("duplicate_rank_from_live_pid", lambda pid: [hello("good", rank=1, world_size=2, pid=pid)],
      EXISTS, f"already registered by live pid {os.getpid()}"),
     ("metric_uppercase", lambda pid: [hello(pid=pid), batch({"Loss": [1.0]})], INVALID, "'Loss'"),
@@ -568,3 +570,69 @@ def test_a_second_live_stream_claiming_a_sender_id_is_refused_and_the_first_keep
         huge.close()
     finally:
         stop_all(root)
+
+
+# ---------------------------------------------------------------- attempts and clocks (issue 26 item 2)
+def _beat(time_ns: int, enqueued: float | None = None, seqs: tuple[int, ...] = ()) -> ingest_pb2.RankMessage:
+    beat = ingest_pb2.Heartbeat(time_ns=time_ns, current_step=1, fingerprints=[
+        forensics_pb2.CollectiveFingerprint(seq=seq, hash=7, what="all_reduce") for seq in seqs])
+    if enqueued is not None:
+        beat.extra["collective.last_enqueued"] = enqueued
+    return ingest_pb2.RankMessage(heartbeat=beat)
+
+
+def test_heartbeats_stamped_far_from_the_agents_clock_are_refused_and_counted(tree, foreign_pid):
+    """Before: 50,000 heartbeats a second apart in the future were 50,000 open buckets (agent 65 -> 132 MB);
+    a negative time was stored as a window."""
+    good = GoodJob(tree)
+    good.log(1)
+    now = time.time_ns()
+    odd = [now + (3600 + i) * 10**9 for i in range(500)] + [-(10**18), 1, now - 86_400 * 10**9]
+    _send_quietly(tree.stub(), [hello("clock", pid=foreign_pid), *(_beat(t) for t in odd), _beat(now)])
+    wait_for(lambda: tree.agent.node.counters["bad_inputs"] == len(odd), 10, what="every odd beat counted")
+    with tree.agent.node.lock:
+        buckets = {key.index for key in tree.agent.service.beats if key.job == "clock"}
+    assert len(buckets) <= 2, sorted(buckets)  # this second's (and the next's): nothing else opened
+    good.log(2)
+    good.finish()
+
+
+def test_fingerprints_beyond_the_ranks_own_collective_progress_are_refused(tree, foreign_pid):
+    """Before: 512 fingerprints near 2**53 from one rank pushed the job's real ones out of every table."""
+    good = GoodJob(tree)
+    good.log(1)
+    now = time.time_ns()
+    _send_quietly(tree.stub(), [hello("fp", pid=foreign_pid), _beat(now, enqueued=10, seqs=(9, 10, 11)),
+                                _beat(now, enqueued=12, seqs=tuple(range(2**53 - 512, 2**53)))])
+    wait_for(lambda: tree.agent.node.counters["bad_inputs"] == 1, 10, what="the far fingerprints counted")
+    for table in (tree.agent.service.fingerprints, tree.root.wiring.fingerprints):  # the agent's, the root's
+        wait_for(lambda: sorted(m.seq for m in table.get("fp")) == [9, 10, 11], 10,
+                 what=f"only the fingerprints within the rank's progress ({sorted(m.seq for m in table.get('fp'))})")
+    good.log(2)
+    good.finish()
+
+
+def test_attempts_beyond_2_63_are_refused_at_every_tier(tmp_path):
+    """Before: a raw stream's attempt 2**64-1 was accepted (the SDK forbids it), and then lost time exceeded
+    wall time; the API's ?attempt= could not reach it."""
+    root = make_root(tmp_path / "root.db")
+    child = RawChild(root.address, "odd")
+    try:
+        child.ack()
+        far = forward_pb2.WindowSummary(key=Key("j", "loss", 1).to_proto(), summary=summary_of({0: 1.0}).to_proto(),
+                                        expected=1)
+        far.key.attempt = 2**64 - 1
+        seq = 1
+        child.send(forward_pb2.SummaryBatch(sender_id="odd", seq=seq, windows=[far]))  # no rank states: they
+        ack = child.ack_for(seq, forward_pb2.Ack.REJECTED_OVERLAP)                      # would be refused first
+        assert "not in [0, 2**63)" in ack.rejections[0].reason
+        child.send(forward_pb2.SummaryBatch(sender_id="odd", seq=seq + 1, ranks=[forward_pb2.RankStates(
+            job="j", attempt=2**64 - 1, world_size=1, alive=BitMap([0]).serialize())]))
+        while child.ack(10) is not None:  # the first unit's DURABLE, then the end of the stream
+            pass
+        assert child.error is not None and child.error.code() == INVALID
+        assert "not in [0, 2**63)" in child.error.details()
+    finally:
+        child.close()
+        stop_all(root)
+

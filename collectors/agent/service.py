@@ -20,7 +20,14 @@ from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, s
 from collectors.common.attempts import split
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
-from collectors.common.validation import BadInput, MetricBudget, check_index, check_size
+from collectors.common.validation import (
+    HEARTBEAT_WINDOW_S,
+    BadInput,
+    MetricBudget,
+    check_attempt,
+    check_index,
+    check_size,
+)
 from collectors.delivery.lifecycle import JobLifecycle
 from collectors.delivery.node import Node
 from collectors.delivery.windows import Origin, Part, Refusal
@@ -32,6 +39,8 @@ from telemetry.v1 import forensics_pb2, ingest_pb2, ingest_pb2_grpc
 log = logging.getLogger(__name__)
 
 LIVENESS_EVERY_S = 0.5
+FINGERPRINT_SLACK = 64  # fingerprints a beat may carry past the collective progress it reports
+ENQUEUED_METRIC = "collective.last_enqueued"  # telemetry/torch/collective.py ENQUEUED (no torch imported here)
 MAX_OPEN_STEPS_PER_JOB = 1024  # a rank logging into ever more steps seals the oldest early, not memory without end
 
 
@@ -50,6 +59,8 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         self.beats: dict[Key, OpenBeat] = {}
         self._open_per_job: dict[str, int] = {}
         self._late_log = RateLimitedLog(log)
+        self._beat_log = RateLimitedLog(log)
+        self._enqueued: dict[tuple[str, int], float] = {}  # (job, rank) -> most collectives it said it enqueued
         self._views_at = 0.0
         # Forensics (docs/forensics.md): capture requests for this agent's ranks, and the ranks' collective
         # fingerprints merged for the parent (a FingerprintTable). None: not kept (in-process harnesses).
@@ -156,6 +167,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             self.captures.answered(info, capture, facts)
 
     def _hello(self, hello: ingest_pb2.RankHello, responses: Answers) -> RankInfo:
+        check_attempt(hello.attempt)
         info = self.registry.register(hello, responses)
         if hello.dropped > info.reported_dropped:
             self.node.counters["sdk_dropped"] += hello.dropped - info.reported_dropped
@@ -246,6 +258,8 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
                 self.fingerprints.forget(name)
         for window_key in [window_key for window_key in self.beats if window_key.job == job]:
             del self.beats[window_key]
+        for key in [key for key in self._enqueued if key[0] == job]:
+            del self._enqueued[key]
         self.budget.forget(job)
 
     def _open_step(self, info: RankInfo, step: int, now: float) -> OpenStep:
@@ -259,24 +273,50 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         return found
 
     def _heartbeat(self, info: RankInfo, beat: ingest_pb2.Heartbeat) -> None:
-        info.last_beat = time.monotonic()
+        info.last_beat = time.monotonic()  # a sign of life, whatever the beat says
+        now_ns = time.time_ns()
+        stamp = beat.time_ns or now_ns
+        if abs(stamp - now_ns) > HEARTBEAT_WINDOW_S * 1e9:
+            # A clock this far from the agent's (the same host's) is a bug or a lie: its buckets would be
+            # windows far in the future or past (50,000 future buckets grew an agent by 67 MB), so refused.
+            self.node.counters["bad_inputs"] += 1
+            self._beat_log.warn("rank %d of %s: a heartbeat stamped %.0f s from this agent's clock (beyond %g s) "
+                                "refused and counted (bad_inputs)", info.rank, info.job, (stamp - now_ns) / 1e9,
+                                HEARTBEAT_WINDOW_S)
+            return
         info.current_step = beat.current_step
-        stamp = beat.time_ns or time.time_ns()
         figures = {PROGRESS_METRIC: float(beat.current_step), STEPS_COMPLETED_METRIC: float(beat.steps_completed)}
         self.budget.admit_all(info.job, beat.extra)
         figures.update(beat.extra)
         if beat.fingerprints and self.fingerprints is not None:
-            job, attempt = split(info.job)
-            try:
-                self.fingerprints.add(job, attempt, info.rank, beat.fingerprints)
-            except ValueError as exc:
-                raise BadInput("INVALID_ARGUMENT", f"heartbeat fingerprints: {exc}") from None
+            self._fingerprints(info, beat)
         for metric, value in figures.items():
             key = beat_key(info.job, metric, stamp)
             open_beat = self.beats.get(key)
             if open_beat is None:
                 open_beat = self.beats[key] = OpenBeat(key, info.world_size)
             open_beat.values[info.rank] = (value, stamp)
+
+    def _fingerprints(self, info: RankInfo, beat: ingest_pb2.Heartbeat) -> None:
+        """A beat's fingerprints, bounded by the rank's own collective progress: a sequence number beyond the
+        most collectives it said it enqueued (plus FINGERPRINT_SLACK, for one enqueued between its reading
+        and its fingerprints) is refused, beat and all fingerprints of it, and counted. Before, 512 fingerprints
+        near 2**53 from one rank pushed the job's real ones out of every tier's table."""
+        key = (info.job, info.rank)
+        enqueued = max(self._enqueued.get(key, 0.0), beat.extra.get(ENQUEUED_METRIC, 0.0))
+        self._enqueued[key] = enqueued
+        highest = max(fp.seq for fp in beat.fingerprints)
+        if highest > enqueued + FINGERPRINT_SLACK:
+            self.node.counters["bad_inputs"] += 1
+            self._beat_log.warn("rank %d of %s: fingerprint seq %d is beyond its own collective progress (%d "
+                                "enqueued): refused and counted (bad_inputs)", info.rank, info.job, highest,
+                                enqueued)
+            return
+        job, attempt = split(info.job)
+        try:
+            self.fingerprints.add(job, attempt, info.rank, beat.fingerprints)
+        except ValueError as exc:
+            raise BadInput("INVALID_ARGUMENT", f"heartbeat fingerprints: {exc}") from None
 
     def _dropped_late(self, piece: Part) -> None:
         """Values a rank logged into a step it had closed: its contribution there is sealed and a source

@@ -23,6 +23,7 @@ from collectors.common.validation import (
     DEFAULT_MAX_WORLD_SIZE,
     BadInput,
     MetricBudget,
+    check_attempt,
     check_index,
     check_job,
     check_size,
@@ -218,6 +219,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         fingerprints = []
         for found in batch.fingerprints:
             try:
+                check_attempt(found.attempt, "fingerprints' attempt")
                 ranks = BitMap()
                 for merged in found.seqs:
                     ranks |= ranks_of(merged.min_ranks, "min_ranks") | ranks_of(merged.max_ranks, "max_ranks")
@@ -247,6 +249,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         views: dict[str, RankView] = {}
         for msg in states:
             check_job(msg.job)
+            check_attempt(msg.attempt, f"rank states of job {shown(msg.job, 64)}: attempt")
             check_world(msg.world_size, self.max_world_size)
             try:
                 view = RankView.from_proto(msg)
@@ -266,6 +269,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         """The window's key and summary, or why it is refused (checked without the node's lock)."""
         try:
             check_job(window.key.job)
+            check_attempt(window.key.attempt)
             key = Key.from_proto(window.key)
             check_index(key.index, "window index")
             check_world(window.expected, self.max_world_size, "expected world size")

@@ -10,6 +10,8 @@ DEFAULT_MAX_METRICS_PER_JOB = 256
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_WORLD_SIZE = 1 << 20  # ranks per job; nothing a tier does may grow with a size an input declares
 MAX_INDEX = MAX_STEP  # the largest step or window index any tier takes in (why 2**53: telemetry/names.py)
+MAX_ATTEMPT = 2**63  # attempts are below this: what the SDK allows (telemetry/sdk/attempt.py), SQLite's integers
+HEARTBEAT_WINDOW_S = 120.0  # a heartbeat stamped further than this from the agent's clock is refused
 
 
 class BadInput(ValueError):
@@ -40,6 +42,12 @@ def check_world(world_size: int, cap: int, what: str = "world size") -> None:
 def check_index(index: int, what: str = "step") -> None:
     if index > MAX_INDEX:
         raise BadInput("INVALID_ARGUMENT", f"{what} {index} is beyond this tree's limit of 2**53")
+
+
+def check_attempt(attempt: int, what: str = "attempt") -> None:
+    """An attempt the SDK could have sent: below 2**63 (a raw stream's 2**64-1 made lost time exceed wall time)."""
+    if not 0 <= attempt < MAX_ATTEMPT:
+        raise BadInput("INVALID_ARGUMENT", f"{what} {attempt} is not in [0, 2**63)")
 
 
 def check_job(name: str) -> None:

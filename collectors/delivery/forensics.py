@@ -13,7 +13,7 @@ import logging
 
 from pyroaring import BitMap
 
-from collectors.common.validation import BadInput, check_job, check_world, shown
+from collectors.common.validation import BadInput, check_attempt, check_job, check_world, shown
 from telemetry.v1 import forensics_pb2
 
 log = logging.getLogger(__name__)
@@ -28,6 +28,7 @@ SOURCES = ("sdk", "py-spy", "proc", "none")
 def check_capture(capture: forensics_pb2.Capture, max_world_size: int) -> None:
     """Refuse (BadInput) a capture no honest agent sends: an unknown source, a field past its bound."""
     check_job(capture.job)
+    check_attempt(capture.attempt, "capture attempt")
     if not capture.request_id or len(capture.request_id) > MAX_REQUEST_ID:
         raise BadInput("INVALID_ARGUMENT", f"capture request_id {shown(capture.request_id)} must be 1 to "
                                            f"{MAX_REQUEST_ID} characters")
@@ -43,6 +44,7 @@ def check_capture(capture: forensics_pb2.Capture, max_world_size: int) -> None:
 def request_ranks(request: forensics_pb2.CaptureRequest, max_world_size: int) -> BitMap:
     """The ranks a request names, checked (BadInput when malformed or too many)."""
     check_job(request.job)
+    check_attempt(request.attempt, "capture request attempt")
     if not request.request_id or len(request.request_id) > MAX_REQUEST_ID:
         raise BadInput("INVALID_ARGUMENT", f"capture request_id {shown(request.request_id)} must be 1 to "
                                            f"{MAX_REQUEST_ID} characters")
