@@ -421,3 +421,61 @@ def test_a_root_writes_its_steps_as_they_are_finalised_and_goodput_when_it_stops
     ratio = r.series[labels("telemetry_job_goodput_ratio", (), job="gp")]
     assert ratio == [(start_ms + 4000, 1.0)]  # at the job's latest step end; one attempt: all productive
     assert r.series[labels("telemetry_job_restarts", (), job="gp")][0][1] == 0
+
+
+def _feed(root, job: str, steps: range, start_ms: int, sender: str) -> None:
+    """Steps of a 2-rank job (loss) from a hand-driven child, acknowledged durable; step s ends at start + s s."""
+    from pyroaring import BitMap
+
+    from helpers_tree import RawChild
+    from telemetry.v1 import forward_pb2
+    child = RawChild(root.address, sender)
+    states = forward_pb2.RankStates(job=job, world_size=2, alive=BitMap(range(2)).serialize())
+    for step in steps:
+        summary = Summary.from_arrays(np.array([1.0 + step, 2.0 + step]), np.array([0, 1]),
+                                      time_ns=(start_ms + 1000 * step) * 10**6)
+        child.seq += 1
+        child.send(forward_pb2.SummaryBatch(sender_id=sender, seq=child.seq, ranks=[states], windows=[
+            forward_pb2.WindowSummary(key=Key(job, "loss", step).to_proto(), summary=summary.to_proto(), expected=2)]))
+    child.ack_for(child.seq, forward_pb2.Ack.DURABLE)
+    child.close()
+
+
+def test_what_a_stop_left_unsent_is_sent_by_the_next_start_and_history_is_not_resent(receiver, tmp_path) -> None:
+    from collectors.root.remote_write import RemoteWriteConfig as Config
+    from helpers_tree import make_root
+    start_ms = time.time_ns() // 10**6 - 60_000
+    mean = labels("telemetry_step_figure", (), job="wm", attempt="0", metric="loss", stat="mean")
+    # 1. a root without remote-write: steps 0-4 are history
+    root = make_root(tmp_path / "root.db", api=None)
+    try:
+        _feed(root, "wm", range(0, 5), start_ms, "a")
+    finally:
+        root.stop()
+    # 2. remote-write turned on, the receiver down (503) the whole time: steps 5-9 are finalised, not sent
+    r = receiver()
+    r.default = 503
+    config = Config(urls=(r.url,), flush_interval_s=0.05, backoff_max_s=0.1)
+    root = make_root(tmp_path / "root.db", api=None, remote_write=config)
+    try:
+        _feed(root, "wm", range(5, 10), start_ms, "b")
+        wait_for(lambda: root.remote_write.endpoints[0].counters.retries >= 2, what="retrying")
+    finally:
+        root.stop()
+    assert root.remote_write.endpoints[0].counters.dropped["shutdown"] > 0 and not r.series
+    # 3. started again with the receiver up: steps 5-9 come first, then 10-11; 0-4 (history) never
+    r.default = 204
+    root = make_root(tmp_path / "root.db", api=None, remote_write=config)
+    try:
+        _feed(root, "wm", range(10, 12), start_ms, "c")
+        wait_for(lambda: len(r.series.get(mean, [])) == 7, what="steps 5-11 written")
+        assert root.remote_write.replayed_rows == 5
+    finally:
+        root.stop()
+    assert r.series[mean] == [(start_ms + 1000 * s, 1.5 + s) for s in range(5, 12)]
+    # 4. and once sent, a restart resends nothing
+    root = make_root(tmp_path / "root.db", api=None, remote_write=config)
+    try:
+        assert root.remote_write.replayed_rows == 0
+    finally:
+        root.stop()

@@ -27,6 +27,8 @@ What is sent is `remote_series.SeriesMaker`'s: per-step figures, hardware bucket
   the root's API has the amended ones) and is counted as a late row.
 * `flush(timeout)` sends everything queued now; `close(timeout)` flushes, then stops the senders, counting what
   is left as dropped (`shutdown`). The root closes it when it stops, within its stop deadline.
+* Given a `watermark` file, what a stop or a crash left unsent is not lost: the store is the log, and the next
+  `start()` reads back what was finalised after the watermark (remote_catchup.py).
 
 Every counter is exported on the root's /metrics (`collect`): telemetry_remote_write_*.
 """
@@ -55,6 +57,7 @@ from collectors.detectors.events import Event
 from collectors.root import prompb
 from collectors.root.goodput import goodput
 from collectors.root.prompb import Labels
+from collectors.root.remote_catchup import Watermark, latest, rows_after
 from collectors.root.remote_series import Sample, SeriesMaker
 from telemetry.backoff import Backoff
 
@@ -96,6 +99,11 @@ class RemoteWriteConfig:
             raise ValueError("remote-write: the client certificate and key go together")
 
 
+def remote_watermark(db: Path) -> Path:
+    """The watermark file of the root whose database is `db` (remote_catchup.py): beside it."""
+    return db.with_name(db.name + "-remote-write.json")
+
+
 def endpoint_name(url: str) -> str:
     """The URL as a label value: without credentials, query or fragment."""
     parts = urllib.parse.urlsplit(url)
@@ -126,6 +134,7 @@ class _Shard:
         self.cond = threading.Condition()
         self.oldest = 0.0      # monotonic time the oldest queued sample was queued (approximately)
         self.in_flight = 0     # samples of the batch being sent
+        self.accepted = 0      # samples ever offered to this shard (queued, dropped at once, or refused at close)
         self.urgent = False    # flush(): send without waiting for a full batch
         self.closing = False   # close(): send what is left, then end
         self.abort = threading.Event()  # close() ran out of time: stop retrying, end now
@@ -135,6 +144,7 @@ class _Shard:
     def put(self, samples: list[Sample]) -> None:
         counters, offered = self.endpoint.counters, len(samples)
         with self.cond:
+            self.accepted += offered
             if self.closing:
                 with self.endpoint.lock:
                     counters.queued += offered
@@ -156,6 +166,12 @@ class _Shard:
 
     def idle(self) -> bool:
         return not self.queue and not self.in_flight
+
+    def resolved(self) -> int:
+        """Samples of this shard sent or dropped so far (it keeps them in order: the first `resolved()` of
+        those ever offered)."""
+        with self.cond:
+            return self.accepted - len(self.queue) - self.in_flight
 
     def _take(self) -> list[Sample] | None:
         """The next batch, once due; None when closing with nothing left, or aborted."""
@@ -329,7 +345,8 @@ class RemoteWriter:
     """Feeds the endpoints from the root's finalised rows and events; see the module docstring."""
 
     def __init__(self, config: RemoteWriteConfig, reader: Callable[[], sqlite3.Connection] | None = None,
-                 event_totals: Callable[[], dict[tuple[str, str], int]] | None = None) -> None:
+                 event_totals: Callable[[], dict[tuple[str, str], int]] | None = None,
+                 watermark: Path | None = None) -> None:
         self.config = config
         self.reader = reader
         self.event_totals = event_totals
@@ -341,8 +358,15 @@ class RemoteWriter:
         self.late_rows = 0
         self._goodput_due: set[str] = set()  # job names with steps since their goodput was last written
         self._stop = threading.Event()
-        self._goodput_thread: threading.Thread | None = None
+        self._keeper: threading.Thread | None = None
         self._started = False
+        # Replay after a crash (remote_catchup.py): per commit handed over, its latest finalised_ns and how many
+        # samples each shard had been offered by then; the watermark passes it once every shard resolved those.
+        self.watermark = Watermark(watermark) if watermark is not None else None
+        self.watermark_ns: int | None = None
+        self._marks: deque[tuple[int, list[int]]] = deque()
+        self.replayed_rows = 0
+        self.replay_skipped_rows = 0
 
     # ----------------------------------------------------------------- intake (never blocks on the network)
     def on_finalised(self, rows: list[Row]) -> None:
@@ -355,7 +379,7 @@ class RemoteWriter:
             for row in fresh:
                 if row.key.is_step and not row.key.job.startswith("_"):
                     self._goodput_due.add(row.key.job.split("@", 1)[0])
-        self._put(samples)
+        self._put(samples, max((row.finalised_ns for row in rows), default=None))
 
     def on_event(self, action: str, event: Event) -> None:
         """An EventLog sink: an opened event adds one to its (job, kind) count."""
@@ -371,9 +395,9 @@ class RemoteWriter:
         with self._lock:
             self.maker.forget(job)
 
-    def _put(self, samples: list[Sample]) -> None:
-        if not samples:
-            return
+    def _put(self, samples: list[Sample], finalised_ns: int | None = None) -> None:
+        """Queue samples on every endpoint (past the order guard); with `finalised_ns`, the commit they came
+        from, for the watermark."""
         with self._lock:
             kept = []
             for sample in sorted(samples, key=lambda sample: sample[1]):
@@ -387,8 +411,55 @@ class RemoteWriter:
                 kept.append(sample)
             while len(self._last_ts) > self.config.max_series:
                 self._last_ts.popitem(last=False)
-        for endpoint in self.endpoints:
-            endpoint.put(kept)
+            if kept:
+                for endpoint in self.endpoints:
+                    endpoint.put(kept)
+            if finalised_ns is not None and self.watermark is not None:
+                self._marks.append((finalised_ns, [shard.accepted for shard in self._shards()]))
+
+    def _shards(self) -> list[_Shard]:
+        return [shard for endpoint in self.endpoints for shard in endpoint.shards]
+
+    # ----------------------------------------------------------------- the watermark (remote_catchup.py)
+    def _advance(self) -> None:
+        """Move the watermark past every commit all shards resolved, and keep it on disk."""
+        if self.watermark is None:
+            return
+        with self._lock:
+            resolved = [shard.resolved() for shard in self._shards()]
+            passed = None
+            while self._marks and all(r >= a for r, a in zip(resolved, self._marks[0][1])):
+                passed = self._marks.popleft()[0]
+            if passed is None or passed <= (self.watermark_ns or 0):
+                return
+            self.watermark_ns = passed
+        self.watermark.save(passed)
+
+    def _replay(self) -> None:
+        """At start: hand over, from the store, what was finalised after the watermark (a crash's loss)."""
+        if self.watermark is None or self.reader is None:
+            return
+        after = self.watermark.load()
+        try:
+            with closing(self.reader()) as db:
+                if after is None:  # the first start writing: from now on, the history is not re-sent
+                    self.watermark_ns = latest(db)
+                    self.watermark.save(self.watermark_ns)
+                    return
+                self.watermark_ns = after
+                rows, skipped = rows_after(db, after, max(1, self.config.queue_samples // 8))
+        except sqlite3.Error as exc:
+            log.warning("remote-write: cannot read back what was finalised after the watermark: %s", exc)
+            return
+        self.replay_skipped_rows = skipped
+        if skipped:
+            log.warning("remote-write: %d windows finalised before the restart are past the queue's bound and are "
+                        "not sent", skipped)
+        for start in range(0, len(rows), 256):  # commit-sized pieces, oldest first
+            self.on_finalised(rows[start:start + 256])
+        self.replayed_rows = len(rows)
+        if rows:
+            log.info("remote-write: resending %d windows finalised after the watermark", len(rows))
 
     # ----------------------------------------------------------------- goodput (reads the store)
     def _goodput_once(self) -> None:
@@ -409,21 +480,27 @@ class RemoteWriter:
             log.warning("remote-write: goodput read failed: %s", exc)
         self._put(samples)
 
-    def _goodput_loop(self) -> None:
-        while not self._stop.wait(self.config.goodput_interval_s * random.uniform(0.9, 1.1)):
+    def _keep(self) -> None:
+        """The writer's own thread: the watermark every second, goodput every `goodput_interval_s`."""
+        due = time.monotonic() + self.config.goodput_interval_s * random.uniform(0.9, 1.1)
+        while not self._stop.wait(1.0):
             try:
-                self._goodput_once()
+                self._advance()
+                if time.monotonic() >= due:
+                    due = time.monotonic() + self.config.goodput_interval_s * random.uniform(0.9, 1.1)
+                    self._goodput_once()
             except Exception:
-                log.exception("remote-write: goodput pass failed")
+                log.exception("remote-write: the watermark or goodput pass failed")
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> None:
+        """Replay what a previous run left unsent (before any new commit), then the sender threads."""
+        self._replay()
         for endpoint in self.endpoints:
             for shard in endpoint.shards:
                 shard.thread.start()
-        self._goodput_thread = threading.Thread(target=self._goodput_loop, name="remote-write-goodput",
-                                                daemon=True)
-        self._goodput_thread.start()
+        self._keeper = threading.Thread(target=self._keep, name="remote-write-keeper", daemon=True)
+        self._keeper.start()
         self._started = True
 
     def flush(self, timeout: float) -> bool:
@@ -446,8 +523,8 @@ class RemoteWriter:
         deadline = time.monotonic() + timeout
         before = self._shutdown_drops()
         self._stop.set()
-        if self._goodput_thread is not None:
-            self._goodput_thread.join(max(0.0, deadline - time.monotonic()))
+        if self._keeper is not None:
+            self._keeper.join(max(0.0, deadline - time.monotonic()))
         if self._started:
             try:
                 self._goodput_once()
@@ -461,6 +538,7 @@ class RemoteWriter:
         for shard in shards:
             if shard.thread.is_alive():
                 shard.thread.join(max(0.0, deadline - time.monotonic()))
+        self._advance()  # what was sent; what is dropped below at shutdown is replayed at the next start
         clean = True
         for endpoint in self.endpoints:
             for shard in endpoint.shards:
@@ -524,4 +602,12 @@ class RemoteWriter:
             late = CounterMetricFamily("telemetry_remote_write_late_rows", "Late deltas merged into windows already "
                                        "written: kept in the root's store, not re-sent.", labels=[])
             late.add_metric([], self.late_rows)
-        yield from (queued, sent, dropped, retries, requests, pending, capacity, last, order, late)
+            replayed = GaugeMetricFamily("telemetry_remote_write_replayed_rows", "Windows read back from the store "
+                                         "at start (finalised after the watermark, unsent when the root last "
+                                         "stopped), and those left out past the queue's bound.", labels=["kind"])
+            replayed.add_metric(["resent"], self.replayed_rows)
+            replayed.add_metric(["skipped"], self.replay_skipped_rows)
+            mark = GaugeMetricFamily("telemetry_remote_write_watermark_seconds", "Every window finalised up to this "
+                                     "time (Unix) has been sent or counted as dropped by every endpoint.", labels=[])
+            mark.add_metric([], (self.watermark_ns or 0) / 1e9)
+        yield from (queued, sent, dropped, retries, requests, pending, capacity, last, order, late, replayed, mark)

@@ -27,7 +27,7 @@ from collectors.root.api import BoundedHTTPServer, RootApi, serve
 from collectors.root.finalise import Finaliser, root_complete
 from collectors.root.forensics import DEFAULT_MAX_RANKS, DEFAULT_MAX_REQUESTS, forensics_folder
 from collectors.root.hosts import HostsView
-from collectors.root.remote_write import RemoteWriteConfig, RemoteWriter
+from collectors.root.remote_write import RemoteWriteConfig, RemoteWriter, remote_watermark
 from collectors.root.retention import Retention, RetentionConfig
 from collectors.root.store import Store
 from collectors.root.wiring import Wiring
@@ -77,7 +77,8 @@ class RootServer(Tier):
         self.api.hosts = HostsView(self.store, self.node).handle  # GET /api/v1/hosts[/{host}]
         self.remote_write: RemoteWriter | None = None
         if config.remote_write is not None and config.remote_write.urls:
-            self.remote_write = RemoteWriter(config.remote_write, self.store.reader, self.wiring.events.totals)
+            self.remote_write = RemoteWriter(config.remote_write, self.store.reader, self.wiring.events.totals,
+                                             watermark=remote_watermark(self.store.path))
             self.finaliser.on_finalised.append(self.remote_write.on_finalised)
             self.wiring.events.sinks.append(self.remote_write.on_event)
             self.wiring.metrics.registry.register(self.remote_write)
