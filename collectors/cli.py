@@ -126,8 +126,7 @@ def _serve(signals: StopSignals, make: Callable[[], Any], describe: Callable[[An
             server.start()
     except CannotListen as exc:  # a busy port is a one-line answer, not a traceback
         sys.stderr.write(f"telemetry: {exc}\n")
-        sys.stderr.flush()
-        os._exit(EXIT_CANNOT_LISTEN)  # half-started servers' threads would hold a normal exit
+        _exit_now(EXIT_CANNOT_LISTEN)  # half-started servers' threads would hold a normal exit
     if signals.received is None:
         ready = describe(server)
         print(json.dumps({"ready": True, **ready}), flush=True)
@@ -138,6 +137,19 @@ def _serve(signals: StopSignals, make: Callable[[], Any], describe: Callable[[An
         pinger.stop()
     notifier.stopping()
     _stop_within(server, STOP_DEADLINE_S)
+    _exit_now(0)
+
+
+def _exit_now(code: int) -> None:
+    """Leave without the interpreter's teardown, once the server has closed everything it holds (store, sockets,
+    streams) or never opened it. The teardown is a few full garbage collections over the whole heap (gRPC,
+    protobuf, numpy, the service's tables: hundreds of thousands of objects) and the clearing of every module;
+    with the CPU shared it took 1-3 s of the 5 s a stop may take (the thread dump of a stop that overran showed
+    the main thread "Garbage-collecting" after server.stop() had returned; bench/stop_time.py measures it)."""
+    logging.shutdown()  # flush the log handlers, as the interpreter's exit would
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _stop_within(server: Any, deadline_s: float) -> None:
@@ -232,8 +244,9 @@ def with_options(options):
               help="Seconds between hardware samples (their windows are 1 s time buckets).")
 @click.option("--sysfs-root", type=click.Path(file_okay=False), default="/sys", show_default=True,
               help="Where the NIC probe reads class/net and class/infiniband.")
-@click.option("--nic-exclude", multiple=True, default=("lo", "veth*", "docker*", "virbr*"), show_default=True,
-              help="Interface name patterns the NIC probe skips (repeatable; replaces the default).")
+@click.option("--nic-exclude", multiple=True, help="Interface name patterns the NIC probe skips (repeatable; "
+              "replaces the default) [default: the virtual ones: lo, veth*, docker*, br-*, ifb*, tunnels, overlays; "
+              "VIRTUAL_NICS in collectors/probes/nic.py, docs/hardware.md].")
 @click.option("--nvlink-every", type=click.IntRange(min=1), default=1, show_default=True,
               help="Read the NVLink error counters on every Nth sample only.")
 @click.option("--host-id", default="", help="Name of this host's hardware pseudo-job _host:NAME "
@@ -260,6 +273,7 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
           host_index: int | None, host_registry: str | None, capture_timeout: float, verbose: int) -> None:
     """Run the node agent: ranks on this host stream to it; it forwards sealed step summaries to --parent."""
     signals = _signals()
+    from collectors.agent.hardware import DEFAULT_NIC_EXCLUDE
     from collectors.agent.server import AgentConfig, AgentServer
     _logging(verbose)
     if not parents:
@@ -286,7 +300,8 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
         window_budget_bytes=window_budget_mb << 20, max_ranks=max_ranks, job_idle_timeout_s=job_idle_timeout,
         max_world_size=max_world_size, gpu_probe=gpu_probe,
         nic_probe=nic_probe, probe_interval_s=probe_interval,
-        sysfs_root=sysfs_root, nic_exclude=tuple(nic_exclude), nvlink_every=nvlink_every, host_id=host_id,
+        sysfs_root=sysfs_root, nic_exclude=tuple(nic_exclude) or DEFAULT_NIC_EXCLUDE, nvlink_every=nvlink_every,
+        host_id=host_id,
         host_index=host_index, capture_timeout_s=capture_timeout)
     _serve(signals, lambda: AgentServer(config),
            lambda server: {"role": "agent", "id": server.node.node_id, "addresses": server.addresses})
@@ -502,13 +517,11 @@ def demo(ranks: int, steps: int, step_interval: float, train: bool, train_ranks:
         except (FileNotFoundError, RuntimeError) as exc:
             raise click.UsageError(str(exc)) from None
     if api_port:
-        import socket
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", api_port))
-            except OSError as exc:
-                raise click.BadParameter(f"127.0.0.1:{api_port} is taken ({exc.strerror}); pass another port, "
-                                         "or 0 for any free one", param_hint="--api-port") from None
+        from collectors.common.transport import listen_problem
+        problem = listen_problem(f"127.0.0.1:{api_port}")  # as the root will bind it: TIME_WAIT is no owner
+        if problem is not None:
+            raise click.BadParameter(f"127.0.0.1:{api_port} is taken ({problem}); pass another port, or 0 for any "
+                                     "free one", param_hint="--api-port")
     config = DemoConfig(ranks=ranks, steps=steps, step_interval=step_interval, train=train, train_ranks=train_ranks,
                         api_port=api_port, job=job, seed=seed, live=console.is_terminal if live is None else live,
                         linger=linger, workdir=Path(workdir) if workdir else None)

@@ -28,7 +28,7 @@ from collectors.common.validation import BadInput
 from collectors.delivery.node import Node
 from collectors.delivery.windows import Deadlines
 from collectors.probes import NicProbe, open_gpu_probe
-from collectors.probes.nic import IB_COUNTERS, NET_STAT_COUNTERS
+from collectors.probes.nic import IB_COUNTERS, NET_STAT_COUNTERS, VIRTUAL_NICS
 from helpers_tree import make_agent, make_root, steps, stop_all, wait_for
 from nvml_double import FakeNvml
 from telemetry import Summary
@@ -242,7 +242,7 @@ def test_cli_agent_options_and_the_example_config_reach_the_agent(monkeypatch):
     config = seen["config"]
     assert (config.gpu_probe, config.nic_probe, config.probe_interval_s, str(config.sysfs_root)) == \
         (True, True, 1.0, "/sys")
-    assert config.nic_exclude == ("lo", "veth*", "docker*", "virbr*")
+    assert config.nic_exclude == VIRTUAL_NICS and "ifb*" in VIRTUAL_NICS  # the shipped config keeps the default
     result = CliRunner().invoke(cli.main, ["agent", "--parent", "x:1", "--no-gpu-probe", "--no-nic-probe",
                                            "--probe-interval", "0.5", "--sysfs-root", "/tmp/s", "--nic-exclude",
                                            "eth9", "--nvlink-every", "4", "--host-id", "sim-node-3"])

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -30,6 +33,37 @@ def _demo(tmp_path: Path, *extra: str, timeout: float = 240) -> tuple[subprocess
     return done, json.loads(report.read_text())
 
 
+def _demo_stopped_by_ctrl_c_while_lingering(tmp_path: Path, *extra: str,
+                                            timeout: float = 240) -> tuple[subprocess.CompletedProcess, dict]:
+    """The demo with --linger, stopped as a user stops it: Ctrl-C, which the terminal sends to the whole process
+    group (the demo and its tree), once it says it lingers. The report and the plot must still be written."""
+    report = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "collectors.cli", "demo", "--api-port", "0", "--no-live", "--report", str(report),
+           "--plot", str(tmp_path / "demo.png"), "--workdir", str(tmp_path / "work"), "--linger", "120", *extra]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # a process group of its own, as a terminal's job
+    out: list[str] = []
+    err: list[str] = []
+    threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True).start()
+    deadline = time.monotonic() + timeout
+    try:
+        for line in proc.stdout:
+            out.append(line)
+            if "Ctrl-C to stop" in line:
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+            assert time.monotonic() < deadline, "the demo never lingered"
+        out.extend(proc.stdout)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    done = subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), "".join(err))
+    assert done.returncode == 0 and "Ctrl-C to stop" in done.stdout, done.stdout[-3000:] + done.stderr[-6000:]
+    assert report.exists() and (tmp_path / "demo.png").exists(), "Ctrl-C while lingering lost the report or plot"
+    return done, json.loads(report.read_text())
+
+
 def _first(events: list[dict], kind: str) -> dict:
     found = [e for e in events if e["kind"] == kind]
     assert found, f"no {kind} event in {[e['kind'] for e in events]}"
@@ -39,7 +73,8 @@ def _first(events: list[dict], kind: str) -> dict:
 def test_demo_simulated_job_raises_each_injected_fault_naming_the_rank(tmp_path):
     ranks, steps = 16, 30  # the straggler lasts long enough to be late on 7 of 8 judged steps
     s = Scenario.for_run(ranks, steps)
-    done, report = _demo(tmp_path, "--ranks", str(ranks), "--steps", str(steps), "--step-interval", "0.3")
+    done, report = _demo_stopped_by_ctrl_c_while_lingering(tmp_path, "--ranks", str(ranks), "--steps", str(steps),
+                                                           "--step-interval", "0.3")
     raised = report["events_as_raised"]
     assert {e["kind"] for e in raised} == {"straggler", "loss_spike", "nonfinite", "hang"}, raised
     straggler = _first(raised, "straggler")
@@ -201,3 +236,30 @@ def test_demo_refuses_a_taken_api_port():
         port = taken.getsockname()[1]
         result = CliRunner().invoke(main, ["demo", "--api-port", str(port)])
     assert result.exit_code == 2 and "is taken" in result.output
+
+
+def test_demo_reruns_on_a_port_left_in_time_wait(monkeypatch):
+    """Rerun within a minute, the last run's API port has only TIME_WAIT sockets: not taken (the root binds with
+    SO_REUSEADDR, as the old one did)."""
+    import socket
+
+    import collectors.demo.run
+
+    class Started(Exception):
+        pass
+
+    def started(*args, **kwargs):
+        raise Started
+
+    monkeypatch.setattr(collectors.demo.run, "Demo", started)
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the server's side closes first: TIME_WAIT on the port
+        client.close()
+    result = CliRunner().invoke(main, ["demo", "--api-port", str(port)])
+    assert isinstance(result.exception, Started), result.output

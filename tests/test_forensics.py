@@ -20,7 +20,7 @@ from collectors.delivery.forensics import CaptureQueue, check_capture, request_r
 from collectors.demo.view import top_frames
 from collectors.root.forensics import ForensicsStore
 from helpers_tree import api_get, make_agent, make_collector, make_root, stop_all, wait_for
-from telemetry.sdk.capture import thread_stacks
+from telemetry.sdk.capture import TRAINING_MARK, take, thread_stacks
 from telemetry.v1 import forensics_pb2
 
 pytestmark = pytest.mark.timeout(60)
@@ -176,6 +176,36 @@ def test_stacks_are_cut_from_the_outside_in_to_fit() -> None:
         assert "outer frame(s) cut" in text and "stop.wait(10)" in text  # the innermost frame is kept
     finally:
         stop.set()
+
+
+def test_the_ranks_training_thread_comes_first_and_is_marked(tmp_path) -> None:
+    """A process may run several ranks (the simulator: a thread each): a rank's capture must lead with its own
+    training thread, not the process's main thread (issue 23: the demo's hang showed the simulator's main)."""
+    stop, ready = threading.Event(), threading.Event()
+    runs: dict[int, telemetry.Run] = {}
+
+    def rank(r: int) -> None:
+        runs[r] = telemetry.init(job="cap", rank=r, world_size=2, agent=f"unix:{tmp_path / 'none.sock'}")
+        with runs[r].step(0):
+            if len(runs) == 2:
+                ready.set()
+            stop.wait(10)  # where this rank is "stuck"
+
+    threads = [threading.Thread(target=rank, args=(r,), name=f"rank-{r}", daemon=True) for r in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        assert ready.wait(5)
+        for r, thread in enumerate(threads):
+            text = take(forensics_pb2.CaptureRequest(request_id="x"), None, runs[r]._training_thread).stacks
+            first = text.splitlines()[0]
+            assert first.startswith(f'Thread {thread.ident} "rank-{r}"') and TRAINING_MARK in first, first
+            assert text.count(TRAINING_MARK) == 1
+            assert any(f.endswith("in rank") for f in top_frames(text, "sdk", 3)), "the live view shows the rank's"
+    finally:
+        stop.set()
+        for run in runs.values():
+            run.close(0.1)
 
 
 def test_top_frames_reads_both_layouts_innermost_first() -> None:

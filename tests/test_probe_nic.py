@@ -116,6 +116,18 @@ def test_devices_come_and_go(tmp_path: Path) -> None:
     assert ("mlx5_0/1", "ib.symbol_error_delta") not in s
 
 
+def test_virtual_interfaces_are_skipped_by_default(tmp_path: Path) -> None:
+    """A healthy host's ifb (traffic shaping), veth, bridges and kernel tunnels are down or meaningless: reading
+    them showed "NICs some down" (issue 23). Real NICs, IPoIB and bonds are read."""
+    virtual = ("lo", "ifb0", "ifb1", "veth12ab", "docker0", "br-3f2a", "virbr0", "cni0", "flannel.1", "cali1a2b",
+               "vxlan.calico", "tunl0", "gre0", "gretap0", "erspan0", "sit0", "ip6tnl0", "ip_vti0", "dummy0",
+               "tailscale0", "wg0", "kube-ipvs0", "cilium_host", "genev_sys_6081", "nlmon0", "tap0", "vnet3")
+    real = ("bond0", "enp65s0f0", "eth0", "ib0", "ens1f1np1")
+    for name in (*virtual, *real):
+        write_nic(tmp_path, name, {})
+    assert NicProbe(tmp_path).interfaces() == sorted(real)
+
+
 def test_exclude_patterns_and_missing_tree(tmp_path: Path) -> None:
     for name in ("eth0", "veth12ab", "docker0"):
         write_nic(tmp_path, name, {})

@@ -114,3 +114,16 @@ def test_sim_help_documents_the_flag():
     out = subprocess.run([sys.executable, "-m", "collectors.cli", "sim", "--help"], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and "--sync-collectives / --no-sync-collectives" in out.stdout, out.stdout
+
+
+def test_mfu_falls_with_a_straggler_as_real_mfu_does():
+    """MFU = FLOPs / (wall x peak): under synchronous collectives the straggler slows every rank's step, so every
+    rank's MFU falls by its factor; without, only its own (issue 23: it stayed at 45 % while step time doubled)."""
+    injections = ("straggler:rank=13,from=5,until=9,factor=2.5",)
+    healthy = statistics.mean(column(step_values(4, injections), "mfu"))
+    slow = column(step_values(6, injections), "mfu")
+    assert 0.43 < healthy < 0.47
+    assert max(slow) < healthy / 2, "every rank waits for rank 13: everyone's MFU falls"
+    assert 0.43 < statistics.mean(column(step_values(10, injections), "mfu")) < 0.47, "recovered"
+    unsynced = column(step_values(6, injections, sync=False), "mfu")
+    assert unsynced[13] < 0.2 and min(v for r, v in enumerate(unsynced) if r != 13) > 0.43

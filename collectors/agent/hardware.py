@@ -62,13 +62,14 @@ from collectors.delivery.node import Node, RankView
 from collectors.delivery.windows import Part, RawValues
 from collectors.probes import HardwareEvent, NicProbe, Reading, open_gpu_probe
 from collectors.probes.gpu import XID_DESCRIPTIONS, GpuProbe
+from collectors.probes.nic import VIRTUAL_NICS
 from telemetry.names import HOST_JOB_PREFIX
 
 log = logging.getLogger(__name__)
 
 WIDTH_MS = HEARTBEAT_WIDTH_MS  # hardware windows are the same 1 s buckets as heartbeats
 DEFAULT_PROBE_INTERVAL_S = 1.0
-DEFAULT_NIC_EXCLUDE = ("lo", "veth*", "docker*", "virbr*")
+DEFAULT_NIC_EXCLUDE = VIRTUAL_NICS
 NIC_FALLBACK_BASE = 1 << 24  # NIC source ids when an interface's ifindex cannot be read
 _JOB_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
 _INDEX = re.compile(r"(?:cuda:)?(\d+)")

@@ -6,12 +6,49 @@ import math
 from pathlib import Path
 from typing import Any
 
+from telemetry.names import ARRIVAL_METRIC as ARRIVAL
+
 EVENT_COLOURS = {"straggler": "tab:orange", "loss_spike": "tab:red", "nonfinite": "black", "hang": "tab:purple",
                  "mfu_drop": "tab:brown", "dataloader_stall": "tab:olive", "hardware": "tab:blue"}
 
 
 def _finite(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
+
+
+def _step_time_panel(axis: Any, metrics: dict[str, list[dict[str, Any]]], events: list[dict[str, Any]]) -> None:
+    """Step time, and who the others wait for. Under synchronous collectives every rank's wall step time is the
+    slowest rank's, so p50, p99 and max of `step_time` lie on one line; what tells the straggler is each rank's
+    arrival at the step's last collective (`collective_arrival`): the gap from the median rank to the last one
+    (the arrival lag) and which rank was last (argmax)."""
+    rows = metrics.get("step_time", [])
+    steps = [r["step"] for r in rows]
+    arrival = metrics.get(ARRIVAL, [])
+    if not arrival:  # ranks that do not synchronise: their own step times differ, p50 / p99 / max apart
+        for stat, colour, style in (("p50", "tab:green", "-"), ("p99", "tab:orange", "--"), ("max", "tab:red", ":")):
+            axis.plot(steps, [_finite(r[stat]) * 1e3 for r in rows], color=colour, linestyle=style, label=stat,
+                      linewidth=2 if stat == "p50" else 1.5, marker="." if stat == "max" else None)
+    else:
+        axis.plot(steps, [_finite(r["p50"]) * 1e3 for r in rows], color="tab:green", linewidth=2,
+                  label="step time (every rank waits for the slowest)")
+        a_steps = [r["step"] for r in arrival]
+        median = [_finite(r["p50"]) * 1e3 for r in arrival]
+        last = [_finite(r["max"]) * 1e3 for r in arrival]
+        axis.plot(a_steps, median, color="tab:blue", linestyle="--", label="arrival at the collective: median rank")
+        axis.plot(a_steps, last, color="tab:red", linestyle=":", marker=".", label="arrival: last rank")
+        axis.fill_between(a_steps, median, last, color="tab:red", alpha=0.15, label="arrival lag (last - median)")
+    for event in events:
+        if event.get("kind") != "straggler" or event.get("step") is None or not event.get("ranks"):
+            continue
+        at = next((r for r in (arrival or rows) if r["step"] == event["step"]), None)
+        y = _finite(at["max"]) * 1e3 if at else math.nan
+        if math.isfinite(y):
+            named = ", ".join(str(rank) for rank in event["ranks"][:3])
+            axis.annotate(f"straggler: rank {named}", xy=(event["step"], y), xytext=(30, -45),
+                          textcoords="offset points", color="tab:red", fontweight="bold",
+                          arrowprops={"arrowstyle": "->", "color": "tab:red"})
+    axis.set_ylabel("ms")
+    axis.set_title("step time, and arrival at each step's last collective")
 
 
 def plot(report: dict[str, Any], hardware_history: list[tuple[float, dict[str, float]]], path: Path) -> None:
@@ -23,7 +60,10 @@ def plot(report: dict[str, Any], hardware_history: list[tuple[float, dict[str, f
     import matplotlib.pyplot as plt
 
     metrics = report["metrics"]
-    fig, axes = plt.subplots(4, 1, figsize=(11, 12), sharex=False)
+    # Without hardware readings (no GPU, no NIC counters) that panel is one line of text: keep it small.
+    ratios = [3, 3, 3, 3 if hardware_history else 0.6]
+    fig, axes = plt.subplots(4, 1, figsize=(11, 12 if hardware_history else 10), sharex=False,
+                             gridspec_kw={"height_ratios": ratios})
     loss, step_time, mfu, hardware = axes
 
     rows = metrics.get("loss", [])
@@ -36,16 +76,13 @@ def plot(report: dict[str, Any], hardware_history: list[tuple[float, dict[str, f
             loss.axvline(r["step"], color="black", linestyle=":", linewidth=1)
     loss.set_ylabel("loss")
 
-    rows = metrics.get("step_time", [])
-    steps = [r["step"] for r in rows]
-    for stat, colour in (("p50", "tab:green"), ("p99", "tab:orange"), ("max", "tab:red")):
-        step_time.plot(steps, [_finite(r[stat]) * 1e3 for r in rows], color=colour, label=stat)
-    step_time.set_ylabel("step time (ms)")
+    _step_time_panel(step_time, metrics, report.get("events", []))
 
     rows = metrics.get("mfu", [])
-    mfu.plot([r["step"] for r in rows], [_finite(r["mean"]) * 100 for r in rows], color="tab:green", label="mean")
+    mfu.plot([r["step"] for r in rows], [_finite(r["mean"]) * 100 for r in rows], color="tab:green", label="mean",
+             linewidth=2)
     mfu.plot([r["step"] for r in rows], [_finite(r["min"]) * 100 for r in rows], color="tab:gray", label="min",
-             linewidth=0.8)
+             linewidth=1, linestyle="--")
     mfu.set_ylabel("MFU (%)")
     mfu.set_xlabel("step")
 

@@ -135,11 +135,17 @@ class Demo:
         return render(snapshot, self.world, self.config.steps, self.scenario.describe(self.config.train))
 
     def _linger(self) -> None:
+        """Keep the tree up; Ctrl-C (which the status line invites) ends the wait, not the demo: the report and
+        the plot are still written. (The terminal's SIGINT also reaches the tree's processes, in the same
+        process group: they stop by themselves; the report was taken before.)"""
         end = time.time() + self.config.linger
-        while time.time() < end:
-            self._status(f"job done; root API {self.sim.api} and {self.sim.api}/metrics stay up "
-                         f"{end - time.time():.0f} s more (Ctrl-C to stop)")
-            time.sleep(0.5)
+        try:
+            while time.time() < end:
+                self._status(f"job done; root API {self.sim.api} and {self.sim.api}/metrics stay up "
+                             f"{end - time.time():.0f} s more (Ctrl-C to stop)")
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            self._status("Ctrl-C: stopping the tree; writing the report")
 
     def print_summary(self, report: dict[str, Any]) -> None:
         latency = report.get("latency_ms", {})

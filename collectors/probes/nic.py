@@ -1,7 +1,7 @@
 """NIC and InfiniBand error counters, port state and rate, from sysfs.
 
-Ethernet (every interface under ``<root>/class/net`` except ``lo`` and any other
-``exclude`` pattern)::
+Ethernet (every interface under ``<root>/class/net`` except the virtual ones, VIRTUAL_NICS, or
+whatever ``exclude`` says instead)::
 
     class/net/IF/statistics/{rx_errors,tx_errors,rx_dropped,tx_dropped}
     class/net/IF/carrier_changes
@@ -34,6 +34,15 @@ from pathlib import Path
 from .base import CounterTracker, HardwareEvent, Reading
 
 LOG = logging.getLogger("collectors.probes.nic")
+
+#: Interfaces that are no host's link to the fabric, skipped by default: loopback; container, VM and overlay
+#: plumbing (veth pairs, bridges, CNI and overlay devices); traffic shapers (ifb: a healthy host shows them
+#: down, which read as "NICs some down"); and the tunnel devices a kernel module creates (gre0, sit0, ...), down
+#: unless configured. A bond or team of real NICs is kept (its members are read too).
+VIRTUAL_NICS = ("lo", "veth*", "docker*", "br-*", "virbr*", "ifb*", "cni*", "flannel*", "cali*", "cilium*",
+                "vxlan*", "genev*", "tun*", "tap*", "dummy*", "kube-*", "weave*", "vnet*", "macvtap*", "lxc*",
+                "podman*", "tailscale*", "wg*", "gre*", "erspan*", "ip6tnl*", "ip6gre*", "ip_vti*", "ip6_vti*",
+                "sit*", "nlmon*")
 
 NET_STAT_COUNTERS = ("rx_errors", "tx_errors", "rx_dropped", "tx_dropped")
 MAX_COUNTER = 1 << 62  # no real counter gets near it (2**62 errors); a larger value is forged or corrupt
@@ -79,7 +88,7 @@ class NicProbe:
         self,
         sysfs_root: str | Path = "/sys",
         *,
-        exclude: tuple[str, ...] = ("lo",),
+        exclude: tuple[str, ...] = VIRTUAL_NICS,
         log: logging.Logger = LOG,
     ) -> None:
         self.root = Path(sysfs_root)

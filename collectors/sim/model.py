@@ -118,12 +118,19 @@ class RankModel:
         }
         slow = self._slow(step)
         factor = slow.get(self.rank, 1.0)
+        # MFU is the step's FLOPs over (wall time x peak): the FLOPs stay, so a slower step is a lower MFU. Under
+        # synchronous collectives every rank waits for the straggler, so every rank's MFU falls with it; without,
+        # only the slow rank's.
         if self.sync_collectives:
             step_max = StepMax(self.seed, step, self.world_size, slow, self.base_step_s)
             arrival = compute_s(self.base_step_s, step_max.noise(self.rank, z), factor)
             wall = step_max.max_s + OVERHEAD_S * math.exp(rng.gauss(0.0, 0.3))
+            if slow:
+                healthy = StepMax(self.seed, step, self.world_size, {}, self.base_step_s).max_s
+                figures["mfu"] *= min(1.0, healthy / step_max.max_s)
             values = {"step_time": wall, **figures, ARRIVAL: arrival}
         else:
+            figures["mfu"] /= factor
             values = {"step_time": compute_s(self.base_step_s, z, factor), **figures}
         for inj in self.injections:
             if inj.kind == "spike" and inj["step"] == step:

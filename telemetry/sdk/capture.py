@@ -28,22 +28,28 @@ log = logging.getLogger("telemetry.sdk")
 FR_ENTRIES = 200  # newest flight-recorder entries asked for; fewer are kept if they do not fit max_bytes
 
 
-def thread_stacks(max_bytes: int = MAX_CAPTURE_BYTES, skip: int | None = None) -> str:
-    """Every thread's stack as readable text, most recent call last (traceback's layout), the main thread
-    first; `skip`: a thread id left out (the capturing thread itself). Truncated to max_bytes, keeping each
-    thread's innermost frames (where it is stuck) when a stack is too long."""
+TRAINING_MARK = " [this rank's training thread]"
+
+
+def thread_stacks(max_bytes: int = MAX_CAPTURE_BYTES, skip: int | None = None, training: int | None = None) -> str:
+    """Every thread's stack as readable text, most recent call last (traceback's layout); `training` (the thread
+    that runs this rank's steps, marked TRAINING_MARK) first, then the main thread; `skip`: a thread id left out
+    (the capturing thread itself). A process may run several ranks (the simulator does, one thread each): the
+    mark says which stack is the rank's own. Truncated to max_bytes, keeping each thread's innermost frames
+    (where it is stuck) when a stack is too long."""
     names = {t.ident: t for t in threading.enumerate()}
     frames = sys._current_frames()
     main = threading.main_thread().ident
     parts = []
-    for ident in sorted(frames, key=lambda i: (i != main, i)):
+    for ident in sorted(frames, key=lambda i: (i != training, i != main, i)):
         if ident == skip:
             continue
         thread = names.get(ident)
         name = thread.name if thread is not None else "?"
         daemon = " daemon" if thread is not None and thread.daemon else ""
+        mark = TRAINING_MARK if ident == training else ""
         lines = traceback.format_stack(frames[ident])
-        parts.append((f'Thread {ident} "{name}"{daemon} (most recent call last):\n', lines))
+        parts.append((f'Thread {ident} "{name}"{daemon}{mark} (most recent call last):\n', lines))
     return _fit(parts, max_bytes)
 
 
@@ -87,10 +93,11 @@ def flight_recorder_json(progress: Any, max_bytes: int = MAX_CAPTURE_BYTES) -> s
         entries = entries[len(entries) // 2:] if len(entries) > 1 else []
 
 
-def take(request: forensics_pb2.CaptureRequest, progress: Any) -> forensics_pb2.RankCapture:
-    """The capture for `request`, taken now on the calling thread."""
+def take(request: forensics_pb2.CaptureRequest, progress: Any,
+         training: int | None = None) -> forensics_pb2.RankCapture:
+    """The capture for `request`, taken now on the calling thread; `training`: the rank's training thread."""
     max_bytes = request.max_bytes or MAX_CAPTURE_BYTES
-    stacks = thread_stacks(max_bytes, skip=threading.get_ident())
+    stacks = thread_stacks(max_bytes, skip=threading.get_ident(), training=training)
     return forensics_pb2.RankCapture(request_id=request.request_id, captured_at_ns=time.time_ns(), stacks=stacks,
                                      flight_recorder=flight_recorder_json(progress, max_bytes))
 
@@ -109,9 +116,11 @@ class Responder:
     MAX_QUEUED = 4
     IDLE_S = 30.0
 
-    def __init__(self, progress: Callable[[], Any], send: Callable[[forensics_pb2.RankCapture], object]) -> None:
+    def __init__(self, progress: Callable[[], Any], send: Callable[[forensics_pb2.RankCapture], object],
+                 training: Callable[[], int | None] = lambda: None) -> None:
         self._progress = progress
         self._send = send
+        self._training = training  # the id of the thread that runs the rank's steps, shown first and marked
         self._seen: dict[str, None] = {}
         self._queue: queue.Queue[forensics_pb2.CaptureRequest] = queue.Queue(maxsize=self.MAX_QUEUED)
         self._lock = threading.Lock()
@@ -151,7 +160,7 @@ class Responder:
 
     def _answer(self, request: forensics_pb2.CaptureRequest) -> None:
         try:
-            capture = take(request, self._progress())
+            capture = take(request, self._progress(), self._training())
         except Exception as e:  # never let a capture take the rank down
             log.debug("telemetry: capture %s failed: %s", request.request_id, e)
             capture = forensics_pb2.RankCapture(request_id=request.request_id, captured_at_ns=time.time_ns(),

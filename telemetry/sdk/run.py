@@ -90,7 +90,9 @@ class Run:
         self._progress: Any = None  # the flight-recorder reader (CollectiveProgress), once torch.distributed is up
         self._fingerprints: Any = None  # its collective fingerprints for the heartbeat (docs/forensics.md)
         # Stacks always; flight-recorder entries with them once the readers are up (docs/forensics.md).
-        self.captures = Responder(lambda: self._progress, self._sender.send_capture)
+        # The thread that runs this rank's steps: the one that made the Run, then whichever last entered a step.
+        self._training_thread: int | None = threading.get_ident()
+        self.captures = Responder(lambda: self._progress, self._sender.send_capture, lambda: self._training_thread)
         if _switch(captures, CAPTURES_ENV):
             self._sender.on_capture = self.captures.request
         self._open_step: int | None = None  # inside `with run.step(s)`: s
@@ -131,6 +133,7 @@ class Run:
         completion of the last step's last collective) to its last collective in this step: its own work,
         without waiting for others (see telemetry.torch.collective.ArrivalClock)."""
         _check_step(step)
+        self._training_thread = threading.get_ident()
         if step <= self._replayed_through:
             self._replayed(step, 1)
             yield
@@ -162,6 +165,7 @@ class Run:
     def end_step(self, step: int) -> None:
         """Close this rank's contribution to `step` without timing it (what `step()` does on exit)."""
         _check_step(step)
+        self._training_thread = threading.get_ident()
         if step <= self._replayed_through:
             return  # its values were dropped (log); there is nothing of this Run's in it to close
         if self._loader_waits:
