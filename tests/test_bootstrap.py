@@ -36,7 +36,7 @@ def _bootstrap(checkout: Path) -> subprocess.CompletedProcess:
                           timeout=60)
 
 
-def test_a_line_per_stage_then_nothing_to_do_until_pyproject_changes(tmp_path):
+def test_a_line_per_stage_then_nothing_to_do_until_pyproject_or_native_sources_change(tmp_path):
     checkout = _checkout(tmp_path)
     first = _bootstrap(checkout)
     assert first.returncode == 0, first.stderr
@@ -52,7 +52,15 @@ def test_a_line_per_stage_then_nothing_to_do_until_pyproject_changes(tmp_path):
         pyproject.write("\n# a new pin\n")
     changed = _bootstrap(checkout)
     assert changed.returncode == 0 and "up to date" not in changed.stdout
-    assert (checkout / ".venv" / "pip-calls").read_text().count("\n") > calls
+    calls_now = (checkout / ".venv" / "pip-calls").read_text().count("\n")
+    assert calls_now > calls
+    assert "up to date" in _bootstrap(checkout).stdout
+    native = checkout / "telemetry" / "summary" / "native"  # the extension's sources: a change must rebuild it
+    native.mkdir(parents=True)
+    (native / "core.cpp").write_text("// changed\n")
+    rebuilt = _bootstrap(checkout)
+    assert rebuilt.returncode == 0 and "up to date" not in rebuilt.stdout
+    assert (checkout / ".venv" / "pip-calls").read_text().count("\n") > calls_now
 
 
 def test_a_failure_is_said_plainly_with_the_end_of_pips_output(tmp_path):
