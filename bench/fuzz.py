@@ -4,7 +4,8 @@
 
 Same strategies and invariants as the tests (tests/fuzz_entry_points.py): every stream to a real agent
 and root ends with a status that is the input's fault, every API answer is 200/400/404, and a healthy
-job logged between the entry points stays exact. Prints the cases run per entry point and the time, and
+job logged between the entry points stays exact with no event about its ranks, also next to a rogue child
+and a rogue rank sending fingerprints, captures, attempts and heartbeat times about it (issue 26). Prints the cases run per entry point and the time, and
 writes fuzz.json; exits 1 on the first broken invariant (hypothesis prints the shrunk case).
 """
 
@@ -28,7 +29,17 @@ from machine import REPO, git_head
 sys.path.insert(0, str(REPO / "tests"))  # the fuzzers live with the tests
 sys.path.insert(0, str(REPO))  # the checkout, before tests/
 
-from fuzz_entry_points import FuzzTree, api_paths, api_queries, forward_streams, rank_streams, raw_streams
+from fuzz_entry_points import (
+    FuzzTree,
+    api_paths,
+    api_queries,
+    forward_streams,
+    rank_streams,
+    raw_streams,
+    rogue_child_streams,
+    rogue_job_streams,
+    rogue_rank_streams,
+)
 
 
 def main() -> None:
@@ -61,12 +72,20 @@ def main() -> None:
                 tree.stream("root", stream)
 
             @many
+            @given(child=rogue_child_streams, rank=rogue_rank_streams, own=rogue_job_streams)
+            def rogues(child: Any, rank: Any, own: Any) -> None:
+                tree.stream("root", child)
+                tree.stream("agent", rank)
+                tree.stream("agent", own)
+
+            @many
             @given(path=api_paths, query=api_queries)
             def api(path: Any, query: Any) -> None:
                 tree.api(path, query)
 
+            tree.log_healthy()  # the healthy job's ranks known before the rogues speak
             for name, run in (("rank streams", ranks), ("raw bytes", raw), ("forward streams", forward),
-                              ("API queries", api)):
+                              ("rogue child and rank next to the healthy job", rogues), ("API queries", api)):
                 begun = time.monotonic()
                 sys.stderr.write(f"{name}: ")
                 sys.stderr.flush()

@@ -9,6 +9,7 @@ bytes that bypass protobuf's serializer.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import urllib.error
@@ -20,6 +21,7 @@ from pathlib import Path
 import grpc
 from google.protobuf.message import DecodeError
 from hypothesis import strategies as st
+from pyroaring import BitMap
 
 from collectors.common.keys import Key
 from helpers_tree import make_agent, make_root, steps, stop_all, summary_of
@@ -97,6 +99,63 @@ summary_batches = st.builds(forward_pb2.SummaryBatch, sender_id=st.sampled_from(
                             ranks=st.lists(rank_states, max_size=2), captures=st.lists(captures, max_size=2),
                             fingerprints=st.lists(job_fingerprints, max_size=2))
 forward_streams = st.lists(summary_batches, min_size=1, max_size=3)
+
+# A rogue child and a rogue rank aimed at the healthy job (issue 26): reports about its ranks from a child
+# that does not cover them (values for any step, heartbeat buckets, fingerprints that would make one of its
+# ranks the odd one out, captures, rank states that list its ranks without their processes), at any attempt;
+# and a rank stream of its job at attempts no SDK sends, with heartbeats at any time and fingerprints at any
+# sequence number. The healthy job must stay exact and no event may name its ranks.
+HEALTHY = "healthy"
+ROGUE_ATTEMPTS = st.one_of(st.just(0), st.sampled_from([1, 2**63 - 1, 2**63, 2**64 - 1]), U64)
+TWO_RANKS = st.sampled_from([[0], [1], [0, 1]])
+
+
+@st.composite
+def rogue_windows(draw: st.DrawFn) -> forward_pb2.WindowSummary:
+    width = draw(st.sampled_from([0, 1000]))
+    index = draw(st.integers(0, 2**53)) if width == 0 else time.time_ns() // 10**6 + draw(st.integers(-10**7, 10**7))
+    key = Key(HEALTHY, draw(st.sampled_from(["loss", "progress.current_step", "step_time"])), index // 1000 * 1000
+              if width else index, width).to_proto()
+    key.attempt = draw(ROGUE_ATTEMPTS)
+    values = {rank: draw(st.floats(-1e9, 1e9)) for rank in draw(TWO_RANKS)}
+    return forward_pb2.WindowSummary(key=key, summary=summary_of(values).to_proto(), expected=2)
+
+
+def _ranks(ranks: list[int]) -> bytes:
+    return BitMap(ranks).serialize()
+
+
+rogue_fingerprints = st.builds(
+    lambda attempt, seqs, odd: forensics_pb2.JobFingerprints(job=HEALTHY, attempt=attempt, seqs=[
+        forensics_pb2.MergedFingerprint(seq=seq, min_hash=1, min_what="all_reduce", min_ranks=_ranks([1 - odd]),
+                                        max_hash=2, max_what="broadcast", max_ranks=_ranks([odd])) for seq in seqs]),
+    ROGUE_ATTEMPTS, st.lists(st.integers(0, 2**53), min_size=1, max_size=4), st.integers(0, 1))
+rogue_captures = st.builds(forensics_pb2.Capture, request_id=st.sampled_from(["event-1", "od-1"]), job=st.just(HEALTHY),
+                           attempt=ROGUE_ATTEMPTS, rank=st.integers(0, 1), source=st.just("sdk"),
+                           stacks=st.just("forged"), captured_at_ns=st.just(1))
+rogue_states = st.builds(lambda attempt, ranks: forward_pb2.RankStates(job=HEALTHY, attempt=attempt, world_size=2,
+                                                                        alive=_ranks(ranks)), ROGUE_ATTEMPTS, TWO_RANKS)
+rogue_child_streams = st.lists(st.builds(
+    lambda seq, windows, states, captures, fps: forward_pb2.SummaryBatch(
+        sender_id="rogue-child", seq=seq, windows=windows, ranks=states, captures=captures, fingerprints=fps),
+    st.integers(1, 2**20), st.lists(rogue_windows(), max_size=3), st.lists(rogue_states, max_size=1),
+    st.lists(rogue_captures, max_size=2), st.lists(rogue_fingerprints, max_size=2)), min_size=1, max_size=3)
+rogue_beats = st.builds(
+    lambda at, enqueued, seqs: ingest_pb2.RankMessage(heartbeat=ingest_pb2.Heartbeat(
+        time_ns=at, current_step=1, extra={} if enqueued is None else {"collective.last_enqueued": enqueued},
+        fingerprints=[forensics_pb2.CollectiveFingerprint(seq=s, hash=3, what="all_reduce") for s in seqs])),
+    st.one_of(st.integers(-2**63, 2**63 - 1), st.builds(lambda d: time.time_ns() + d, st.integers(-10**12, 10**12))),
+    st.one_of(st.none(), st.floats(0, 2**60)), st.lists(st.integers(0, 2**53), max_size=3))
+rogue_rank_streams = st.builds(
+    lambda attempt, world, rest: [ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(
+        job=HEALTHY, rank=0, world_size=world, pid=os.getpid(), attempt=attempt)), *rest],
+    st.sampled_from([2**63, 2**64 - 1]), st.sampled_from([1, 2]),
+    st.lists(st.one_of(rogue_beats, st.builds(ingest_pb2.RankMessage, capture=rank_captures)), max_size=4))
+# The same beats from a rank of a job of its own: the tree takes its sane ones, refuses the rest.
+rogue_job_streams = st.builds(
+    lambda rest: [ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(job="rogue", rank=0, world_size=1,
+                                                                    pid=os.getpid())), *rest],
+    st.lists(rogue_beats, min_size=1, max_size=4))
 
 api_paths = st.one_of(
     st.builds(lambda job, tail: f"/api/v1/jobs/{urllib.parse.quote(job, safe='')}/{tail}", st.text(max_size=30),
@@ -183,3 +242,6 @@ class FuzzTree:
             time.sleep(0.1)
         got = [(r["step"], r["count"], r["min"], r["argmax"]) for r in rows]
         assert got == [(s, 2, float(s), 1) for s in range(1, self.healthy_steps + 1)], got
+        with urllib.request.urlopen(f"http://{self.root.api_address}/api/v1/jobs/{HEALTHY}/events", timeout=15) as r:
+            events = json.load(r)["events"]
+        assert events == [], f"events about the healthy job's ranks: {events!r:.1000}"

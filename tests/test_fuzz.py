@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from fuzz_entry_points import FuzzTree, api_paths, api_queries, forward_streams, rank_streams, raw_streams
+from fuzz_entry_points import (
+    FuzzTree,
+    api_paths,
+    api_queries,
+    forward_streams,
+    rank_streams,
+    raw_streams,
+    rogue_child_streams,
+    rogue_job_streams,
+    rogue_rank_streams,
+)
 
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
@@ -43,6 +53,24 @@ def test_collector_forward_streams(tree: FuzzTree) -> None:
     @given(stream=forward_streams)
     def case(stream):
         tree.stream("root", stream)
+    case()
+    tree.log_healthy()
+    tree.check_healthy()
+
+
+def test_a_rogue_child_and_a_rogue_rank_next_to_a_healthy_job(tree: FuzzTree) -> None:
+    """Issue 26: values, heartbeat buckets, fingerprints, captures and rank states about the healthy job's ranks
+    from a child that does not cover them, at any attempt; rank streams of the healthy job at attempts no SDK
+    sends, and of a job of their own, with heartbeats at any time and fingerprints at any sequence number. The
+    healthy job stays exact and no event names its ranks."""
+    tree.log_healthy()  # the healthy job's ranks are known (with their processes) before the rogues speak
+
+    @FEW
+    @given(child=rogue_child_streams, rank=rogue_rank_streams, own=rogue_job_streams)
+    def case(child, rank, own):
+        tree.stream("root", child)
+        tree.stream("agent", rank)
+        tree.stream("agent", own)
     case()
     tree.log_healthy()
     tree.check_healthy()

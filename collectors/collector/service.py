@@ -183,7 +183,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         parsed = [self._parse(origin, index, window) for index, window in enumerate(batch.windows)]
         with node.lock:
             node.child_states(sender, views)
-            self.coverage.note(sender, views, node.runs.processes)
+            self.coverage.note(sender, views, node.runs.known)
             node.child_counters[sender] = {name: getattr(batch.counters, name) for name in COUNTER_FIELDS}
             if batch.captures or batch.fingerprints:
                 self._forensics(sender, batch)

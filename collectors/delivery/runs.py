@@ -100,6 +100,14 @@ class RunLedger:
         """Ranks of `job` whose windows from `sender` are refused: rank -> (the first claim, the child's)."""
         return self._conflicts.get((sender, job)) or {}
 
+    def known(self, job: str) -> dict[int, int]:
+        """The accepted process of each rank of `job`, remembered ones included (the root's store): what a child
+        must name to cover a rank (collectors/delivery/coverage.py), also after this tier forgot the job."""
+        known = self._runs.get(job)
+        if known is None:
+            known = self._runs[job] = dict(self._recall(job)) if self._recall is not None else {}
+        return {rank: claim.process for rank, claim in known.items()}
+
     def processes(self, job: str) -> dict[int, int]:
         """The accepted process of each rank of `job` known here (what this tier tells its parent)."""
         return {rank: claim.process for rank, claim in self._runs.get(job, {}).items()}
