@@ -39,6 +39,7 @@ from telemetry.summary.sketch import DEFAULT_MAX_CENTROIDS, Sketch
 from telemetry.v1 import summary_pb2
 
 DEFAULT_K = 8
+_decode = _native.decode
 MAX_SOURCE = 2**32 - 1
 
 
@@ -415,9 +416,11 @@ class Summary:
         pyroaring's, then the summary's invariants (ordered top/bottom among the sources, moments possible for
         [min, max], sketch ascending, positive, within [min, max] and weighing `count`).
         """
-        if not isinstance(data, (bytes, bytearray, memoryview)):
+        if type(data) is not bytes and not isinstance(data, (bytearray, memoryview)):
             raise TypeError(f"expected bytes, got {type(data).__name__}")
-        return cls._wrap(_native.decode(data))
+        out = object.__new__(cls)  # every parsed child of a collector comes through here: no further calls
+        out._core = _decode(data)
+        return out
 
     @classmethod
     def from_proto(cls, msg: summary_pb2.Summary) -> Summary:

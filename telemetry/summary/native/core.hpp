@@ -74,7 +74,9 @@ struct Core {
 
     Core() = default;
     Core(const Core& other);
+    Core(Core&&) = default;
     Core& operator=(const Core&) = delete;
+    Core& operator=(Core&&) = default;
 
     bool any() const;  // counts or sources: not a fresh summary
 };

@@ -15,6 +15,10 @@ struct FsumOverflow : std::overflow_error {
 // Accumulates like math.fsum over the values added, in order; result() rounds once (half-even across partials).
 class Fsum {
   public:
+    Fsum() = default;
+    Fsum(const Fsum&) = delete;  // p_ may point into small_
+    Fsum& operator=(const Fsum&) = delete;
+
     void add(double x) {
         double xsave = x;
         size_t i = 0;
@@ -39,7 +43,7 @@ class Fsum {
                 special_sum_ += xsave;
                 n_ = 0;
             } else {
-                if (n_ >= p_.size()) p_.resize(p_.size() * 2 + 8);
+                if (n_ >= cap_) grow();
                 p_[n_++] = x;
             }
         }
@@ -73,7 +77,17 @@ class Fsum {
     }
 
   private:
-    std::vector<double> p_ = std::vector<double>(32);
+    void grow() {
+        more_.assign(p_, p_ + n_);
+        more_.resize(cap_ * 2);
+        p_ = more_.data();
+        cap_ = more_.size();
+    }
+
+    double small_[32];
+    std::vector<double> more_;  // partials past 32 (CPython's _fsum_realloc)
+    double* p_ = small_;
+    size_t cap_ = 32;
     size_t n_ = 0;
     double special_sum_ = 0.0;
     double inf_sum_ = 0.0;

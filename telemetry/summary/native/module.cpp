@@ -95,35 +95,114 @@ Bitmap bitmap_arg(py::handle obj, const char* name) {
     return with_buffer(obj, [&](const uint8_t* p, size_t n) { return parse_bitmap(p, n, name); });
 }
 
-// A core from the fields of a summary built by ingest (trusted: this process made them).
-Core build(uint32_t k, uint64_t count, double sum, double mean, double m2, double min, uint32_t argmin, double max,
-           uint32_t argmax, const py::list& top, const py::list& bottom, py::handle sources,
-           uint64_t nonfinite_count, py::handle nonfinite_sources, int64_t first_ns, int64_t last_ns,
-           uint32_t max_centroids, py::handle digest) {
-    Core c;
-    c.k = k;
-    c.count = count;
-    c.sum = sum;
-    c.mean = mean;
-    c.m2 = m2;
-    c.min = min;
-    c.argmin = argmin;
-    c.max = max;
-    c.argmax = argmax;
-    c.top = to_pairs(top);
-    c.bottom = to_pairs(bottom);
-    c.sources = bitmap_arg(sources, "sources");
-    c.nonfinite_count = nonfinite_count;
-    c.nonfinite_sources = bitmap_arg(nonfinite_sources, "nonfinite_sources");
-    c.first_ns = first_ns;
-    c.last_ns = last_ns;
-    c.sketch.max_centroids = max_centroids;
-    if (!digest.is_none()) {
-        c.sketch.digest = with_buffer(digest, [](const uint8_t* p, size_t n) { return digest_from_fastdigest(p, n); });
-        c.sketch.has_digest = !c.sketch.digest.empty();
+uint64_t as_u64(PyObject* obj) {
+    if (PyLong_CheckExact(obj)) {
+        uint64_t v = PyLong_AsUnsignedLongLong(obj);
+        if (v == static_cast<uint64_t>(-1) && PyErr_Occurred()) throw py::error_already_set();
+        return v;
     }
-    return c;
+    py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(obj));  // numpy integers
+    if (!index) throw py::error_already_set();
+    return as_u64(index.ptr());
 }
+
+uint32_t as_u32(PyObject* obj) {
+    uint64_t v = as_u64(obj);
+    if (v > UINT32_MAX) throw py::value_error("a source or bound above 2**32 - 1");
+    return static_cast<uint32_t>(v);
+}
+
+int64_t as_i64(PyObject* obj) {
+    long long v = PyLong_AsLongLong(obj);
+    if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+    return v;
+}
+
+double as_double(PyObject* obj) {
+    double v = PyFloat_AsDouble(obj);
+    if (v == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+    return v;
+}
+
+std::vector<Pair> as_pairs(PyObject* list) {
+    if (!PyList_Check(list)) throw py::type_error("top/bottom must be lists of (value, source)");
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    std::vector<Pair> out;
+    out.reserve(static_cast<size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* item = PyList_GET_ITEM(list, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) throw py::type_error("expected (value, source)");
+        out.emplace_back(as_double(PyTuple_GET_ITEM(item, 0)), as_u32(PyTuple_GET_ITEM(item, 1)));
+    }
+    return out;
+}
+
+// build(k, count, sum, mean, m2, min, argmin, max, argmax, top, bottom, sources, nonfinite_count,
+// nonfinite_sources, first_ns, last_ns, max_centroids, digest): a core from the fields of a summary built by
+// ingest (trusted: this process made them). Called once per ingested summary that is encoded or merged (every
+// agent's window), so it is a plain fast-call function: no per-argument dispatch.
+PyObject* build(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 18) {
+        PyErr_SetString(PyExc_TypeError, "build takes 18 arguments");
+        return nullptr;
+    }
+    try {
+        Core c;
+        c.k = as_u32(args[0]);
+        c.count = as_u64(args[1]);
+        c.sum = as_double(args[2]);
+        c.mean = as_double(args[3]);
+        c.m2 = as_double(args[4]);
+        c.min = as_double(args[5]);
+        c.argmin = as_u32(args[6]);
+        c.max = as_double(args[7]);
+        c.argmax = as_u32(args[8]);
+        c.top = as_pairs(args[9]);
+        c.bottom = as_pairs(args[10]);
+        c.sources = bitmap_arg(args[11], "sources");
+        c.nonfinite_count = as_u64(args[12]);
+        c.nonfinite_sources = bitmap_arg(args[13], "nonfinite_sources");
+        c.first_ns = as_i64(args[14]);
+        c.last_ns = as_i64(args[15]);
+        c.sketch.max_centroids = as_u32(args[16]);
+        if (args[17] != Py_None) {
+            c.sketch.digest =
+                with_buffer(args[17], [](const uint8_t* p, size_t n) { return digest_from_fastdigest(p, n); });
+            c.sketch.has_digest = !c.sketch.digest.empty();
+        }
+        return py::cast(std::move(c)).release().ptr();
+    } catch (py::error_already_set& e) {
+        e.restore();
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+    }
+    return nullptr;
+}
+
+// decode(data): the hot entry point of every collector (one call per child summary), a fast-call function too.
+PyObject* decode_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "decode takes 1 argument");
+        return nullptr;
+    }
+    try {
+        Core c = with_buffer(args[0], [](const uint8_t* p, size_t n) { return decode(p, n); });
+        return py::cast(std::move(c)).release().ptr();
+    } catch (py::error_already_set& e) {
+        e.restore();
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+    }
+    return nullptr;
+}
+
+PyMethodDef FAST[] = {
+    {"build", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(build)), METH_FASTCALL,
+     "A core from an ingested summary's fields (trusted)."},
+    {"decode", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(decode_py)), METH_FASTCALL,
+     "Parse and check untrusted bytes; ValueError('malformed summary: ...') on anything wrong."},
+    {nullptr, nullptr, 0, nullptr},
+};
 
 }  // namespace
 
@@ -151,10 +230,7 @@ PYBIND11_MODULE(_native, m) {
         }, "(k, count, sum, mean, m2, min, argmin, max, argmax, top, bottom, sources, nonfinite_count, "
            "nonfinite_sources, first_ns, last_ns); bitmaps as portable bytes.");
 
-    m.def("decode", [](py::handle data) {
-        return with_buffer(data, [](const uint8_t* p, size_t n) { return decode(p, n); });
-    }, "Parse and check untrusted bytes; ValueError('malformed summary: ...') on anything wrong.");
     m.def("merge_all", &merge_all_py);
     m.def("merge_over_time", &merge_over_time_py);
-    m.def("build", &build);
+    if (PyModule_AddFunctions(m.ptr(), FAST) < 0) throw py::error_already_set();
 }

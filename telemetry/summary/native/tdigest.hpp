@@ -36,21 +36,18 @@ struct Centroid {
     double weight;
 };
 
-// Stable merge of [first, middle) and [middle, last): ties go to the left run (fastdigest's external_merge).
-inline void external_merge(std::vector<Centroid>& c, std::vector<Centroid>& scratch, size_t first, size_t middle,
-                           size_t last) {
-    scratch.clear();
-    size_t i = first, j = middle;
+// Stable merge of src[first, middle) and src[middle, last) into dst[first, last): ties go to the left run, as
+// fastdigest's external_merge; branch-free (the runs interleave at random, so a branch mispredicts half the time).
+inline void merge_runs(const Centroid* src, Centroid* dst, size_t first, size_t middle, size_t last) {
+    size_t i = first, j = middle, k = first;
     while (i < middle && j < last) {
-        if (c[j].mean < c[i].mean) {
-            scratch.push_back(c[j++]);
-        } else {
-            scratch.push_back(c[i++]);
-        }
+        bool right = src[j].mean < src[i].mean;
+        dst[k++] = right ? src[j] : src[i];
+        j += right;
+        i += !right;
     }
-    while (i < middle) scratch.push_back(c[i++]);
-    while (j < last) scratch.push_back(c[j++]);
-    std::copy(scratch.begin(), scratch.end(), c.begin() + static_cast<std::ptrdiff_t>(first));
+    while (i < middle) dst[k++] = src[i++];
+    while (j < last) dst[k++] = src[j++];
 }
 
 }  // namespace detail
@@ -82,18 +79,24 @@ inline Digest merge_digests(const std::vector<const Digest*>& digests, size_t ma
         }
     }
 
-    std::vector<Centroid> scratch;
-    scratch.reserve(centroids.size());
+    // fastdigest's pairwise merge passes over the digests' runs (starts[]), ping-ponging between two buffers.
+    std::vector<Centroid> other(centroids.size());
+    Centroid* src = centroids.data();
+    Centroid* dst = other.data();
+    const size_t n = centroids.size();
     size_t per_block = 1;
     while (per_block < starts.size()) {
         for (size_t i = 0; i < starts.size(); i += per_block * 2) {
+            size_t first = starts[i];
             if (i + per_block < starts.size()) {
-                size_t first = starts[i];
                 size_t middle = starts[i + per_block];
-                size_t last = i + 2 * per_block < starts.size() ? starts[i + 2 * per_block] : centroids.size();
-                detail::external_merge(centroids, scratch, first, middle, last);
+                size_t last = i + 2 * per_block < starts.size() ? starts[i + 2 * per_block] : n;
+                detail::merge_runs(src, dst, first, middle, last);
+            } else {
+                std::copy(src + first, src + n, dst + first);  // the last block, unpaired at this level
             }
         }
+        std::swap(src, dst);
         per_block *= 2;
     }
     if (centroids.empty()) return result;  // every input had mass <= 0 (not reachable from valid summaries)
@@ -111,11 +114,11 @@ inline Digest merge_digests(const std::vector<const Digest*>& digests, size_t ma
         c.mean = new_sum / new_weight;
     };
 
-    Centroid curr = centroids[0];
+    Centroid curr = src[0];
     double weight_so_far = curr.weight;
     double sums_to_merge = 0.0, weights_to_merge = 0.0;
-    for (size_t i = 1; i < centroids.size(); ++i) {
-        const Centroid& c = centroids[i];
+    for (size_t i = 1; i < n; ++i) {
+        const Centroid& c = src[i];
         weight_so_far += c.weight;
         if (weight_so_far <= q_limit_times_mass) {
             sums_to_merge += c.mean * c.weight;
