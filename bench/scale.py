@@ -2,8 +2,11 @@
 """Scale: the aggregation tree from 1,024 to 16,384 ranks, against gathering everything (issue 5).
 
     python bench/scale.py --out bench/results [--sizes 1024,2048,4096,8192,16384] [--steps 10] [--quick]
+    python bench/scale.py --metrics 20,100,300 --out bench/results/metrics [...]   # the metrics axis
 
-Per size N: 20 metrics per rank per step, 8 ranks per node agent, 32 agents per rack (--agents-per-rack).
+Per size N: 20 metrics per rank per step (--metrics: one whole run per count, each in OUT/metrics-M, and
+scale_metrics.json with the table of every tier's CPU per step by metrics and size), 8 ranks per node agent,
+32 agents per rack (--agents-per-rack).
 
 The tree: every collector (racks; a cluster tier when there are more racks than the root's fan-in of 4,
 --root-fanin, each collector taking at most 16 children, --racks-per-collector; the root with its SQLite store,
@@ -81,6 +84,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--share-channels", action=argparse.BooleanOptionalAction, default=True,
                    help="one gRPC channel per rack address for all the agents a process hosts (each agent "
                         "keeps its own Outbox, thread and stream)")
+    p.add_argument("--metrics", default=None,
+                   help="comma-separated metrics per rank per step (e.g. 20,100,300): a run of every size per "
+                        "count, in OUT/metrics-M, then scale_metrics.json (default: 20, one run)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("-v", "--verbose", action="store_true", help="print each phase with its time")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs, databases)")
@@ -166,11 +172,57 @@ def child(argv: list[str]) -> int:
     return 0
 
 
+def metrics_axis(args: argparse.Namespace, argv: list[str]) -> int:
+    """One run of this command per metric count (the workload reads TELEMETRY_SCALE_METRICS in every process it
+    starts), then the table of what each tier pays per step, by metrics and ranks."""
+    import subprocess
+
+    counts = [int(m) for m in args.metrics.split(",") if m.strip()]
+    rest, skip = [], False
+    for a in argv:  # the same options, less --metrics and --out
+        if skip:
+            skip = False
+        elif a in ("--metrics", "--out"):
+            skip = True
+        elif not a.startswith(("--metrics=", "--out=")):
+            rest.append(a)
+    rows, failed = [], []
+    for count in counts:
+        out = args.out / f"metrics-{count}"
+        print(f"--- {count} metrics per rank: {out}", flush=True)
+        done = subprocess.run([sys.executable, __file__, *rest, "--out", str(out)],
+                              env={**os.environ, "TELEMETRY_SCALE_METRICS": str(count)})
+        if done.returncode:
+            failed.append(count)
+        run = json.loads((out / "scale.json").read_text()) if (out / "scale.json").exists() else {"tree": []}
+        for r in run["tree"]:
+            if r.get("completed", True) and "tiers" in r:
+                rows.append({"metrics": count, "ranks": r["ranks"], "wide": r.get("wide", False),
+                             "agents_per_rack": r["plan"]["fanin"]["rack"],
+                             "root_cpu_ms_per_step": r["root_cpu_ms_per_step"],
+                             "rack_cpu_ms_per_step": r["tiers"]["rack"]["cpu_ms_per_step"],
+                             "agent_cpu_ms_per_step": r["tiers"]["agent"]["cpu_ms_per_step"],
+                             "root_bytes_per_step": r["root_bytes_per_step"], "steps_per_s": r["steps_per_s"]})
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "scale_metrics.json").write_text(json.dumps(
+        {"metrics": counts, "rows": rows, "failed_counts": failed, "argv": argv}, indent=1))
+    print("| metrics | ranks | agents/rack | root CPU ms/step | rack CPU ms/step | agent CPU ms/step | root KiB/step |"
+          " steps/s |\n|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['metrics']} | {r['ranks']:,} | {r['agents_per_rack']} | {r['root_cpu_ms_per_step']:.1f} | "
+              f"{r['rack_cpu_ms_per_step']:.1f} | {r['agent_cpu_ms_per_step']:.2f} | "
+              f"{r['root_bytes_per_step'] / 1024:,.1f} | {r['steps_per_s']:.2f} |")
+    print(f"wrote {args.out / 'scale_metrics.json'}")
+    return 1 if failed else 0
+
+
 def main() -> int:
     argv = sys.argv[1:]
     if argv[:1] == ["_child"]:
         return child(argv)
     args = parse_args(argv)
+    if args.metrics is not None:
+        return metrics_axis(args, argv)
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 200)

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from bench.scale_child import commands, emit
-from bench.scale_workload import JOB, RANKS_PER_NODE, rank_messages
+from bench.scale_workload import JOB, MAX_METRICS_PER_JOB, RANKS_PER_NODE, rank_messages
 from collectors.agent.server import AgentServer
 
 
@@ -74,7 +74,8 @@ class SimAgent(AgentServer):
         from collectors.delivery.windows import Deadlines
         from telemetry.v1 import ingest_pb2
 
-        config = AgentConfig(parents=[parent])  # the agent's defaults (deadlines, retention, metric budget)
+        # the agent's defaults (deadlines, retention), the metric budget raised to the run's metrics
+        config = AgentConfig(parents=[parent], max_metrics_per_job=MAX_METRICS_PER_JOB)
         node_id = f"agent{index}"
         self.node = Node(node_id, Deadlines(config.deadline_floor_s, config.deadline_factor),
                          ack_down=lambda *a, **k: self.service.ack_down(*a, **k), retain_s=config.retain_s)

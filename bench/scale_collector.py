@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.scale_child import commands, emit
+from bench.scale_workload import MAX_METRICS_PER_JOB
 
 
 def child_collector(cfg: dict) -> None:
@@ -21,9 +22,11 @@ def child_collector(cfg: dict) -> None:
     root = not cfg["parents"]
     server: CollectorServer | RootServer = (
         RootServer(RootConfig(listen="127.0.0.1:0", node_id=cfg["id"], db=Path(cfg["db"]), api="127.0.0.1:0",
-                              deadline_floor_s=cfg["deadline_floor"])) if root else
+                              deadline_floor_s=cfg["deadline_floor"], max_metrics_per_job=MAX_METRICS_PER_JOB))
+        if root else
         CollectorServer(CollectorConfig(listen="127.0.0.1:0", parents=cfg["parents"], node_id=cfg["id"],
-                                        deadline_floor_s=cfg["deadline_floor"])))
+                                        deadline_floor_s=cfg["deadline_floor"],
+                                        max_metrics_per_job=MAX_METRICS_PER_JOB)))
     stats = {"batches": 0, "windows": 0, "bytes": 0, "bytes_with_windows": 0, "rank_state_bytes": 0,
              "hosts_listed": 0, "step_work_s": 0.0}
     # Beside the process CPU: the thread CPU of the tier's own code on a step's data (units carrying windows,

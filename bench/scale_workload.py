@@ -1,18 +1,27 @@
-"""What the simulated ranks of bench/scale.py send: 20 metrics of one value per rank per step, seeded."""
+"""What the simulated ranks of bench/scale.py send: 20 metrics of one value per rank per step, seeded.
+
+The number of metrics is TELEMETRY_SCALE_METRICS (default 20), read at import in every process of a run:
+bench/scale.py --metrics N sets it for the run it starts (issue 29: per-layer metrics, a few hundred per rank).
+"""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
 JOB = "scale"
-METRICS = ["step_time"] + [f"metric_{i:02d}" for i in range(1, 20)]
+N_METRICS = int(os.environ.get("TELEMETRY_SCALE_METRICS", "20"))
+METRICS = ["step_time"] + [f"metric_{i:02d}" for i in range(1, N_METRICS)]
+# Every tier's per-job metric budget (256 by default) must admit them all.
+MAX_METRICS_PER_JOB = max(256, N_METRICS)
 RANKS_PER_NODE = 8
 QS = (0.5, 0.9, 0.99, 0.999)
 QNAMES = ("p50", "p90", "p99", "p99.9")
 
 
 def step_values(seed: int, step: int, world: int) -> np.ndarray:
-    """Every rank's value of every metric at one step: shape (20, world). Row 0 is step_time.
+    """Every rank's value of every metric at one step: shape (metrics, world). Row 0 is step_time.
 
     Lognormal (sigma 1, median 0.5): the distribution the summary's error is stated for, and far
     wider than real step times, so a hard case for the sketch.
@@ -22,7 +31,7 @@ def step_values(seed: int, step: int, world: int) -> np.ndarray:
 
 
 def rank_messages(seed: int, step: int, world: int, ranks: list[int]) -> list[bytes]:
-    """Each rank's step as the SDK sends it: a RankMessage of 20 metrics of one value. end_time_ns is left 0, so
+    """Each rank's step as the SDK sends it: a RankMessage of every metric, one value each. end_time_ns is left 0, so
     the agent stamps the values with their arrival time."""
     from telemetry.v1 import ingest_pb2
     values = step_values(seed, step, world)

@@ -17,6 +17,7 @@ import json
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,10 @@ def test_wheel_installs_the_services_with_their_data(tmp_path: Path) -> None:
     assert "deprecat" not in log.lower(), log  # e.g. SetuptoolsDeprecationWarning for a TOML license table
     (wheel,) = out.glob("*.whl")
     assert wheel.name.startswith("treemetry-"), wheel.name
+    # The compiled summary hot path travels in the wheel (a platform wheel: no compiler where it is installed).
+    with zipfile.ZipFile(wheel) as whl:
+        assert any(n.startswith("telemetry/summary/_native") and n.endswith(".so") for n in whl.namelist())
+    assert "-py3-none-any" not in wheel.name, wheel.name
 
     env = tmp_path / "venv"
     venv.create(env, with_pip=False)  # the outer pip installs into it: quicker than bootstrapping one
@@ -84,6 +89,8 @@ def test_wheel_installs_the_services_with_their_data(tmp_path: Path) -> None:
     assert "telemetry 0.1.0 (the package: pip install treemetry)" in _run([env / "bin" / "treemetry", "--version"], cwd=elsewhere)
     shown = _run([sys.executable, "-m", "pip", "--python", python, "show", "treemetry"], cwd=elsewhere)
     assert "Name: treemetry" in shown, shown
+    native = _run([python, "-c", "from telemetry.summary import _native; print(_native.__file__)"], cwd=elsewhere)
+    assert native.strip().startswith(str(env)), native
     where = _run([python, "-c", "import collectors, pathlib; print(pathlib.Path(collectors.__file__).parent)"],
                  cwd=elsewhere).strip()
     assert where.startswith(str(env)), where
