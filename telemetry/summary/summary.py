@@ -40,6 +40,7 @@ from telemetry.v1 import summary_pb2
 
 DEFAULT_K = 8
 _decode = _native.decode
+_build = _native.build
 MAX_SOURCE = 2**32 - 1
 
 
@@ -129,11 +130,13 @@ class Summary:
         """The native form of this summary (built once from the Python fields after ingest)."""
         core = self._core
         if core is None:
-            core = self._core = _native.build(
+            nonfinite = self._nonfinite_count
+            sketch = self._sketch
+            core = self._core = _build(
                 self.k, self._count, self._sum, self._mean, self._m2, self._min, self._argmin, self._max,
-                self._argmax, self._top, self._bottom, self._sources.serialize(), self._nonfinite_count,
-                self._nonfinite_sources.serialize(), self._first_ns, self._last_ns, self._sketch.max_centroids,
-                self._sketch.digest_bytes())
+                self._argmax, self._top, self._bottom, self._sources.serialize(), nonfinite,
+                self._nonfinite_sources.serialize() if nonfinite else None, self._first_ns, self._last_ns,
+                sketch.max_centroids, sketch.digest_bytes())
         return core
 
     # ------------------------------------------------------------------ ingest

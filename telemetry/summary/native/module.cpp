@@ -91,8 +91,15 @@ py::object absorb_py(Core& self, Core& other) {
     return py::none();
 }
 
-Bitmap bitmap_arg(py::handle obj, const char* name) {
-    return with_buffer(obj, [&](const uint8_t* p, size_t n) { return parse_bitmap(p, n, name); });
+// A bitmap this process serialized (pyroaring): parsed safely, not validated again.
+Bitmap trusted_bitmap(py::handle obj) {
+    if (obj.is_none()) return empty_bitmap();
+    return with_buffer(obj, [](const uint8_t* p, size_t n) {
+        if (n == 0) return empty_bitmap();
+        Bitmap out(roaring::api::roaring_bitmap_portable_deserialize_safe(reinterpret_cast<const char*>(p), n));
+        if (!out) throw std::invalid_argument("not a portable roaring bitmap");
+        return out;
+    });
 }
 
 uint64_t as_u64(PyObject* obj) {
@@ -159,9 +166,9 @@ PyObject* build(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         c.argmax = as_u32(args[8]);
         c.top = as_pairs(args[9]);
         c.bottom = as_pairs(args[10]);
-        c.sources = bitmap_arg(args[11], "sources");
+        c.sources = trusted_bitmap(args[11]);
         c.nonfinite_count = as_u64(args[12]);
-        c.nonfinite_sources = bitmap_arg(args[13], "nonfinite_sources");
+        if (args[13] != Py_None) c.nonfinite_sources = trusted_bitmap(args[13]);
         c.first_ns = as_i64(args[14]);
         c.last_ns = as_i64(args[15]);
         c.sketch.max_centroids = as_u32(args[16]);
