@@ -479,3 +479,37 @@ def test_what_a_stop_left_unsent_is_sent_by_the_next_start_and_history_is_not_re
         assert root.remote_write.replayed_rows == 0
     finally:
         root.stop()
+
+
+def test_the_watermark_file(tmp_path) -> None:
+    from collectors.root.remote_catchup import Watermark
+    mark = Watermark(tmp_path / "root.db-remote-write.json")
+    assert mark.load() is None  # never written: a first start
+    mark.save(123)
+    assert mark.load() == 123 and not list(tmp_path.glob("*.tmp"))
+    (tmp_path / "root.db-remote-write.json").write_text("{trunc")  # e.g. a power loss mid-write
+    assert mark.load() == 0  # read back the newest windows again rather than lose the unsent
+
+
+def test_the_options_read_from_a_config_file(tmp_path) -> None:
+    """The commented example in collectors/systemd/collector-example.toml, uncommented, is what it says."""
+    import re as re_
+    from pathlib import Path
+
+    import click as click_
+    example = (Path(__file__).resolve().parents[1] / "collectors" / "systemd" / "collector-example.toml").read_text()
+    lines = re_.findall(r"^# (remote_write_\w+ = .+)$", example, re_.M)
+    assert len(lines) == 3
+    token = tmp_path / "token"
+    token.write_text("t0k\n")
+    config = tmp_path / "root.toml"
+    config.write_text("\n".join(lines).replace("/etc/telemetry/remote-write.token", str(token)) + "\n")
+    command = cli.commands["collector"]
+    ctx = command.make_context("collector", ["--config", str(config)], parent=click_.Context(cli))
+    assert ctx.params["remote_write_urls"] == ("https://mimir.example.internal/api/v1/push",)
+    assert ctx.params["remote_write_labels"] == ("cluster=a",)
+    from collectors.remote_write_cli import remote_write_config
+    with ctx:
+        built = remote_write_config({k: v for k, v in ctx.params.items() if k.startswith("remote_write")}, True,
+                                    False)
+    assert built.token == "t0k" and built.labels == (("cluster", "a"),)

@@ -40,13 +40,15 @@ class Watermark:
         self._failed = False
 
     def load(self) -> int | None:
+        """The watermark; None when there is no file (a first start); 0 when it cannot be read (then the newest
+        windows within the queue's bound are sent again, rather than what was unsent lost)."""
         try:
             return int(json.loads(self.path.read_text())["finalised_ns"])
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("remote-write: cannot read %s (%s): nothing is replayed", self.path, exc)
-            return None
+            log.warning("remote-write: cannot read %s (%s): the newest windows are sent again", self.path, exc)
+            return 0
 
     def save(self, finalised_ns: int) -> None:
         """Atomically (a rename); a failure is logged once and otherwise ignored (replay is best effort)."""
