@@ -446,7 +446,7 @@ def _steps(det, clock, steps, missing=(), progress=None):
         det.observe(row("progress.current_step", int(clock.t * 1000), progress, width_ms=1000))
 
 
-def test_hang_missing_rank_alive_but_stuck_named_after_grace():
+def test_hang_missing_rank_alive_but_behind_named_after_grace():
     clock, log, det = _hang_setup()
     _steps(det, clock, range(1, 6))
     _steps(det, clock, [6], missing=[11], progress={r: 5.0 if r == 11 else 6.0 for r in range(WORLD)})
@@ -457,9 +457,8 @@ def test_hang_missing_rank_alive_but_stuck_named_after_grace():
     (event,) = log.query(JOB)
     assert (event["kind"], event["step"], event["ranks"], event["severity"]) == ("hang", 6, [11], "critical")
     d = event["detail"]
-    assert d["cause"] == "stuck" and d["reasons"] == ["missing_past_deadline"]
-    assert d["ranks"] == [{"rank": 11, "host": "node1", "state": "stuck", "liveness": "alive", "missing_step": 6,
-                           "current_step": 5}]
+    assert d["reasons"] == ["missing_past_deadline"] and d["stuck"] == [] and d["dead"] == []
+    assert d["ranks"] == [{"rank": 11, "host": "node1", "liveness": "alive", "missing_step": 6, "current_step": 5}]
     assert event["hosts"] == ["node1"]
     assert d["progress"]["ranks_at_min"] == [11] and d["progress"]["min_step"] == 5
     # late data for rank 11 completes the window: the event closes
@@ -469,17 +468,41 @@ def test_hang_missing_rank_alive_but_stuck_named_after_grace():
     assert log.query(JOB)[0]["status"] == "closed"
 
 
-def test_hang_dead_rank_told_apart_from_stuck():
+def test_hang_names_the_stuck_rank_not_the_dead_one():
+    """A dead rank did not hang, it died (the crash event names it); the live rank that makes no progress for T is
+    the hang's, and the dead one is listed for context only. While a rank is dead the missing-past-deadline rule
+    waits (the live ranks wait for the dead one, and usually die of it a moment later)."""
     clock, log, det = _hang_setup()
     _steps(det, clock, range(1, 4))
     _steps(det, clock, [4], missing=[3, 12], progress={r: 4.0 for r in range(WORLD) if r != 3})
     clock.t += 3
     det.check({JOB: live(dead=[3], stuck=[12])})
+    assert log.query(JOB) == []
+    clock.t += 61  # past no progress's T
+    det.check({JOB: live(dead=[3], stuck=[12])})
     (event,) = log.query(JOB)
     d = event["detail"]
-    assert event["ranks"] == [3, 12] and d["cause"] == "dead" and d["dead"] == [3] and d["stuck"] == [12]
-    states = {r["rank"]: (r["state"], r["liveness"]) for r in d["ranks"]}
-    assert states == {3: ("dead", "dead"), 12: ("stuck", "stuck")}
+    assert event["ranks"] == [12] and d["dead"] == [3] and d["stuck"] == [12]
+    assert [(r["rank"], r["liveness"]) for r in d["ranks"]] == [(12, "stuck")]
+
+
+@pytest.mark.parametrize("alive", [True, False])
+def test_hang_is_not_raised_for_ranks_that_died(alive):
+    """Missing ranks that are all dead: a crash, not a hang, whether the others live on or died too."""
+    clock, log, det = _hang_setup()
+    _steps(det, clock, range(1, 4))
+    _steps(det, clock, [4], missing=[3], progress={r: 4.0 for r in range(WORLD) if r != 3})
+    clock.t += 3
+    view = live(dead=[3]) if alive else live(dead=list(range(WORLD)))
+    det.check({JOB: view})
+    clock.t += 120  # far past no progress's T too
+    det.check({JOB: view})
+    events = log.query(JOB)
+    if alive:  # the live ranks made no progress for T: that is a hang of theirs, naming no dead rank
+        assert all(3 not in e["ranks"] for e in events) and all(e["detail"]["reasons"] == ["no_progress"]
+                                                                 for e in events), events
+    else:
+        assert events == []
 
 
 def test_hang_missing_rank_that_moved_on_is_not_a_hang():
@@ -803,7 +826,7 @@ def test_sim_faults_are_raised_as_the_right_events(tmp_path, sync):
         assert 'telemetry_step_time_slowest_rank{attempt="0",job="sim"} 13.0' in text
 
 
-def test_sim_hung_rank_is_raised_within_10s_of_its_deadline_as_stuck(tmp_path):
+def test_sim_hung_rank_is_raised_within_10s_of_its_deadline(tmp_path):
     report, sim = simulate(tmp_path, ("hang:rank=9,step=5",), ranks=16, steps=10, step_interval=0.3, seed=12,
                            hang_observe_s=8.0, **FAST_FLOORS)
     found = sim.first_seen("hang")
@@ -811,28 +834,29 @@ def test_sim_hung_rank_is_raised_within_10s_of_its_deadline_as_stuck(tmp_path):
     when, event = found
     assert event["ranks"] == [9] and event["step"] == 5, event
     d = event["detail"]
-    assert d["cause"] == "stuck" and d["dead"] == [] and d["stuck"] == [9], d
-    assert d["ranks"][0]["rank"] == 9 and d["ranks"][0]["state"] == "stuck" and d["ranks"][0]["liveness"] == "alive"
+    assert d["dead"] == [] and d["stuck"] == [], d  # heartbeating: alive, behind, not "stuck"
+    assert d["ranks"][0]["rank"] == 9 and d["ranks"][0]["liveness"] == "alive"
     assert d["ranks"][0]["current_step"] == 4 and d["progress"]["ranks_at_min"] == [9]
     assert d["detected_after_deadline_s"] <= 10.0 and when - event["time"] <= 10.0 + 0.6, (when, event["time"])
     assert event["severity"] == "critical"
     assert set(by_kind(sim.final_events)) == {"hang"}, sim.final_events
 
 
-def test_sim_dead_rank_is_raised_as_dead(tmp_path):
+def test_sim_dead_rank_is_a_crash_not_a_hang(tmp_path):
+    """A rank process that exits abruptly (os._exit(17), no last words) at step 7 while the others go on: a
+    crash event naming it, with the cause its agent saw; no hang names it (issue 25)."""
     report, sim = simulate(tmp_path, ("dead:rank=2,step=7",), ranks=16, steps=10, step_interval=0.3, seed=13,
                            hang_observe_s=8.0, **FAST_FLOORS)
-    found = sim.first_seen("hang")
-    assert found is not None, f"no hang event for the dead rank; final: {sim.final_events}"
-    when, event = found
-    assert event["ranks"] == [2] and event["step"] == 7, event
-    assert event["detail"]["detected_after_deadline_s"] <= 10.0
-    # liveness reaches the root a moment after the process dies: the event says dead by the end of the watch
-    dead = [e for _, events in sim.snapshots for e in events if e["kind"] == "hang" and e["detail"]["cause"] == "dead"]
-    assert dead, [e["detail"] for _, es in sim.snapshots for e in es]
-    d = dead[0]["detail"]
-    assert d["dead"] == [2] and d["ranks"][0]["state"] == "dead" and d["ranks"][0]["liveness"] == "dead"
-    assert dead[0]["time"] - event["time"] == 0, "the same event, updated"
+    found = sim.first_seen("crash")
+    assert found is not None, f"no crash event for the dead rank; final: {sim.final_events}"
+    _, event = found
+    assert event["ranks"] == [2] and event["severity"] == "critical", event
+    (first,) = event["detail"]["first"]
+    assert first["rank"] == 2 and first["cause"] in ("exit_code", "killed"), first
+    if first["cause"] == "exit_code":
+        assert first["exit_code"] == 17, first
+    hangs = [e for _, events in sim.snapshots for e in events if e["kind"] == "hang"]
+    assert all(2 not in e["ranks"] for e in hangs), hangs
 
 
 @pytest.mark.parametrize("seed", [21, 22, 23])

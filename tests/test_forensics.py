@@ -217,6 +217,12 @@ def test_top_frames_reads_both_layouts_innermost_first() -> None:
              '    load_batch (job.py:3)\nThread 2 (idle): "x"\n    y (z.py:1)\n')
     assert top_frames(pyspy, "py-spy", 5) == ["wait (threading.py:327)", "load_batch (job.py:3)"]
     assert top_frames("", "proc") == []
+    # A crash's capture: a traceback (outermost first), and faulthandler's stacks (innermost first).
+    raised = 'Traceback (most recent call last):\n  File "a.py", line 1, in main\n  File "a.py", line 5, in step\n'
+    assert top_frames(raised, "sdk", 1) == ['File "a.py", line 5, in step']
+    fatal = ('Fatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most recent call first):\n'
+             '  File "a.py", line 9 in read\n  File "a.py", line 1 in main\n')
+    assert top_frames(fatal, "proc", 1) == ['File "a.py", line 9 in read']
 
 
 def test_a_rank_told_not_to_answer_captures_is_dumped_from_outside(tmp_path: Path) -> None:

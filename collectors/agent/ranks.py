@@ -27,6 +27,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 
+from collectors.agent.exits import ExitWatch
 from collectors.common.aioserve import Answers
 from collectors.common.attempts import scoped
 from collectors.common.validation import DEFAULT_MAX_WORLD_SIZE, BadInput, check_job, check_world
@@ -94,6 +95,7 @@ class RankInfo:
     # Batches refused upstream, by seq, with why (the latest MAX_REFUSED_KEPT): a resend of one after a
     # reconnect (the REFUSED ack lost with the stream) is refused again, not taken for durable.
     refused: collections.OrderedDict[int, str] = field(default_factory=collections.OrderedDict)
+    exits: ExitWatch | None = None  # what tells how it ended (collectors/agent/exits.py), set at its hello
 
     def remember_refused(self, seq: int, reason: str) -> None:
         self.refused[seq] = reason
@@ -233,6 +235,12 @@ class RankRegistry:
                              now - i.last_beat, now - i.verdict_since, i.current_step)
                 for i in sorted(self.ranks.values(), key=lambda i: (i.job, i.rank))
                 if job is None or i.job == job]
+
+    def ending(self, info: RankInfo) -> None:
+        """The rank said it is ending (its last words: an uncaught exception, its exit, a signal): dead now."""
+        if info.verdict != "dead":
+            self._set_verdict(info, "dead", time.monotonic())
+            self.changed = True
 
     def drain_exits(self) -> list[tuple[RankInfo, int]]:
         """(rank, exit status) for each dead rank whose exit status became known since the last call."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.agent.captures import DEFAULT_ANSWER_TIMEOUT_S, Captures
+from collectors.agent.exits import FaultFiles
 from collectors.agent.hardware import DEFAULT_NIC_EXCLUDE, DEFAULT_PROBE_INTERVAL_S, HardwareSampler, offer_exits
 from collectors.agent.peercred import PeerCheck, PeerRelay, default_uids
 from collectors.agent.ranks import DEFAULT_STUCK_AFTER_S, RankRegistry
@@ -104,10 +105,12 @@ class AgentServer:
         self.captures = Captures(self.registry, self.upstream.captures.put, self.node.lock,
                                  answer_timeout_s=config.capture_timeout_s)
         self.upstream.fingerprints = FingerprintTable()
+        self.fault_files = FaultFiles()  # where the ranks' faulthandler writes (collectors/agent/exits.py)
         self.service = AgentService(self.node, self.registry, MetricBudget(config.max_metrics_per_job),
                                     self.grpc.host, slots, self.lifecycle,
                                     PeerCheck(self.relay, default_uids(config.allowed_uids)),
-                                    captures=self.captures, fingerprints=self.upstream.fingerprints)
+                                    captures=self.captures, fingerprints=self.upstream.fingerprints,
+                                    fault_files=self.fault_files, on_exit=self.upstream.exits.put)
         self.upstream.outbox.on_requests = self.service.request_captures
         self.grpc.add(lambda server: ingest_pb2_grpc.add_AgentServicer_to_server(self.service, server))
         self.grpc.bind(self.relay.grpc_address)
@@ -171,3 +174,4 @@ class AgentServer:
         self.captures.close()
         self.grpc.stop(grace)
         self.relay.stop()
+        self.fault_files.close()

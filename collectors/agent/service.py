@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, cast
@@ -13,6 +13,7 @@ import grpc
 from pyroaring import BitMap
 
 from collectors.agent.captures import Captures
+from collectors.agent.exits import FaultFiles, check_words, exit_record, watch_process
 from collectors.agent.intake import OpenBeat, OpenStep, RankValues, beat_key
 from collectors.agent.peercred import PeerCheck
 from collectors.agent.ranks import RankInfo, RankRegistry
@@ -41,13 +42,18 @@ log = logging.getLogger(__name__)
 LIVENESS_EVERY_S = 0.5
 FINGERPRINT_SLACK = 64  # fingerprints a beat may carry past the collective progress it reports
 ENQUEUED_METRIC = "collective.last_enqueued"  # telemetry/torch/collective.py ENQUEUED (no torch imported here)
+WATCH_AFTER_STREAM_END_S = 2.0  # after a rank's stream ends, its process is looked at every 50 ms this long
+WATCH_EVERY_S = 0.05
+COMPLETED_METRIC = "collective.last_completed"  # telemetry/torch/collective.py COMPLETED
 MAX_OPEN_STEPS_PER_JOB = 1024  # a rank logging into ever more steps seals the oldest early, not memory without end
 
 
 class AgentService(ingest_pb2_grpc.AgentServicer):
     def __init__(self, node: Node, registry: RankRegistry, budget: MetricBudget, host: Host,
                  slots: StreamSlots, lifecycle: JobLifecycle, peers: PeerCheck | None = None,
-                 captures: Captures | None = None, fingerprints: Any = None) -> None:
+                 captures: Captures | None = None, fingerprints: Any = None,
+                 fault_files: FaultFiles | None = None,
+                 on_exit: Callable[[forensics_pb2.RankExit], None] | None = None) -> None:
         self.node = node
         self.host = host
         self.slots = slots
@@ -66,6 +72,10 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         # fingerprints merged for the parent (a FingerprintTable). None: not kept (in-process harnesses).
         self.captures = captures
         self.fingerprints = fingerprints
+        # When ranks die (docs/forensics.md): fault files handed to the ranks, and where each RankExit goes.
+        self.fault_files = fault_files
+        self.on_exit = on_exit
+        self._watch_until = 0.0  # a stream ended: look for dead processes at every flush until then
 
     # ------------------------------------------------------------ acks down
     def ack_down(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None,
@@ -113,6 +123,10 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         with self.node.lock:
             if stream.info is not None and stream.info.link is stream.answers:
                 stream.info.link = None
+                if stream.info.exits is not None:
+                    # Its process may be gone: the kernel closes a dead process's sockets.
+                    stream.info.exits.stream_ended_ns = time.time_ns()
+                    self._watch_until = time.monotonic() + WATCH_AFTER_STREAM_END_S
 
     def _one(self, stream: _RankStream, message: ingest_pb2.RankMessage) -> None:
         """One message from a rank, on the pool."""
@@ -120,6 +134,9 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         which = message.WhichOneof("body")
         if which == "capture":
             self._capture(stream, message.capture)
+            return
+        if which == "last_words":
+            self._last_words(stream, message.last_words)
             return
         with self.node.lock:
             if which == "hello":
@@ -172,8 +189,55 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         if hello.dropped > info.reported_dropped:
             self.node.counters["sdk_dropped"] += hello.dropped - info.reported_dropped
             info.reported_dropped = hello.dropped
-        responses.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.REGISTERED, seq=info.last_seq))
+        if info.exits is None:
+            watch = info.exits = watch_process(info.pid, "")
+            if self.fault_files is not None:
+                watch.fault_file = self.fault_files.make(info.job, info.rank, info.pid, watch.uid)
+        responses.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.REGISTERED, seq=info.last_seq,
+                                         fault_file=info.exits.fault_file))
         return info
+
+    # ------------------------------------------------------------ when ranks die
+    def _last_words(self, stream: _RankStream, words: forensics_pb2.LastWords) -> None:
+        """A rank's last words: bound to the stream's registration and its connection's peer credentials."""
+        info = stream.info
+        if info is None:
+            raise BadInput("INVALID_ARGUMENT", "the first message on a rank stream must be a hello")
+        if words.rank != info.rank or (words.pid and words.pid != info.pid):
+            raise BadInput("PERMISSION_DENIED", f"last words for rank {words.rank} (pid {words.pid}) on the stream "
+                                                f"of rank {info.rank} (pid {info.pid}): refused")
+        bad = check_words(words)
+        if bad is not None:
+            raise BadInput("INVALID_ARGUMENT", bad)
+        if self.peers is not None:
+            self.peers.check(stream.peer, info.pid)  # the connection is still the registered process's
+        with self.node.lock:
+            if info.exits is not None:
+                info.exits.note(words)
+            if words.kind != "thread_exception" and not info.closed:
+                # Its own words say it is ending (its exit may take seconds: atexit, DataLoader workers): dead
+                # from now on for sealing and liveness, and its account goes up at the next flush.
+                self.registry.ending(info)
+        stream.answers.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.NOTED))
+
+    def _report_exits(self) -> None:
+        """A RankExit for each rank newly found dead (not closed); caller holds the node's lock."""
+        if self.on_exit is None:
+            return
+        observed = time.time_ns()
+        for info in self.registry.ranks.values():
+            watch = info.exits
+            if info.verdict != "dead" or info.closed or watch is None or watch.reported:
+                continue
+            watch.reported = True
+            fault = self.fault_files.read(watch.fault_file) if self.fault_files is not None else ("", 0)
+            job, attempt = split(info.job)
+            record = exit_record(watch, job=job, attempt=attempt, rank=info.rank, host=info.host, pid=info.pid,
+                                 current_step=info.current_step, exit_status=info.exit_status,
+                                 observed_ns=observed, fault=fault)
+            log.warning("rank %d of job %r (pid %d) ended: %s: %s", info.rank, info.job, info.pid, record.cause,
+                        record.why)
+            self.on_exit(record)
 
     def _batch(self, info: RankInfo, batch: ingest_pb2.RankBatch, responses: Answers) -> None:
         if batch.job and batch.job != split(info.job)[0]:
@@ -231,6 +295,8 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             if job == info.job and step < highest:
                 open_step.closed.add(info.rank)  # moving on closes earlier steps
         info.last_seq = batch.seq
+        if info.exits is not None and highest > info.exits.last_step:
+            info.exits.last_step = highest
         responses.put(ingest_pb2.RankAck(status=ingest_pb2.RankAck.RECEIVED, seq=batch.seq))
         self.node.durability.settle(origin)
 
@@ -250,6 +316,10 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             del self.steps[key]
             log.warning("job %s was given up with step %d still open; its values there are dropped", job, key[1])
         self._open_per_job.pop(job, None)
+        if self.fault_files is not None:
+            for (rank_job, _), info in self.registry.ranks.items():
+                if rank_job == job and info.exits is not None:
+                    self.fault_files.remove(info.exits.fault_file)
         if self.captures is not None:
             self.captures.forget_job(job)
         if self.fingerprints is not None:
@@ -288,6 +358,9 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         figures = {PROGRESS_METRIC: float(beat.current_step), STEPS_COMPLETED_METRIC: float(beat.steps_completed)}
         self.budget.admit_all(info.job, beat.extra)
         figures.update(beat.extra)
+        if info.exits is not None:
+            info.exits.last_enqueued = int(beat.extra.get(ENQUEUED_METRIC, info.exits.last_enqueued))
+            info.exits.last_completed = int(beat.extra.get(COMPLETED_METRIC, info.exits.last_completed))
         if beat.fingerprints and self.fingerprints is not None:
             self._fingerprints(info, beat)
         for metric, value in figures.items():
@@ -350,9 +423,11 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         node = self.node
         if self.captures is not None:
             self.captures.tick(now)
-        if now - self._views_at >= LIVENESS_EVERY_S or self.registry.changed:
+        since = now - self._views_at
+        if since >= LIVENESS_EVERY_S or self.registry.changed or (now < self._watch_until and since >= WATCH_EVERY_S):
             node.own_ranks = self.registry.views(now)  # reads /proc per rank: not on every flush
             self._views_at, self.registry.changed = now, False
+            self._report_exits()
         views = node.own_ranks
         for key, open_step in list(self.steps.items()):
             view = views.get(open_step.job)

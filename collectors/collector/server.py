@@ -41,11 +41,16 @@ class CollectorServer(Tier):
         self.upstream.fingerprints = self.fingerprints
         self.service.on_captures = self._captures_up
         self.service.on_fingerprints = self._fingerprints_up
+        self.service.on_exits = self._exits_up
         self.upstream.outbox.on_requests = self._requests_down
 
     def _captures_up(self, captures: list[forensics_pb2.Capture]) -> None:
         for capture in captures:
             self.upstream.captures.put(capture)
+
+    def _exits_up(self, exits: list[forensics_pb2.RankExit]) -> None:
+        for record in exits:
+            self.upstream.exits.put(record)
 
     def _fingerprints_up(self, found: list[forensics_pb2.JobFingerprints]) -> None:
         for job_fingerprints in found:

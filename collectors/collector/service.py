@@ -31,7 +31,7 @@ from collectors.common.validation import (
     shown,
 )
 from collectors.delivery.coverage import Coverage
-from collectors.delivery.forensics import check_capture, request_ranks, with_ranks
+from collectors.delivery.forensics import check_capture, check_exit, request_ranks, with_ranks
 from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
 from collectors.delivery.node import COUNTER_FIELDS, Node, RankView
 from collectors.delivery.runs import refusal_reason
@@ -74,6 +74,8 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         # both up with its own units, the root stores captures and judges fingerprints.
         self.on_captures: Callable[[list[forensics_pb2.Capture]], None] | None = None
         self.on_fingerprints: Callable[[list[forensics_pb2.JobFingerprints]], None] | None = None
+        # How ranks ended (RankExit, docs/forensics.md): a collector sends them up, the root's crash detector judges.
+        self.on_exits: Callable[[list[forensics_pb2.RankExit]], None] | None = None
 
     # Called by the node (under its lock) to answer a child about one of its units.
     def ack_down(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None,
@@ -185,7 +187,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             node.child_states(sender, views)
             self.coverage.note(sender, views, node.runs.known)
             node.child_counters[sender] = {name: getattr(batch.counters, name) for name in COUNTER_FIELDS}
-            if batch.captures or batch.fingerprints:
+            if batch.captures or batch.fingerprints or batch.exits:
                 self._forensics(sender, batch)
             if batch.seq == 0:
                 responses.put(forward_pb2.Ack(seq=0, status=forward_pb2.Ack.RECEIVED))
@@ -216,6 +218,17 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 self._cover_log.warn("refused a capture from %s: %s", sender, exc)
         if captures and self.on_captures is not None:
             self.on_captures(captures)
+        exits = []
+        for record in batch.exits:
+            try:
+                check_exit(record, self.max_world_size)
+                self._covers(sender, record.job, record.attempt, BitMap([record.rank]), "a rank exit")
+                exits.append(record)
+            except BadInput as exc:
+                self.node.counters["bad_inputs"] += 1
+                self._cover_log.warn("refused a rank exit from %s: %s", sender, exc)
+        if exits and self.on_exits is not None:
+            self.on_exits(exits)
         fingerprints = []
         for found in batch.fingerprints:
             try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from typing import Generic, TypeVar
 
 from pyroaring import BitMap
 
@@ -23,6 +24,8 @@ MAX_PROCESS_BYTES = 64 * 1024     # the agent's /proc facts, JSON
 MAX_REQUEST_ID = 64
 MAX_RANKS_PER_REQUEST = 64        # ranks one request may name (the root asks for fewer: --forensics-max-ranks)
 SOURCES = ("sdk", "py-spy", "proc", "none")
+EXIT_CAUSES = ("exception", "fatal_signal", "terminated", "exit_code", "exited", "oom_killed", "killed")
+EXIT_TEXT_BYTES = 64 * 1024       # a RankExit's traceback and stacks, each
 
 
 def check_capture(capture: forensics_pb2.Capture, max_world_size: int) -> None:
@@ -68,28 +71,48 @@ def with_ranks(request: forensics_pb2.CaptureRequest, ranks: BitMap) -> forensic
     return copy
 
 
-class CaptureQueue:
-    """Captures waiting for the next unit to the parent. Not thread-safe: callers hold the node's lock."""
+def check_exit(record: forensics_pb2.RankExit, max_world_size: int) -> None:
+    """Refuse (BadInput) a RankExit no honest agent sends: an unknown cause, a field past its bound."""
+    check_job(record.job)
+    check_world(record.rank + 1, max_world_size, f"exit of rank {record.rank}")
+    if record.cause not in EXIT_CAUSES:
+        raise BadInput("INVALID_ARGUMENT", f"exit cause {shown(record.cause)} is not one of {EXIT_CAUSES}")
+    for name, limit in (("traceback", EXIT_TEXT_BYTES), ("stacks", EXIT_TEXT_BYTES), ("message", 8192),
+                        ("why", 4096), ("facts", 32768), ("thread_exception", 1024), ("host", 256),
+                        ("exc_type", 256), ("signal", 32), ("died_at_source", 32)):
+        if len(getattr(record, name)) > limit:
+            raise BadInput("INVALID_ARGUMENT", f"exit {name} is longer than {limit} characters")
+    if len(record.fingerprints) > 64:
+        raise BadInput("INVALID_ARGUMENT", "an exit carries at most 64 fingerprints")
+
+
+Message = TypeVar("Message", forensics_pb2.Capture, forensics_pb2.RankExit)
+
+
+class CaptureQueue(Generic[Message]):
+    """Captures (or RankExits) waiting for the next unit to the parent. Not thread-safe: callers hold the node's
+    lock."""
 
     def __init__(self, max_pending: int = 256, unit_bytes: int = 1024 * 1024) -> None:
         self.max_pending = max_pending
         self.unit_bytes = unit_bytes
-        self._pending: collections.deque[forensics_pb2.Capture] = collections.deque()
+        self._pending: collections.deque[Message] = collections.deque()
         self.dropped = 0
 
     def __len__(self) -> int:
         return len(self._pending)
 
-    def put(self, capture: forensics_pb2.Capture) -> None:
+    def put(self, capture: Message) -> None:
         self._pending.append(capture)
         while len(self._pending) > self.max_pending:
             lost = self._pending.popleft()
             self.dropped += 1
-            log.warning("capture queue full: dropped the capture of rank %d for %s", lost.rank, lost.request_id)
+            log.warning("forensics queue full: dropped the %s of rank %d of %s", type(lost).__name__, lost.rank,
+                        lost.job)
 
-    def take(self) -> list[forensics_pb2.Capture]:
+    def take(self) -> list[Message]:
         """The captures for one unit: oldest first, at most unit_bytes (always at least one)."""
-        out: list[forensics_pb2.Capture] = []
+        out: list[Message] = []
         size = 0
         while self._pending:
             nxt = self._pending[0].ByteSize()

@@ -36,7 +36,7 @@ from collectors.delivery.windows import (
     Window,
     WindowTable,
 )
-from telemetry.v1 import forward_pb2
+from telemetry.v1 import forensics_pb2, forward_pb2
 
 log = logging.getLogger(__name__)
 
@@ -413,8 +413,9 @@ class Upstream:
         self._refusal_log = RateLimitedLog(log)
         # Forensics riding on the units (docs/forensics.md): captures for the root, and this subtree's merged
         # collective fingerprints (a FingerprintTable, set by the tier that keeps one). Both under the node's lock.
-        self.captures = CaptureQueue()
+        self.captures: CaptureQueue[forensics_pb2.Capture] = CaptureQueue()
         self.fingerprints: FingerprintTable | None = None
+        self.exits: CaptureQueue[forensics_pb2.RankExit] = CaptureQueue(max_pending=4096)  # how ranks ended
 
     def ship(self, node: Node, windows: list[Window], now: float) -> None:
         """Hand the windows to the outbox, which sends them from its own thread: nothing slow here."""
@@ -424,7 +425,7 @@ class Upstream:
             if out.late:
                 node.counters["late"] += 1
             parts.append((win, out))
-        if parts or self.captures or now - self._last_sent >= self.liveness_every_s:
+        if parts or self.captures or self.exits or now - self._last_sent >= self.liveness_every_s:
             self._send(node, parts, now)
 
     def forget(self, keys: list[Key]) -> None:
@@ -452,6 +453,7 @@ class Upstream:
         for job, (hosts, processes) in zip(jobs, self._host_deltas(node, jobs)):
             message.ranks.append(node.states(job).to_proto(job, hosts, processes))
         message.captures.extend(self.captures.take())
+        message.exits.extend(self.exits.take())
         if self.fingerprints is not None:
             message.fingerprints.extend(self.fingerprints.drain())
         counters = node.subtree_counters()

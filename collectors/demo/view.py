@@ -173,21 +173,24 @@ def events_table(events: list[dict[str, Any]], limit: int = 12, final: list[dict
 
 
 def top_frames(stacks: str, source: str, n: int = 3) -> list[str]:
-    """The innermost `n` frames of the main thread (the first thread listed), innermost first. The SDK writes
-    traceback's layout (outermost first: "File ..., line N, in f"); py-spy writes innermost first ("f (file:N)")."""
+    """The innermost `n` frames of the main thread (the first thread or traceback listed), innermost first. The SDK
+    writes traceback's layout (outermost first: "File ..., line N, in f", under "Thread ..." or "Traceback ...");
+    faulthandler writes innermost first ("Thread 0x... (most recent call first):"); py-spy too ("f (file:N)")."""
     lines = stacks.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("Thread ")]
+    starts = [i for i, line in enumerate(lines)
+              if line.startswith(("Thread ", "Current thread ", "Traceback (most recent call last)"))]
     if not starts:
         return []
     block = lines[starts[0] + 1:starts[1] if len(starts) > 1 else len(lines)]
     if source == "py-spy":
         return [line.strip() for line in block if line.strip()][:n]
     frames = [line.strip() for line in block if line.lstrip().startswith("File ")]
-    return frames[::-1][:n]
+    return frames[:n] if "most recent call first" in lines[starts[0]] else frames[::-1][:n]
 
 
 def culprits_panel(culprits: list[dict[str, Any]]) -> Panel:
-    """Where the ranks named by open hang/straggler/mismatch events are: their captures' top frames."""
+    """Where the ranks named by open hang/straggler/mismatch/crash events are (or died): their captures' top
+    frames."""
     body = Text()
     for c in culprits:
         process = c.get("process") or {}

@@ -123,7 +123,8 @@ class RootWatcher:
     def _culprits(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The captures of the latest open culprit-naming events (at most 2 events, 2 ranks each)."""
         found = []
-        for event in [e for e in events if e.get("status") == "open" and e.get("kind") in CAPTURE_KINDS][-2:]:
+        kinds = (*CAPTURE_KINDS, "crash")  # a crash's captures are its dead ranks' last words
+        for event in [e for e in events if e.get("status") == "open" and e.get("kind") in kinds][-2:]:
             body = self._json(f"/api/v1/jobs/{self.job}/events/{event['id']}/forensics")
             for capture in body.get("captures", [])[:2]:
                 found.append({**capture, "event_id": event["id"], "kind": event["kind"]})

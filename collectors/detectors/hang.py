@@ -1,4 +1,4 @@
-"""Hang: a step still missing ranks past its deadline, or no step progress for T seconds.
+"""Hang: live ranks that make no progress: a step still missing them past its deadline, or no step progress for T s.
 
 Two rules, one event per job (they update the same event; `detail.reasons` says which hold):
 
@@ -10,13 +10,17 @@ Two rules, one event per job (they update the same event; `detail.reasons` says 
   `no_progress_factor` x the median step interval) while some rank is still alive or stuck (a job
   whose ranks have all exited has ended, not hung).
 
-The ranks behind are the missing ranks, and (for no progress) the ranks at the progress minimum when
+Dead ranks are never named here: a rank whose process is gone did not hang, it died, and the `crash` event
+(collectors/detectors/crash.py) names it with why. While ranks of the job are dead, `missing_past_deadline` is
+not judged (the live ranks are missing because they wait for the dead ones, and usually die of it a moment
+later); only `no_progress` is: live ranks that wait T seconds without progress for a dead one are a hang too
+(it names the live ranks, `detail.dead` lists the dead ones for context).
+
+The ranks behind are the live missing ranks, and (for no progress) the ranks at the progress minimum when
 ranks disagree (bottom-k of the heartbeat bucket, exact), the ranks whose `collective.last_enqueued`
-is behind when ranks send it, and the dead and stuck ranks. Each is told apart with the agents'
-liveness: `state` "dead" (its process is gone) or "stuck" (its process is alive but it does not
-progress); `liveness` is the agent's own word: "alive" (heartbeating), "stuck" (alive, silent for
-longer than the agent's --stuck-after), "dead", or "unknown". `cause` is "dead" when any rank behind
-is dead, else "stuck". The event closes when no rule holds any more.
+is behind when ranks send it, and the stuck ranks. Each carries `liveness`, the agent's own word: "alive"
+(its process heartbeats), "stuck" (alive, silent for longer than the agent's --stuck-after), or "unknown". The
+event closes when no rule holds any more.
 """
 
 from __future__ import annotations
@@ -160,12 +164,14 @@ class HangDetector(Detector):
         progress = state.progress
         bottom_max = progress.bottom()[-1][0] if progress is not None and progress.bottom() else None
         for (step, _metric), inc in sorted(state.incomplete.items()):
-            if now - inc.since < c.grace_s:
-                continue
+            if now - inc.since < c.grace_s or dead:
+                continue  # with ranks dead, the live ones wait for them: the crash's; no_progress judges them
             named = []
             ranks = list(islice(inc.missing, 1024))
             known = _values_of(progress, ranks)
             for rank in ranks:
+                if rank in dead:
+                    continue  # it died: the crash event's, not a hang
                 at = known.get(rank)
                 if at is None and progress is not None and rank in progress.sources and bottom_max is not None:
                     at = bottom_max  # among the sources but above the bottom-k: at least this far
@@ -179,6 +185,9 @@ class HangDetector(Detector):
                 deadline_wall = inc.deadline_wall if deadline_wall is None else min(deadline_wall, inc.deadline_wall)
         if missing_steps:
             reasons.append("missing_past_deadline")
+        if dead and not stuck and alive_count == 0 and live:
+            missing_steps.clear()  # every rank still covered is dead: a crash, not a hang
+            reasons.clear()
         quiet_s = now - state.last_advance
         threshold_s = self.no_progress_after(job)
         ended = bool(live) and alive_count == 0 and not stuck
@@ -191,8 +200,10 @@ class HangDetector(Detector):
                     behind.setdefault(rank, int(progress_view["min_step"]))
             for rank in (collective_view or {}).get("ranks_behind", []):
                 behind.setdefault(rank, state.max_step + 1)
-            for rank in dead | stuck:
+            for rank in stuck:
                 behind.setdefault(rank, state.max_step + 1)
+            for rank in dead:
+                behind.pop(rank, None)
         if not reasons:
             # A window finalised with ranks missing is judged only `grace_s` later; until then the event
             # stays as it is (else a no-progress event would close the moment that window moved the
@@ -206,13 +217,10 @@ class HangDetector(Detector):
         currents = _values_of(progress, ranks[: 4 * c.top])
         listed = []
         for rank in ranks[: 4 * c.top]:
-            liveness = "dead" if rank in dead else "stuck" if rank in stuck else "alive" if live else "unknown"
+            liveness = "stuck" if rank in stuck else "alive" if live else "unknown"
             current = currents.get(rank)
-            listed.append({"rank": rank, "host": hosts.get(rank), "state": "dead" if rank in dead else "stuck",
-                           "liveness": liveness, "missing_step": behind[rank],
+            listed.append({"rank": rank, "host": hosts.get(rank), "liveness": liveness, "missing_step": behind[rank],
                            "current_step": None if current is None else int(current)})
-        dead_named = [r for r in ranks if r in dead]
-        stuck_named = [r for r in ranks if r not in dead]
         first_step = min(missing_steps) if missing_steps else state.max_step + 1
         event = self.events.get_open(self.kind, job)
         wall = self.wall()
@@ -223,11 +231,12 @@ class HangDetector(Detector):
             detected_at = event.detail.get("detected_at", wall)
             after = event.detail.get("detected_after_deadline_s")
         start = deadline_wall if deadline_wall is not None else wall
-        cause = "dead" if dead_named else "stuck"
+        dead_listed = sorted(dead)[:64]
         detail = {
-            "summary": f"step {first_step}: ranks {ranks[:8]} behind ({cause}"
-                       f"{'; dead ' + str(dead_named[:8]) if dead_named else ''})",
-            "reasons": reasons, "cause": cause, "ranks": listed, "dead": dead_named[:64], "stuck": stuck_named[:64],
+            "summary": f"step {first_step}: ranks {ranks[:8]} make no progress"
+                       f"{' (dead, see the crash event: ' + str(dead_listed[:8]) + ')' if dead_listed else ''}",
+            "reasons": reasons, "ranks": listed, "dead": dead_listed,
+            "stuck": [r for r in ranks if r in stuck][:64],
             "missing": {str(s): r[:64] for s, r in sorted(missing_steps.items())[:8]},
             "progress": progress_view, "collective": collective_view,
             "last_step": state.max_step, "no_progress_s": round(quiet_s), "no_progress_threshold_s":

@@ -23,6 +23,7 @@ from typing import Any
 from collectors.common.rows import Row
 from collectors.detectors.base import Context, Detector, from_mapping
 from collectors.detectors.collective_mismatch import CollectiveMismatchConfig, CollectiveMismatchDetector
+from collectors.detectors.crash import CrashConfig, CrashDetector, record_of
 from collectors.detectors.dataloader_stall import DataloaderStallConfig, DataloaderStallDetector
 from collectors.detectors.events import EventLog, SinkConfig
 from collectors.detectors.hang import HangConfig, HangDetector
@@ -44,6 +45,7 @@ class DetectorsConfig:
     dataloader_stall: DataloaderStallConfig = field(default_factory=DataloaderStallConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     collective_mismatch: CollectiveMismatchConfig = field(default_factory=CollectiveMismatchConfig)
+    crash: CrashConfig = field(default_factory=CrashConfig)
     sinks: SinkConfig = field(default_factory=SinkConfig)
 
     @classmethod
@@ -87,6 +89,7 @@ class Detectors:
         self.hang = HangDetector(events, ctx, c.hang) if c.hang.enabled else None
         self.mismatch = (CollectiveMismatchDetector(events, ctx, c.collective_mismatch)
                          if c.collective_mismatch.enabled else None)
+        self.crash = CrashDetector(events, ctx, c.crash) if c.crash.enabled else None
         candidates: list[Detector | None] = [
             StragglerDetector(events, ctx, c.straggler) if c.straggler.enabled else None,
             LossSpikeDetector(events, ctx, c.loss_spike) if c.loss_spike.enabled else None,
@@ -96,6 +99,7 @@ class Detectors:
             HardwareDetector(events, ctx, c.hardware) if c.hardware.enabled else None,
             self.hang,
             self.mismatch,
+            self.crash,
         ]
         self.detectors: list[Detector] = [d for d in candidates if d is not None]
         self.errors = 0
@@ -126,6 +130,17 @@ class Detectors:
                 self.errors += 1
                 log.exception("collective mismatch detector failed on %s", job)
 
+    def on_exits(self, job: str, exits: list) -> None:
+        """Accounts of ranks' exits (RankExit) of `job` (scoped name), from the tree: judged at once."""
+        if self.crash is None or not exits:
+            return
+        with self.lock:
+            try:
+                self.crash.observe_exits(job, [record_of(e) for e in exits])
+            except Exception:
+                self.errors += 1
+                log.exception("crash detector failed on %s", job)
+
     def forget(self, job: str) -> None:
         """A finished job leaves every detector; its events still open are closed."""
         with self.lock:
@@ -135,7 +150,8 @@ class Detectors:
 
     def jobs(self) -> list[str]:
         with self.lock:
-            return self.hang.jobs() if self.hang is not None else []
+            jobs = self.hang.jobs() if self.hang is not None else []
+            return jobs + [job for job in self.crash.jobs() if job not in jobs] if self.crash is not None else jobs
 
     def check(self, live: dict[str, dict]) -> None:
         """Periodic checks (hang); `live` maps job -> liveness view, fetched without this lock held."""
@@ -145,6 +161,8 @@ class Detectors:
                     self.hang.check(live)
                 if self.mismatch is not None:
                     self.mismatch.check()
+                if self.crash is not None:
+                    self.crash.check(live)
             except Exception:
                 self.errors += 1
                 log.exception("periodic detector check failed")

@@ -229,6 +229,10 @@ class Forensics:
             raise TimeoutError(f"the root's forensics worker did not take the request within {wait_s:g} s")
         return request_id
 
+    def record(self, job: str, event_id: int, reason: str, captures: list[forensics_pb2.Capture]) -> None:
+        """An event's captures taken without asking anyone (a crash's last words): kept as its request's."""
+        self._put(("record", job, event_id, reason, captures))
+
     def _put(self, item: tuple) -> None:
         try:
             self._work.put_nowait(item)
@@ -248,6 +252,8 @@ class Forensics:
                     self._ask(*item[1:])
                 elif item[0] == "capture":
                     self._capture(*item[1:])
+                elif item[0] == "record":
+                    self._record(*item[1:])
             except Exception:
                 log.exception("forensics: %s failed", item[0])
 
@@ -286,6 +292,22 @@ class Forensics:
                 request_id=request_id, job=name, attempt=attempt, rank=rank, captured_at_ns=time.time_ns(),
                 source="none", reason=reason, error="no child of the root covers this rank (not connected, "
                                                     "finished, or not a rank of the job)"), self.clock())
+
+    def _record(self, job: str, event_id: int, reason: str, captures: list[forensics_pb2.Capture]) -> None:
+        name, attempt = split(job)
+        request_id = f"event-{event_id}"
+        meta = self.store.meta(name, request_id) or {"request_id": request_id, "job": name, "attempt": attempt,
+                                                    "event_id": event_id, "reason": reason, "asked_at": self.clock(),
+                                                    "asks": []}
+        new = [c.rank for c in captures if c.rank not in meta.get("ranks", [])]
+        if not new:
+            return
+        meta["ranks"] = sorted(set(meta.get("ranks", [])) | set(new))
+        meta["asks"].append({"ranks": new, "at": self.clock()})
+        self.store.open_request(name, request_id, meta)
+        for capture in captures:
+            if capture.rank in new:
+                self._capture(capture, self.clock())
 
     def _capture(self, capture: forensics_pb2.Capture, received: float) -> None:
         job = capture.job  # directories are by the job's name: request ids are unique across its attempts

@@ -14,17 +14,22 @@ downtime (for the first attempt, the wall time starts when it ends). So, exactly
   (about lost_s when step times are steady);
 * goodput: productive_s / wall_s (the "effective training time ratio").
 
+Each attempt also says why it ended (`ended_by`), when the root's `crash` event for it says so (the events
+table of the same database, docs/forensics.md "When ranks die"): the cause and ranks of the first death and the
+event's summary; None for an attempt that finished, still runs, or ended without a word reaching the root.
+
 Attempts are ordered by their number (docs/restarts.md: launchers' numbers grow with each launch).
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import Any, TypedDict
 
-from collectors.common.attempts import like_prefix, split
+from collectors.common.attempts import like_prefix, scoped, split
 
 
 @dataclass
@@ -48,6 +53,7 @@ class AttemptFigures(TypedDict):
     end_ns: int
     downtime_s: float
     steps_replayed: int
+    ended_by: dict[str, Any] | None
 
 
 class Goodput(TypedDict):
@@ -111,7 +117,7 @@ def compute(job: str, attempts: Iterable[AttemptSteps]) -> Goodput:
         seen.update(step for step, _ in ends)
         entries.append({"attempt": attempt.attempt, "world_size": attempt.world_size, "first_step": ends[0][0],
                         "last_step": ends[-1][0], "steps": len(ends), "start_ns": ends[0][1], "end_ns": ends[-1][1],
-                        "downtime_s": downtime / 1e9, "steps_replayed": replayed})
+                        "downtime_s": downtime / 1e9, "steps_replayed": replayed, "ended_by": None})
         previous_end = ends[-1][1]
     wall = (ordered[-1].ends[-1][1] - ordered[0].ends[0][1]) if ordered else 0
     return {"job": job, "wall_s": wall / 1e9, "productive_s": productive / 1e9, "lost_s": lost / 1e9,
@@ -120,5 +126,27 @@ def compute(job: str, attempts: Iterable[AttemptSteps]) -> Goodput:
             "attempts": entries}
 
 
+def ended_by(db: sqlite3.Connection, job: str, attempt: int) -> dict[str, Any] | None:
+    """Why the attempt ended, from its first crash event (None: no crash event, or no events table yet)."""
+    try:
+        found = db.execute("SELECT id, detail FROM events WHERE job=? AND kind='crash' ORDER BY id LIMIT 1",
+                           (scoped(job, attempt),)).fetchone()
+    except sqlite3.OperationalError:  # a store without the event log's table
+        return None
+    if found is None:
+        return None
+    try:
+        detail = json.loads(found[1])
+    except ValueError:
+        return None
+    first = detail.get("first") or []
+    return {"event_id": int(found[0]), "cause": first[0].get("cause") if first else None,
+            "first_ranks": [f.get("rank") for f in first], "why": first[0].get("why") if first else None,
+            "summary": detail.get("summary")}
+
+
 def goodput(db: sqlite3.Connection, job: str) -> Goodput:
-    return compute(job, load(db, job))
+    figures = compute(job, load(db, job))
+    for entry in figures["attempts"]:
+        entry["ended_by"] = ended_by(db, job, entry["attempt"])
+    return figures

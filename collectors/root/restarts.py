@@ -62,7 +62,8 @@ class RestartWatch:
                            "to replay",
                 "attempt": attempt, "previous_attempt": before["attempt"], "downtime_s": now["downtime_s"],
                 "steps_replayed": replay, "world_size": now["world_size"],
-                "previous_world_size": before["world_size"], "previous_last_step": before["last_step"]})
+                "previous_world_size": before["world_size"], "previous_last_step": before["last_step"],
+                "previous_ended_by": before.get("ended_by")})
 
     def forget(self, scoped: str) -> None:
         with self._lock:

@@ -69,6 +69,7 @@ class RootServer(Tier):
         self.finaliser.on_store_trouble.append(self.wiring.store_trouble)
         self.service.on_captures = self.wiring.forensics.on_captures
         self.service.on_fingerprints = self.wiring.on_fingerprints
+        self.service.on_exits = self.wiring.on_exits
         self.on_job_finished.append(self.wiring.finished)
         self.api = RootApi(self.store, self.liveness)
         self.api.events = self.wiring.events_endpoint  # GET /api/v1/jobs/{job}/events

@@ -34,10 +34,11 @@ from collectors.common.fingerprints import FingerprintTable
 from collectors.common.rows import Row
 from collectors.delivery.node import Node
 from collectors.detectors.base import Context
-from collectors.detectors.events import EventLog, make_sinks
+from collectors.detectors.events import Event, EventLog, make_sinks
 from collectors.detectors.suite import Detectors, DetectorsConfig
 from collectors.root.api import MAX_LAST, ApiError
 from collectors.root.capture_limits import Busy
+from collectors.root.crashes import RankExitMetrics, last_words_capture
 from collectors.root.finalise import Finaliser
 from collectors.root.forensics import (
     DEFAULT_MAX_RANKS,
@@ -106,6 +107,11 @@ class Wiring:
         self.events.sinks.append(self.forensics.on_event)
         self.metrics.registry.register(ForensicsMetrics(self.forensics))
         self.fingerprints = FingerprintTable()
+        # When ranks die (docs/forensics.md): the crash event's capture is its ranks' last words.
+        crash = self.detectors.crash
+        if crash is not None:
+            self.events.sinks.append(self._crash_forensics)
+            self.metrics.registry.register(RankExitMetrics(lambda: dict(crash.counts)))
 
     def _counters(self) -> dict[str, int]:
         node = self.tier.node
@@ -134,6 +140,26 @@ class Wiring:
         for job_fingerprints in found:
             changed = self.fingerprints.merge(job_fingerprints)
             self.detectors.on_fingerprints(scoped(job_fingerprints.job, job_fingerprints.attempt), changed)
+
+    def on_exits(self, exits: list[forensics_pb2.RankExit]) -> None:
+        """CollectorService.on_exits: accounts of ranks' ends, to the crash detector (under the node's lock)."""
+        by_job: dict[str, list[forensics_pb2.RankExit]] = {}
+        for record in exits:
+            by_job.setdefault(scoped(record.job, record.attempt), []).append(record)
+        for job, found in by_job.items():
+            self.detectors.on_exits(job, found)
+
+    def _crash_forensics(self, action: str, event: Event) -> None:
+        """EventLog sink (under the detectors' lock): a crash event's accounts, kept as its forensics."""
+        crash = self.detectors.crash
+        if event.kind != "crash" or action not in ("open", "update") or event.id is None or crash is None:
+            return
+        name, attempt = split(event.job)
+        request_id = f"event-{event.id}"
+        captures = [last_words_capture(record, request_id, name, attempt)
+                    for record in crash.records(event.job).values()]
+        if captures:
+            self.forensics.record(event.job, event.id, "crash", captures)
 
     def finished(self, job: str) -> None:
         """RootServer.on_job_finished: the job leaves every consumer (its events still open are closed)."""

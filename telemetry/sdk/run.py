@@ -30,8 +30,9 @@ from telemetry.sdk.address import check_address
 from telemetry.sdk.attempt import check_attempt, default_attempt
 from telemetry.sdk.capture import Responder
 from telemetry.sdk.env import default_agent, env_int
+from telemetry.sdk.lastwords import MAX_FINGERPRINTS, WITNESS
 from telemetry.sdk.sender import Identity, Sender
-from telemetry.v1 import ingest_pb2
+from telemetry.v1 import forensics_pb2, ingest_pb2
 
 log = logging.getLogger("telemetry.sdk")
 
@@ -39,6 +40,7 @@ DEFAULT_BUFFER_RECORDS = 100_000
 COLLECTIVES_ENV = "TELEMETRY_COLLECTIVES"  # "0" turns the flight-recorder readers off
 FINGERPRINTS_ENV = "TELEMETRY_FINGERPRINTS"  # "0" turns the collective fingerprints off (docs/forensics.md)
 CAPTURES_ENV = "TELEMETRY_CAPTURES"  # "0": this rank answers no capture request (the agent looks from outside)
+LAST_WORDS_ENV = "TELEMETRY_LAST_WORDS"  # "0": no exit hooks, no faulthandler file (telemetry/sdk/lastwords.py)
 _VALUES, _CLOSE, _STAGED = 0, 1, 2
 _Record = tuple[int, int, Any]  # (kind, step, payload): values, a step's end time, or tensors still staged
 # The highest step each (agent, job, attempt, rank) logged in this process, across its Runs. The tree tells one
@@ -58,7 +60,7 @@ class Run:
                  device: str = "", buffer_records: int = DEFAULT_BUFFER_RECORDS, flush_interval_s: float = 0.1,
                  heartbeat_interval_s: float = 1.0, max_backlog_values: int = 1_000_000,
                  collectives: bool | None = None, attempt: int = 0, fingerprints: bool | None = None,
-                 captures: bool | None = None) -> None:
+                 captures: bool | None = None, last_words: bool | None = None) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
         problem = job_name_problem(job)
@@ -98,6 +100,10 @@ class Run:
         self._open_step: int | None = None  # inside `with run.step(s)`: s
         self._loader_wait = 0.0             # wrap_loader's waits since the last step entry, outside any step
         self._loader_waits = 0
+        # Why this rank ended, told to the agent on the way out (telemetry/sdk/lastwords.py).
+        if _switch(last_words, LAST_WORDS_ENV):
+            self._sender.on_fault_file = WITNESS.use_fault_file
+            WITNESS.add(self)
         self._sender.start()
 
     # ------------------------------------------------------------ training thread
@@ -293,6 +299,26 @@ class Run:
             beat.fingerprints.extend(self._fingerprints.take())
         return beat
 
+    def say_last_words(self, words: forensics_pb2.LastWords, wait_s: float) -> bool:
+        """Send the rank's last words (lastwords.Witness calls this from its hooks): this Run's step, progress
+        and newest collective fingerprints added; True once the agent noted them (waits at most wait_s)."""
+        if self._closed:
+            return False
+        words.rank = self.rank
+        words.current_step, words.steps_completed = self.current_step, self.steps_completed
+        words.last_enqueued = words.last_completed = -1
+        progress = self._progress
+        if progress is not None:
+            try:
+                status = progress.status()
+                if status is not None:
+                    words.last_enqueued, words.last_completed = int(status[0]), int(status[1])
+            except Exception:
+                log.debug("telemetry: collective progress unreadable for the last words", exc_info=True)
+        if self._fingerprints is not None:
+            words.fingerprints.extend(self._fingerprints.newest(MAX_FINGERPRINTS))
+        return self._sender.send_last_words(words, wait_s)
+
     # ------------------------------------------------------------ lifecycle
     @property
     def connected(self) -> bool:
@@ -307,6 +333,7 @@ class Run:
         if self._closed:
             return True
         self._closed = True
+        WITNESS.remove(self)
         if self._clock is not None:
             self._clock.close()
         deadline = time.monotonic() + timeout

@@ -91,6 +91,9 @@ class Sender:
         self._stream_error: grpc.RpcError | None = None
         # Capture requests (RankAck.CAPTURE) go here, on the ack-reading thread: it must return at once.
         self.on_capture: Callable[[forensics_pb2.CaptureRequest], None] | None = None
+        # The agent's fault file for this rank (RankAck.fault_file with REGISTERED): faulthandler goes there.
+        self.on_fault_file: Callable[[str], object] | None = None
+        self._noted = threading.Event()  # the agent noted the last words just sent (RankAck.NOTED)
         self._thread = threading.Thread(target=self._run, name=f"telemetry-sender-{identity.rank}", daemon=True)
 
     def start(self) -> None:
@@ -103,6 +106,14 @@ class Sender:
         """Send a capture on the current stream (not retained: after a break the agent's own fallback
         answers for this rank); False when there is no stream."""
         return self._kept.send(ingest_pb2.RankMessage(capture=capture))
+
+    def send_last_words(self, words: forensics_pb2.LastWords, wait_s: float) -> bool:
+        """Send the rank's last words on the current stream and wait up to wait_s for the agent's NOTED; False
+        at once when there is no stream (nothing is retained: the process is going away)."""
+        self._noted.clear()
+        if not self.connected.is_set() or not self._kept.send(ingest_pb2.RankMessage(last_words=words)):
+            return False
+        return self._noted.wait(wait_s) if wait_s > 0 else False
 
     def unacknowledged(self) -> int:
         return len(self._kept)
@@ -216,6 +227,10 @@ class Sender:
             self._registered = self.ever_registered = True
             self.connected.set()
             _agents.reached(self.address)
+            if ack.fault_file and self.on_fault_file is not None:
+                self.on_fault_file(ack.fault_file)
+        elif status == ingest_pb2.RankAck.NOTED:
+            self._noted.set()
         elif status == ingest_pb2.RankAck.DROPPED_LATE:
             self._dropped_late(ack)
         elif status == ingest_pb2.RankAck.CAPTURE:

@@ -271,6 +271,26 @@ class Fingerprinter:
         self.dump_seconds = 0.0
         self.last_dump_seconds = 0.0
 
+    def newest(self, n: int, wait_s: float = 0.25) -> list[Any]:
+        """The fingerprints of the newest `n` collectives in a fresh dump, whatever was sent before (a rank's last
+        words: the collectives it issued right before it died). Never raises; [] when there is no recorder, or when
+        the lock is not free within `wait_s` (the thread that holds it may be the one this runs on, interrupted)."""
+        if not self._lock.acquire(timeout=wait_s):
+            return []
+        try:
+            found = _full_dump(self.progress)
+            if found is None:
+                return []
+            seqs = {e["collective_seq_id"]: e for e in found[2]
+                    if not e.get("is_p2p") and isinstance(e.get("collective_seq_id"), int)}
+            return [self._proto(seq, seqs[seq]) for seq in sorted(seqs)[-n:]]
+        except Exception as e:
+            _debug_once(f"newest:{type(e).__name__}", "collective fingerprints unavailable: %s: %s",
+                        type(e).__name__, e)
+            return []
+        finally:
+            self._lock.release()
+
     def take(self) -> list[Any]:
         """New fingerprints (``telemetry.v1.forensics_pb2.CollectiveFingerprint``), oldest first; often []."""
         try:

@@ -90,21 +90,23 @@ class RankBye(_message.Message):
     def __init__(self) -> None: ...
 
 class RankMessage(_message.Message):
-    __slots__ = ("hello", "batch", "heartbeat", "bye", "capture")
+    __slots__ = ("hello", "batch", "heartbeat", "bye", "capture", "last_words")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     BYE_FIELD_NUMBER: _ClassVar[int]
     CAPTURE_FIELD_NUMBER: _ClassVar[int]
+    LAST_WORDS_FIELD_NUMBER: _ClassVar[int]
     hello: RankHello
     batch: RankBatch
     heartbeat: Heartbeat
     bye: RankBye
     capture: _forensics_pb2.RankCapture
-    def __init__(self, hello: _Optional[_Union[RankHello, _Mapping]] = ..., batch: _Optional[_Union[RankBatch, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., bye: _Optional[_Union[RankBye, _Mapping]] = ..., capture: _Optional[_Union[_forensics_pb2.RankCapture, _Mapping]] = ...) -> None: ...
+    last_words: _forensics_pb2.LastWords
+    def __init__(self, hello: _Optional[_Union[RankHello, _Mapping]] = ..., batch: _Optional[_Union[RankBatch, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., bye: _Optional[_Union[RankBye, _Mapping]] = ..., capture: _Optional[_Union[_forensics_pb2.RankCapture, _Mapping]] = ..., last_words: _Optional[_Union[_forensics_pb2.LastWords, _Mapping]] = ...) -> None: ...
 
 class RankAck(_message.Message):
-    __slots__ = ("status", "seq", "reason", "dropped_values", "capture")
+    __slots__ = ("status", "seq", "reason", "dropped_values", "capture", "fault_file")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[RankAck.Status]
@@ -114,6 +116,7 @@ class RankAck(_message.Message):
         REFUSED: _ClassVar[RankAck.Status]
         DROPPED_LATE: _ClassVar[RankAck.Status]
         CAPTURE: _ClassVar[RankAck.Status]
+        NOTED: _ClassVar[RankAck.Status]
     STATUS_UNSPECIFIED: RankAck.Status
     REGISTERED: RankAck.Status
     RECEIVED: RankAck.Status
@@ -121,14 +124,17 @@ class RankAck(_message.Message):
     REFUSED: RankAck.Status
     DROPPED_LATE: RankAck.Status
     CAPTURE: RankAck.Status
+    NOTED: RankAck.Status
     STATUS_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DROPPED_VALUES_FIELD_NUMBER: _ClassVar[int]
     CAPTURE_FIELD_NUMBER: _ClassVar[int]
+    FAULT_FILE_FIELD_NUMBER: _ClassVar[int]
     status: RankAck.Status
     seq: int
     reason: str
     dropped_values: int
     capture: _forensics_pb2.CaptureRequest
-    def __init__(self, status: _Optional[_Union[RankAck.Status, str]] = ..., seq: _Optional[int] = ..., reason: _Optional[str] = ..., dropped_values: _Optional[int] = ..., capture: _Optional[_Union[_forensics_pb2.CaptureRequest, _Mapping]] = ...) -> None: ...
+    fault_file: str
+    def __init__(self, status: _Optional[_Union[RankAck.Status, str]] = ..., seq: _Optional[int] = ..., reason: _Optional[str] = ..., dropped_values: _Optional[int] = ..., capture: _Optional[_Union[_forensics_pb2.CaptureRequest, _Mapping]] = ..., fault_file: _Optional[str] = ...) -> None: ...
