@@ -229,9 +229,9 @@ class Forensics:
             raise TimeoutError(f"the root's forensics worker did not take the request within {wait_s:g} s")
         return request_id
 
-    def record(self, job: str, event_id: int, reason: str, captures: list[forensics_pb2.Capture]) -> None:
+    def keep(self, job: str, event_id: int, reason: str, captures: list[forensics_pb2.Capture]) -> None:
         """An event's captures taken without asking anyone (a crash's last words): kept as its request's."""
-        self._put(("record", job, event_id, reason, captures))
+        self._put(("keep", job, event_id, reason, captures))
 
     def _put(self, item: tuple) -> None:
         try:
@@ -252,8 +252,8 @@ class Forensics:
                     self._ask(*item[1:])
                 elif item[0] == "capture":
                     self._capture(*item[1:])
-                elif item[0] == "record":
-                    self._record(*item[1:])
+                elif item[0] == "keep":
+                    self._keep(*item[1:])
             except Exception:
                 log.exception("forensics: %s failed", item[0])
 
@@ -293,7 +293,7 @@ class Forensics:
                 source="none", reason=reason, error="no child of the root covers this rank (not connected, "
                                                     "finished, or not a rank of the job)"), self.clock())
 
-    def _record(self, job: str, event_id: int, reason: str, captures: list[forensics_pb2.Capture]) -> None:
+    def _keep(self, job: str, event_id: int, reason: str, captures: list[forensics_pb2.Capture]) -> None:
         name, attempt = split(job)
         request_id = f"event-{event_id}"
         meta = self.store.meta(name, request_id) or {"request_id": request_id, "job": name, "attempt": attempt,

@@ -159,7 +159,7 @@ class Wiring:
         captures = [last_words_capture(record, request_id, name, attempt)
                     for record in crash.records(event.job).values()]
         if captures:
-            self.forensics.record(event.job, event.id, "crash", captures)
+            self.forensics.keep(event.job, event.id, "crash", captures)
 
     def finished(self, job: str) -> None:
         """RootServer.on_job_finished: the job leaves every consumer (its events still open are closed)."""
