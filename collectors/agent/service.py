@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -358,9 +359,11 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         figures = {PROGRESS_METRIC: float(beat.current_step), STEPS_COMPLETED_METRIC: float(beat.steps_completed)}
         self.budget.admit_all(info.job, beat.extra)
         figures.update(beat.extra)
-        if info.exits is not None:
-            info.exits.last_enqueued = int(beat.extra.get(ENQUEUED_METRIC, info.exits.last_enqueued))
-            info.exits.last_completed = int(beat.extra.get(COMPLETED_METRIC, info.exits.last_completed))
+        if info.exits is not None:  # its collective progress, for the account of its end (a NaN is not a seq)
+            for name, attr in ((ENQUEUED_METRIC, "last_enqueued"), (COMPLETED_METRIC, "last_completed")):
+                value = beat.extra.get(name)
+                if value is not None and math.isfinite(value) and 0 <= value < 2**62:
+                    setattr(info.exits, attr, int(value))
         if beat.fingerprints and self.fingerprints is not None:
             self._fingerprints(info, beat)
         for metric, value in figures.items():
