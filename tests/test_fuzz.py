@@ -60,7 +60,7 @@ def test_collector_forward_streams(tree: FuzzTree) -> None:
 
 def test_a_rogue_child_and_a_rogue_rank_next_to_a_healthy_job(tree: FuzzTree) -> None:
     """Issue 26: values, heartbeat buckets, fingerprints, captures and rank states about the healthy job's ranks
-    from a child that does not cover them, at any attempt; rank streams of the healthy job at attempts no SDK
+    from a child that does not cover them, at the job's attempt and at attempts no tier takes; rank streams of the healthy job at attempts no SDK
     sends, and of a job of their own, with heartbeats at any time and fingerprints at any sequence number. The
     healthy job stays exact and no event names its ranks."""
     tree.log_healthy()  # the healthy job's ranks are known (with their processes) before the rogues speak
