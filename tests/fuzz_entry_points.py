@@ -102,8 +102,8 @@ forward_streams = st.lists(summary_batches, min_size=1, max_size=3)
 
 # A rogue child and a rogue rank aimed at the healthy job (issue 26): reports about its ranks from a child
 # that does not cover them (values for any step, heartbeat buckets, fingerprints that would make one of its
-# ranks the odd one out, captures, rank states that list its ranks without their processes), at the job's own attempt and at attempts no tier takes;
-# and a rank stream of its job at attempts no SDK sends, with heartbeats at any time and fingerprints at any
+# ranks the odd one out, captures, rank states that list its ranks without their processes), at the job's own
+# attempt and at attempts no tier takes; and a rank stream of its job at attempts no SDK sends, with heartbeats at any time and fingerprints at any
 # sequence number. The healthy job must stay exact and no event may name its ranks.
 # Attempts: the healthy job's own (0), which the rogue does not cover, and those no tier takes (>= 2**63). A new
 # plausible attempt (1, 2**63-1) is a new run of the job that a child naming its ranks may start (nothing but
