@@ -123,3 +123,36 @@ def test_the_outbox_keeps_saying_so_while_no_parent_answers(caplog):
     said = [r.getMessage() for r in caplog.records if "cannot reach the parent" in r.getMessage()]
     assert 2 <= len(said) <= 6, said  # repeated, at most one per 0.3 s
     assert all(parents[0] in s and parents[1] in s for s in said), said
+
+
+def test_a_second_agent_on_a_live_socket_is_refused_and_a_stale_one_is_taken_over(tmp_path):
+    """Two agents on one node (a manual one beside the systemd unit): the second used to unlink the first's socket
+    and take its ranks' new connections, silently. A socket left by a killed agent is still taken over."""
+    sock = tmp_path / "agent.sock"
+    args = ("agent", "--socket", sock, "--no-gpu-probe", "--no-nic-probe", "--parent", dead_address())
+    first = _telemetry(*args)
+    try:
+        assert json.loads(first.stdout.readline())["ready"]
+        second = _telemetry(*args)
+        out, err = second.communicate(timeout=60)
+        assert second.returncode == EXIT_CANNOT_LISTEN and "another process accepts connections there" in err, err
+        assert sock.exists(), "the first agent's socket is left alone"
+    finally:
+        first.kill()  # as SIGKILL leaves it: the socket file stays, nothing accepts on it
+        first.wait(30)
+    assert sock.exists()
+    third = _telemetry(*args)
+    try:
+        assert json.loads(third.stdout.readline() or "{}").get("ready"), third.stderr.read()
+    finally:
+        third.terminate()
+        third.wait(30)
+
+
+def test_a_socket_folder_that_cannot_be_made_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = _telemetry("agent", "--socket", blocker / "agent.sock", "--no-gpu-probe", "--parent", dead_address())
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_CANNOT_LISTEN and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"cannot make {blocker}" in err

@@ -21,7 +21,7 @@ from collectors.common.fingerprints import FingerprintTable
 from collectors.common.flushloop import FlushLoop
 from collectors.common.gctune import tune_gc
 from collectors.common.memory import FreedMemory
-from collectors.common.transport import Security
+from collectors.common.transport import CannotListen, Security
 from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, DEFAULT_MAX_WORLD_SIZE, MetricBudget
 from collectors.delivery.lifecycle import DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, JobLifecycle
 from collectors.delivery.node import Node, Upstream
@@ -97,9 +97,7 @@ class AgentServer:
         self._swept_at = 0.0
         self.freed = FreedMemory()
         self.socket_path = config.socket or default_socket()
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.socket_path.exists():
-            self.socket_path.unlink()  # a stale socket from a previous run
+        claim_socket(self.socket_path)
         # Ranks connect to the relay, which reads each connection's SO_PEERCRED; grpc listens behind it.
         self.relay = PeerRelay(self.socket_path)
         self.captures = Captures(self.registry, self.upstream.captures.put, self.node.lock,
@@ -175,3 +173,30 @@ class AgentServer:
         self.grpc.stop(grace)
         self.relay.stop()
         self.fault_files.close()
+
+
+def claim_socket(path: Path) -> None:
+    """Make the socket's folder and take the path over from a stale socket (a previous agent that was killed);
+    CannotListen when the folder cannot be made, or when a live process accepts connections there: a second
+    agent on the node (a manual one beside the systemd unit) used to unlink the first one's socket and take its
+    ranks' new connections, silently."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CannotListen(f"cannot listen on unix:{path}: cannot make {path.parent}: {exc.strerror} "
+                           f"(--socket)") from None
+    if not path.exists() and not path.is_symlink():
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except OSError:  # nothing accepts there (ECONNREFUSED; not a socket): stale, ours to replace
+            try:
+                path.unlink()
+            except OSError as exc:
+                raise CannotListen(f"cannot listen on unix:{path}: a stale file is there and cannot be removed: "
+                                   f"{exc.strerror}") from None
+            return
+    raise CannotListen(f"cannot listen on unix:{path}: another process accepts connections there (another agent? "
+                       f"systemctl status telemetry-agent); stop it, or give this one another --socket")
