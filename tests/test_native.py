@@ -244,3 +244,15 @@ def test_merge_over_time_gives_the_oracles_bytes(groups, rt) -> None:
     merged = OracleSummary(3)
     merged._absorb(theirs, BitMap.union(*(s.sources for s in theirs)))
     assert Summary.merge_over_time(ours).to_bytes() == merged.to_bytes()
+
+
+def test_copy_and_pickle_keep_the_bytes() -> None:
+    import copy
+    import pickle
+
+    s = pair(Summary, dict(shapes())["mixed"])
+    for other in (s.copy(), copy.copy(s), copy.deepcopy(s), pickle.loads(pickle.dumps(s))):
+        assert other.to_bytes() == s.to_bytes() and other is not s
+    c = s.copy()
+    c.add(7.0, 99, time_ns=5)  # the copy is independent
+    assert c.to_bytes() != s.to_bytes() and Summary.from_bytes(s.to_bytes()).to_bytes() == s.to_bytes()

@@ -438,6 +438,10 @@ class Summary:
 
     __hash__ = None  # type: ignore[assignment]  # unhashable on purpose: equal by content, and mutable
 
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        """Pickled as its wire bytes (the native core itself does not pickle)."""
+        return (Summary.from_bytes, (self.to_bytes(),))
+
 
 def _has(summary: Summary, name: str) -> bool:
     """Whether a field is set, without materialising it."""
