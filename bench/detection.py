@@ -22,6 +22,15 @@ detector: false alarms per 1,000 clean steps, faults detected, delay in steps an
 named against the truth; JSON under --out (detection.json): the machine, the configuration, the
 aggregate, every run's score and every event seen.
 
+With --matrix it runs the straggler matrix instead (bench/detection_jobs/matrix.py says how it is scored):
+bench/detection_jobs/shapes.py in the shapes real jobs have (--shapes: DDP with several buckets and the
+loss all-reduced for logging, FSDP2 with gradient clipping, two synchronous all-reduces, gradient
+accumulation under no_sync, a tensor-parallel subgroup), one rank slowed by each of --factors in each
+place of --wheres (forward, backward, optimizer, data) from --fault-step, plus --clean-runs clean runs of
+--clean-steps per shape; it prints the matrix (delay in steps and seconds, the rank named) and false alarms
+per 1,000 clean steps per shape, and writes detection_matrix.json with every run's per-step
+`collective_wait` figures (least-waiting rank, min, p50, the step's p50) for replaying the rule.
+
 Exit status: 0 when every planned run finished (whatever the detectors did), 1 when a service or a
 training job failed (what was measured is still written), 2 on bad arguments.
 """
@@ -46,6 +55,7 @@ from machine import REPO, machine_facts
 
 sys.path.insert(0, str(REPO))  # the checkout: when run as a script only bench/ is on sys.path
 
+from bench.detection_jobs import matrix
 from bench.detection_jobs.logs import done_lines
 from bench.detection_jobs.score import aggregate, score_run, table
 from bench.torchrun_jobs import root_and_agent, torchrun
@@ -53,6 +63,7 @@ from collectors.demo.train import kill_job
 from collectors.sim.procs import Proc
 
 TRAIN = REPO / "bench" / "detection_jobs" / "train.py"
+SHAPES = REPO / "bench" / "detection_jobs" / "shapes.py"
 FAULTS = ("slow_rank", "loader_stuck", "nan", "bad_batch", "slow_loader")
 QUICK = {"models": "mlp", "clean_seeds": 1, "fault_seeds": 1, "faults": "nan,bad_batch", "mlp_steps": 200}
 
@@ -228,6 +239,85 @@ def run(args: argparse.Namespace, workdir: Path, progress: Progress) -> dict[str
     return result
 
 
+def run_cell(cell: matrix.Cell, args: argparse.Namespace, api: str, agent: str, workdir: Path,
+             services: tuple[Proc, Proc]) -> dict[str, Any]:
+    """One matrix cell: a shapes.py job, its events as they open, and its per-step waits."""
+    job = f"mx-{cell.name.replace('.', '_')}-{uuid.uuid4().hex[:6]}"
+    truth_path, log_path = workdir / f"{job}.truth.jsonl", workdir / f"{job}.log"
+    watch = EventWatch(api, job)
+    argv = ["--job", job, "--shape", cell.shape, "--steps", str(cell.steps), "--seed", str(cell.seed),
+            "--fault-rank", str(cell.fault_rank), "--fault-step", str(cell.fault_step),
+            "--factor", str(cell.factor or 1.0), "--where", cell.where if cell.factor else "forward",
+            "--truth", str(truth_path)]
+    started, load_start = time.time(), os.getloadavg()[0]
+    proc = torchrun(cell.world, SHAPES, argv, agent, log_path, launcher=("--rdzv-id", job, "--max-restarts", "0"))
+    try:
+        while proc.poll() is None:
+            if time.time() - started > args.run_timeout:
+                raise BenchError(f"{job} did not finish in {args.run_timeout:.0f} s")
+            if not all(s.alive() for s in services):
+                raise BenchError(f"a service exited during {job}")
+            watch.poll()
+            time.sleep(args.poll_s)
+    finally:
+        if proc.poll() is None:
+            kill_job(proc, job)
+    wall = time.time() - started
+    if proc.returncode != 0:
+        raise BenchError(f"{job} exited with {proc.returncode}:\n{log_path.read_text(errors='replace')[-3000:]}")
+    deadline = time.time() + 10.0
+    while time.time() < deadline:
+        watch.poll()
+        jobs = {j["job"]: j for j in api_get(api, "/api/v1/jobs")["jobs"]}
+        if (jobs.get(job, {}).get("last_step") or -1) >= cell.steps - 1:
+            break
+        time.sleep(args.poll_s)
+    time.sleep(1.0)
+    watch.poll()
+    steps = {s["step"]: s for s in api_get(api, f"/api/v1/jobs/{job}/steps?metric=step_time&last=10000")["steps"]}
+    waits = api_get(api, f"/api/v1/jobs/{job}/steps?metric=collective_wait&last=10000")["steps"]
+    truths = [json.loads(line) for line in truth_path.read_text().splitlines()] if truth_path.exists() else []
+    return {"job": job, "cell": cell.name, "shape": cell.shape, "factor": cell.factor, "where": cell.where,
+            "world": cell.world, "steps": cell.steps, "steps_done": len(steps), "wall_s": round(wall, 1),
+            "loadavg_1min": [round(load_start, 2), round(os.getloadavg()[0], 2)],
+            "truth": truths[0] if truths else None, "events": watch.events(),
+            "finalised": [[n, s["finalised_ns"]] for n, s in sorted(steps.items())],
+            # [step, least-waiting rank, min, p50, count, the step's step_time p50]: the rule's input, for replay
+            "waits": [[w["step"], w["argmin"], w["min"], w["p50"], w["count"], (steps.get(w["step"]) or {}).get("p50")]
+                      for w in waits],
+            "ranks_done": [{"rank": d["rank"], "durable": d["durable"], "median_step_s": d["median_step_s"]}
+                           for d in done_lines(log_path)]}
+
+
+def run_matrix(args: argparse.Namespace, workdir: Path, progress: Progress) -> dict[str, Any]:
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    result: dict[str, Any] = {"benchmark": "detection_matrix", "complete": False, "machine": machine_facts(),
+                              "config": config, "loadavg_start": os.getloadavg(), "runs": []}
+    cells = matrix.plan(args.shapes.split(","), [float(f) for f in args.factors.split(",")], args.wheres.split(","),
+                        args.fault_step, args.clean_steps, args.clean_runs,
+                        args.slight_wheres.split(",") if args.slight_wheres else None)
+    try:
+        with root_and_agent(workdir, root_args=("--detectors", args.detectors) if args.detectors else ()) as tree:
+            services = tree["services"]
+            progress(f"tree up (API {tree['api']}); {len(cells)} runs")
+            for i, cell in enumerate(cells, 1):
+                record = run_cell(cell, args, tree["api"], tree["agent"], workdir, services)
+                scored = matrix.score_cell(record)
+                result["runs"].append({**record, "score": scored})
+                det = scored.get("detection")
+                progress(f"{i}/{len(cells)} {cell.name} (rank {cell.fault_rank}): {record['wall_s']} s, "
+                         f"{record['steps_done']} steps; "
+                         f"{matrix._cell_text(det) if det else 'clean'}; false alarms {len(scored['false_alarms'])}")
+        result["complete"] = True
+    except (BenchError, KeyboardInterrupt) as exc:
+        result["error"] = failure(exc)
+    scored_all = [r["score"] for r in result["runs"]]
+    result["aggregate"] = matrix.aggregate(scored_all)
+    result["table"] = matrix.table(scored_all, result["aggregate"])
+    result["loadavg_end"] = os.getloadavg()
+    return result
+
+
 def describe(scored: dict[str, Any]) -> str:
     found = []
     for kind, d in scored["detections"].items():
@@ -255,10 +345,29 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--poll-s", type=float, default=0.2, help="seconds between polls of the events API (default 0.2)")
     p.add_argument("--run-timeout", type=float, default=300.0, help="seconds one job may take (+ --stall-s)")
     p.add_argument("--detectors", default=None, help="the root's --detectors (file or inline JSON; default: defaults)")
+    p.add_argument("--matrix", action="store_true", help="run the straggler matrix (shapes x where x factor) instead")
+    p.add_argument("--shapes", default=",".join(matrix.SHAPES), help="--matrix: comma-separated shapes (default all)")
+    p.add_argument("--factors", default=",".join(f"{f:g}" for f in matrix.FACTORS),
+                   help="--matrix: the slow rank's step x its median (default 2,1.5,1.2,1.1)")
+    p.add_argument("--wheres", default=",".join(matrix.WHERE), help="--matrix: where the slowness is (default all)")
+    p.add_argument("--slight-wheres", default="",
+                   help="--matrix: where the 1.1x runs (110 steps after the fault each) put it (default: every --wheres)")
+    p.add_argument("--fault-step", type=int, default=30, help="--matrix: the step the slowness begins (default 30)")
+    p.add_argument("--clean-steps", type=int, default=300, help="--matrix: steps of a clean run (default 300)")
+    p.add_argument("--clean-runs", type=int, default=1, help="--matrix: clean runs per shape (default 1)")
     p.add_argument("--workdir", type=Path,
                    help="keep logs, the agent's socket and the root's DB here (else a temp dir)")
     args = p.parse_args(argv)
     apply_quick(args, argv, QUICK)
+    for name, given, known in (("shape", args.shapes, matrix.SHAPES), ("where", args.wheres, matrix.WHERE)):
+        for value in given.split(","):
+            if value not in known:
+                p.error(f"unknown {name} {value!r} (one of {', '.join(known)})")
+    try:
+        if any(not 1.0 < float(f) <= 10.0 for f in args.factors.split(",")):
+            p.error("--factors must each be in (1, 10]")
+    except ValueError:
+        p.error(f"--factors must be numbers, got {args.factors!r}")
     for model in args.models.split(","):
         if model not in ("mlp", "lm"):
             p.error(f"unknown model {model!r}")
@@ -277,6 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     progress = Progress()
+    if args.matrix:
+        result = run_in_workdir("detection", args.workdir, lambda workdir: run_matrix(args, workdir, progress))
+        print(result["table"])
+        return write_result(args.out, "detection_matrix", result, "detection matrix bench")
     result = run_in_workdir("detection", args.workdir, lambda workdir: run(args, workdir, progress))
     print(table(result["aggregate"]))  # also when incomplete: the runs that were scored
     return write_result(args.out, "detection", result, "detection bench")

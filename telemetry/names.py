@@ -23,6 +23,11 @@ STEPS_COMPLETED_METRIC = "progress.steps_completed"
 #: rank's seconds from its previous synchronisation to its last collective of the step.
 ARRIVAL_METRIC = "collective_arrival"
 
+#: The per-step metrics the SDK logs under torch.distributed (telemetry.torch.waits): the seconds of the step
+#: each rank had a collective outstanding (waiting for its peers), and the rest of its step (its own work).
+WAIT_METRIC = "collective_wait"
+WORK_METRIC = "work_time"
+
 #: Characters of a collective fingerprint's readable `what` (CollectiveFingerprint.what): the SDK cuts it
 #: to this, every tier refuses a longer one.
 MAX_WHAT = 200

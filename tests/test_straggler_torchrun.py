@@ -2,7 +2,8 @@
 
 3 ranks on gloo (tests/straggler_job.py, a DDP MLP), one of them 0.3 s slower per step from step 10:
 every rank's step_time grows alike under the synchronous all-reduce, and the root's straggler event
-must still name the slow rank, from the SDK's automatic `collective_arrival`, with the wait it costs.
+must still name the slow rank, from what the SDK logs by itself (`collective_wait` since issue 24; the
+`collective_arrival` it also logs still shows the slow rank last), with the wait it costs.
 The same job without the slow rank must raise no straggler event.
 """
 
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from collectors.detectors.straggler import StragglerConfig
 from helpers_tree import api_get, wait_for
 from helpers_tree import steps as api_steps
 from torchrun_tree import durable_ranks, root_and_agent, run_job
@@ -75,12 +75,12 @@ def test_slow_rank_is_named_with_its_wait(tree: dict, where: str) -> None:
     events = wait_for(lambda: _events(tree, job) or None, timeout=20, what="a straggler event")
     assert len(events) == 1, events
     event = events[0]
-    assert event["ranks"][0] == SLOW_RANK, event
-    assert event["detail"]["signal"] == "collective_arrival", event
-    # named once it was late on persist_k (14) of the last persist_n (16) steps: about step SLOW_FROM + 13, a few
-    # steps later when the scheduler held another rank back meanwhile
-    assert SLOW_FROM <= event["detail"]["detected_step"] <= SLOW_FROM + StragglerConfig().persist_k + 3, event
-    assert 0.2 < event["detail"]["wait_s"] < 0.6, event
+    assert event["ranks"] == [SLOW_RANK], event
+    # Judged on collective_wait (issue 24): the slow rank waits least, the others ~0.3 s a step longer. A rank
+    # ~5x slower: named within the 2x bound (3 steps), or a step or two later when the scheduler meddles.
+    assert event["detail"]["signal"] == "collective_wait", event
+    assert SLOW_FROM <= event["detail"]["detected_step"] <= SLOW_FROM + 5, event
+    assert 0.2 < event["detail"]["wait_s_total"] / event["detail"]["steps"] < 0.6, event
 
 
 def test_clean_job_raises_no_straggler_event(tree: dict) -> None:

@@ -1,6 +1,14 @@
 """Straggler: the rank that makes the others wait, named per step with the wait it costs.
 
-Two signals, chosen per job:
+Three signals, chosen per job, the first a job logs:
+
+* `collective_wait` (logged by the SDK under torch.distributed; telemetry.torch.waits): per rank and step,
+  the seconds it had a collective outstanding, over every collective of every process group. The rank the
+  others wait for waits least: its evidence per step is `x` = (p50 - min) / step_time p50, the share of the
+  step the median rank lost to it, accumulated per candidate rank by a CUSUM whose state is O(k) per job
+  (collectors/detectors/wait_score.py, which says how it separates noise from a straggler and how fast it
+  names one at each severity). The event names the rank once its score reaches `wait_threshold`; its step
+  is where the score left zero. Once a job logs waits, its arrivals and step times are not judged.
 
 * `collective_arrival` (logged by the SDK itself under torch.distributed; see
   telemetry.torch.collective.ArrivalClock): per rank, the seconds from its previous synchronisation to its
@@ -38,7 +46,9 @@ from dataclasses import dataclass
 from collectors.common.rows import Row
 from collectors.detectors.base import Baseline, distinct, event_time, fnum, p50
 from collectors.detectors.streak import StreakDetector, StreakState
+from collectors.detectors.wait_score import WaitScore
 from telemetry.names import ARRIVAL_METRIC as ARRIVAL
+from telemetry.names import WAIT_METRIC
 from telemetry.summary import Summary
 
 
@@ -47,6 +57,16 @@ class StragglerConfig:
     enabled: bool = True
     metric: str = "step_time"
     arrival_metric: str = ARRIVAL
+    wait_metric: str = WAIT_METRIC
+    # The CUSUM lanes of wait_score.py: reference (evidence per step below it is noise) and threshold (shares of
+    # a step lost to the rank, summed) of the fast lane (severe stragglers) and of the slow one (slight ones).
+    wait_fast_drift: float = 0.2
+    wait_fast_threshold: float = 0.6
+    wait_drift: float = 0.08
+    wait_threshold: float = 1.5
+    wait_cap: float = 2.0          # a score's ceiling, in thresholds: bounds how long the event takes to close
+    wait_track: int = 8            # candidate ranks scored per job (the state is O(this), whatever the world)
+    wait_min_gap_s: float = 0.002  # a median-minus-least wait below this is no evidence
     factor: float = 1.5
     min_wait_frac: float = 0.25
     min_wait_s: float = 0.02
@@ -71,6 +91,8 @@ class _State(StreakState):
     arrivals: bool = False    # the job logs collective_arrival: judge that, not step_time
     warm: int = 0             # steps seen (the first `warmup` are start-up, not judged)
     step_scale: float = 0.0   # the last step_time p50 seen
+    waits: bool = False       # the job logs collective_wait: judge that only
+    score: WaitScore | None = None  # the waits' CUSUM per candidate rank
 
 
 @dataclass
@@ -93,7 +115,7 @@ class StragglerDetector(StreakDetector[_State]):
                  config: StragglerConfig | None = None) -> None:
         self.config = config or StragglerConfig()
         super().__init__(events, context, self.config.baseline_steps)
-        self.metrics = frozenset({self.config.metric, self.config.arrival_metric})
+        self.metrics = frozenset({self.config.metric, self.config.arrival_metric, self.config.wait_metric})
         self._recent: dict[str, deque[frozenset[int]]] = {}  # job -> ranks late on each of its last steps
 
     def new_state(self) -> _State:
@@ -104,11 +126,16 @@ class StragglerDetector(StreakDetector[_State]):
             return
         c, job, step, s = self.config, row.key.job, row.key.index, row.summary
         state = self.state(job)
+        if row.key.metric == c.wait_metric:
+            self._waits(row, state)
+            return
         arrival = row.key.metric == c.arrival_metric
+        if state.waits:
+            if not arrival:
+                self._scale(state, s)
+            return
         if not arrival:
-            median = p50(s)
-            if median > 0 and math.isfinite(median):
-                state.step_scale = median
+            self._scale(state, s)
             if state.arrivals:
                 return
         elif not state.arrivals:
@@ -165,6 +192,73 @@ class StragglerDetector(StreakDetector[_State]):
         detail[measure] = fnum(judged.measure, 4)
         detail[f"baseline_{measure}"] = fnum(baseline.median(), 4) if len(baseline) else None
         self.raise_streak(job, state, step, open_event, ranks=ranks, detail=detail, severity=c.severity)
+
+    @staticmethod
+    def _scale(state: _State, s: Summary) -> None:
+        median = p50(s)
+        if median > 0 and math.isfinite(median):
+            state.step_scale = median
+
+    def _waits(self, row: Row, state: _State) -> None:
+        """One step of `collective_wait`: the least-waiting rank's evidence into the job's CUSUM; the event
+        while a rank's score is at the threshold (wait_score.py)."""
+        c, job, step, s = self.config, row.key.job, row.key.index, row.summary
+        if not state.waits:
+            state.waits = True
+            state.last_step, state.warm = -1, 0  # judged on another signal until now: start again
+            self._baseline.pop(job, None)
+        if step <= state.last_step or s.count < 2 or not math.isfinite(s.min) or s.argmin is None:
+            return
+        if len(s.sources) < row.expected:
+            return  # a rank without its wait could be the slow one
+        if state.warm < c.warmup:
+            state.warm += 1
+            return
+        state.last_step = step
+        if not state.step_scale > 0:
+            return
+        if state.score is None:
+            state.score = WaitScore(((c.wait_fast_drift, c.wait_fast_threshold), (c.wait_drift, c.wait_threshold)),
+                                    c.wait_cap, c.wait_track, c.wait_min_gap_s)
+        score, median = state.score, p50(s)
+        gap = max(0.0, median - s.min)
+        x = score.update(step, s.argmin, gap, state.step_scale)
+        named = score.named()
+        if named is None and self.is_open(job):
+            # Hysteresis: an open event holds while its rank's score stays above half a threshold (a slight
+            # straggler's score hovers around it; the event must not open and close step after step).
+            held = score.ratio(state.streak_rank)
+            named = (state.streak_rank, held) if held >= 0.5 else None
+        if named is None:
+            self.normal(job, state, step, c.clear_steps)
+            return
+        rank, value = named
+        since = score.since(rank)
+        if self.over(state, step if since is None else since, event_time(row)):
+            state.streak_rank = rank
+            if not self.is_open(job):
+                state.wait_s_total = state.wait_rank_s_total = 0.0
+                state.steps = 0
+        wait_rank_s = max(0.0, s.sum - s.count * s.min) if s.argmin == rank else 0.0
+        wait_s = gap if s.argmin == rank else 0.0
+        state.wait_s_total += wait_s
+        state.wait_rank_s_total += wait_rank_s
+        state.steps += int(s.argmin == rank)  # the steps it made the others wait (the totals' count)
+        open_event = self.events.get_open(self.kind, job)
+        slowdown = state.step_scale / max(state.step_scale - gap, 1e-9) if s.argmin == rank else None
+        detail = {
+            "summary": (f"rank {rank} makes the others wait: the median rank waited {wait_s:.3g} s longer in "
+                        f"collectives this step ({x:.0%} of the step); evidence {value:.2f}x the threshold"),
+            "signal": c.wait_metric, "score": fnum(value, 4), "threshold": 1.0,
+            "evidence": fnum(x, 4), "least_waiting_rank": s.argmin,
+            "slowdown": fnum(slowdown, 3) if slowdown is not None else None,
+            "p50_s": fnum(median), "min_s": fnum(s.min), "step_s": fnum(state.step_scale),
+            "bottom": [[fnum(v), r] for v, r in s.bottom(c.top)],
+            "wait_s": fnum(wait_s), "wait_rank_s": fnum(wait_rank_s),
+            "wait_s_total": fnum(state.wait_s_total), "wait_rank_s_total": fnum(state.wait_rank_s_total),
+            "steps": state.steps, "detected_step": open_event.detail.get("detected_step") if open_event else step,
+        }
+        self.raise_streak(job, state, step, open_event, ranks=[rank], detail=detail, severity=c.severity)
 
     def _step_time(self, s: Summary, baseline: Baseline) -> _Judged | None:
         c, median, slowest = self.config, p50(s), s.argmax

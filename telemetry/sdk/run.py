@@ -26,6 +26,8 @@ from typing import Any
 
 from telemetry.names import ARRIVAL_METRIC as ARRIVAL
 from telemetry.names import MAX_STEP, is_metric_name, job_name_problem
+from telemetry.names import WAIT_METRIC as WAIT
+from telemetry.names import WORK_METRIC as WORK
 from telemetry.sdk.address import check_address
 from telemetry.sdk.attempt import check_attempt, default_attempt
 from telemetry.sdk.capture import Responder
@@ -88,6 +90,8 @@ class Run:
         self._collectives_wanted = _switch(collectives, COLLECTIVES_ENV)
         self._fingerprints_wanted = _switch(fingerprints, FINGERPRINTS_ENV)
         self._collectives_lock = threading.Lock()
+        self._waits_wanted = self._collectives_wanted
+        self._waits: Any = None  # the process's CollectiveTimer (telemetry.torch.waits): collective_wait, work_time
         self._clock: Any = None
         self._progress: Any = None  # the flight-recorder reader (CollectiveProgress), once torch.distributed is up
         self._fingerprints: Any = None  # its collective fingerprints for the heartbeat (docs/forensics.md)
@@ -150,6 +154,8 @@ class Run:
                 self._logged[0] = step
         clock = self._clock if self._clock is not None else self._collectives()
         since_ns = clock.begin(time.time_ns()) if clock is not None else 0
+        waits = self._waits if self._waits is not None else self._wait_timer()
+        start_ns = time.perf_counter_ns()
         if self._loader_waits:
             self._take_loader_wait(step)
         self._open_step = step
@@ -159,6 +165,10 @@ class Run:
         finally:
             self._open_step = None
             values = {"step_time": time.perf_counter() - start}
+            if waits is not None and waits.seen:
+                wait_s, _ = waits.measure(start_ns, time.perf_counter_ns())
+                values[WAIT] = wait_s
+                values[WORK] = max(0.0, values["step_time"] - wait_s)
             end_ns = time.time_ns()
             if clock is not None:
                 arrived_ns = clock.end(end_ns)
@@ -240,6 +250,24 @@ class Run:
                     log.debug("telemetry: flight-recorder readers unavailable: %s", e)
                     self._collectives_wanted = False
         return self._clock
+
+    def _wait_timer(self) -> Any:
+        """The process's CollectiveTimer once torch.distributed is initialised (installed then: its entry points
+        and DDP are wrapped); None before, and for good when collectives are turned off. Never imports torch."""
+        if not self._waits_wanted:
+            return None
+        dist = sys.modules.get("torch.distributed")
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return None
+        try:
+            from telemetry.torch.waits import timer
+            found = timer()
+            self._waits = found if found.install() else None
+        except Exception as e:
+            log.debug("telemetry: collective waits unavailable: %s", e)
+        if self._waits is None:
+            self._waits_wanted = False
+        return self._waits
 
     def _append(self, record: _Record) -> None:
         records = self._records

@@ -1,0 +1,170 @@
+"""The straggler matrix of bench/detection.py --matrix: shapes x where x severity, planned and scored.
+
+Pure functions over the records the harness collects (as score.py is for the other runs), so the rules
+are testable without starting a job. One cell is one run of bench/detection_jobs/shapes.py: a shape, one
+rank slowed by a factor in one place of its step from `fault_step` on. Per cell:
+
+- detected: the first `straggler` event opened at or after the fault's wall time; delay in seconds from
+  the fault to when the event opened (as the harness saw it), in steps from the fault's step to the last
+  step the root had finalised then;
+- the rank named against the truth (`exact`, `includes`, `wrong`, `none`);
+- a false alarm: any straggler event of a clean run, or opened before the fault of a fault run; clean
+  steps are every step of a clean run and the steps before the fault.
+
+`within` is the issue's bound on the delay at each severity (2x: 3 steps, 1.5x: 5, 1.2x: 30, 1.1x: 100):
+a cell is `in_time` when detected, named exactly, and no later than that.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from bench.detection_jobs.score import rank_verdict, step_at
+
+SHAPES = ("ddp", "fsdp2", "sync2", "accum", "tp")
+WHERE = ("forward", "backward", "optimizer", "data")
+FACTORS = (2.0, 1.5, 1.2, 1.1)
+WITHIN = {2.0: 3, 1.5: 5, 1.2: 30, 1.1: 100}  # steps after the onset the rank must be named by
+AFTER = {2.0: 25, 1.5: 25, 1.2: 50, 1.1: 110}  # steps a run goes on after the fault
+
+
+@dataclass
+class Cell:
+    shape: str
+    factor: float   # 0: a clean run
+    where: str
+    fault_rank: int
+    fault_step: int
+    steps: int
+    seed: int = 0
+
+    @property
+    def world(self) -> int:
+        return 4 if self.shape == "tp" else 3
+
+    @property
+    def name(self) -> str:
+        return f"{self.shape}-clean" if not self.factor else f"{self.shape}-{self.where}-{self.factor:g}x"
+
+
+def plan(shapes: list[str], factors: list[float], wheres: list[str], fault_step: int, clean_steps: int,
+         clean_runs: int, slight_wheres: list[str] | None = None) -> list[Cell]:
+    """Every shape's `clean_runs` clean runs of `clean_steps` first, then each severity x where x shape, the
+    shapes interleaved (a bench stopped early has covered every shape alike). The slow rank moves with the
+    cell, so no rank's own speed decides the matrix. 1.1x runs are long (110 steps after the fault): with
+    `slight_wheres` only those places get them."""
+    out = [Cell(shape, 0.0, "-", -1, -1, clean_steps, seed) for seed in range(clean_runs) for shape in shapes]
+    i = 0
+    for factor in factors:
+        for where in wheres:
+            if factor <= 1.1 and slight_wheres is not None and where not in slight_wheres:
+                continue
+            for shape in shapes:
+                world = 4 if shape == "tp" else 3
+                out.append(Cell(shape, factor, where, (i + 1) % world, fault_step,
+                                fault_step + AFTER.get(factor, 110), i))
+                i += 1
+    return out
+
+
+def score_cell(run: dict[str, Any]) -> dict[str, Any]:
+    """One run: clean steps, false alarms, the detection (if any) with its delay and the rank named."""
+    truth = run.get("truth")
+    events = sorted((e for e in run["events"] if e["kind"] == "straggler"), key=lambda e: e["seen"]["opened"])
+    if not run["factor"] or truth is None:
+        clean, alarms, after = run["steps_done"], events, []
+    else:
+        clean = truth["step"]
+        alarms = [e for e in events if e["seen"]["opened"] < truth["time"]]
+        after = [e for e in events if e["seen"]["opened"] >= truth["time"]]
+    out: dict[str, Any] = {"cell": run["cell"], "shape": run["shape"], "factor": run["factor"],
+                           "where": run["where"], "clean_steps": clean,
+                           "false_alarms": [{"step": e["step"], "ranks": e["seen"]["ranks"],
+                                             "summary": e["detail"].get("summary")} for e in alarms]}
+    if not run["factor"]:
+        return out
+    hit = after[0] if after else None
+    if hit is None:
+        out["detection"] = {"detected": False, "truth_rank": truth["rank"] if truth else None}
+        return out
+    opened = hit["seen"]["opened"]
+    at = step_at(run["finalised"], opened)
+    delay_steps = (at - truth["step"]) if at is not None else None
+    verdict = rank_verdict(hit["seen"]["ranks"], truth["rank"])
+    within = WITHIN.get(run["factor"])
+    out["detection"] = {
+        "detected": True, "delay_s": round(opened - truth["time"], 3), "delay_steps": delay_steps,
+        "event_step": hit["step"], "ranks": hit["seen"]["ranks"], "truth_rank": truth["rank"], "rank": verdict,
+        "in_time": verdict == "exact" and delay_steps is not None and within is not None and delay_steps <= within,
+        "summary": hit["detail"].get("summary"),
+    }
+    return out
+
+
+def aggregate(scored: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per shape: clean steps and false alarms per 1,000; per cell: the detection."""
+    shapes: dict[str, Any] = {}
+    for s in scored:
+        d = shapes.setdefault(s["shape"], {"clean_steps": 0, "false_alarms": 0, "cells": 0, "detected": 0,
+                                           "in_time": 0, "exact": 0})
+        d["clean_steps"] += s["clean_steps"]
+        d["false_alarms"] += len(s["false_alarms"])
+        det = s.get("detection")
+        if det is not None:
+            d["cells"] += 1
+            d["detected"] += int(det["detected"])
+            d["exact"] += int(det.get("rank") == "exact")
+            d["in_time"] += int(bool(det.get("in_time")))
+    for d in shapes.values():
+        d["false_alarms_per_1000_steps"] = round(1000 * d["false_alarms"] / d["clean_steps"], 3) \
+            if d["clean_steps"] else None
+    by_factor: dict[str, Any] = {}
+    for factor in sorted({s["factor"] for s in scored if s["factor"]}, reverse=True):
+        dets = [s["detection"] for s in scored if s["factor"] == factor]
+        hits = [d for d in dets if d["detected"]]
+        steps = [d["delay_steps"] for d in hits if d["delay_steps"] is not None]
+        by_factor[f"{factor:g}"] = {
+            "cells": len(dets), "detected": len(hits), "exact": sum(d["rank"] == "exact" for d in hits),
+            "in_time": sum(bool(d["in_time"]) for d in hits), "within_steps": WITHIN.get(factor),
+            "delay_steps_median": statistics.median(steps) if steps else None,
+            "delay_steps_max": max(steps) if steps else None,
+            "delay_s_median": round(statistics.median([d["delay_s"] for d in hits]), 3) if hits else None,
+        }
+    return {"per_shape": shapes, "per_factor": by_factor}
+
+
+def _cell_text(det: dict[str, Any] | None) -> str:
+    if det is None:
+        return "-"
+    if not det["detected"]:
+        return "missed"
+    mark = "" if det["rank"] == "exact" else f" ({det['rank']}: {det['ranks']})"
+    late = "" if det["in_time"] or det["rank"] != "exact" else " late"
+    return f"{det['delay_steps']} st / {det['delay_s']:g} s{late}{mark}"
+
+
+def table(scored: list[dict[str, Any]], agg: dict[str, Any]) -> str:
+    """Markdown: one row per shape x where, one column per factor (delay in steps / seconds), then the
+    false alarms per shape and the totals per factor."""
+    factors = sorted({s["factor"] for s in scored if s["factor"]}, reverse=True)
+    rows = sorted({(s["shape"], s["where"]) for s in scored if s["factor"]},
+                  key=lambda r: (SHAPES.index(r[0]) if r[0] in SHAPES else 99, WHERE.index(r[1]) if r[1] in WHERE else 99))
+    cells = {(s["shape"], s["where"], s["factor"]): s.get("detection") for s in scored if s["factor"]}
+    lines = ["| shape | slow in | " + " | ".join(f"{f:g}x (named within {WITHIN.get(f)})" for f in factors) + " |",
+             "|---|---|" + "---|" * len(factors)]
+    for shape, where in rows:
+        lines.append(f"| {shape} | {where} | " + " | ".join(_cell_text(cells.get((shape, where, f))) for f in factors)
+                     + " |")
+    lines += ["", "| shape | clean steps | false alarms | per 1,000 clean steps | cells named exactly | in time |",
+              "|---|---|---|---|---|---|"]
+    for shape, d in agg["per_shape"].items():
+        lines.append(f"| {shape} | {d['clean_steps']:,} | {d['false_alarms']} | {d['false_alarms_per_1000_steps']} "
+                     f"| {d['exact']}/{d['cells']} | {d['in_time']}/{d['cells']} |")
+    lines += ["", "| factor | named exactly | in time | delay, steps (median / max) | delay, s (median) |",
+              "|---|---|---|---|---|"]
+    for factor, d in agg["per_factor"].items():
+        lines.append(f"| {factor}x (within {d['within_steps']}) | {d['exact']}/{d['cells']} | {d['in_time']}/{d['cells']} "
+                     f"| {d['delay_steps_median']} / {d['delay_steps_max']} | {d['delay_s_median']} |")
+    return "\n".join(lines)

@@ -1,0 +1,280 @@
+"""Training jobs in the shapes real jobs have, for the straggler matrix (bench/detection.py --matrix) and its tests.
+
+    torchrun --nproc-per-node 3 bench/detection_jobs/shapes.py --shape fsdp2 --steps 150 \
+        --fault-rank 1 --fault-step 40 --factor 1.5 --where backward --truth truth.jsonl
+
+CPU, gloo, one intra-op thread per rank, random regression data; telemetry through the README's lines
+only (`telemetry.init()`, `for step, batch in enumerate(run.wrap_loader(loader))`, `with run.step(step)`,
+`run.log(step, loss=...)`, `run.close()`). The shapes (`--shape`):
+
+- `ddp`: DistributedDataParallel over a 6-layer MLP with small buckets (several gradient all-reduces per
+  step, overlapping the backward), plus the detached loss all-reduced for logging after `backward()` (the
+  pattern that hides a straggler from the time-to-the-last-collective signal);
+- `fsdp2`: `fully_shard` per layer and on the root (an all-gather per layer forward and backward, a
+  reduce-scatter per layer), then `clip_grad_norm_`;
+- `sync2`: a hand-written data-parallel loop whose gradients are averaged by two synchronous all-reduces;
+- `accum`: DDP with gradient accumulation: 4 micro-batches per step, the first 3 under `no_sync()`;
+- `tp`: 4 ranks as 2 tensor-parallel pairs (a second and third process group: a column- then row-parallel
+  MLP block, an all-reduce in the pair in the forward and in the backward) times 2 data-parallel replicas
+  (gradients all-reduced across the pair's peers, another group).
+
+The fault (`--factor F --where W` on `--fault-rank` from `--fault-step`): that rank's step gets
+(F - 1) x its median step before the fault longer, spent in W: `forward` (before the forward), `backward`
+(inside the backward, from a gradient hook half-way through the model), `optimizer` (after the optimizer
+step: after every collective of the step) or `data` (in its data loader, before the step). The rank
+appends one JSON line to `--truth` when it begins (the harness measures the delay from it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable from a checkout
+
+import telemetry
+
+SHAPES = ("ddp", "fsdp2", "sync2", "accum", "tp")
+WHERE = ("forward", "backward", "optimizer", "data")
+WORLD = {"tp": 4}  # ranks a shape needs (others run on any world size)
+BATCH = {"ddp": 512, "sync2": 512, "accum": 128, "fsdp2": 128, "tp": 256}  # samples per micro-batch
+
+
+class Slow:
+    """The injected slowness: seconds to sleep now, 0 until the fault begins (or on other ranks)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.where = ""
+
+    def at(self, where: str) -> None:
+        if self.seconds and self.where == where:
+            time.sleep(self.seconds)
+
+
+class MLP(nn.Module):
+    """Layers of width `d`; a gradient hook half-way through the stack runs the `backward` slowness."""
+
+    def __init__(self, slow: Slow, d: int = 512, layers: int = 6) -> None:
+        super().__init__()
+        self.slow = slow
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(d, d), nn.GELU()) for _ in range(layers))
+        self.head = nn.Linear(d, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i == len(self.layers) // 2 and x.requires_grad:
+                x.register_hook(self._in_backward)
+        return self.head(x).squeeze(-1)
+
+    def _in_backward(self, grad: torch.Tensor) -> torch.Tensor:
+        self.slow.at("backward")
+        return grad
+
+
+class _ReduceForward(torch.autograd.Function):
+    """Row-parallel output: all-reduce in the tensor-parallel group forward, identity backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:  # type: ignore[override]  # autograd's API
+        x = x.clone()
+        dist.all_reduce(x, group=group)
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]  # autograd's API
+        return grad, None
+
+
+class _ReduceBackward(torch.autograd.Function):
+    """Column-parallel input: identity forward, all-reduce of the input's gradient backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:  # type: ignore[override]  # autograd's API
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]  # autograd's API
+        grad = grad.clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+class TPMLP(nn.Module):
+    """Blocks of a column-parallel (d -> 4d/tp) and a row-parallel (4d/tp -> d) linear, Megatron-style."""
+
+    def __init__(self, slow: Slow, tp_group: Any, tp: int, d: int = 384, blocks: int = 3) -> None:
+        super().__init__()
+        self.slow, self.group = slow, tp_group
+        self.up = nn.ModuleList(nn.Linear(d, 4 * d // tp) for _ in range(blocks))
+        self.down = nn.ModuleList(nn.Linear(4 * d // tp, d, bias=False) for _ in range(blocks))
+        self.head = nn.Linear(d, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, (up, down) in enumerate(zip(self.up, self.down, strict=True)):
+            h = F.gelu(up(_ReduceBackward.apply(x, self.group)))
+            x = x + _ReduceForward.apply(down(h), self.group)
+            if i == len(self.up) // 2 and x.requires_grad:
+                x.register_hook(self._in_backward)
+        return self.head(x).squeeze(-1)
+
+    def _in_backward(self, grad: torch.Tensor) -> torch.Tensor:
+        self.slow.at("backward")
+        return grad
+
+
+def batches(steps: int, rank: int, seed: int, d: int, slow: Slow, micro: int, size: int) -> Iterator[list[tuple]]:
+    """Fresh random regression batches (a fixed random target direction); `data` slowness sleeps here."""
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    w = torch.randn(d, generator=torch.Generator().manual_seed(seed))
+    for _ in range(steps):
+        slow.at("data")
+        out = []
+        for _ in range(micro):
+            x = torch.randn(size, d, generator=g)
+            out.append((x, x @ w / d ** 0.5 + 0.1 * torch.randn(size, generator=g)))
+        yield out
+
+
+def average_grads(params: list[nn.Parameter], group: Any, size: int, chunks: int = 2) -> None:
+    """A hand-written data-parallel gradient average: `chunks` synchronous all-reduces of flat gradients."""
+    grads = [p.grad for p in params if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    for part in flat.chunk(chunks):
+        dist.all_reduce(part, group=group)  # chunk() views: reduced in place
+    flat /= size
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset: offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", choices=SHAPES, default="ddp")
+    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--job", default=None, help="telemetry job id [default: TORCHELASTIC_RUN_ID]")
+    p.add_argument("--fault-rank", type=int, default=-1, help="the slow rank (default -1: a clean run)")
+    p.add_argument("--fault-step", type=int, default=40)
+    p.add_argument("--factor", type=float, default=2.0, help="the slow rank's step takes this x its median step")
+    p.add_argument("--where", choices=WHERE, default="forward")
+    p.add_argument("--batch", type=int, default=0, help="samples per micro-batch (default: the shape's, BATCH)")
+    p.add_argument("--truth", type=Path, default=None, help="append the injected fault here (JSON line)")
+    p.add_argument("--close-timeout", type=float, default=30.0)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    run = telemetry.init(job=args.job)
+    torch.manual_seed(args.seed)  # the same initial weights everywhere
+    slow = Slow()
+    d, micro = 512, 1
+    dp_group: Any = None
+    dp_size = world
+    if args.shape == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        raw: nn.Module = MLP(slow)
+        model: nn.Module = DDP(raw, bucket_cap_mb=1.1)
+    elif args.shape == "accum":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        raw = MLP(slow)
+        model = DDP(raw, bucket_cap_mb=1.1)
+        micro = 4
+    elif args.shape == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        raw = model = MLP(slow)
+        mesh = init_device_mesh("cpu", (world,))
+        for layer in raw.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(raw, mesh=mesh)
+    elif args.shape == "sync2":
+        raw = model = MLP(slow)
+    else:  # tp: pairs of ranks share a block (tensor parallel); the pairs' peers replicate it (data parallel)
+        if world % 2:
+            raise SystemExit("--shape tp needs an even world size")
+        tp_groups = [dist.new_group([2 * i, 2 * i + 1]) for i in range(world // 2)]
+        dp_groups = [dist.new_group(list(range(j, world, 2))) for j in range(2)]
+        d = 384
+        torch.manual_seed(args.seed * 100 + rank % 2)  # each tensor-parallel shard its own weights
+        raw = model = TPMLP(slow, tp_groups[rank // 2], 2, d=d)
+        dp_group, dp_size = dp_groups[rank % 2], world // 2
+    opt = torch.optim.SGD(raw.parameters(), lr=0.01)
+
+    own: list[float] = []  # this rank's step times before the fault: the slowness is relative to them
+    here = rank == args.fault_rank
+    loader = batches(args.steps, rank, args.seed, d, slow, micro, args.batch or BATCH[args.shape])
+    for step, micro_batches in enumerate(run.wrap_loader(loader)):
+        if here and step == args.fault_step:
+            slow.seconds = (args.factor - 1.0) * statistics.median(own[5:] or own)
+            slow.where = args.where
+            if args.truth is not None:
+                with args.truth.open("a") as f:
+                    f.write(json.dumps({"fault": "slow_rank", "rank": rank, "step": step, "time": time.time(),
+                                        "shape": args.shape, "factor": args.factor, "where": args.where,
+                                        "extra_s": slow.seconds}) + "\n")
+        if here and step == args.fault_step and args.where == "data":
+            time.sleep(slow.seconds)  # this step's batch was fetched before the fault began
+        with run.step(step):
+            t0 = time.perf_counter()
+            slow.at("forward")
+            total = 0.0
+            for i, (x, y) in enumerate(micro_batches):
+                last = i == len(micro_batches) - 1
+                if args.shape == "accum" and not last:
+                    with model.no_sync():  # type: ignore[operator]  # DDP's context manager
+                        loss = F.mse_loss(model(x), y) / micro
+                        loss.backward()
+                else:
+                    loss = F.mse_loss(model(x), y) / micro
+                    loss.backward()
+                total += loss.item()
+            if args.shape == "ddp":
+                logged = torch.tensor([total])
+                dist.all_reduce(logged)  # the detached loss, averaged for logging
+                total = logged.item() / world
+            elif args.shape == "sync2":
+                average_grads(list(raw.parameters()), None, world)
+            elif args.shape == "tp":
+                average_grads(list(raw.parameters()), dp_group, dp_size)
+            elif args.shape == "fsdp2":
+                torch.nn.utils.clip_grad_norm_(raw.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            slow.at("optimizer")
+            elapsed = time.perf_counter() - t0
+            if step < args.fault_step:
+                own.append(elapsed)
+            run.log(step, loss=total)
+    durable = run.close(timeout=args.close_timeout)
+    print(json.dumps({"event": "done", "rank": rank, "durable": durable, "stats": run.stats,
+                      "median_step_s": statistics.median(own) if own else None}), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # skip torch.distributed's static teardown (see examples/train_ddp.py)

@@ -1,0 +1,147 @@
+"""The evidence that one rank makes the others wait, accumulated over steps in O(k) per job.
+
+Each step the root knows, exactly and in constant size whatever the world, the rank that waited least in
+collectives (`collective_wait`'s `argmin`, telemetry.torch.waits) and how much longer the median rank
+waited (`gap` = p50 - min), and the step's length (`step_time`'s p50). The least-waiting rank is the one
+the others waited for; `x = gap / step` is the share of the step they lost to it: ~(f - 1) / f for a rank
+f times slower (0.5 at 2x, 0.33 at 1.5x, 0.17 at 1.2x, 0.09 at 1.1x).
+
+On a clean job the least-waiting rank changes from step to step (the scheduler, the network, the data
+make each rank late now and then). A straggler is the same rank step after step. Two CUSUMs per candidate
+rank (Page's sequential test), each a `Lane` with its own reference `drift` and `threshold`, tell them
+apart with a delay that shrinks with the severity:
+
+    the step's least-waiting rank r:   S_r <- min(cap x threshold, S_r + x - drift)
+    every other tracked rank q:        S_q <- max(0, S_q - x - drift)
+
+A noise rank climbs by its gap on the steps it is least-waiting and falls by the others' gaps on the steps
+it is not: on a clean job its score drifts down. A straggler climbs every step by about its own slowdown.
+The fast lane (drift 0.2, threshold 0.6) names a 2x rank in ~2 steps and a 1.5x one in ~4-5, and ignores a
+rank held back by 20-30 % for tens of steps (what the oversubscribed bench machine does to clean jobs);
+the slow lane (0.08, 1.5) names a 1.2x rank in ~15-25 steps. A third, the persistence lane, names a rank
+that waited least on `share` (60 %) of the last `window` (60) steps with a mean evidence of at least
+`min_evidence` (0.04): a 1.1x rank, under the slow lane's reference, in ~40-80 steps. A gap under
+`min_gap_s` is no evidence (the step's own scheduling jitter). `ratio` = score / threshold (the highest
+lane) is what is judged (1 names the rank) and reported.
+
+The state is bounded: per lane at most `track` ranks with a positive score per job (the lowest is dropped
+when a new rank needs a place), and the last `window` steps' least-waiting rank, whatever the world size;
+nothing per rank of the job is kept. A rank's score starts at the step it left zero (`since`): the event's
+step, the CUSUM's estimate of the onset (for the persistence lane: where its run of least-waiting steps
+began).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Lane:
+    """One CUSUM, tuned to one range of severities: `drift` is its reference (evidence per step below it
+    is noise to this lane), `threshold` the score that names the rank. Scores are kept for at most `track`
+    ranks (the lowest dropped); `since` is when each left zero."""
+
+    drift: float
+    threshold: float
+    cap: float
+    track: int
+    scores: dict[int, float] = field(default_factory=dict)
+    since: dict[int, int] = field(default_factory=dict)
+
+    def update(self, step: int, least: int, x: float) -> None:
+        for rank in list(self.scores):
+            if rank != least:
+                score = self.scores[rank] - x - self.drift
+                if score <= 0:
+                    del self.scores[rank]
+                    self.since.pop(rank, None)
+                else:
+                    self.scores[rank] = score
+        score = self.scores.get(least, 0.0) + x - self.drift
+        if score <= 0:
+            self.scores.pop(least, None)
+            self.since.pop(least, None)
+            return
+        if least not in self.scores:
+            if len(self.scores) >= self.track:
+                lowest = min(self.scores, key=lambda r: self.scores[r])
+                del self.scores[lowest]
+                self.since.pop(lowest, None)
+            self.since[least] = step
+        self.scores[least] = min(score, self.cap * self.threshold)
+
+
+class WaitScore:
+    """Two lanes by default: a fast one for severe stragglers (a high reference, a low threshold: a 2x rank
+    named in ~2 steps, while a rank held back by 20-30 % for many steps - what the loaded bench machine does
+    to clean jobs - never climbs it) and a slow one for slight ones (a low reference, a high threshold: a
+    1.2x rank in ~15-20 steps). `ratio` = score / threshold, the highest over the lanes, is what is reported
+    and judged: a rank is named at 1."""
+
+    def __init__(self, lanes: tuple[tuple[float, float], ...] = ((0.2, 0.6), (0.08, 1.5)), cap: float = 2.0,
+                 track: int = 8, min_gap_s: float = 0.002, window: int = 60, share: float = 0.6,
+                 min_evidence: float = 0.04) -> None:
+        self.lanes = [Lane(drift, threshold, cap, track) for drift, threshold in lanes]
+        self.min_gap_s = min_gap_s
+        self.track = track
+        # The persistence lane, for slight stragglers under the slow lane's reference: the least-waiting rank
+        # of each of the last `window` steps and its evidence (O(window), whatever the world).
+        self.window, self.share, self.min_evidence = window, share, min_evidence
+        self.recent: deque[tuple[int, int, float]] = deque(maxlen=window)  # (step, least-waiting rank, x)
+
+    def update(self, step: int, least: int, gap_s: float, step_s: float) -> float:
+        """One step's evidence: `least` waited least, the median rank `gap_s` more, in a step of `step_s`.
+        Returns the evidence `x` used (0 when the gap is no evidence)."""
+        x = gap_s / step_s if step_s > 0 and gap_s >= self.min_gap_s else 0.0
+        x = min(max(x, 0.0), 1.0)
+        for lane in self.lanes:
+            lane.update(step, least, x)
+        self.recent.append((step, least, x))
+        return x
+
+    def _persistence(self, rank: int) -> float:
+        """The persistence lane's ratio: 1 once the rank waited least on `share` of a full window with a mean
+        evidence of `min_evidence` on those steps (less before, in proportion to its share)."""
+        if not self.recent:
+            return 0.0
+        mine = [x for _, r, x in self.recent if r == rank]
+        if not mine or sum(mine) / len(mine) < self.min_evidence:
+            return 0.0
+        return len(mine) / (self.share * self.window)
+
+    def ratio(self, rank: int) -> float:
+        lanes = max((lane.scores.get(rank, 0.0) / lane.threshold for lane in self.lanes), default=0.0)
+        return max(lanes, self._persistence(rank))
+
+    def since(self, rank: int) -> int | None:
+        """The step the rank's score left zero in the lane that rates it highest."""
+        best = max(self.lanes, key=lambda lane: lane.scores.get(rank, 0.0) / lane.threshold)
+        if self._persistence(rank) > best.scores.get(rank, 0.0) / best.threshold:
+            # The earliest step from which on the rank waited least on `share` of the steps.
+            onset, mine = None, 0
+            for i, (step, r, _) in enumerate(reversed(self.recent), 1):
+                mine += r == rank
+                if mine >= self.share * i:
+                    onset = step
+            return onset
+        return best.since.get(rank)
+
+    def tracked(self) -> int:
+        return len({rank for lane in self.lanes for rank in lane.scores})
+
+    def leader(self) -> tuple[int, float] | None:
+        """The rank with the highest ratio, and that ratio (None when every score is 0)."""
+        ranks = {rank for lane in self.lanes for rank in lane.scores}
+        if self.recent:
+            ranks.add(Counter(r for _, r, _ in self.recent).most_common(1)[0][0])
+        if not ranks:
+            return None
+        rank = max(ranks, key=lambda r: (self.ratio(r), -r))
+        return rank, self.ratio(rank)
+
+    def named(self) -> tuple[int, float] | None:
+        """The leader when its ratio reached 1."""
+        lead = self.leader()
+        return lead if lead is not None and lead[1] >= 1.0 else None

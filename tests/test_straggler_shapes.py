@@ -1,0 +1,78 @@
+"""Issue 24: a straggler named in the shapes real jobs have, on real torchrun jobs (gloo, CPU).
+
+One job per shape family of bench/detection_jobs/shapes.py (the README's lines only): DDP with several
+buckets and the loss all-reduced for logging, FSDP2 with gradient clipping, two synchronous all-reduces,
+gradient accumulation under no_sync, and a tensor-parallel subgroup (4 ranks, three process groups). One
+rank is made 2x slower from step 10 (small batches: a CI-sized job), each job in another place of its step (forward, backward, optimizer,
+data). The root must name exactly that rank, from the SDK's `collective_wait`, within a few steps, and
+raise nothing before. The full matrix (every shape x place x 1.1-2x, and clean runs) is
+bench/detection.py --matrix; these are its smallest cells, so that a change that breaks a shape fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers_tree import api_get, wait_for
+from helpers_tree import steps as api_steps
+from torchrun_tree import REPO, durable_ranks, root_and_agent, run_job
+
+pytest.importorskip("torch")
+import torch.distributed as dist
+
+pytestmark = [
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
+]
+
+SCRIPT = REPO / "bench" / "detection_jobs" / "shapes.py"
+STEPS, FAULT_STEP = 22, 10
+# shape, where the slowness is, the slow rank
+CASES = [("ddp", "forward", 1), ("fsdp2", "backward", 2), ("sync2", "optimizer", 0), ("accum", "data", 1),
+         ("tp", "backward", 3)]
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    with root_and_agent(tmp_path_factory.mktemp("shapes")) as found:
+        yield found
+
+
+@pytest.mark.parametrize(("shape", "where", "slow"), CASES, ids=[c[0] for c in CASES])
+def test_slow_rank_is_named_in_each_shape(tree: dict, tmp_path: Path, shape: str, where: str, slow: int) -> None:
+    job = f"shape-{shape}-{uuid.uuid4().hex[:6]}"
+    truth = tmp_path / "truth.jsonl"
+    world = 4 if shape == "tp" else 3
+    out = run_job(world, SCRIPT, ["--job", job, "--shape", shape, "--steps", str(STEPS), "--fault-rank", str(slow),
+                                  "--fault-step", str(FAULT_STEP), "--factor", "2", "--where", where, "--batch", "64",
+                                  "--truth", str(truth)],
+                  tree["agent"], job, timeout=240, launcher=("--rdzv-id", job, "--max-restarts", "0"))
+    assert durable_ranks(out) == world, out
+    assert json.loads(truth.read_text())["rank"] == slow
+
+    def all_steps() -> list[dict] | None:
+        rows = api_steps(tree["api"], job, "collective_wait", last=10_000)
+        return rows if len(rows) == STEPS else None
+    waits = wait_for(all_steps, timeout=30, what="every step's collective_wait at the root")
+    assert all(r["count"] == world for r in waits), waits
+    late = [r for r in waits if r["step"] > FAULT_STEP]
+    # The slow rank is the one that waits least, on (nearly) every step after the fault.
+    assert sum(r["argmin"] == slow for r in late) >= len(late) - 3, [(r["step"], r["argmin"]) for r in waits]
+
+    def events() -> list[dict] | None:
+        status, body = api_get(tree["api"], f"/api/v1/jobs/{job}/events?kind=straggler&last=100")
+        assert status == 200, body
+        return body["events"] or None
+    found = wait_for(events, timeout=20, what="a straggler event")
+    assert len(found) == 1, found
+    event = found[0]
+    assert event["ranks"] == [slow], event
+    assert event["detail"]["signal"] == "collective_wait", event
+    # 2x: within 3 steps of the onset by the issue's bound; a few more when the loaded machine meddles.
+    assert FAULT_STEP <= event["detail"]["detected_step"] <= FAULT_STEP + 6, event
+    assert event["step"] >= FAULT_STEP - 5, event  # the score's onset (noise may have lifted it a little before)
