@@ -112,7 +112,7 @@ def test_ddp_gets_the_timed_hook_and_the_users_hook_replaces_it(group: Collectiv
     t.install()
     model = DDP(torch.nn.Linear(4, 2))
     model(torch.randn(3, 4)).sum().backward()
-    assert model._telemetry_hook[1] is default_hooks.allreduce_hook  # type: ignore[index]  # our slot
+    assert model._telemetry_hook[1] is default_hooks.allreduce_hook  # type: ignore[index]  # the slot telemetry set
     called = []
 
     def mine(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks the annotations: keep none

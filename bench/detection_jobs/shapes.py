@@ -89,13 +89,13 @@ class _ReduceForward(torch.autograd.Function):
     """Row-parallel output: all-reduce in the tensor-parallel group forward, identity backward."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:  # type: ignore[override]  # autograd's API
+    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:  # type: ignore[override]  # autograd passes ctx first
         x = x.clone()
         dist.all_reduce(x, group=group)
         return x
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]  # autograd's API
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]  # autograd passes ctx first
         return grad, None
 
 
@@ -103,12 +103,12 @@ class _ReduceBackward(torch.autograd.Function):
     """Column-parallel input: identity forward, all-reduce of the input's gradient backward."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:  # type: ignore[override]  # autograd's API
+    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:  # type: ignore[override]  # autograd passes ctx first
         ctx.group = group
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]  # autograd's API
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]  # autograd passes ctx first
         grad = grad.clone()
         dist.all_reduce(grad, group=ctx.group)
         return grad, None
