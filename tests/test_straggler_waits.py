@@ -144,7 +144,8 @@ def test_state_is_bounded_whatever_the_world() -> None:
 
 
 def test_config_options_reach_the_score() -> None:
-    config = StragglerConfig(wait_threshold=3.0, wait_drift=0.05, wait_fast_threshold=0.9, wait_fast_drift=0.3)
+    config = StragglerConfig(wait_threshold=3.0, wait_drift=0.05, wait_fast_threshold=0.9, wait_fast_drift=0.3,
+                             wait_warmup=5)
     det = StragglerDetector(EventLog(None), config=config)
     rng = np.random.default_rng(0)
     for step in range(20):

@@ -60,13 +60,14 @@ class StragglerConfig:
     wait_metric: str = WAIT_METRIC
     # The CUSUM lanes of wait_score.py: reference (evidence per step below it is noise) and threshold (shares of
     # a step lost to the rank, summed) of the fast lane (severe stragglers) and of the slow one (slight ones).
-    wait_fast_drift: float = 0.2
-    wait_fast_threshold: float = 0.6
+    wait_fast_drift: float = 0.15
+    wait_fast_threshold: float = 0.8
     wait_drift: float = 0.08
     wait_threshold: float = 1.5
     wait_cap: float = 2.0          # a score's ceiling, in thresholds: bounds how long the event takes to close
     wait_track: int = 8            # candidate ranks scored per job (the state is O(this), whatever the world)
     wait_min_gap_s: float = 0.002  # a median-minus-least wait below this is no evidence
+    wait_warmup: int = 10          # a job's first steps of waits, not judged (start-up: the slowest, noisiest)
     factor: float = 1.5
     min_wait_frac: float = 0.25
     min_wait_s: float = 0.02
@@ -211,7 +212,7 @@ class StragglerDetector(StreakDetector[_State]):
             return
         if len(s.sources) < row.expected:
             return  # a rank without its wait could be the slow one
-        if state.warm < c.warmup:
+        if state.warm < c.wait_warmup:
             state.warm += 1
             return
         state.last_step = step

@@ -16,8 +16,9 @@ apart with a delay that shrinks with the severity:
 
 A noise rank climbs by its gap on the steps it is least-waiting and falls by the others' gaps on the steps
 it is not: on a clean job its score drifts down. A straggler climbs every step by about its own slowdown.
-The fast lane (drift 0.2, threshold 0.6) names a 2x rank in ~2 steps and a 1.5x one in ~4-5, and ignores a
-rank held back by 20-30 % for tens of steps (what the oversubscribed bench machine does to clean jobs);
+The fast lane (drift 0.15, threshold 0.8) names a 2x rank in ~3 steps and a 1.5x one in ~4-5, and ignores a
+rank held back by 20-30 % for tens of steps, or by 2x for two (what the oversubscribed bench machine does to
+clean jobs);
 the slow lane (0.08, 1.5) names a 1.2x rank in ~15-25 steps. A third, the persistence lane, names a rank
 that waited least on `share` (60 %) of the last `window` (60) steps with a mean evidence of at least
 `min_evidence` (0.04): a 1.1x rank, under the slow lane's reference, in ~40-80 steps. A gap under
@@ -80,7 +81,7 @@ class WaitScore:
     1.2x rank in ~15-20 steps). `ratio` = score / threshold, the highest over the lanes, is what is reported
     and judged: a rank is named at 1."""
 
-    def __init__(self, lanes: tuple[tuple[float, float], ...] = ((0.2, 0.6), (0.08, 1.5)), cap: float = 2.0,
+    def __init__(self, lanes: tuple[tuple[float, float], ...] = ((0.15, 0.8), (0.08, 1.5)), cap: float = 2.0,
                  track: int = 8, min_gap_s: float = 0.002, window: int = 60, share: float = 0.6,
                  min_evidence: float = 0.04) -> None:
         self.lanes = [Lane(drift, threshold, cap, track) for drift, threshold in lanes]
