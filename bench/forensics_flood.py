@@ -153,7 +153,8 @@ def run_job(tree: dict[str, Any], job: str, world: int, steps: int, flood_thread
             "step_time_p90_s": statistics.quantiles(times, n=10)[-1] if len(times) >= 10 else None,
             "rank_threads_at_start": threads_at_start, "rank_threads_max": most_threads,
             "durable_ranks": log.read_text(errors="replace").count('"durable": true'),
-            "flood": flooded, "retry_after": sorted(set(flood.retry_after)) if flood is not None else None}
+            "flood": flooded, "retry_after": sorted(set(flood.retry_after)) if flood is not None else None,
+            "log_tail": None if code == 0 else log.read_text(errors="replace")[-4000:]}
 
 
 def main() -> None:
