@@ -256,3 +256,20 @@ def test_copy_and_pickle_keep_the_bytes() -> None:
     c = s.copy()
     c.add(7.0, 99, time_ns=5)  # the copy is independent
     assert c.to_bytes() != s.to_bytes() and Summary.from_bytes(s.to_bytes()).to_bytes() == s.to_bytes()
+
+
+@SETTINGS
+@given(groups=disjoint(min_groups=2, max_groups=3), query=st.booleans())
+def test_ingest_after_parse_or_merge_gives_the_oracles_bytes(groups, query) -> None:
+    """A parsed or merged summary that then ingests (its Python fields materialised from the native core, the
+    fastdigest digest rebuilt from it) ends where the Python implementation ends."""
+    ours = Summary.merge_all([Summary.from_bytes(pair(Summary, g).to_bytes()) for g in groups[:-1]])
+    theirs = OracleSummary.merge_all([OracleSummary.from_bytes(pair(OracleSummary, g).to_bytes()) for g in groups[:-1]])
+    if query:
+        assert ours.quantiles([0.5]) == theirs.quantiles([0.5]) or ours.count == 0
+    for source, values in groups[-1]:
+        ours.add_many(values, source, time_ns=7)
+        theirs.add_many(values, source, time_ns=7)
+        ours.add(values[0], source, time_ns=8)
+        theirs.add(values[0], source, time_ns=8)
+    assert ours.to_bytes() == theirs.to_bytes()
