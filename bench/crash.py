@@ -134,6 +134,16 @@ import sys, time
 import telemetry
 run = telemetry.init(job=sys.argv[1], rank=0, world_size=1, agent=sys.argv[2])
 run.wait_connected(float(sys.argv[3]))
+hook = sys.excepthook  # the SDK's (chained to the default one, which prints the traceback), or the default
+
+
+def timed(*exc):
+    started = time.perf_counter()
+    hook(*exc)
+    print(f"hook_s {time.perf_counter() - started}", flush=True)
+
+
+sys.excepthook = timed
 print(time.time(), flush=True)
 raise RuntimeError("injected")
 """
@@ -147,22 +157,47 @@ def exit_latency(args: Any, agent: str, workdir: Path) -> dict[str, Any]:
              "last words on, no agent": ({}, f"unix:{workdir}/nobody.sock", "0.5")}
     out: dict[str, Any] = {}
     for mode, (env, address, wait) in modes.items():
-        samples = []
+        samples, hooks = [], []
         for i in range(args.exit_runs):
             child = subprocess.Popen([sys.executable, str(script), f"exit-{i}-{uuid.uuid4().hex[:4]}", address, wait],
                                      env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      text=True)
             line = child.stdout.readline() if child.stdout else ""
+            rest = child.stdout.read() if child.stdout else ""
             child.wait(60)
             ended = time.time()
             if line.strip():
                 samples.append(ended - float(line))
+            hooks += [float(x.split()[1]) for x in rest.splitlines() if x.startswith("hook_s ")]
         out[mode] = {"runs": len(samples), "median_s": round(statistics.median(samples), 4) if samples else None,
-                     "max_s": round(max(samples), 4) if samples else None}
+                     "max_s": round(max(samples), 4) if samples else None,
+                     "excepthook_median_s": round(statistics.median(hooks), 4) if hooks else None,
+                     "excepthook_max_s": round(max(hooks), 4) if hooks else None}
         progress(f"exit path, {mode}: {out[mode]}")
     on, off = out["last words on"]["median_s"], out["last words off"]["median_s"]
     out["added_median_s"] = round(on - off, 4) if on is not None and off is not None else None
     return out
+
+
+def detector_scale(world: int = 16384, per_unit: int = 100) -> dict[str, Any]:
+    """The root's crash detector fed a whole job's deaths (every rank of `world`, `per_unit` accounts per unit, as
+    the tree delivers them): seconds in all, and for one periodic check after (both under the detectors' lock)."""
+    from collectors.detectors.crash import CrashDetector
+    from collectors.detectors.events import EventLog
+
+    detector = CrashDetector(EventLog(None))
+    prints = [(seq, seq, f"all_reduce in=Float[4] seq {seq}") for seq in range(16)]
+    started = time.perf_counter()
+    for first in range(0, world, per_unit):
+        detector.observe_exits("scale@1", [
+            {"rank": r, "host": f"h{r // 8}", "cause": "exception" if r == 0 else "terminated", "why": "x",
+             "died_at": 10.0 + r * 1e-5, "exc_type": "RuntimeError", "message": "", "step": 12, "last_enqueued": 24,
+             "fingerprints": list(prints), "traceback": "t" * 4000} for r in range(first, min(world, first + per_unit))])
+    fed = time.perf_counter() - started
+    started = time.perf_counter()
+    detector.check({"scale@1": {"alive": 0, "stuck": 0, "dead": world, "dead_ranks": list(range(1024))}})
+    return {"world": world, "per_unit": per_unit, "all_accounts_s": round(fed, 3),
+            "one_check_s": round(time.perf_counter() - started, 4)}
 
 
 def aggregate(jobs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -188,8 +223,9 @@ def print_table(result: dict[str, Any]) -> None:
     for cause, row in result["aggregate"].items():
         print(f"| {cause} | {row['jobs']} | {row['events']} | {row['named']} | {row['reason']} | "
               f"{row['seen_median_s']} / {row['seen_max_s']} | {row['settled_median_s']} |")
-    if result.get("exit"):
-        print(json.dumps(result["exit"], indent=1))
+    for key in ("exit", "detector_scale"):
+        if result.get(key):
+            print(json.dumps(result[key], indent=1))
 
 
 def run(args: Any, workdir: Path) -> dict[str, Any]:
@@ -204,6 +240,8 @@ def run(args: Any, workdir: Path) -> dict[str, Any]:
                 progress(f"{i}/{len(todo)} {cause}: event after {record['event_seen_s']} s, all ranks after "
                          f"{record['event_settled_s']} s, named {record['named']}, reason {record['reason']}")
             result["exit"] = exit_latency(args, tree["agent"], workdir)
+        result["detector_scale"] = detector_scale()
+        progress(f"crash detector, a 16,384-rank job's deaths: {result['detector_scale']}")
         result["complete"] = True
     except (BenchError, KeyboardInterrupt, OSError) as exc:
         result["error"] = failure(exc)

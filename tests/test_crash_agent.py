@@ -20,8 +20,18 @@ from pathlib import Path
 import grpc
 import pytest
 
-from helpers_tree import api_get, events, make_agent, make_root, stop_all, wait_for
-from telemetry.v1 import forensics_pb2, ingest_pb2, ingest_pb2_grpc
+from helpers_tree import (
+    RawChild,
+    api_get,
+    counters,
+    events,
+    make_agent,
+    make_collector,
+    make_root,
+    stop_all,
+    wait_for,
+)
+from telemetry.v1 import forensics_pb2, forward_pb2, ingest_pb2, ingest_pb2_grpc
 
 pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).resolve().parents[1]
@@ -159,3 +169,44 @@ def test_sys_exit_3_is_an_exit_code_and_a_forked_child_s_sigterm_is_not_the_rank
     event = _crash(root, "exit3")
     first = event["detail"]["first"][0]
     assert (first["cause"], first["exit_code"]) == ("exit_code", 3), first
+
+
+def test_an_account_crosses_a_collector_tier(tmp_path):
+    """root <- collector <- agent: the account rides the collector's own units up (CollectorServer._exits_up)."""
+    root = make_root(tmp_path / "root.db", api="127.0.0.1:0")
+    rack = make_collector([root.address], "rack0")
+    agent = make_agent([rack.address], Path(tempfile.mkdtemp(prefix="crash-")) / "a.sock", "agent0")
+    try:
+        child = _child(agent, 'raise RuntimeError("through the rack")\n', "tiers")
+        assert child.wait(20) == 1
+        event = _crash(root, "tiers")
+        assert event["detail"]["first"][0]["why"] == "RuntimeError: through the rack", event
+    finally:
+        stop_all(agent, rack, root)
+
+
+def test_a_child_that_does_not_cover_a_rank_cannot_report_its_death(tree):
+    """A rogue tier says rank 0 of a live job died of a segfault: refused (it does not cover the rank), counted,
+    and no crash event names the healthy rank."""
+    import telemetry
+    root, agent = tree
+    run = telemetry.init(job="healthy", rank=0, world_size=1, agent=f"unix:{agent.socket_path}")
+    rogue = None
+    try:
+        run.log(0, loss=1.0)
+        run.end_step(0)
+        from collectors.common.attempts import scoped
+        wait_for(lambda: root.liveness(scoped("healthy", run.attempt))["alive"] == 1, 15, what="the rank at the root")
+        rogue = RawChild(root.address, "rogue")
+        rogue.ack()
+        before = counters(root)["bad_inputs"]
+        rogue.send(forward_pb2.SummaryBatch(sender_id="rogue", seq=1, exits=[forensics_pb2.RankExit(
+            job="healthy", attempt=run.attempt, rank=0, cause="fatal_signal", why="SIGSEGV (forged)")]))
+        rogue.ack_for(1, forward_pb2.Ack.RECEIVED)
+        assert counters(root)["bad_inputs"] - before == 1
+        assert events(root.api_address, "healthy", "crash") == []
+        assert run.close(10)
+    finally:
+        run.close(0.1)
+        if rogue is not None:
+            rogue.close()

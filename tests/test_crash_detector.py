@@ -121,3 +121,23 @@ def test_consequences_are_told_by_their_words_not_by_guessing():
     assert consequence_of({"cause": "exception", "exc_type": "ValueError",
                            "message": "Aborting: the loss is NaN"}) is None
     assert consequence_of({"cause": "fatal_signal"}) is None
+
+
+def test_a_16384_rank_cascade_names_the_first_and_lists_a_bounded_cascade():
+    """Every rank of a 16,384-rank job dies (rank 5 first, the others of it), their accounts in units of 100:
+    the event names rank 5, counts every death, lists 64 of the cascade, and keeps full stacks for 256 only."""
+    clock, log, det = setup()
+    world = 16384
+    for start in range(0, world, 100):
+        det.observe_exits(JOB, [rec(r, "exception" if r == 5 else "terminated", 10.0 + (0 if r == 5 else 1 + r * 1e-5),
+                                    message="CUDA oom" if r == 5 else "", traceback="t" * 1000,
+                                    fingerprints=[(s, s, "all_reduce") for s in range(8)])
+                                for r in range(start, min(world, start + 100))])
+        clock.t += 0.01
+    det.check({JOB: {"alive": 0, "stuck": 0, "dead": world, "dead_ranks": list(range(1024))}})
+    (event,) = log.query(JOB)
+    d = event["detail"]
+    assert [f["rank"] for f in d["first"]] == [5] and d["ranks_dead"] == world and d["all_dead"] is True
+    assert len(d["cascade"]) == 64 and d["cascade"][0]["rank"] == 0
+    full = [r for r in det.records(JOB).values() if r["traceback"]]
+    assert len(full) == 256 and len(det.take_new(JOB)) == 256 and det.take_new(JOB) == []

@@ -23,6 +23,7 @@ it). It opens at once when the first account names a primary cause; an account t
 
 from __future__ import annotations
 
+import heapq
 import re
 import time
 from collections.abc import Callable
@@ -41,7 +42,11 @@ CONSEQUENCES = (
      "a peer's abort reached it"),
 )
 FAILURES = ("exception", "fatal_signal", "terminated", "exit_code", "oom_killed", "killed", "unknown")
-MAX_RECORDS_PER_JOB = 4096
+MAX_RECORDS_PER_JOB = 1 << 17  # ranks' accounts kept per job (a 16,384-rank job fits 8 times over)
+MAX_FULL_RECORDS = 256  # of them, kept with their traceback and stacks (the rest: one line each, ~0.5 KB)
+MAX_SEQS = 4096  # collective sequence numbers compared per job
+MAX_LISTED = 64
+LIVE_KEYS = ("alive", "stuck", "dead", "dead_ranks")  # what of the root's liveness view the detector reads
 
 
 @dataclass
@@ -78,13 +83,26 @@ def record_of(exit_: forensics_pb2.RankExit) -> dict[str, Any]:
             "facts": exit_.facts, "fingerprints": [(f.seq, f.hash, f.what) for f in exit_.fingerprints]}
 
 
+Table = dict[int, dict[int, tuple[str, list[int]]]]  # seq -> hash -> (what, ranks that issued it)
+
+
+def add_fingerprints(by_seq: Table, rank: int, fingerprints: list[tuple[int, int, str]]) -> None:
+    for seq, digest, what in fingerprints:
+        if len(by_seq) >= MAX_SEQS and seq not in by_seq:
+            continue
+        side = by_seq.setdefault(seq, {}).setdefault(digest, (what, []))
+        side[1].append(rank)
+
+
 def mismatch(records: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
     """The first sequence number at which the ranks' newest fingerprints disagree, and the ranks who differ."""
-    by_seq: dict[int, dict[int, tuple[str, list[int]]]] = {}
+    by_seq: Table = {}
     for rank, record in records.items():
-        for seq, digest, what in record.get("fingerprints", ()):
-            side = by_seq.setdefault(seq, {}).setdefault(digest, (what, []))
-            side[1].append(rank)
+        add_fingerprints(by_seq, rank, record.get("fingerprints", ()))
+    return mismatch_in(by_seq)
+
+
+def mismatch_in(by_seq: Table) -> dict[str, Any] | None:
     for seq in sorted(by_seq):
         sides = by_seq[seq]
         if len(sides) < 2:
@@ -100,9 +118,10 @@ def mismatch(records: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
                 minority, rule = ordered, "tie"
             else:
                 minority, rule = novel, "tie broken: the only collective seen at no other seq"
-        culprits = sorted({r for _, (_, ranks) in minority for r in ranks})
+        culprits = sorted({r for _, (_, ranks) in minority for r in ranks})[:MAX_LISTED]
         return {"seq": seq, "ranks": culprits, "rule": rule,
-                "sides": [{"what": what, "ranks": sorted(ranks)} for _, (what, ranks) in ordered]}
+                "sides": [{"what": what, "ranks": sorted(ranks)[:MAX_LISTED], "count": len(ranks)}
+                          for _, (what, ranks) in ordered]}
     return None
 
 
@@ -112,6 +131,10 @@ class _Job:
     first_seen: float = 0.0
     live: dict[str, Any] = field(default_factory=dict)
     said: str = ""  # what the event last said (it is raised again only when that changes)
+    by_seq: Table = field(default_factory=dict)  # the accounts' fingerprints, merged as they come
+    dirty: bool = False  # accounts came since the last judgement
+    settled: bool = False  # judged once settle_s after the first account (dead ranks without one are listed)
+    unkept: list[int] = field(default_factory=list)  # full accounts not yet handed to forensics (take_new)
 
 
 class CrashDetector(Detector):
@@ -138,6 +161,14 @@ class CrashDetector(Detector):
         state = self._jobs.get(job)
         return dict(state.records) if state is not None else {}
 
+    def take_new(self, job: str) -> list[dict[str, Any]]:
+        """The full accounts (traceback and stacks) that came since the last call: the event's forensics."""
+        state = self._jobs.get(job)
+        if state is None:
+            return []
+        ranks, state.unkept = state.unkept, []
+        return [state.records[r] for r in ranks if r in state.records]
+
     def forget(self, job: str) -> None:
         super().forget(job)
         self._jobs.pop(job, None)
@@ -151,28 +182,47 @@ class CrashDetector(Detector):
             if record["rank"] in state.records or len(state.records) >= MAX_RECORDS_PER_JOB:
                 continue
             record["consequence"] = consequence_of(record)
+            if len(state.records) >= MAX_FULL_RECORDS:  # the cascade of a large job: why, not every stack
+                record.update(traceback="", stacks="", facts="", fingerprints=record["fingerprints"][-4:],
+                              message=record.get("message", "")[:300])
+            else:
+                state.unkept.append(record["rank"])
             state.records[record["rank"]] = record
+            add_fingerprints(state.by_seq, record["rank"], record["fingerprints"])
+            state.dirty = True
             key = (job, record["cause"])
             self.counts[key] = self.counts.get(key, 0) + 1
-        self._judge(job, state)
+        # Judged at once while the job is small or its event not yet open (the first account's latency is the
+        # point); a large cascade is judged by check(), at most once per check interval, not once per unit.
+        if len(state.records) <= MAX_FULL_RECORDS or not self.is_open(job):
+            self._judge(job, state)
 
     def check(self, live: dict[str, dict]) -> None:
         """Periodic: ranks dead without an account; consequence-only crashes whose settle time passed."""
         for job, state in list(self._jobs.items()):
-            state.live = live.get(job, state.live)
-            self._judge(job, state)
+            found = live.get(job)
+            view = state.live if found is None else {key: found.get(key) for key in LIVE_KEYS}
+            settling = not state.settled and self.clock() - state.first_seen >= self.config.settle_s
+            if state.dirty or settling or view != state.live or not self.is_open(job):
+                state.live = view
+                self._judge(job, state)
         for job, view in live.items():
             if job in self._jobs or not view or not view.get("dead"):
                 continue
-            if int(view.get("alive", 0) or 0) == 0 and not view.get("stuck"):
-                self._jobs[job] = _Job(first_seen=self.clock(), live=view)  # all dead, no account: judged next
+            if int(view.get("alive", 0) or 0) == 0 and not view.get("stuck"):  # all dead, no account: judged next
+                self._jobs[job] = _Job(first_seen=self.clock(), live={key: view.get(key) for key in LIVE_KEYS})
 
     def _judge(self, job: str, state: _Job) -> None:
         c = self.config
-        records = dict(state.records)
+        state.dirty = False
+        records = state.records
         waited = self.clock() - state.first_seen
-        for rank in state.live.get("dead_ranks", ()):
-            if rank not in records and waited >= c.settle_s:
+        state.settled = state.settled or waited >= c.settle_s
+        missing = [rank for rank in state.live.get("dead_ranks") or () if rank not in records]
+        if missing and waited >= c.settle_s:
+            records = dict(records)
+        for rank in missing:
+            if waited >= c.settle_s:
                 records[rank] = {"rank": rank, "cause": "unknown", "why": "dead, but no account of its end reached "
                                  "the root", "died_at": None, "consequence": None, "host": None}
         failed = {r: rec for r, rec in records.items() if rec["cause"] in FAILURES}
@@ -190,12 +240,14 @@ class CrashDetector(Detector):
             first = sorted(r for r, rec in pool.items()
                            if rec.get("died_at") is not None and rec["died_at"] - earliest <= c.simultaneous_s)
         lead = pool[first[0]]
-        culprit = mismatch(failed)
+        culprit = mismatch_in(state.by_seq)
         named = sorted(set(first) | set(culprit["ranks"] if culprit else ()))
         hosts = sorted({rec["host"] for rec in failed.values() if rec.get("host")})
         cascade = []
-        for rank, rec in sorted(failed.items(), key=lambda item: (item[1].get("died_at") or 0.0, item[0])):
-            if rank in first:
+        firsts = set(first)
+        for rank, rec in heapq.nsmallest(MAX_LISTED + len(firsts), failed.items(),
+                                         key=lambda item: (item[1].get("died_at") or 0.0, item[0])):
+            if rank in firsts:
                 continue
             after = (rec["died_at"] - earliest if rec.get("died_at") is not None and earliest is not None else None)
             cascade.append({**_brief(rec), "after_s": None if after is None else round(after, 3),
@@ -218,7 +270,7 @@ class CrashDetector(Detector):
         detail = {
             "summary": summary[:2000],
             "first": [_brief(pool[r]) for r in first],
-            "cascade": cascade[:64],
+            "cascade": cascade[:MAX_LISTED],
             "mismatch": culprit,
             "ranks_dead": len(failed), "ranks_alive": alive,
             "all_dead": alive == 0 if alive is not None else None,

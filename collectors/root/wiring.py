@@ -156,8 +156,7 @@ class Wiring:
             return
         name, attempt = split(event.job)
         request_id = f"event-{event.id}"
-        captures = [last_words_capture(record, request_id, name, attempt)
-                    for record in crash.records(event.job).values()]
+        captures = [last_words_capture(record, request_id, name, attempt) for record in crash.take_new(event.job)]
         if captures:
             self.forensics.keep(event.job, event.id, "crash", captures)
 

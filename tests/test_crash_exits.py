@@ -1,0 +1,119 @@
+"""The agent's account of a rank's end from what it can read (collectors/agent/exits.py): the cgroup's OOM-kill
+count (v2 and v1 layouts), torchrun's error file (only a regular file the rank's uid owns), the fault file's
+faulthandler text and written-down words, and the order of evidence."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from google.protobuf import json_format
+
+from collectors.agent.exits import (
+    WORDS_HEADER,
+    ExitWatch,
+    FaultFiles,
+    exit_record,
+    oom_counter,
+    read_owned,
+    torchrun_error,
+)
+from telemetry.v1 import forensics_pb2
+
+
+def _record(watch: ExitWatch, fault: tuple[str, int] = ("", 0), exit_status: int | None = None):
+    return exit_record(watch, job="j", attempt=1, rank=3, host="h", pid=42, current_step=7,
+                       exit_status=exit_status, observed_ns=2_000_000_000, fault=fault)
+
+
+def _cgroups(tmp: Path, v2: bool, kills: int) -> tuple[Path, Path]:
+    proc, root = tmp / "proc", tmp / "cgroup"
+    (proc / "42").mkdir(parents=True)
+    if v2:
+        (proc / "42" / "cgroup").write_text("0::/job.slice/rank3\n")
+        events = root / "job.slice" / "rank3" / "memory.events"
+        events.parent.mkdir(parents=True)
+        events.write_text(f"low 0\nhigh 0\nmax 4\noom 1\noom_kill {kills}\n")
+    else:
+        (proc / "42" / "cgroup").write_text("5:cpu,cpuacct:/x\n4:memory:/job/rank3\n")
+        control = root / "memory" / "job" / "rank3" / "memory.oom_control"
+        control.parent.mkdir(parents=True)
+        control.write_text(f"oom_kill_disable 0\nunder_oom 0\noom_kill {kills}\n")
+    return proc, root
+
+
+def test_a_silent_death_while_its_cgroup_s_oom_kills_rose_is_the_oom_killer_s(tmp_path):
+    for v2 in (True, False):
+        proc, root = _cgroups(tmp_path / str(v2), v2, kills=2)
+        path, count = oom_counter(42, str(proc), str(root))
+        assert count == 2 and path.endswith("memory.events" if v2 else "memory.oom_control")
+        watch = ExitWatch(oom_file=path, oom_kills=count)
+        assert _record(watch).cause == "killed"  # the count did not move: not the OOM killer (as far as it says)
+        Path(path).write_text(Path(path).read_text().replace("oom_kill 2", "oom_kill 3"))
+        record = _record(watch)
+        assert (record.cause, record.signal) == ("oom_killed", "SIGKILL") and "2 -> 3" in record.why
+        assert json.loads(record.facts)["oom_kill"] == [2, 3]
+        assert (record.died_at_source, record.died_at_ns) == ("observed", 2_000_000_000)
+
+
+def test_torchrun_s_error_file_is_read_only_when_the_rank_owns_it_and_never_through_a_link(tmp_path):
+    error = tmp_path / "error.json"
+    error.write_text(json.dumps({"message": {"message": "RuntimeError: bad shard", "extraInfo": {
+        "py_callstack": "Traceback ...\nRuntimeError: bad shard\n", "timestamp": "1"}}}))
+    me = os.getuid()
+    assert torchrun_error(str(error), me) == {"message": "RuntimeError: bad shard",
+                                              "traceback": "Traceback ...\nRuntimeError: bad shard\n"}
+    assert torchrun_error(str(error), me + 1) is None, "a file the rank's uid does not own is not read"
+    link = tmp_path / "link.json"
+    link.symlink_to(error)
+    assert read_owned(str(link), me, 1 << 16) is None, "a link is not followed"
+    assert read_owned(str(tmp_path), me, 1 << 16) is None, "a directory is not a file"
+    (tmp_path / "junk.json").write_text("not json")
+    assert torchrun_error(str(tmp_path / "junk.json"), me) is None
+    record = _record(ExitWatch(error_file=str(error), uid=me), exit_status=1)
+    assert (record.cause, record.why) == ("exception", "RuntimeError: bad shard")
+
+
+def test_the_fault_file_says_a_fatal_signal_a_sigterm_or_words_the_stream_did_not_carry(tmp_path):
+    files = FaultFiles(tmp_path)
+    path = files.make("job/1", 3, 42, None)
+    assert Path(path).parent == files.dir and "job_1-r3-p42" in path
+    Path(path).write_text('Fatal Python error: Aborted\n\nCurrent thread 0x7f (most recent call first):\n'
+                          '  File "train.py", line 9 in step\n')
+    text, written = files.read(path)
+    record = _record(ExitWatch(fault_file=path), fault=(text, written))
+    assert (record.cause, record.signal, record.died_at_source) == ("fatal_signal", "SIGABRT", "fault_file")
+    assert record.died_at_ns == written and 'train.py", line 9' in record.stacks
+    Path(path).write_text('Current thread 0x7f (most recent call first):\n  File "train.py", line 9 in step\n')
+    record = _record(ExitWatch(fault_file=path), fault=files.read(path))
+    assert (record.cause, record.signal) == ("terminated", "SIGTERM")
+    words = forensics_pb2.LastWords(kind="exception", exc_type="KeyError", message="'x'", rank=3, pid=42,
+                                    time_ns=1_500_000_000)
+    Path(path).write_text(WORDS_HEADER + json_format.MessageToJson(words, indent=None) + "\n")
+    record = _record(ExitWatch(fault_file=path), fault=files.read(path))
+    assert (record.cause, record.why, record.died_at_ns) == ("exception", "KeyError: 'x'", 1_500_000_000)
+    forged = forensics_pb2.LastWords(kind="exception", exc_type="KeyError", message="other", rank=4, pid=42)
+    Path(path).write_text(WORDS_HEADER + json_format.MessageToJson(forged, indent=None) + "\n")
+    assert _record(ExitWatch(fault_file=path), fault=files.read(path)).cause != "exception", "words of rank 4"
+    files.remove(path)
+    assert not Path(path).exists()
+    files.close()
+    assert not files.dir.exists()
+
+
+def test_evidence_order_words_before_signals_before_exit_status():
+    watch = ExitWatch()
+    watch.note(forensics_pb2.LastWords(kind="exit", exit_code=3, exit_code_known=True, time_ns=5))
+    assert (_record(watch).cause, _record(watch).exit_code) == ("exit_code", 3)
+    watch.note(forensics_pb2.LastWords(kind="exception", exc_type="ValueError", message="m\nmore", time_ns=4))
+    watch.note(forensics_pb2.LastWords(kind="signal", message="SIGTERM", time_ns=6))  # an exception stays
+    watch.note(forensics_pb2.LastWords(kind="thread_exception", exc_type="OSError", message="io", thread="pin"))
+    record = _record(watch, fault=('Current thread 0x1 (most recent call first):\n', 9))
+    assert (record.cause, record.why, record.died_at_ns) == ("exception", "ValueError: m", 4)
+    assert record.thread_exception == "pin: OSError: io"
+    assert _record(ExitWatch(), exit_status=-9).why == "killed by SIGKILL (exit status)"
+    assert _record(ExitWatch(), exit_status=-15).cause == "terminated"
+    assert (_record(ExitWatch(), exit_status=0).cause, _record(ExitWatch(), exit_status=2).cause) == \
+        ("exited", "exit_code")
+    assert _record(ExitWatch(stream_ended_ns=1_900_000_000)).died_at_source == "stream_end"
