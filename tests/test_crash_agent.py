@@ -119,13 +119,16 @@ def test_sigterm_while_blocked_in_a_c_call_says_where_and_dies_of_sigterm(tree):
     root, agent = tree
     child = _child(agent, "time.sleep(60)  # a collective that never returns\n", "term")
     assert child.stdout.readline().strip() == "ready"
+    # SIGTERM once its main thread is inside the sleep (a C call: the nanosleep system call), not before it.
+    wait_for(lambda: Path(f"/proc/{child.pid}/syscall").read_text().split()[0] in ("35", "230"), 10, interval=0.02,
+             what="the child's main thread asleep in nanosleep")
     child.send_signal(signal.SIGTERM)
     assert child.wait(20) == -signal.SIGTERM, child.stderr.read()
     event = _crash(root, "term")
     first = event["detail"]["first"][0]
     assert (first["cause"], first["signal"], first["died_at_source"]) == ("terminated", "SIGTERM", "last_words")
     status, body = _forensics(root, "term", event["id"])
-    assert "time.sleep(60)" in body["captures"][0]["stacks"], body
+    assert "time.sleep(60)" in body["captures"][0]["stacks"], body["captures"][0]["stacks"]
 
 
 def _forensics(root, job: str, event_id: int) -> tuple[int, dict]:
