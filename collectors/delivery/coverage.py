@@ -4,8 +4,10 @@ A child's coverage of a job (its scoped name, with the attempt) is every rank it
 it - alive, stuck, dead or closed - since this tier first heard of the child: sticky, because a child forgets
 a finished job before the last of its windows (or a resend of them) is through, and a window must not be
 refused then. A rank the tier's run ledger (runs.py) already knows to run in some process counts for a child
-only when that child names the same process: a child that merely lists a rank another child's agent
-registered (without its process, or with another one) does not come to cover it.
+only when that child names the same process, or when no other child covers it: a child that merely lists a rank
+another child covers (without its process, or with another one) does not come to cover it. (Processes travel as
+deltas, so a unit resent to a restarted parent names its ranks without them: it covers them then, as nobody else
+does; tests/test_tree_e2e.py's chaos run restarts the root and the racks.)
 
 Everything a child sends about ranks is checked against its coverage by `CollectorService`: windows (their
 sources), captures (their rank), fingerprints (the ranks in their bitmaps). What is not covered is refused,
@@ -49,8 +51,14 @@ class Coverage:
             new = named - covered
             if new:
                 known = processes(job)
-                if known:
-                    new = BitMap(rank for rank in new if rank not in known or view.processes.get(rank) == known[rank])
+                doubtful = BitMap(rank for rank in new if rank in known and view.processes.get(rank) != known[rank])
+                if doubtful:
+                    # Named without the process the ledger knows: taken only if no other child covers the rank.
+                    # A child's rank states carry processes as deltas, so a unit resent to a restarted parent
+                    # names its ranks without them; a child listing ranks another child covers must name them.
+                    others = BitMap.union(BitMap(), *(ranks for (who, name), ranks in self._covered.items()
+                                                      if name == job and who != child))
+                    new -= doubtful & others
                 covered |= new
             self._covered.move_to_end(key)
         while len(self._covered) > self.max_entries:
