@@ -331,8 +331,8 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
                    "(synchronous=FULL, an fsync per commit; cost in bench/store_sync.py).")
 @click.option("--retention", "retention", multiple=True, metavar="KIND=DURATION",
               help="Root only: how long the store keeps each kind (repeatable; docs/fleet.md): seconds (raw 1 s "
-                   "windows, default 6h), minutes (their 1 min rollups, 14d), hours (1 h rollups, 400d), steps "
-                   "(raw step windows, 14d), step-blocks (blocks of 100 steps, 400d), events (closed ones, 90d); "
+                   "windows, default 1h), minutes (their 1 min rollups, 7d), hours (1 h rollups, 400d), steps "
+                   "(raw step windows, 7d), step-blocks (blocks of 100 steps, 400d), events (closed ones, 90d); "
                    "DURATION like 90s, 30m, 6h, 14d, or off.")
 @click.option("--deadline-floor", type=float, default=None,
               help="Seconds a window may wait for slow children [default: 3 (collector), 4 (root)].")

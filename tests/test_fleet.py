@@ -131,7 +131,8 @@ def test_a_link_down_is_an_event_naming_host_and_port(fleet_tree):
 
 
 def test_fleet_sources_and_the_registry_file(tmp_path):
-    assert fleet.source(3, 70) == 3 << 8 | 70 and fleet.host_index_of(3 << 8 | 70) == 3
+    assert fleet.source(3, 70) == 70 << 24 | 3 and fleet.host_index_of(70 << 24 | 3) == 3
+    assert fleet.slot_of(fleet.source(3, 70)) == 70
     with pytest.raises(ValueError):
         fleet.source(fleet.MAX_HOST_INDEX + 1, 0)
     covered = BitMap([fleet.source(h, s) for h in (0, 5) for s in (0, 1, 16, 17, 64, 65, 66)])

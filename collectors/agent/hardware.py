@@ -33,7 +33,7 @@ so two hosts' ``gpu0`` never meet in one sources bitmap.
 
 With a host index (``--host-index`` / ``--host-registry``; docs/fleet.md) the host's readings go instead to the
 fleet's windows, ``Key(FLEET_JOB, metric, bucket, 1000)``, merged across every host of the tree, with source
-``host_index << 8 | slot`` (collectors/common/fleet.py): the root's input then no longer grows with the number of
+``slot << 24 | host_index`` (collectors/common/fleet.py): the root's input then no longer grows with the number of
 hosts. The host's devices travel up as the rank states of FLEET_JOB (``RankRegistry.pseudo``): which sources report,
 their names (``host:device``) and the host's claim on them, which the tree's run ledger checks.
 """

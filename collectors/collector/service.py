@@ -16,6 +16,7 @@ from pyroaring import BitMap
 from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
 from collectors.common.attempts import scoped, split
 from collectors.common.fingerprints import ranks_of
+from collectors.common.fleet import extent
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from collectors.common.transport import certificate_names
@@ -271,7 +272,8 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                                f"rank states of job {msg.job!r}: malformed bitmap ({exc})") from None
             for bitmap in (view.alive, view.stuck, view.dead, view.closed):
                 if bitmap:
-                    check_world(bitmap.max() + 1, self.max_world_size, f"rank {bitmap.max()} implies a world size")
+                    check_world(extent(msg.job, bitmap), self.max_world_size,
+                                f"rank {bitmap.max()} implies a world size")
             job = scoped(msg.job, msg.attempt)
             if job in views:
                 raise BadInput("INVALID_ARGUMENT", f"rank states of job {job!r} sent twice in one unit")
@@ -288,7 +290,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             check_world(window.expected, self.max_world_size, "expected world size")
             summary = Summary.from_proto(window.summary)
             if summary._sources:
-                check_world(summary._sources.max() + 1, self.max_world_size, "a source id")
+                check_world(extent(window.key.job, summary._sources), self.max_world_size, "a source id")
             if (summary.k, summary.max_centroids) != TREE_SHAPE:
                 raise ValueError(f"summary has k={summary.k}, max_centroids={summary.max_centroids}; every tier "
                                  f"merges only k={TREE_SHAPE[0]}, max_centroids={TREE_SHAPE[1]}")

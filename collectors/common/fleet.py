@@ -1,12 +1,14 @@
 """The fleet's hardware windows (DESIGN §12): every host's NICs, IB ports and rank-less GPUs in one window per
 metric and second, merged up the tree like a job's ranks (docs/fleet.md).
 
-A source of the pseudo-job `FLEET_JOB` is one device of one host: ``host_index << SLOT_BITS | slot``. The host
+A source of the pseudo-job `FLEET_JOB` is one device of one host: ``slot << HOST_BITS | host_index``. The host
 index comes from a registry (``telemetry agent --host-index N``, or ``--host-registry FILE``: the host's line in
 a list every agent is given), never from a hash, so two hosts never share a source by accident; two agents that
 claim one index are told apart by the tree's run ledger (collectors/delivery/runs.py: each source's claim is
 the host's name, and a second host naming the same source has its windows refused). A device's slot is fixed
-by its kind, so that a window of one kind's metric knows which sources to wait for (`family_mask`):
+by its kind, so that a window of one kind's metric knows which sources to wait for (`family_mask`); the slot is
+the high byte, so that one slot of every host is one contiguous range of sources: the sources bitmap of a fleet
+window (run-length encoded on the wire) stays a few runs, whatever the number of hosts:
 
 * GPUs no rank uses: slot = NVML index, ``0 .. 15``;
 * network interfaces: ``16 .. 63``, in name order of first sight;
@@ -25,11 +27,12 @@ from pyroaring import BitMap
 
 from telemetry.names import FLEET_JOB
 
-__all__ = ["FLEET_JOB", "SLOT_BITS", "MAX_HOST_INDEX", "FAMILIES", "source", "host_index_of", "slot_of",
-           "family_of", "family_mask", "host_claim", "index_from_registry", "split_name"]
+__all__ = ["FLEET_JOB", "SLOT_BITS", "HOST_BITS", "MAX_HOST_INDEX", "FAMILIES", "source", "host_index_of", "slot_of",
+           "family_of", "family_mask", "extent", "host_claim", "index_from_registry", "split_name"]
 
 SLOT_BITS = 8
-MAX_HOST_INDEX = (1 << (32 - SLOT_BITS)) - 1  # sources are uint32 in a summary's bitmap
+HOST_BITS = 32 - SLOT_BITS
+MAX_HOST_INDEX = (1 << HOST_BITS) - 1  # sources are uint32 in a summary's bitmap
 #: metric prefix -> the slots of its device kind [lo, hi)
 FAMILIES: dict[str, tuple[int, int]] = {"gpu.": (0, 16), "nic.": (16, 64), "ib.": (64, 256)}
 
@@ -39,15 +42,15 @@ def source(host_index: int, slot: int) -> int:
         raise ValueError(f"host index {host_index} is outside 0..{MAX_HOST_INDEX}")
     if not 0 <= slot < 1 << SLOT_BITS:
         raise ValueError(f"device slot {slot} is outside 0..{(1 << SLOT_BITS) - 1}")
-    return host_index << SLOT_BITS | slot
+    return slot << HOST_BITS | host_index
 
 
 def host_index_of(src: int) -> int:
-    return src >> SLOT_BITS
+    return src & MAX_HOST_INDEX
 
 
 def slot_of(src: int) -> int:
-    return src & ((1 << SLOT_BITS) - 1)
+    return src >> HOST_BITS
 
 
 def family_of(metric: str) -> tuple[int, int] | None:
@@ -64,9 +67,15 @@ def family_mask(covered: BitMap, metric: str) -> BitMap:
         return covered
     lo, hi = slots
     mask = BitMap()
-    for host in {src >> SLOT_BITS for src in covered}:
-        mask.add_range((host << SLOT_BITS) + lo, (host << SLOT_BITS) + hi)
+    mask.add_range(lo << HOST_BITS, hi << HOST_BITS)
     return covered & mask
+
+
+def extent(job: str, sources: BitMap) -> int:
+    """What a bitmap of `job`'s sources counts against the world-size cap (DESIGN §7: no work may grow with a size
+    an input declares): a rank's id implies a world of id + 1; the fleet's ids are sparse by construction
+    (collectors/common/fleet.py), so there it is how many sources there are."""
+    return len(sources) if job == FLEET_JOB else sources.max() + 1
 
 
 def host_claim(host: str) -> int:

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from collectors.common.fleet import host_index_of
 from telemetry.names import FLEET_JOB
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ def refusal_reason(job: str, attempt: int, rank: int, first: Claim) -> str:
     """What the ranks of a refused run are told (it reaches their run.close() and its log); for the fleet's
     hardware, what a host claiming another's index is told (collectors/common/fleet.py)."""
     if job == FLEET_JOB:
-        return (f"fleet source {rank} (host index {rank >> 8}) is already claimed by host {first.host or '?'}: "
+        return (f"fleet source {rank} (host index {host_index_of(rank)}) is already claimed by {first.host or '?'}: "
                 "give each host its own --host-index (or one --host-registry file to all agents)")
     return (f"rank {rank} of job {job!r} attempt {attempt} already ran in another process (on host "
             f"{first.host or '?'}): a new run under the same job name needs a new attempt "

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from collectors.common.keys import Key
@@ -43,10 +45,10 @@ DAY_S = 86_400.0
 class RetentionConfig:
     """How long each kind is kept, in seconds (`telemetry collector --retention KIND=DURATION`)."""
 
-    seconds_s: float = 6 * 3600.0  # raw 1 s windows (hardware, heartbeats)
-    minutes_s: float = 14 * DAY_S  # their 1 min rollups
+    seconds_s: float = 3600.0  # raw 1 s windows (hardware, heartbeats)
+    minutes_s: float = 7 * DAY_S  # their 1 min rollups
     hours_s: float = 400 * DAY_S  # their 1 h rollups
-    raw_steps_s: float = 14 * DAY_S  # step windows, raw
+    raw_steps_s: float = 7 * DAY_S  # step windows, raw
     step_blocks_s: float = 400 * DAY_S  # blocks of step_block steps
     events_s: float = 90 * DAY_S  # closed events (open ones are kept)
     step_block: int = 100
@@ -97,6 +99,7 @@ class SweepStats:
     deleted: int = 0  # rows deleted (windows and events)
     sweeps: int = 0
     seconds: float = 0.0  # wall time of the last sweep
+    longest_hold_s: float = 0.0  # the longest one transaction held the store's lock (what intake may wait)
 
 
 class Retention:
@@ -160,6 +163,13 @@ class Retention:
         self.stats.seconds = time.monotonic() - started
         return self.stats
 
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self.store.transaction() as db:
+            started = time.monotonic()
+            yield db
+            self.stats.longest_hold_s = max(self.stats.longest_hold_s, time.monotonic() - started)
+
     def _mark(self, name: str) -> int | None:
         return self.store.meta(name)
 
@@ -168,7 +178,7 @@ class Retention:
         mark = f"rolled:{into}"
         start = self._mark(mark)
         while budget[0] > 0:
-            with self.store.transaction() as db:
+            with self._transaction() as db:
                 if start is None:
                     first = db.execute("SELECT min(idx) FROM windows WHERE width_ms=?", (width,)).fetchone()[0]
                     if first is None:
@@ -201,7 +211,7 @@ class Retention:
         """Step windows finalised before `before_ns` are merged into their blocks, then deleted."""
         block = self.config.step_block
         while budget[0] > 0:
-            with self.store.transaction() as db:
+            with self._transaction() as db:
                 found = db.execute("SELECT rowid, job, metric, idx, expected, finalised_ns, summary FROM windows "
                                    "WHERE width_ms=0 AND finalised_ns<? LIMIT ?",
                                    (before_ns, self.config.batch)).fetchall()
@@ -230,7 +240,7 @@ class Retention:
 
     def _delete(self, sql: str, args: tuple, budget: list[int]) -> None:
         while budget[0] > 0:
-            with self.store.transaction() as db:
+            with self._transaction() as db:
                 gone = db.execute(sql, (*args, self.config.batch)).rowcount
             budget[0] -= 1
             self.stats.deleted += max(0, gone)

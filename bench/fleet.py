@@ -1,0 +1,386 @@
+"""The fleet's hardware at O(log N), and a week of the store's lifecycle (issue 28 item 5, docs/fleet.md).
+
+    python bench/fleet.py                      # hosts 250 and 2000 (the issue's shape), both layouts
+    python bench/fleet.py --hosts 32,256       # what a small machine can run at 1 Hz
+    python bench/fleet.py --quick              # a development preset
+
+Part 1, the tree. Simulated hosts run the agent's real hardware path: a generated sysfs tree each
+(collectors/sim/sysfs.py: 2 NICs, 8 IB ports; a TEST DOUBLE of /sys), the real NicProbe reading it, the real
+HardwareSampler bucketing the readings into 1 s windows, and per host its own Node, Upstream and Outbox to its
+rack collector, as in `telemetry agent` (without the rank socket: no ranks here), at 1 Hz, as many hosts per
+process as --hosts-per-process. Racks of --rack-size hosts (`telemetry collector` processes) feed one cluster
+collector, which feeds the root (`telemetry collector` without --parent): every tier merges. Each host count runs
+twice, in the fleet layout (--host-index: fleet-wide windows) and in the naive per-host layout (`_host:<host>`
+pseudo-jobs), with fresh processes each time. Measured over --seconds after --warmup: the root's CPU seconds per
+second and RSS (/proc), and the bytes the root received on its gRPC port (the kernel's per-socket
+bytes_received, `ss -tin`), per second; and the windows the root stored per second.
+
+Part 2, a link down. In the fleet layout at the largest host count, one IB port of one host goes down (its
+`state` and its `link_downed` counter, as a kernel reports it); the time until the root's API serves a
+hardware event naming that host and port.
+
+Part 3, a week of retention (no processes): a root store fed a simulated week of fleet windows (one 1 s window
+of each metric every --week-step seconds of simulated time, --week-sources sources each) and step windows, swept
+by the real Retention every 10 simulated minutes with the default retention. Reported: the file's size per day
+(it must level off at its bound) and every 1 h rollup compared, field by field, with the raw readings it came
+from (count, sum, min/argmin, max/argmax, top-k, bottom-k, sources).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from collectors.common.fleet import source
+from collectors.sim.procs import Proc, free_port, python_module, stop_process
+from collectors.sim.sysfs import set_ib, write_host
+from harness import BenchError, apply_quick, failure, parser, run_in_workdir, write_result
+from procstat import cpu_seconds, status_kb
+
+NAME = "fleet"
+QUICK = {"hosts": "16,64", "seconds": 10.0, "warmup": 8.0, "week_step": 60}
+NICS, HCAS = 2, 8
+IB_METRIC = "ib.symbol_error_delta"
+
+
+# ============================================================== the simulated hosts (a child process)
+
+def simulate(argv: list[str]) -> None:
+    """`fleet.py --sim FIRST COUNT LAYOUT SYSFS RACKS_JSON RACK_SIZE`: COUNT hosts from index FIRST."""
+    from collectors.agent.hardware import HardwareSampler
+    from collectors.agent.ranks import RankRegistry
+    from collectors.common.lifetime import die_with_parent
+    from collectors.delivery.node import Node, Upstream
+    from collectors.delivery.outbox import Outbox
+    from collectors.delivery.windows import Deadlines
+    from collectors.probes import NicProbe
+
+    die_with_parent()
+    first, count, layout, sysfs, racks_json, rack_size = argv
+    first, count, rack_size = int(first), int(count), int(rack_size)
+    racks = json.loads(racks_json)
+    hosts = []
+    for i in range(first, first + count):
+        node_id = f"agent-host-{i:05d}"
+        node = Node(node_id, Deadlines(0.5, 3.0), ack_down=lambda *a, **k: None, retain_s=30.0)
+        node.complete = lambda win: True
+        parent = racks[i // rack_size]
+        upstream = Upstream(node, lambda on_ack, node_id=node_id, parent=parent: Outbox(node_id, [parent], None,
+                                                                                          on_ack))
+        node.sink = upstream
+        registry = RankRegistry()
+        sampler = HardwareSampler(node, registry, host_id=f"host-{i:05d}", nic=NicProbe(Path(sysfs) / f"h{i}"),
+                                  host_index=i if layout == "fleet" else None)
+        hosts.append((node, upstream, registry, sampler))
+        upstream.outbox.start()
+    stop = threading.Event()
+
+    def sample_loop() -> None:
+        next_t = time.monotonic()
+        while not stop.is_set():
+            for node, _, registry, sampler in hosts:
+                sampler.sample_once()
+                if registry.changed:
+                    with node.lock:
+                        node.own_ranks = registry.views()
+                        registry.changed = False
+            next_t += 1.0
+            time.sleep(max(0.0, next_t - time.monotonic()))
+
+    def flush_loop() -> None:
+        while not stop.is_set():
+            for node, *_ in hosts:
+                node.flush()
+            time.sleep(0.05)
+
+    threads = [threading.Thread(target=sample_loop, daemon=True), threading.Thread(target=flush_loop, daemon=True)]
+    for thread in threads:
+        thread.start()
+    print(json.dumps({"ready": True, "role": "hosts", "hosts": count}), flush=True)
+    try:
+        while True:  # until SIGTERM (the bench), or the bench's death (PDEATHSIG, armed above)
+            time.sleep(3600)
+    finally:
+        stop.set()
+
+
+# ============================================================== part 1 and 2: the tree
+
+def _bytes_in(port: int) -> int:
+    """Bytes the root's gRPC port received, over every connection to it (`ss -tin`: the kernel's per-socket
+    bytes_received; its only child is the cluster collector)."""
+    out = subprocess.run(["ss", "-tinH", "state", "established", f"( sport = :{port} )"], capture_output=True,
+                         text=True, timeout=10, check=True).stdout
+    return sum(int(m) for m in re.findall(r"bytes_received:(\d+)", out))
+
+
+def _get(api: str, path: str) -> Any:
+    with urllib.request.urlopen(f"http://{api}{path}", timeout=5) as reply:
+        return json.load(reply)
+
+
+def _stored(db: Path) -> int:
+    import sqlite3
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
+        return conn.execute("SELECT count(*) FROM windows").fetchone()[0]
+
+
+def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link_down: bool) -> dict[str, Any]:
+    where = work / f"{layout}-{hosts}"
+    where.mkdir(parents=True)
+    procs: list[Proc] = []
+    try:
+        api_port = free_port()
+        db = where / "root.db"
+        root = Proc("root", python_module("collectors.cli", "collector", "--id", "root", "--listen", "127.0.0.1:0",
+                                          "--db", str(db), "--api", f"127.0.0.1:{api_port}"), where).start()
+        procs.append(root)
+        cluster = Proc("cluster", python_module("collectors.cli", "collector", "--id", "cluster", "--listen",
+                                                "127.0.0.1:0", "--parent", root.ready["address"]), where).start()
+        procs.append(cluster)
+        racks = []
+        for r in range((hosts + args.rack_size - 1) // args.rack_size):
+            rack = Proc(f"rack{r}", python_module("collectors.cli", "collector", "--id", f"rack{r}", "--listen",
+                                                  "127.0.0.1:0", "--parent", cluster.ready["address"]), where).start()
+            procs.append(rack)
+            racks.append(rack.ready["address"])
+        sysfs = work / "sys"
+        for start in range(0, hosts, args.hosts_per_process):
+            count = min(args.hosts_per_process, hosts - start)
+            sim = Proc(f"hosts{start}", [sys.executable, __file__, "--sim", str(start), str(count), layout, str(sysfs),
+                                         json.dumps(racks), str(args.rack_size)], where).start(timeout=300)
+            procs.append(sim)
+        api = f"127.0.0.1:{api_port}"
+        time.sleep(args.warmup)
+        pid, port = root.popen.pid, int(root.ready["address"].rsplit(":", 1)[1])
+        cpu0, bytes0, stored0, t0 = cpu_seconds(pid), _bytes_in(port), _stored(db), time.monotonic()
+        time.sleep(args.seconds)
+        cpu1, bytes1, stored1, t1 = cpu_seconds(pid), _bytes_in(port), _stored(db), time.monotonic()
+        wall = t1 - t0
+        from collectors.root.retention import store_bytes
+        result: dict[str, Any] = {
+            "hosts": hosts, "layout": layout, "racks": len(racks), "seconds": round(wall, 1),
+            "root_cpu_per_s": round((cpu1 - cpu0) / wall, 4),
+            "root_rss_mb": round(status_kb(pid, "VmRSS") / 1024, 1),
+            "root_bytes_in_per_s": round((bytes1 - bytes0) / wall),
+            "root_windows_stored_per_s": round((stored1 - stored0) / wall, 1),
+            "store_bytes_per_window": round(store_bytes(db) / max(1, stored1)),
+            "sim_cpu_per_s": round(sum(cpu_seconds(p.popen.pid) for p in procs if p.name.startswith("hosts"))
+                                   / max(wall, 1e-9), 2),
+        }
+        if link_down:
+            result["link_down"] = _link_down(api, sysfs, hosts, args)
+        return result
+    finally:
+        for proc in reversed(procs):
+            stop_process(proc.popen)
+
+
+def _link_down(api: str, sysfs: Path, hosts: int, args: argparse.Namespace) -> dict[str, Any]:
+    victim, hca = hosts // 2 + 1, "mlx5_5"
+    host, device = f"host-{victim:05d}", f"{hca}/1"
+    set_ib(sysfs / f"h{victim}", hca, 1, active=False, link_downed=1)
+    started = time.monotonic()
+    found = None
+    while time.monotonic() - started < args.link_timeout:
+        try:
+            events = _get(api, "/api/v1/jobs/_fleet/events?kind=hardware")["events"]
+        except OSError:
+            events = []
+        named = [e for e in events if e["detail"].get("host") == host and e["detail"].get("device") == device]
+        if named:
+            found = named[0]
+            break
+        time.sleep(0.02)
+    set_ib(sysfs / f"h{victim}", hca, 1, active=True)
+    if found is None:
+        return {"host": host, "device": device, "named_after_s": None}
+    return {"host": host, "device": device, "named_after_s": round(time.monotonic() - started, 2),
+            "rule": found["detail"].get("rule"), "event_summary": found["detail"].get("summary")}
+
+
+# ============================================================== part 3: a week of retention
+
+def _readings(metric: str, second: int, sources: int) -> list[tuple[float, int]]:
+    rng = random.Random(f"{metric}/{second}")
+    return [(float(rng.randint(0, 10_000)), source(h, 64 + d)) for h in range(sources // 8) for d in range(8)]
+
+
+def run_week(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from collectors.common.keys import Key
+    from collectors.common.rows import Row
+    from collectors.root.retention import HOUR_MS, Retention, RetentionConfig, store_bytes
+    from collectors.root.store import Store
+    from telemetry import Summary
+
+    store = Store(work / "week.db")
+    config = RetentionConfig()
+    for spec in filter(None, args.week_retention.split(",")):
+        config.set(spec)
+    retention = Retention(store, config)
+    metrics = ("ib.symbol_error_delta", "nic.rx_errors_delta")
+    t0_ms = 1_750_000_000_000 - 1_750_000_000_000 % HOUR_MS
+    week_s = 7 * 86_400
+    sizes, sweep_s, worst_sweep = [], [], 0.0
+    next_sweep = 600
+    step = 0
+    for sec in range(0, week_s, args.week_step):
+        now_ms = t0_ms + sec * 1000
+        rows = []
+        for metric in metrics:
+            s = Summary()
+            for value, src in _readings(metric, sec, args.week_sources):
+                s.add(value, src, time_ns=now_ms * 1_000_000 + 1)
+            rows.append(Row(Key("_fleet", metric, now_ms, 1000), 0, s, False, now_ms * 1_000_000))
+        if sec % (args.week_step * 2) == 0:  # a job's step every other tick, 64 ranks
+            s = Summary()
+            rng = random.Random(step)
+            for rank in range(64):
+                s.add(rng.random(), rank)
+            rows.append(Row(Key("job", "step_time", step), 64, s, False, now_ms * 1_000_000))
+            step += 1
+        store.save(rows, {"job": 64})
+        if sec >= next_sweep:
+            started = time.monotonic()
+            retention.sweep(now_ns=now_ms * 1_000_000, max_batches=100_000)
+            took = time.monotonic() - started
+            sweep_s.append(took)
+            worst_sweep = max(worst_sweep, took)
+            next_sweep += 600
+        if sec % 86_400 == 0 or sec + args.week_step >= week_s:
+            sizes.append({"day": round(sec / 86_400, 2), "store_bytes": store_bytes(store.path)})
+    # Every hour rollup against the raw readings it came from.
+    checked, mismatches = 0, []
+    with closing(store.reader()) as db:
+        hours = db.execute("SELECT metric, idx, summary FROM windows WHERE width_ms=?", (HOUR_MS,)).fetchall()
+        counts = dict(db.execute("SELECT width_ms, count(*) FROM windows GROUP BY width_ms").fetchall())
+    for metric, idx, blob in hours:
+        s = Summary.from_bytes(blob)
+        members = [p for sec in range((idx - t0_ms) // 1000, (idx - t0_ms) // 1000 + 3600)
+                   if sec % args.week_step == 0 and 0 <= sec < week_s for p in _readings(metric, sec, args.week_sources)]
+        expect = {
+            "count": len(members), "sum": sum(v for v, _ in members),
+            "min": min(members, key=lambda p: (p[0], p[1])), "max": min(members, key=lambda p: (-p[0], p[1])),
+            "top": heapq.nsmallest(s.k, members, key=lambda p: (-p[0], p[1])), "bottom": heapq.nsmallest(s.k, members),
+            "sources": {src for _, src in members}}
+        got = {"count": s.count, "sum": s.sum, "min": (s.min, s.argmin), "max": (s.max, s.argmax), "top": s.top(),
+               "bottom": s.bottom(), "sources": set(s.sources)}
+        checked += 1
+        for name in expect:
+            want = tuple(expect[name]) if name in ("min", "max") else expect[name]
+            ok = abs(got[name] - want) <= 1e-9 * max(1.0, abs(want)) if name == "sum" else got[name] == want
+            if not ok:
+                mismatches.append({"metric": metric, "hour_ms": idx, "field": name})
+    store.close()
+    bound_growth = sizes[-1]["store_bytes"] / max(1, next(s for s in sizes if s["day"] >= 1)["store_bytes"]) \
+        if any(s["day"] >= 1 for s in sizes) else None
+    return {"simulated_days": 7, "window_every_s": args.week_step, "sources_per_window": args.week_sources,
+            "retention": {k: getattr(config, v) for k, v in RetentionConfig.KINDS.items()},
+            "rows_by_width_ms": counts, "sizes": sizes, "size_day7_over_day1": round(bound_growth, 3)
+            if bound_growth else None, "hour_rollups_checked": checked, "rollup_mismatches": mismatches[:20],
+            "sweep_s_max": round(worst_sweep, 3), "longest_lock_hold_s": round(retention.stats.longest_hold_s, 4),
+            "sweep_s_median": round(sorted(sweep_s)[len(sweep_s) // 2], 4) if sweep_s else None}
+
+
+# ============================================================== the run
+
+def run(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    counts = [int(n) for n in args.hosts.split(",")]
+    result: dict[str, Any] = {"complete": False, "hosts": counts, "rack_size": args.rack_size,
+                              "nics_per_host": NICS, "ib_ports_per_host": HCAS, "runs": [],
+                              "machine_cpus": os.cpu_count()}
+    try:
+        for hosts in counts:
+            write_host_trees(work / "sys", hosts)
+        if not args.skip_tree:
+            for layout in ("fleet", "naive"):
+                for hosts in counts:
+                    one = run_tree(work, hosts, layout, args, link_down=layout == "fleet" and hosts == max(counts))
+                    result["runs"].append(one)
+                    print(json.dumps(one), flush=True)
+            for layout in ("fleet", "naive"):
+                runs = [r for r in result["runs"] if r["layout"] == layout]
+                small, large = runs[0], runs[-1]
+                result[f"{layout}_ratio_{large['hosts']}_over_{small['hosts']}"] = {
+                    name: round(large[name] / small[name], 2) if small[name] else None
+                    for name in ("root_cpu_per_s", "root_rss_mb", "root_bytes_in_per_s", "root_windows_stored_per_s")}
+        if not args.skip_week:
+            result["week"] = run_week(work, args)
+        result["complete"] = True
+    except (Exception, KeyboardInterrupt) as exc:
+        result["error"] = failure(exc)
+    return result
+
+
+def write_host_trees(sysfs: Path, hosts: int) -> None:
+    for i in range(hosts):
+        if not (sysfs / f"h{i}").exists():
+            write_host(sysfs / f"h{i}", nics=NICS, hcas=HCAS)
+
+
+def report(result: dict[str, Any]) -> None:
+    print(f"{'layout':<7} {'hosts':>6} {'racks':>5} {'root CPU/s':>10} {'RSS MB':>8} {'bytes in/s':>11} "
+          f"{'windows/s':>9}")
+    for r in result["runs"]:
+        print(f"{r['layout']:<7} {r['hosts']:>6} {r['racks']:>5} {r['root_cpu_per_s']:>10.3f} {r['root_rss_mb']:>8.1f} "
+              f"{r['root_bytes_in_per_s']:>11,} {r['root_windows_stored_per_s']:>9.1f}")
+    for key, value in result.items():
+        if "_ratio_" in key:
+            print(f"{key}: {value}")
+    for r in result["runs"]:
+        if "link_down" in r:
+            print(f"link down: {r['link_down']}")
+    week = result.get("week")
+    if week:
+        print(f"week: sizes {[(s['day'], s['store_bytes']) for s in week['sizes']]}; day7/day1 "
+              f"{week['size_day7_over_day1']}; {week['hour_rollups_checked']} hour rollups checked, "
+              f"{len(week['rollup_mismatches'])} mismatching; sweep max {week['sweep_s_max']} s, longest lock "
+              f"hold {week['longest_lock_hold_s']} s")
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--sim"]:
+        simulate(argv[1:])
+        return 0
+    p = parser(__doc__, NAME, QUICK)
+    p.add_argument("--hosts", default="250,2000", help="host counts, comma-separated (the first is the baseline)")
+    p.add_argument("--rack-size", type=int, default=64)
+    p.add_argument("--hosts-per-process", type=int, default=128)
+    p.add_argument("--seconds", type=float, default=30.0, help="measured seconds per run")
+    p.add_argument("--warmup", type=float, default=15.0)
+    p.add_argument("--link-timeout", type=float, default=20.0)
+    p.add_argument("--week-step", type=int, default=10, help="simulated seconds between 1 s windows in part 3")
+    p.add_argument("--week-sources", type=int, default=64, help="sources per window in part 3 (multiple of 8)")
+    p.add_argument("--week-retention", default="minutes=1d,steps=1d,step-blocks=3d",
+                   help="--retention specs for part 3, comma-separated (shorter than the defaults, so that every "
+                        "kind but the hourly rollups reaches its bound within the week)")
+    p.add_argument("--skip-tree", action="store_true")
+    p.add_argument("--skip-week", action="store_true")
+    p.add_argument("--workdir", type=Path, default=None)
+    args = p.parse_args(argv)
+    apply_quick(args, argv, QUICK)
+    result = run_in_workdir(NAME, args.workdir, lambda work: run(work, args))
+    return write_result(args.out, NAME, result, "the fleet bench", report)
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main(sys.argv[1:]))
+    except BenchError as exc:
+        print(f"fleet bench: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
