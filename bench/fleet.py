@@ -305,9 +305,9 @@ def run(work: Path, args: argparse.Namespace) -> dict[str, Any]:
                               "nics_per_host": NICS, "ib_ports_per_host": HCAS, "runs": [],
                               "machine_cpus": os.cpu_count()}
     try:
-        for hosts in counts:
-            write_host_trees(work / "sys", hosts)
         if not args.skip_tree:
+            for hosts in counts:
+                write_host_trees(work / "sys", hosts)
             for layout in ("fleet", "naive"):
                 for hosts in counts:
                     one = run_tree(work, hosts, layout, args, link_down=layout == "fleet" and hosts == max(counts))
