@@ -10,9 +10,11 @@ import sys
 
 import numpy as np
 
-from collectors.sim.model import ARRIVAL, METRICS, OVERHEAD_S, RankModel, metrics, parse_injection
+from collectors.sim.model import ARRIVAL, METRICS, OVERHEAD_S, TRANSFER_S, RankModel, metrics, parse_injection
 from collectors.sim.sync import StepMax, _nth_not_in
 from collectors.sim.verify import synchronised
+from telemetry.names import WAIT_METRIC as WAIT
+from telemetry.names import WORK_METRIC as WORK
 
 WORLD = 64
 
@@ -31,7 +33,11 @@ def test_every_rank_waits_for_the_slowest_and_logs_its_own_compute_as_arrival():
     for step in range(1, 30):
         values = step_values(step)
         arrival, wall = column(values, ARRIVAL), column(values, "step_time")
-        assert list(values[0]) == [*METRICS, ARRIVAL] and metrics(True) == (*METRICS, ARRIVAL)
+        assert list(values[0]) == [*METRICS, ARRIVAL, WAIT, WORK] and metrics(True) == (*METRICS, ARRIVAL, WAIT, WORK)
+        waits = column(values, WAIT)
+        slowest = int(np.argmax(arrival))
+        assert waits[slowest] <= min(waits) + 4 * TRANSFER_S, "the slowest rank waits least (but for the transfer)"
+        assert all(w >= 0 for w in waits)
         assert min(wall) > max(arrival), "nobody leaves the step before the last rank arrives"
         assert max(wall) - max(arrival) < 10 * OVERHEAD_S, "a rank's wall time is the slowest compute + its overhead"
         assert 0.05 < min(arrival) and max(arrival) < 0.2
@@ -45,6 +51,7 @@ def test_a_straggler_slows_everyone_and_only_its_arrival_names_it():
         slow = 5 <= step <= 9
         assert max(wall) / statistics.median(wall) < 1.05, "step_time cannot tell the straggler"
         assert (int(np.argmax(arrival)) == 13) == slow, step
+        assert (int(np.argmin(column(values, WAIT))) == 13) == slow, "the others wait for it: it waits least"
         ratio = max(arrival) / statistics.median(arrival)
         assert (ratio > 2.0) == slow, (step, ratio)
         assert statistics.median(wall) > (0.2 if slow else 0.1), "the whole job runs at the straggler's pace"

@@ -51,14 +51,14 @@ class Cell:
 
 def plan(shapes: list[str], factors: list[float], wheres: list[str], fault_step: int, clean_steps: int,
          clean_runs: int, slight_wheres: list[str] | None = None) -> list[Cell]:
-    """Every shape's `clean_runs` clean runs of `clean_steps` first, then each severity x where x shape, the
-    shapes interleaved (a bench stopped early has covered every shape alike). The slow rank moves with the
+    """Every shape's `clean_runs` clean runs of `clean_steps` first, then each where x severity x shape, the
+    shapes interleaved (a bench stopped early has covered every shape and severity alike). The slow rank moves with the
     cell, so no rank's own speed decides the matrix. 1.1x runs are long (110 steps after the fault): with
     `slight_wheres` only those places get them."""
     out = [Cell(shape, 0.0, "-", -1, -1, clean_steps, seed) for seed in range(clean_runs) for shape in shapes]
     i = 0
-    for factor in factors:
-        for where in wheres:
+    for where in wheres:
+        for factor in factors:
             if factor <= 1.1 and slight_wheres is not None and where not in slight_wheres:
                 continue
             for shape in shapes:

@@ -8,14 +8,17 @@ from dataclasses import dataclass, field
 
 from collectors.sim.sync import StepMax, compute_s, rank_rng
 from telemetry.names import ARRIVAL_METRIC as ARRIVAL  # what the SDK logs under torch.distributed
+from telemetry.names import WAIT_METRIC as WAIT
+from telemetry.names import WORK_METRIC as WORK
 
 METRICS = ("step_time", "loss", "grad_norm", "mfu", "dataloader_wait")
 OVERHEAD_S = 0.002  # a rank's own work after the step's last collective (median; log-normal, sigma 0.3)
+TRANSFER_S = 0.004  # a collective's own time (the data moving), on every rank alike (median; log-normal, sigma 0.3)
 
 
 def metrics(sync_collectives: bool) -> tuple[str, ...]:
     """The metrics simulated ranks log."""
-    return (*METRICS, ARRIVAL) if sync_collectives else METRICS
+    return (*METRICS, ARRIVAL, WAIT, WORK) if sync_collectives else METRICS
 
 
 # Each kind's arguments, with the parser of each value (int or float).
@@ -94,8 +97,9 @@ class RankModel:
     """Deterministic values for one rank: the same seed, rank and step always give the same figures.
 
     With `sync_collectives` (the default) the job synchronises through collectives each step: the rank
-    logs its own compute as `collective_arrival` and, as `step_time`, the slowest rank's compute plus
-    its own small overhead (collectors/sim/sync.py). Without, `step_time` is its own compute.
+    logs its own compute as `collective_arrival`, as `step_time` the slowest rank's compute plus its own
+    small overhead (collectors/sim/sync.py), and as `collective_wait` how much longer the slowest rank
+    computed than it plus the transfer (with `work_time` the rest). Without, `step_time` is its own compute.
     """
 
     def __init__(self, rank: int, seed: int, injections: list[Injection], world_size: int,
@@ -128,7 +132,10 @@ class RankModel:
             if slow:
                 healthy = StepMax(self.seed, step, self.world_size, {}, self.base_step_s).max_s
                 figures["mfu"] *= min(1.0, healthy / step_max.max_s)
-            values = {"step_time": wall, **figures, ARRIVAL: arrival}
+            # The rank waits in the step's collectives for as long as the slowest rank computed longer than it,
+            # plus the transfer: what telemetry.torch.waits logs (the straggler waits least).
+            wait = step_max.max_s - arrival + TRANSFER_S * math.exp(rng.gauss(0.0, 0.3))
+            values = {"step_time": wall, **figures, ARRIVAL: arrival, WAIT: wait, WORK: max(0.0, wall - wait)}
         else:
             figures["mfu"] /= factor
             values = {"step_time": compute_s(self.base_step_s, z, factor), **figures}
