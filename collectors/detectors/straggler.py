@@ -68,6 +68,7 @@ class StragglerConfig:
     wait_track: int = 8            # candidate ranks scored per job (the state is O(this), whatever the world)
     wait_min_gap_s: float = 0.002  # a median-minus-least wait below this is no evidence
     wait_warmup: int = 10          # a job's first steps of waits, not judged (start-up: the slowest, noisiest)
+    wait_clear_steps: int = 5      # steps in a row another rank waits least that close the event
     factor: float = 1.5
     min_wait_frac: float = 0.25
     min_wait_s: float = 0.02
@@ -224,14 +225,22 @@ class StragglerDetector(StreakDetector[_State]):
         score, median = state.score, p50(s)
         gap = max(0.0, median - s.min)
         x = score.update(step, s.argmin, gap, state.step_scale)
-        named = score.named()
-        if named is None and self.is_open(job):
-            # Hysteresis: an open event holds while its rank's score stays above half a threshold (a slight
-            # straggler's score hovers around it; the event must not open and close step after step).
+        if self.is_open(job):
+            # Hysteresis: an open event holds while its rank is still the least-waiting one and its score stays
+            # above half a threshold (a slight straggler's score hovers around it: the event must not open and
+            # close step after step); a step where another rank waits least counts towards closing, and
+            # `wait_clear_steps` of them in a row close it (a recovered rank's score takes long to decay).
             held = score.ratio(state.streak_rank)
-            named = (state.streak_rank, held) if held >= 0.5 else None
+            named = (state.streak_rank, held) if held >= 0.5 and s.argmin == state.streak_rank else None
+        else:
+            named = score.named()
+            if named is not None and named[0] != s.argmin:
+                named = None  # opened on a step where the rank makes the others wait, not on its past score
         if named is None:
-            self.normal(job, state, step, c.clear_steps)
+            was_open = self.is_open(job)
+            self.normal(job, state, step, c.wait_clear_steps)
+            if was_open and not self.is_open(job):
+                score.forget(state.streak_rank)
             return
         rank, value = named
         since = score.since(rank)

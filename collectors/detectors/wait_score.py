@@ -104,13 +104,24 @@ class WaitScore:
 
     def _persistence(self, rank: int) -> float:
         """The persistence lane's ratio: 1 once the rank waited least on `share` of a full window with a mean
-        evidence of `min_evidence` on those steps (less before, in proportion to its share)."""
+        evidence of `min_evidence` on those steps (less before, in proportion to its share),
+        and on `share` of the window's last sixth."""
         if not self.recent:
             return 0.0
         mine = [x for _, r, x in self.recent if r == rank]
         if not mine or sum(mine) / len(mine) < self.min_evidence:
             return 0.0
-        return len(mine) / (self.share * self.window)
+        # ... and still now: its share of the last sixth of the window too (a recovered rank drops out at once)
+        tail = list(self.recent)[-max(1, self.window // 6):]
+        recent = sum(r == rank for _, r, _ in tail) / len(tail)
+        return min(len(mine) / (self.share * self.window), recent / self.share)
+
+    def forget(self, rank: int) -> None:
+        """Drop a rank's evidence (its event closed: it recovered; a stale score must not name it again)."""
+        for lane in self.lanes:
+            lane.scores.pop(rank, None)
+            lane.since.pop(rank, None)
+        self.recent = deque(((step, r, x) for step, r, x in self.recent if r != rank), maxlen=self.window)
 
     def ratio(self, rank: int) -> float:
         lanes = max((lane.scores.get(rank, 0.0) / lane.threshold for lane in self.lanes), default=0.0)
