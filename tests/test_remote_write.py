@@ -165,7 +165,7 @@ def test_requests_carry_the_protocol_headers_and_the_token(receiver) -> None:
     writer = writer_for(r.url, token="s3cret", labels=(("cluster", "a"),))
     try:
         writer.on_finalised([step_row("j", "loss", s, [1.0, 2.0], 1_700_000_000_000 + s) for s in range(3)])
-        assert writer.flush(10)
+        assert writer.flush(30)
     finally:
         writer.close(2)
     headers = r.requests[0]["headers"]
@@ -184,7 +184,7 @@ def test_5xx_and_429_are_retried_until_delivered(receiver) -> None:
     try:
         writer._put(samples(10))
         started = time.monotonic()
-        assert writer.flush(10)
+        assert writer.flush(30)
         assert time.monotonic() - started >= 0.3  # Retry-After honoured
     finally:
         writer.close(2)
@@ -198,9 +198,9 @@ def test_a_4xx_is_dropped_at_once_and_counted(receiver) -> None:
     writer = writer_for(r.url)
     try:
         writer._put(samples(10))
-        assert writer.flush(10)
+        assert writer.flush(30)
         writer._put(samples(5, start_ms=1_800_000_000_000))
-        assert writer.flush(10)
+        assert writer.flush(30)
     finally:
         writer.close(2)
     _, sent, dropped, _ = accounts(writer)
@@ -215,7 +215,7 @@ def test_a_refused_request_is_split_until_only_the_refused_series_is_lost(receiv
     writer = writer_for(r.url, shards=1, flush_interval_s=0.2)
     try:
         writer._put(samples(3, series=16))
-        assert writer.flush(10)
+        assert writer.flush(30)
     finally:
         writer.close(2)
     _, sent, dropped, _ = accounts(writer)
@@ -231,7 +231,7 @@ def test_a_batch_retried_past_the_deadline_is_dropped_and_counted(receiver) -> N
     writer = writer_for(r.url, retry_deadline_s=0.5)
     try:
         writer._put(samples(7))
-        assert writer.flush(10)
+        assert writer.flush(30)
     finally:
         writer.close(2)
     assert accounts(writer)[2]["retries_exhausted"] == 7 and len(r.requests) >= 2
@@ -246,7 +246,7 @@ def test_past_the_queue_bound_the_oldest_are_dropped_and_the_rest_delivered(rece
         writer._put(samples(120))
         queued, sent, dropped, pending = accounts(writer)
         assert (queued, sent, dropped["queue_full"], pending) == (120, 0, 70, 50)
-        assert writer.flush(10)
+        assert writer.flush(30)
     finally:
         writer.close(2)
     (series,) = r.series.values()
@@ -261,7 +261,7 @@ def test_out_of_order_samples_and_late_rows_are_not_sent(receiver) -> None:
         writer.on_finalised([step_row("j", "loss", 5, [1.0], 1_700_000_005_000)])
         writer.on_finalised([step_row("j", "loss", 4, [1.0], 1_700_000_004_000)])  # finalised after step 5
         writer.on_finalised([step_row("j", "loss", 5, [1.0, 9.0], 1_700_000_005_000, late=1)])
-        assert writer.flush(10)
+        assert writer.flush(30)
     finally:
         writer.close(2)
     assert writer.late_rows == 1 and writer.out_of_order == 9  # step 4's 7 figures and 2 ranks (no step index)
@@ -275,7 +275,7 @@ def test_steps_that_end_in_the_same_millisecond_are_all_written_1_ms_apart(recei
     try:
         writer.on_finalised([step_row("j", "loss", s, [1.0 * s], 1_700_000_000_000) for s in range(3)])
         writer.on_finalised([step_row("j", "mfu", 3, [0.5], 1_700_000_000_000)])  # a metric new at step 3
-        assert writer.flush(10)
+        assert writer.flush(30)
     finally:
         writer.close(2)
     mean = r.series[labels("telemetry_step_figure", (), job="j", attempt="0", metric="loss", stat="mean")]
@@ -292,7 +292,7 @@ def test_close_while_the_receiver_is_down_counts_what_is_left(receiver) -> None:
     writer._put(samples(40, series=4))
     started = time.monotonic()
     assert not writer.close(0.5)
-    assert time.monotonic() - started < 2.0  # the stop deadline holds with the receiver down
+    assert time.monotonic() - started < 4.0  # within the root's stop deadline (4.5 s) with the receiver down
     queued, sent, dropped, pending = accounts(writer)
     assert (queued, sent, dropped["shutdown"], pending) == (160, 0, 160, 0)
     writer._put(samples(3, start_ms=1_900_000_000_000))  # after close: counted, not queued
@@ -306,7 +306,7 @@ def test_shards_keep_every_series_in_order(receiver) -> None:
         for i in range(20):  # 20 commits of 50 series each
             writer._put([(labels("telemetry_test", (), s=str(k)), 1_700_000_000_000 + i, float(i))
                          for k in range(50)])
-        assert writer.flush(20)
+        assert writer.flush(30)
     finally:
         writer.close(2)
     assert len(r.series) == 50
@@ -327,7 +327,7 @@ def test_events_are_counted_per_job_and_kind(receiver) -> None:
         events.raise_("straggler", "j@1", step=4, ranks=[5, 6])  # an update: no new count
         events.clear("straggler", "j@1")
         events.raise_("straggler", "j@1", step=9, ranks=[2], time=1_700_000_010.0)
-        assert writer.flush(10)
+        assert writer.flush(30)
     finally:
         writer.close(2)
     series = r.series[labels("telemetry_job_events_total", (), job="j", attempt="1", kind="straggler")]
@@ -346,14 +346,14 @@ def test_https_with_a_client_certificate(receiver, tmp_path) -> None:
     writer = writer_for(r.url, ca=pki.path("ca.pem"), cert=pki.path("client.pem"), key=pki.path("client.key"))
     try:
         writer._put(samples(5))
-        assert writer.flush(10)
+        assert writer.flush(30)
     finally:
         writer.close(2)
     assert r.delivered() == 5
     untrusted = writer_for(r.url, retry_deadline_s=0.3)  # the system's CAs do not know this server
     try:
         untrusted._put(samples(5))
-        assert untrusted.flush(10)
+        assert untrusted.flush(30)
     finally:
         untrusted.close(2)
     assert accounts(untrusted)[2]["retries_exhausted"] == 5 and r.delivered() == 5
@@ -379,7 +379,7 @@ def test_the_root_exports_the_writers_counters(receiver, tmp_path) -> None:
                      remote_write=Config(urls=(r.url,), labels=(("cluster", "c1"),), flush_interval_s=0.05))
     try:
         import urllib.request
-        body = wait_for(lambda: urllib.request.urlopen(f"http://{root.api_address}/metrics", timeout=5).read().decode())
+        body = wait_for(lambda: urllib.request.urlopen(f"http://{root.api_address}/metrics", timeout=30).read().decode())
         assert f'telemetry_remote_write_sent_samples_total{{endpoint="{r.url}"}} 0.0' in body
         assert 'reason="queue_full"' in body and "telemetry_remote_write_pending_samples" in body
     finally:
@@ -413,7 +413,7 @@ def test_a_root_writes_its_steps_as_they_are_finalised_and_goodput_when_it_stops
         child.ack_for(child.seq, forward_pb2.Ack.DURABLE)
         child.close()
         mean = labels("telemetry_step_figure", (), job="gp", attempt="0", metric="loss", stat="mean")
-        wait_for(lambda: len(r.series.get(mean, [])) == 5, what="five steps written")
+        wait_for(lambda: len(r.series.get(mean, [])) == 5, timeout=30, what="five steps written")
         assert [v for _, v in r.series[mean]] == [1.5 + step for step in range(5)]
         assert not any(dict(lab)["__name__"].startswith("telemetry_job_goodput") for lab in r.series)
     finally:
@@ -459,7 +459,7 @@ def test_what_a_stop_left_unsent_is_sent_by_the_next_start_and_history_is_not_re
     root = make_root(tmp_path / "root.db", api=None, remote_write=config)
     try:
         _feed(root, "wm", range(5, 10), start_ms, "b")
-        wait_for(lambda: root.remote_write.endpoints[0].counters.retries >= 2, what="retrying")
+        wait_for(lambda: root.remote_write.endpoints[0].counters.retries >= 2, timeout=30, what="retrying")
     finally:
         root.stop()
     assert root.remote_write.endpoints[0].counters.dropped["shutdown"] > 0 and not r.series
@@ -468,7 +468,7 @@ def test_what_a_stop_left_unsent_is_sent_by_the_next_start_and_history_is_not_re
     root = make_root(tmp_path / "root.db", api=None, remote_write=config)
     try:
         _feed(root, "wm", range(10, 12), start_ms, "c")
-        wait_for(lambda: len(r.series.get(mean, [])) == 7, what="steps 5-11 written")
+        wait_for(lambda: len(r.series.get(mean, [])) == 7, timeout=30, what="steps 5-11 written")
         assert root.remote_write.replayed_rows == 5
     finally:
         root.stop()
