@@ -107,6 +107,7 @@ def training_run() -> dash.Dashboard:
         .annotation(event_marks("nonfinite", "NaN / Inf", "purple"))
         .annotation(event_marks("straggler", "Stragglers", "orange"))
         .annotation(event_marks("hang", "Hangs", "dark-red"))
+        .annotation(event_marks("crash", "Crashes (ranks died)", "dark-purple"))
         .annotation(dash_b.AnnotationQuery().name("Telemetry events (root annotations)")
                     .datasource(dash.DataSourceRef(type_val="grafana", uid="-- Grafana --")).enable(True)
                     .hide(False).icon_color("yellow").type("tags")
