@@ -117,3 +117,30 @@ def test_evidence_order_words_before_signals_before_exit_status():
     assert (_record(ExitWatch(), exit_status=0).cause, _record(ExitWatch(), exit_status=2).cause) == \
         ("exited", "exit_code")
     assert _record(ExitWatch(stream_ended_ns=1_900_000_000)).died_at_source == "stream_end"
+
+
+def test_the_witness_shares_one_wait_among_the_runs_of_a_process_and_writes_down_what_was_not_noted(tmp_path):
+    """A process with many Runs (the simulator's) waits for the agent once in all, not once per Run; words no
+    agent noted go into the fault file."""
+    import time
+    import weakref
+
+    from telemetry.sdk.lastwords import Witness
+
+    class Slow:
+        def __init__(self) -> None:
+            self.given: list[float] = []
+
+        def say_last_words(self, words, wait_s: float) -> bool:
+            self.given.append(wait_s)
+            time.sleep(wait_s)
+            return False
+
+    witness = Witness()
+    speakers = [Slow() for _ in range(3)]
+    witness._speakers = [weakref.ref(s) for s in speakers]
+    witness.fault_file = (tmp_path / "fault").open("a")
+    witness._say(forensics_pb2.LastWords(kind="exception", exc_type="E", message="m", rank=0), 0.2)
+    given = [s.given[0] for s in speakers]
+    assert given[0] <= 0.2 and sum(given) <= 0.2 + 0.05, given  # the later Runs get what is left
+    assert (tmp_path / "fault").read_text().startswith(WORDS_HEADER)

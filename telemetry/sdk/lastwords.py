@@ -135,13 +135,14 @@ class Witness:
             speakers = [ref() for ref in self._speakers]
         noted = False
         copy = words
+        deadline = time.monotonic() + wait_s  # one bound for the process, however many Runs it holds
         for speaker in speakers:
             if speaker is None:
                 continue
             copy = forensics_pb2.LastWords()
             copy.CopyFrom(words)
             try:
-                noted = speaker.say_last_words(copy, wait_s) or noted
+                noted = speaker.say_last_words(copy, max(0.0, deadline - time.monotonic())) or noted
             except Exception:  # dying must go on whatever telemetry does
                 log.debug("telemetry: last words not sent", exc_info=True)
         if not noted and speakers and words.kind != "thread_exception":
