@@ -79,6 +79,17 @@ def run_once(tree: Path, command: list[str], out: Path) -> dict[str, Any]:
     return dict(json.loads(found[0].read_text()))
 
 
+def build_native(tree: Path) -> None:
+    """A revision with a compiled part (setup.py: the summary's C++ core) imports only once it is built; a fresh
+    worktree holds sources alone, so build it in place with this interpreter (its pybind11 and compiler)."""
+    if not (tree / "setup.py").exists():
+        return
+    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"building the native extension in {tree} failed:\n{done.stderr[-3000:]}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
@@ -98,6 +109,7 @@ def main() -> int:
     try:
         subprocess.run(["git", "worktree", "add", "--detach", str(base_tree), args.base], cwd=REPO, check=True,
                        capture_output=True)
+        build_native(base_tree)
         docs: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
         for round_ in range(1, args.rounds + 1):
             for side, tree in (("base", base_tree), ("head", REPO)):
