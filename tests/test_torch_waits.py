@@ -126,3 +126,29 @@ def test_ddp_gets_the_timed_hook_and_the_users_hook_replaces_it(group: Collectiv
     assert t.seen > seen  # its all_reduce went through the timed entry point
     with pytest.raises(RuntimeError):
         model.register_comm_hook("again", mine)  # one user hook, as DDP says
+
+
+def test_a_hook_registered_before_the_first_forward_is_timed_as_the_backwards_buckets(group: CollectiveTimer) -> None:
+    """examples/train_ddp.py registers SyncWaitClock's hook right after building the model: its buckets must count
+    as DDP's (blocked from the backward's last bucket), or every rank's collective_wait reads 0 and no straggler is
+    ever named (the demo's --train job did exactly that)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    t = group
+    t.install()
+    model = DDP(torch.nn.Linear(4, 2))
+    called = []
+
+    def mine(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks the annotations: keep none
+        called.append(state)
+        return default_hooks.allreduce_hook(None, bucket)
+
+    model.register_comm_hook("early", mine)  # before any forward, as the example and SyncWaitClock do
+    t.measure(0, 2**62)  # forget what earlier tests left
+    model(torch.randn(3, 4)).sum().backward()
+    assert called == ["early"]
+    assert model._telemetry_hook == ["early", mine]  # type: ignore[attr-defined]  # went in through telemetry's hook
+    assert t._intervals and all(iv[2] == _DDP for iv in t._intervals)  # the buckets, marked as DDP's
+    with pytest.raises(RuntimeError):
+        model.register_comm_hook("again", mine)  # still one user hook, as DDP says

@@ -108,6 +108,7 @@ class Run:
         if _switch(last_words, LAST_WORDS_ENV):
             self._sender.on_fault_file = WITNESS.use_fault_file
             WITNESS.add(self)
+        self._wait_timer()  # torch.distributed already up: wrap DDP before the job registers its own comm hook
         self._sender.start()
 
     # ------------------------------------------------------------ training thread

@@ -249,6 +249,14 @@ class CollectiveTimer:
 
         def timed_register(model: Any, state: object, user: Callable[..., Any]) -> None:
             slot = user_hook(model)
+            if slot is None and not getattr(model, "_telemetry_unhooked", False):
+                # Before the first forward: the user's hook goes in through ours, so the collectives it issues
+                # are the backward's buckets (SyncWaitClock, PowerSGD, compression hooks: all through dist.*).
+                slot = [state, user]
+                register(model, slot, hook)
+                model._telemetry_hook = slot
+                owner.ddp_hooked += 1
+                return
             if slot is None or slot[1] is not default_hooks.allreduce_hook:
                 register(model, state, user)
                 return
