@@ -74,6 +74,16 @@ class HardwareSimulation(Simulation):
         return report
 
 
+# Panels whose data this simulated run cannot produce, each with why; their queries must still run without an
+# error. Covering them needs a scenario of its own (agents with --host-index and a generated sysfs tree; a crash).
+NOT_PRODUCED_HERE = {
+    "telemetry_network_errors_total{job=\"_fleet\"}": "no agent of this run has a --host-index: no fleet windows",
+    "telemetry_ib_port_active{job=\"_fleet\"": "no agent of this run has a --host-index: no fleet windows",
+    "telemetry_network_errors_total{job=~\"_host:.*\"}": "this machine's NICs are virtual, excluded by default",
+    "kind=\"crash\"": "no rank of this run dies",
+}
+
+
 def fill(expr: str, job: str, span_s: int) -> str:
     return (expr.replace("$job", job).replace("$attempt", ".*").replace("$__rate_interval", "10s")
             .replace("$__range", f"{span_s}s").replace("$__interval", "1s"))
@@ -134,7 +144,7 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(tmp_path):
                     errors.append(f"{path.name}: {where}: {filled}: {exc.read().decode()[:300]}")
                     continue
                 series = result["data"]["result"]
-                if not any(s["values"] for s in series):
+                if not any(s["values"] for s in series) and not any(part in filled for part in NOT_PRODUCED_HERE):
                     empty.append(f"{path.name}: {where}: {filled}")
         assert checked_count >= 40
         assert not errors, "\n".join(errors)
