@@ -261,6 +261,28 @@ def test_the_slowest_rank_of_a_synchronous_job_comes_from_collective_arrival():
     assert value(other.render()[1].decode(), "telemetry_step_time_slowest_rank", job=JOB) == 1
 
 
+def test_the_slowest_rank_of_a_job_logging_waits_is_the_one_that_waits_least():
+    """Issue 24: a job that logs collective_wait (every real torch.distributed job through the SDK) is read from
+    that, whatever else it logs: the rank that waits least is the one the others wait for, even where every rank
+    reaches the step's last collective together (its collective_arrival names nobody); the top ranks are those
+    that worked longest (work_time); the waits are p50 - min per step and sum - count x min across ranks."""
+    m = RootMetrics()
+    walls = {r: 0.5 for r in range(4)}
+    arrivals = {r: 0.4 + 0.001 * ((r * 7) % 4) for r in range(4)}  # equal: argmax rank 1 by noise
+    waits = {r: (0.05 if r == 3 else 0.25) for r in range(4)}       # rank 3 is the one the others wait for
+    work = {r: 0.5 - w for r, w in waits.items()}
+    for step in (5, 6):
+        m.observe([row("step_time", step, walls), row("collective_arrival", step, arrivals),
+                   row("collective_wait", step, waits), row("work_time", step, work)])
+    text = m.render()[1].decode()
+    assert value(text, "telemetry_step_time_slowest_rank", job=JOB) == 3
+    assert value(text, "telemetry_step_time_top_rank", job=JOB, position="1") == 3
+    assert value(text, "telemetry_step_time_top_seconds", job=JOB, position="1") == pytest.approx(0.45)
+    assert value(text, "telemetry_step_collective_wait_seconds", job=JOB) == pytest.approx(0.2)
+    assert value(text, "telemetry_collective_wait_seconds_total", job=JOB) == pytest.approx(0.4)
+    assert value(text, "telemetry_collective_wait_rank_seconds_total", job=JOB) == pytest.approx(1.2)
+
+
 def test_a_jobs_attempt_is_a_label_of_its_own_and_a_forgotten_attempt_leaves():
     """Issue 17: attempt N of job J (the tree's J@N) is job="J",attempt="N" on every per-job family; an attempt
     forgotten like a finished job (all its ranks closed, or idle) takes its series with it, so attempts

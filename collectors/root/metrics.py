@@ -26,16 +26,18 @@ from collectors.common.attempts import split
 from collectors.common.rows import Row
 from collectors.delivery.node import COUNTER_FIELDS
 from collectors.detectors.events import KINDS as EVENT_KINDS
-from telemetry.names import ARRIVAL_METRIC, HOST_JOB_PREFIX, PROGRESS_METRIC
+from telemetry.names import ARRIVAL_METRIC, HOST_JOB_PREFIX, PROGRESS_METRIC, WAIT_METRIC, WORK_METRIC
 from telemetry.summary import Summary
 
 STATS = ("p50", "p90", "p99", "max", "min", "mean")
 TOP_POSITIONS = 5
 
-# Who the others wait for: collective_arrival (each rank's own work between two synchronisations, logged by the SDK
-# under torch.distributed) when a job logs it, else step_time (under synchronous collectives every rank's step_time
-# is the slowest rank's, so it names nobody).
-WAIT_SIGNALS = (ARRIVAL_METRIC, "step_time")
+# Who the others wait for, the first signal a job logs: collective_wait (seconds each rank had a collective
+# outstanding, logged by the SDK under torch.distributed, telemetry.torch.waits: the rank the others wait for waits
+# least, whatever the step's collectives; its work_time is the largest), collective_arrival (each rank's own work
+# between two synchronisations: the slowest arrives last), else step_time (under synchronous collectives every
+# rank's step_time is the slowest rank's, so it names nobody).
+WAIT_SIGNALS = (WAIT_METRIC, ARRIVAL_METRIC, "step_time")
 # step metric -> (family name, help); others are exported as telemetry_metric{job,metric,stat}
 STEP_METRICS = {
     "step_time": ("telemetry_step_time_seconds", "Step time across ranks, latest finalised step"),
@@ -71,6 +73,19 @@ def _stats(summary: Summary) -> dict[str, float]:
     return {"p50": p50, "p90": p90, "p99": p99, "max": summary.max, "min": summary.min, "mean": summary.mean}
 
 
+def _waited(signal: str, s: Summary) -> tuple[float, float]:
+    """One step's waiting for the slowest rank on `signal`: (the median rank's, every rank's added up). On
+    collective_wait the slowest waits least: p50 - min and sum - count x min; on the others it comes last: max -
+    p50 and count x max - sum. (0, 0) when the figures are not finite."""
+    p50 = s.quantile(0.5)
+    edge = s.min if signal == WAIT_METRIC else s.max
+    if not (math.isfinite(p50) and math.isfinite(edge)):
+        return 0.0, 0.0
+    if signal == WAIT_METRIC:
+        return max(0.0, p50 - edge), max(0.0, s.sum - s.count * edge)
+    return max(0.0, edge - p50), max(0.0, s.count * edge - s.sum)
+
+
 def hardware_family(metric: str) -> tuple[str, bool] | None:
     """'gpu.temperature_celsius' -> ('telemetry_gpu_temperature_celsius', False) (a gauge);
     'gpu.xid_errors_delta' -> ('telemetry_gpu_xid_errors', True) (a counter, exposed with _total);
@@ -97,7 +112,7 @@ class _Job:
     last_step: int = -1
     wait_total: float = 0.0
     wait_rank_total: float = 0.0
-    arrivals: bool = False  # the job logs collective_arrival: its waits are read from that, not step_time
+    signal: str = "step_time"  # the first of WAIT_SIGNALS the job logs: its waits are read from that only
     incomplete_total: int = 0
     late_total: int = 0
     expected: int = 0
@@ -132,9 +147,11 @@ class RootMetrics:
     def observe(self, rows: Iterable[Row]) -> None:
         rows = list(rows)
         with self._lock:
-            for row in rows:  # a job's first arrivals come in the same flush as its step_time: flag it first
-                if row.key.metric == WAIT_SIGNALS[0]:
-                    self._jobs.setdefault(row.key.job, _Job()).arrivals = True
+            for row in rows:  # a job's first waits come in the same flush as its step_time: flag them first
+                if row.key.metric in WAIT_SIGNALS:
+                    job = self._jobs.setdefault(row.key.job, _Job())
+                    if WAIT_SIGNALS.index(row.key.metric) < WAIT_SIGNALS.index(job.signal):
+                        job.signal = row.key.metric
             for row in rows:
                 job = self._jobs.setdefault(row.key.job, _Job())
                 if row.key.is_step:
@@ -166,11 +183,10 @@ class RootMetrics:
             job.incomplete_total += 1
         if metric == "step_time":
             job.steps_total += 1
-        if metric in WAIT_SIGNALS and (metric == WAIT_SIGNALS[0] or not job.arrivals) and s.count:
-            p50 = s.quantile(0.5)
-            if math.isfinite(p50) and math.isfinite(s.max):
-                job.wait_total += max(0.0, s.max - p50)
-                job.wait_rank_total += max(0.0, s.count * s.max - s.sum)
+        if metric == job.signal and s.count:
+            wait, wait_rank = _waited(metric, s)
+            job.wait_total += wait
+            job.wait_rank_total += wait_rank
         job.last_step = max(job.last_step, step)
 
     def _observe_hardware(self, job: _Job, row: Row) -> None:
@@ -233,18 +249,21 @@ class RootMetrics:
         for name, doc in STEP_METRICS.values():
             gauge(name, doc + " (stat: p50, p90, p99, max, min, mean).", [*JA, "stat"])
         gauge("telemetry_step_time_slowest_rank", "Rank the others wait for in the latest finalised step: the "
-              "largest collective_arrival when the job logs it (synchronous jobs), else the largest step time.",
-              JA)
-        gauge("telemetry_step_time_top_seconds", "The 5 largest collective_arrival (else step time) values of the "
-              "latest finalised step (position 1 = slowest).", [*JA, "position"])
+              "least collective_wait when the job logs it, else the largest collective_arrival, else the largest "
+              "step time.", JA)
+        gauge("telemetry_step_time_top_seconds", "The 5 largest work_time (when the job logs collective_wait), "
+              "else collective_arrival, else step time values of the latest finalised step (position 1 = slowest).",
+              [*JA, "position"])
         gauge("telemetry_step_time_top_rank", "Rank at each position of telemetry_step_time_top_seconds.",
               [*JA, "position"])
-        gauge("telemetry_step_collective_wait_seconds", "Max minus p50 of collective_arrival (else step_time) in "
-              "the latest finalised step: seconds the median rank waits for the slowest.", JA)
-        counter("telemetry_collective_wait_seconds", "Sum over finalised steps of max minus p50 of "
+        gauge("telemetry_step_collective_wait_seconds", "Seconds the median rank waits for the slowest in the "
+              "latest finalised step: p50 minus min of collective_wait, else max minus p50 of collective_arrival "
+              "(else step_time).", JA)
+        counter("telemetry_collective_wait_seconds", "Sum over finalised steps of the median rank's wait for the "
+                "slowest (as telemetry_step_collective_wait_seconds).", JA)
+        counter("telemetry_collective_wait_rank_seconds", "Sum over finalised steps of every rank's waiting for "
+                "the slowest, added up: sum - count x min of collective_wait, else count x max - sum of "
                 "collective_arrival (else step_time).", JA)
-        counter("telemetry_collective_wait_rank_seconds", "Sum over finalised steps of count x max - sum of "
-                "collective_arrival (else step_time): every rank's waiting for the slowest, added up.", JA)
         gauge("telemetry_last_step", "Latest finalised step.", JA)
         counter("telemetry_steps", "Step windows of step_time finalised.", JA)
         gauge("telemetry_world_size", "Ranks in the job.", JA)
@@ -279,17 +298,19 @@ class RootMetrics:
                     for stat in STATS:
                         _add(family, [*ids, metric, stat], stats[stat])
             step_time = latest.get("step_time")
-            signal = latest.get(WAIT_SIGNALS[0]) or step_time  # who the others wait for (see WAIT_SIGNALS)
+            signal = latest.get(job.signal)  # who the others wait for (see WAIT_SIGNALS)
             if signal is not None and signal.summary.count:
                 s = signal.summary
-                _add(gauge("telemetry_step_time_slowest_rank", "", JA), ids, s.argmax)
-                for position, (value, rank) in enumerate(s.top(min(TOP_POSITIONS, s.k)), start=1):
+                waits = job.signal == WAIT_METRIC  # the slowest waits least; its work_time is the largest
+                _add(gauge("telemetry_step_time_slowest_rank", "", JA), ids, s.argmin if waits else s.argmax)
+                ranked = latest.get(WORK_METRIC) if waits else signal
+                for position, (value, rank) in enumerate(ranked.summary.top(min(TOP_POSITIONS, ranked.summary.k))
+                                                         if ranked is not None else [], start=1):
                     _add(gauge("telemetry_step_time_top_seconds", "", [*JA, "position"]), [*ids, str(position)],
                          value)
                     _add(gauge("telemetry_step_time_top_rank", "", [*JA, "position"]), [*ids, str(position)],
                          rank)
-                _add(gauge("telemetry_step_collective_wait_seconds", "", JA), ids,
-                     max(0.0, s.max - s.quantile(0.5)))
+                _add(gauge("telemetry_step_collective_wait_seconds", "", JA), ids, _waited(job.signal, s)[0])
             if step_time is not None and step_time.summary.count:
                 missing = max(0, step_time.expected - len(step_time.summary.sources))
                 _add(gauge("telemetry_step_ranks_missing", "", JA), ids, missing)
