@@ -76,7 +76,7 @@ def test_drain_sends_what_changed_once_and_merge_reports_changes():
     changed = root.merge(first[0])
     assert [m.seq for m in changed] == [1, 2]
     assert root.merge(first[0]) == []  # idempotent
-    assert root.attempt("j") == 3
+    assert root.jobs() == [("j", 3)]
 
 
 def test_drain_limit_leaves_the_rest_for_later():
@@ -98,13 +98,20 @@ def test_oldest_seqs_are_evicted_per_job():
     assert [m.seq for s in t.drain() for m in s.seqs] == [7, 8, 9, 10]
 
 
-def test_newest_attempt_wins():
+def test_attempts_are_kept_apart():
+    """A new attempt's fingerprints (a restart's, or a rogue process's with a number of its own: issue 26 item 2)
+    never replace the running attempt's: before, attempt 2 started the job over and attempt 1's reports were
+    ignored as stale, so one report from a rogue attempt blinded the mismatch detector for the real one."""
     t = FingerprintTable()
     t.add("j", 1, 0, [fp(1, 1)])
-    t.add("j", 2, 0, [fp(5, 1)])
-    assert [m.seq for m in t.get("j")] == [5] and t.attempt("j") == 2
-    assert t.add("j", 1, 1, [fp(5, 9)]) == 0
-    assert t.ignored_stale == 1
+    t.add("j", 2**64 - 1, 0, [fp(5, 1)])
+    assert t.add("j", 1, 1, [fp(1, 9)]) == 1
+    assert [m.seq for m in t.get("j", 1)] == [1] and [m.seq for m in t.mismatches("j", 1)] == [1]
+    assert [m.seq for m in t.get("j", 2**64 - 1)] == [5]
+    assert t.ignored_stale == 0
+    assert sorted((m.job, m.attempt) for m in t.drain()) == [("j", 1), ("j", 2**64 - 1)]
+    t.forget("j", 2**64 - 1)
+    assert t.jobs() == [("j", 1)]
 
 
 def test_job_cap_evicts_least_recently_updated():
@@ -113,9 +120,9 @@ def test_job_cap_evicts_least_recently_updated():
     t.add("b", 0, 0, [fp(1, 1)])
     t.add("a", 0, 1, [fp(1, 1)])
     t.add("c", 0, 0, [fp(1, 1)])
-    assert sorted(t.jobs()) == ["a", "c"] and t.evicted_jobs == 1
+    assert sorted(t.jobs()) == [("a", 0), ("c", 0)] and t.evicted_jobs == 1
     t.forget("a")
-    assert t.jobs() == ["c"]
+    assert t.jobs() == [("c", 0)]
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -324,9 +324,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         if self.captures is not None:
             self.captures.forget_job(job)
         if self.fingerprints is not None:
-            name, attempt = split(job)
-            if self.fingerprints.attempt(name) == attempt:  # not a later attempt's, kept under the same name
-                self.fingerprints.forget(name)
+            self.fingerprints.forget(*split(job))
         for window_key in [window_key for window_key in self.beats if window_key.job == job]:
             del self.beats[window_key]
         for key in [key for key in self._enqueued if key[0] == job]:

@@ -60,9 +60,7 @@ class CollectorServer(Tier):
         self.service.route_requests(requests)
 
     def job_forgotten(self, job: str) -> None:
-        name, attempt = split(job)
-        if self.fingerprints.attempt(name) == attempt:
-            self.fingerprints.forget(name)
+        self.fingerprints.forget(*split(job))
 
     def start(self) -> None:
         tune_gc()

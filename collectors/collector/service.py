@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from itertools import islice
-from typing import cast
+from typing import TypeVar, cast
 
 import grpc
 from pyroaring import BitMap
@@ -206,48 +206,43 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             node.durability.settle(origin)
 
     def _forensics(self, sender: str, batch: forward_pb2.SummaryBatch) -> None:
-        """A child's captures and fingerprints: checked one by one (a bad one is counted and dropped, never the
-        unit), then handed on. Caller holds the node's lock."""
-        captures = []
-        for capture in batch.captures:
-            try:
-                check_capture(capture, self.max_world_size)
-                self._covers(sender, capture.job, capture.attempt, BitMap([capture.rank]), "a capture")
-                captures.append(capture)
-            except BadInput as exc:
-                self.node.counters["bad_inputs"] += 1
-                self._cover_log.warn("refused a capture from %s: %s", sender, exc)
+        """A child's captures, rank exits and fingerprints: checked one by one (a bad one is counted and dropped,
+        never the unit), then handed on. Caller holds the node's lock."""
+        captures = self._checked(sender, batch.captures, "a capture", self._capture_ranks)
         if captures and self.on_captures is not None:
             self.on_captures(captures)
-        exits = []
-        for record in batch.exits:
-            try:
-                check_exit(record, self.max_world_size)
-                self._covers(sender, record.job, record.attempt, BitMap([record.rank]), "a rank exit")
-                exits.append(record)
-            except BadInput as exc:
-                self.node.counters["bad_inputs"] += 1
-                self._cover_log.warn("refused a rank exit from %s: %s", sender, exc)
+        exits = self._checked(sender, batch.exits, "a rank exit", self._exit_ranks)
         if exits and self.on_exits is not None:
             self.on_exits(exits)
-        fingerprints = []
-        for found in batch.fingerprints:
-            try:
-                check_attempt(found.attempt, "fingerprints' attempt")
-                ranks = BitMap()
-                for merged in found.seqs:
-                    ranks |= ranks_of(merged.min_ranks, "min_ranks") | ranks_of(merged.max_ranks, "max_ranks")
-                self._covers(sender, found.job, found.attempt, ranks, "fingerprints")
-                fingerprints.append(found)
-            except (ValueError, BadInput) as exc:
-                self.node.counters["bad_inputs"] += 1
-                self._cover_log.warn("refused fingerprints from %s: %s", sender, exc)
+        fingerprints = self._checked(sender, batch.fingerprints, "fingerprints", _fingerprint_ranks)
         if fingerprints and self.on_fingerprints is not None:
             try:
                 self.on_fingerprints(fingerprints)
             except (ValueError, BadInput) as exc:
                 self.node.counters["bad_inputs"] += 1
                 log.warning("refused fingerprints from %s: %s", sender, exc)
+
+    def _checked(self, sender: str, items: Iterable[_AboutRanks], what: str,
+                 ranks_of_item: Callable[[_AboutRanks], BitMap]) -> list[_AboutRanks]:
+        """The items that pass their own check (`ranks_of_item`: the ranks an item speaks about, or ValueError /
+        BadInput) and that `sender` covers; each other one counted in bad_inputs and logged (rate-limited)."""
+        kept = []
+        for item in items:
+            try:
+                self._covers(sender, item.job, item.attempt, ranks_of_item(item), what)
+                kept.append(item)
+            except (ValueError, BadInput) as exc:
+                self.node.counters["bad_inputs"] += 1
+                self._cover_log.warn("refused %s from %s: %s", what, sender, exc)
+        return kept
+
+    def _capture_ranks(self, capture: forensics_pb2.Capture) -> BitMap:
+        check_capture(capture, self.max_world_size)
+        return BitMap([capture.rank])
+
+    def _exit_ranks(self, record: forensics_pb2.RankExit) -> BitMap:
+        check_exit(record, self.max_world_size)
+        return BitMap([record.rank])
 
     def _covers(self, sender: str, job: str, attempt: int, ranks: BitMap, what: str) -> None:
         """BadInput unless `sender` covers every rank of `ranks` of the job's attempt."""
@@ -342,3 +337,15 @@ class _ChildStream:
     answers: Answers
     names: frozenset[str] | None  # what the child's certificate vouches for (mTLS), else None
     sender: str | None = None
+
+
+_AboutRanks = TypeVar("_AboutRanks", forensics_pb2.Capture, forensics_pb2.RankExit, forensics_pb2.JobFingerprints)
+
+
+def _fingerprint_ranks(found: forensics_pb2.JobFingerprints) -> BitMap:
+    """The ranks a child's merged fingerprints name (their bitmaps checked), its attempt checked."""
+    check_attempt(found.attempt, "fingerprints' attempt")
+    ranks = BitMap()
+    for merged in found.seqs:
+        ranks |= ranks_of(merged.min_ranks, "min_ranks") | ranks_of(merged.max_ranks, "max_ranks")
+    return ranks

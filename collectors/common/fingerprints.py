@@ -15,11 +15,12 @@ The merged value is a function of the *set* of (rank, hash, what) reports, so me
 commutative and associative (tests/test_fingerprints.py proves it with hypothesis): a resent or
 duplicated unit changes nothing, and subtrees can be merged in any order and grouping.
 
-Per job only the newest ``max_seqs_per_job`` sequence numbers are kept (a report older than all of them
-when the table is full is ignored; the retained set is the newest of everything seen, whatever the
-order, so the merge stays order-independent) and only the newest attempt of a job (a report for an
-older attempt is ignored, a newer one starts the job over). At most ``max_jobs`` jobs are kept: a new
-job beyond that evicts the one least recently updated (``evicted_jobs`` counts them). ``what`` strings
+Per attempt of a job only the newest ``max_seqs_per_job`` sequence numbers are kept (a report older than all
+of them when the table is full is ignored; the retained set is the newest of everything seen, whatever the
+order, so the merge stays order-independent). Each attempt is kept apart, as every tier keeps attempts apart
+(collectors/common/attempts.py): a new attempt's reports, a restart's or a rogue process's with a number of its
+own (issue 26 item 2), never replace the running attempt's. At most ``max_jobs`` (job, attempt) entries are
+kept: a new one beyond that evicts the one least recently updated (``evicted_jobs`` counts them). ``what`` strings
 are interned, so the same collective at many sequence numbers and jobs is stored once.
 
 Input is checked before anything is changed, and refused with a ValueError that says why (the job name,
@@ -150,8 +151,9 @@ class FingerprintTable:
     * ``drain(limit=None)``: what changed since the last drain, one ``JobFingerprints`` per job (for the
       unit to the parent); bitmaps run-optimised. With ``limit``, at most that many seqs in all: the rest
       stay for the next drain.
-    * ``get(job)`` / ``mismatches(job)``: every kept seq / those where min_hash != max_hash, ascending.
-    * ``forget(job)``: the job finished.
+    * ``get(job, attempt)`` / ``mismatches(job, attempt)``: every kept seq / those where min_hash != max_hash,
+      ascending.
+    * ``forget(job, attempt)``: the attempt finished.
     """
 
     def __init__(self, max_seqs_per_job: int = 512, max_jobs: int = 1024, max_rank: int = MAX_RANK) -> None:
@@ -161,8 +163,9 @@ class FingerprintTable:
         self.max_jobs = max_jobs
         self.max_rank = max_rank
         self.evicted_jobs = 0
-        self.ignored_stale = 0  # reports for an older attempt, or older than every kept seq of a full job
-        self._jobs: OrderedDict[str, _Job] = OrderedDict()  # least recently updated first
+        self.ignored_stale = 0  # reports older than every kept seq of a full job
+        # by (job, attempt), least recently updated first
+        self._jobs: OrderedDict[tuple[str, int], _Job] = OrderedDict()
         self._lock = threading.Lock()
 
     # -- input -----------------------------------------------------------------------------------
@@ -185,8 +188,6 @@ class FingerprintTable:
             return 0
         with self._lock:
             state = self._job(job, attempt)
-            if state is None:
-                return 0
             changed = 0
             for seq, h, what in items:
                 changed += self._absorb(state, seq, ((h, what, BitMap([rank])),))
@@ -210,8 +211,6 @@ class FingerprintTable:
             return []
         with self._lock:
             state = self._job(job, attempt)
-            if state is None:
-                return []
             changed: set[int] = set()
             for seq, sides in items:
                 if self._absorb(state, seq, sides):
@@ -224,7 +223,7 @@ class FingerprintTable:
         out = []
         budget = limit if limit is not None else -1
         with self._lock:
-            for job, state in self._jobs.items():
+            for (job, _), state in self._jobs.items():
                 if not state.dirty or budget == 0:
                     continue
                 seqs = sorted(state.dirty)
@@ -236,46 +235,39 @@ class FingerprintTable:
                     job=job, attempt=state.attempt, seqs=[state.seqs[s].to_proto(s, optimize=True) for s in seqs]))
         return out
 
-    def get(self, job: str) -> list[forensics_pb2.MergedFingerprint]:
+    def get(self, job: str, attempt: int = 0) -> list[forensics_pb2.MergedFingerprint]:
         with self._lock:
-            state = self._jobs.get(job)
+            state = self._jobs.get((job, attempt))
             return [] if state is None else [state.seqs[s].to_proto(s) for s in sorted(state.seqs)]
 
-    def mismatches(self, job: str) -> list[forensics_pb2.MergedFingerprint]:
+    def mismatches(self, job: str, attempt: int = 0) -> list[forensics_pb2.MergedFingerprint]:
         with self._lock:
-            state = self._jobs.get(job)
+            state = self._jobs.get((job, attempt))
             if state is None:
                 return []
             return [state.seqs[s].to_proto(s) for s in sorted(state.seqs)
                     if state.seqs[s].lo_hash != state.seqs[s].hi_hash]
 
-    def attempt(self, job: str) -> int | None:
-        with self._lock:
-            state = self._jobs.get(job)
-            return None if state is None else state.attempt
-
-    def jobs(self) -> list[str]:
+    def jobs(self) -> list[tuple[str, int]]:
+        """The (job, attempt) entries kept."""
         with self._lock:
             return list(self._jobs)
 
-    def forget(self, job: str) -> None:
+    def forget(self, job: str, attempt: int = 0) -> None:
         with self._lock:
-            self._jobs.pop(job, None)
+            self._jobs.pop((job, attempt), None)
 
     # -- internals (under the lock) --------------------------------------------------------------
 
-    def _job(self, job: str, attempt: int) -> _Job | None:
-        state = self._jobs.get(job)
-        if state is not None and attempt < state.attempt:
-            self.ignored_stale += 1
-            return None
-        if state is None or attempt > state.attempt:
-            if state is None:
-                while len(self._jobs) >= self.max_jobs:
-                    self._jobs.popitem(last=False)
-                    self.evicted_jobs += 1
-            state = self._jobs[job] = _Job(attempt)
-        self._jobs.move_to_end(job)
+    def _job(self, job: str, attempt: int) -> _Job:
+        key = (job, attempt)
+        state = self._jobs.get(key)
+        if state is None:
+            while len(self._jobs) >= self.max_jobs:
+                self._jobs.popitem(last=False)
+                self.evicted_jobs += 1
+            state = self._jobs[key] = _Job(attempt)
+        self._jobs.move_to_end(key)
         return state
 
     def _absorb(self, state: _Job, seq: int, sides: Iterable[tuple[int, str, BitMap]]) -> bool:

@@ -32,6 +32,7 @@ import io
 import json
 import logging
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -43,7 +44,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from collectors.common.attempts import split
 from collectors.common.transport import CannotListen, listen_problem
-from collectors.root.goodput import Goodput, goodput, scoped_names
+from collectors.root.goodput import Goodput, goodput, scoped_names, view_names
 from collectors.root.store import Store
 from telemetry.names import PROGRESS_METRIC
 
@@ -80,16 +81,25 @@ class RootApi:
         self.hosts: Callable[[list[str], dict[str, list[str]]], object] | None = None  # root/hosts.py HostsView
 
     def jobs(self) -> list[dict[str, object]]:
-        """One entry per job (its attempts together): the latest attempt's world size, the last step of any."""
+        """One entry per job (its attempts together): its latest attempt (the last adopted, adoption.py) and that
+        attempt's world size, the last step of any attempt, how many attempts the store holds."""
         with closing(self.store.reader()) as db:
             rows = db.execute("SELECT j.job, j.world_size, (SELECT max(idx) FROM windows w WHERE w.job=j.job "
                               "AND w.width_ms=0) AS last_step FROM jobs j ORDER BY j.job").fetchall()
+            try:
+                adopted = [str(name) for name, in db.execute("SELECT job FROM adopted ORDER BY rowid")]
+            except sqlite3.OperationalError:  # a store without the table
+                adopted = []
+        order = {name: i for i, name in enumerate(adopted)}  # later adopted: later
         jobs: dict[str, dict[str, Any]] = {}  # JSON-bound entries: numbers and None
+        rank: dict[str, tuple[int, int]] = {}
         for row in rows:
             job, attempt = split(row["job"])
             entry = jobs.setdefault(job, {"job": job, "world_size": 0, "last_step": None, "attempt": -1, "attempts": 0})
             entry["attempts"] += 1
-            if attempt > entry["attempt"]:
+            standing = (order.get(row["job"], -1), attempt)  # adopted before any other: by number
+            if job not in rank or standing > rank[job]:
+                rank[job] = standing
                 entry["attempt"], entry["world_size"] = attempt, row["world_size"]
             if row["last_step"] is not None and (entry["last_step"] is None or row["last_step"] > entry["last_step"]):
                 entry["last_step"] = row["last_step"]
@@ -100,7 +110,10 @@ class RootApi:
         that ran it (a resumed job reads as one timeline); `all`: every attempt's run of each step (by step,
         then attempt); a number: that attempt only."""
         with closing(self.store.reader()) as db:
-            names = [name for name, _ in scoped_names(db, job)] or [job]
+            if attempt == "latest":  # the attempts the job's views read, in their order (adoption.py)
+                names = [name for name, _ in view_names(db, job)] or [job]
+            else:
+                names = [name for name, _ in scoped_names(db, job)] or [job]
             if attempt not in ("latest", "all"):
                 names = [name for name in names if str(split(name)[1]) == attempt]
             found = []
@@ -111,9 +124,10 @@ class RootApi:
                     "finalised_ns FROM windows WHERE job=? AND metric=? AND width_ms=0 ORDER BY idx DESC LIMIT ?",
                     (name, metric, last)).fetchall()]
         if attempt == "latest":
+            later = {split(name)[1]: i for i, name in enumerate(names)}  # view_names' order: oldest first
             best: dict[int, tuple[int, object]] = {}
             for number, row in found:
-                if row["step"] not in best or number > best[row["step"]][0]:
+                if row["step"] not in best or later[number] > later[best[row["step"]][0]]:
                     best[row["step"]] = (number, row)
             found = list(best.values())
         found.sort(key=lambda item: (item[1]["step"], item[0]))
@@ -135,8 +149,8 @@ class RootApi:
 
     def progress(self, job: str) -> dict[str, object]:
         with closing(self.store.reader()) as db:
-            names = scoped_names(db, job)
-        scoped = names[-1][0] if names else job  # the latest attempt's
+            names = view_names(db, job)
+        scoped = names[-1][0] if names else job  # the latest attempt's (adoption.py)
         result = self._progress(scoped)
         result["job"], result["attempt"] = split(scoped)
         return result

@@ -18,7 +18,9 @@ Each attempt also says why it ended (`ended_by`), when the root's `crash` event 
 table of the same database, docs/forensics.md "When ranks die"): the cause and ranks of the first death and the
 event's summary; None for an attempt that finished, still runs, or ended without a word reaching the root.
 
-Attempts are ordered by their number (docs/restarts.md: launchers' numbers grow with each launch).
+Attempts are those the job's default views read (`view_names`: the attempts adopted as the job's latest, in
+the order they were, collectors/root/adoption.py; every attempt by number before any was adopted); launchers'
+numbers grow with each launch (docs/restarts.md), so the two orders agree for real restarts.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class AttemptSteps:
     attempt: int
     world_size: int
     ends: list[tuple[int, int]] = field(default_factory=list)
+    order: int = 0  # where the attempt comes among the job's (adoption order); ties by attempt number
 
 
 class AttemptFigures(TypedDict):
@@ -79,20 +82,38 @@ def scoped_names(db: sqlite3.Connection, job: str) -> list[tuple[str, int]]:
     return sorted(named, key=lambda item: split(item[0])[1])
 
 
+def view_names(db: sqlite3.Connection, job: str) -> list[tuple[str, int]]:
+    """The attempts the job's default views read (collectors/root/adoption.py), oldest first: those adopted as
+    the job's latest, in the order they were; before any was (or in a store from before adoption), every
+    attempt by number. Other attempts stay reachable by number (`?attempt=A`, `all`)."""
+    stored = scoped_names(db, job)
+    prefix = like_prefix(job)
+    try:
+        adopted = [str(name) for name, in db.execute(
+            "SELECT job FROM adopted WHERE job=? OR substr(job, 1, ?)=? ORDER BY rowid", (job, len(prefix), prefix))
+            if split(str(name))[0] == job]
+    except sqlite3.OperationalError:  # a store without the table
+        adopted = []
+    if not adopted:
+        return stored
+    worlds = dict(stored)
+    return [(name, worlds[name]) for name in adopted if name in worlds]
+
+
 def load(db: sqlite3.Connection, job: str) -> list[AttemptSteps]:
-    """Every attempt of `job` with at least one step window, oldest first."""
+    """Every attempt of `job` its views read (`view_names`) with at least one step window, oldest first."""
     out = []
-    for name, world in scoped_names(db, job):
+    for order, (name, world) in enumerate(view_names(db, job)):
         ends = db.execute("SELECT idx, max(last_time_ns) FROM windows WHERE job=? AND width_ms=0 GROUP BY idx "
                           "ORDER BY idx", (name,)).fetchall()
         if ends:
-            out.append(AttemptSteps(split(name)[1], world, [(int(i), int(t)) for i, t in ends]))
+            out.append(AttemptSteps(split(name)[1], world, [(int(i), int(t)) for i, t in ends], order))
     return out
 
 
 def compute(job: str, attempts: Iterable[AttemptSteps]) -> Goodput:
     """The goodput figures of `job` (see the module docstring), with one entry per attempt."""
-    ordered = sorted((a for a in attempts if a.ends), key=lambda a: a.attempt)
+    ordered = sorted((a for a in attempts if a.ends), key=lambda a: (a.order, a.attempt))
     latest: dict[int, int] = {}  # step -> the last attempt that ran it
     for attempt in ordered:
         for step, _ in attempt.ends:

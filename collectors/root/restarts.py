@@ -1,11 +1,12 @@
 """The root's view of restarts (docs/restarts.md): a `restart` event per new attempt, goodput on /metrics.
 
-RestartWatch sees every finalised row; the first step window of an attempt whose job has an earlier attempt
-in the store opens an info event `restart` on the new attempt, with the downtime (the previous attempt's last
-step to this one's first) and the steps it will replay (the previous attempt's last step, down to this
-one's first). GoodputMetrics exports each live job's goodput (collectors/root/goodput.py) to Prometheus, labelled
-by the job's name only (goodput is the job's, all its attempts together), computed from the store at most every
-`refresh_s` per job (it reads every step window of the job).
+RestartWatch sees every finalised row; the first step window of an attempt adopted as its job's latest
+(adoption.py) whose job has an earlier adopted attempt opens an info event `restart` on the new attempt, with
+the downtime (the previous attempt's last step to this one's first) and the steps it will replay (the
+previous attempt's last step, down to this one's first). GoodputMetrics exports each live job's goodput
+(collectors/root/goodput.py) to Prometheus, labelled by the job's name only (goodput is the job's, all its
+attempts together), computed from the store at most every `refresh_s` per job (it reads every step window of
+the job).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from collectors.common.attempts import split
 from collectors.common.rows import Row
 from collectors.detectors.events import EventLog
+from collectors.root.adoption import Adoption
 from collectors.root.goodput import Goodput, goodput
 from collectors.root.store import Store
 
@@ -31,29 +33,40 @@ REFRESH_S = 10.0
 
 
 class RestartWatch:
-    """Opens a `restart` event for each new attempt of a job (call `on_rows` after each commit)."""
+    """Opens a `restart` event for each new attempt of a job adopted as its latest (adoption.py): call `on_rows`
+    after each commit and `check` with the attempts adopted outside one."""
 
-    def __init__(self, store: Store, events: EventLog) -> None:
+    def __init__(self, store: Store, events: EventLog, adoption: Adoption) -> None:
         self.store = store
         self.events = events
+        self.adoption = adoption
         self._seen: set[str] = set()  # scoped jobs already looked at (forgotten with the attempt)
         self._lock = threading.Lock()
 
     def on_rows(self, rows: Iterable[Row]) -> None:
+        self.check({row.key.job for row in rows if row.key.is_step})
+
+    def check(self, names: Iterable[str]) -> None:
+        """Look at those of `names` (scoped) not looked at yet that are adopted: an attempt not adopted (yet)
+        opens no event, and is looked at again when it is."""
         new = []
         with self._lock:
-            for row in rows:
-                if row.key.is_step and row.key.job not in self._seen:
-                    self._seen.add(row.key.job)
-                    new.append(row.key.job)
+            for name in names:
+                if name not in self._seen and name in self.adoption.adopted(split(name)[0]):
+                    self._seen.add(name)
+                    new.append(name)
         for scoped in new:
             job, attempt = split(scoped)
             with closing(self.store.reader()) as db:
                 figures = goodput(db, job)
             attempts = figures["attempts"]
             mine = [i for i, a in enumerate(attempts) if a["attempt"] == attempt]
-            if not mine or mine[0] == 0:
-                continue  # the job's first attempt (or none stored yet): no restart
+            if not mine:
+                with self._lock:  # adopted before its first step was stored: looked at again with its rows
+                    self._seen.discard(scoped)
+                continue
+            if mine[0] == 0:
+                continue  # the job's first attempt: no restart
             now, before = attempts[mine[0]], attempts[mine[0] - 1]
             replay = max(0, before["last_step"] - now["first_step"] + 1)
             self.events.raise_(KIND, scoped, step=now["first_step"], severity="info", detail={

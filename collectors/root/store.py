@@ -52,6 +52,8 @@ CREATE TABLE IF NOT EXISTS runs (
     job TEXT NOT NULL, rank INTEGER NOT NULL, process INTEGER NOT NULL, host TEXT NOT NULL,
     PRIMARY KEY (job, rank)
 ) WITHOUT ROWID;
+-- the attempts adopted as their job's latest, in the order they were (collectors/root/adoption.py)
+CREATE TABLE IF NOT EXISTS adopted (job TEXT PRIMARY KEY, adopted_ns INTEGER NOT NULL);
 """
 
 SYNC_MODES = {"process": "NORMAL", "power": "FULL"}
@@ -216,6 +218,12 @@ class Store:
         with self._lock:
             found = self._db.execute("SELECT rank, process, host FROM runs WHERE job=?", (job,)).fetchall()
         return {rank: Claim(process + 2**63, host) for rank, process, host in found}
+
+    def save_adopted(self, job: str, adopted_ns: int) -> None:
+        """Attempt `job` (a scoped name) became its job's latest (collectors/root/adoption.py); kept as long as the
+        file, so that the API's default views stay the same after a restart."""
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO adopted VALUES (?,?)", (job, adopted_ns))
 
     def load(self, key: Key) -> Row | None:
         with self._lock:

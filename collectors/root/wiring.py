@@ -32,10 +32,11 @@ from pyroaring import BitMap
 from collectors.common.attempts import scoped, split
 from collectors.common.fingerprints import FingerprintTable
 from collectors.common.rows import Row
-from collectors.delivery.node import Node
+from collectors.delivery.node import Node, RankView
 from collectors.detectors.base import Context
 from collectors.detectors.events import Event, EventLog, make_sinks
 from collectors.detectors.suite import Detectors, DetectorsConfig
+from collectors.root.adoption import Adoption
 from collectors.root.api import MAX_LAST, ApiError
 from collectors.root.capture_limits import Busy
 from collectors.root.crashes import RankExitMetrics, last_words_capture
@@ -99,7 +100,9 @@ class Wiring:
                                                   "files_lost": finaliser.files_lost,
                                                   "bytes": store_bytes(store.path)})
         self.routes: dict[str, Route] = {"/metrics": self.metrics.render, "/api/v1/events": self.all_events}
-        self.restarts = RestartWatch(store, self.events)
+        # Which attempt is each job's latest: adopted only with the ranks to be one (adoption.py).
+        self.adoption = Adoption(store, lambda job: self._states(job))
+        self.restarts = RestartWatch(store, self.events, self.adoption)
         self.metrics.registry.register(GoodputMetrics(store, registered))
         # Forensics: culprit-naming events ask their ranks for a capture; captures from the tree are kept on disk.
         self.forensics = Forensics(ForensicsStore(forensics_folder, forensics_max_requests), route,
@@ -112,6 +115,11 @@ class Wiring:
         if crash is not None:
             self.events.sinks.append(self._crash_forensics)
             self.metrics.registry.register(RankExitMetrics(lambda: dict(crash.counts)))
+
+    def _states(self, job: str) -> RankView:
+        node = self.tier.node
+        with node.lock:
+            return node.states(job)
 
     def _counters(self) -> dict[str, int]:
         node = self.tier.node
@@ -128,6 +136,10 @@ class Wiring:
         for row in rows:
             if row.key.is_step and row.key.index > self.latest.get(row.key.job, -1):
                 self.latest[row.key.job] = row.key.index
+        try:
+            self.adoption.consider({row.key.job for row in rows})
+        except Exception:
+            log.exception("adopting attempts failed")
         for consumer in (self.detectors.on_rows, self.metrics.observe, self.restarts.on_rows):
             try:
                 consumer(rows)
@@ -168,9 +180,8 @@ class Wiring:
             self.hosts.pop(job, None)
         self.latest.pop(job, None)
         self.restarts.forget(job)
-        name, attempt = split(job)
-        if self.fingerprints.attempt(name) == attempt:
-            self.fingerprints.forget(name)
+        self.adoption.forget(job)
+        self.fingerprints.forget(*split(job))
 
     def store_trouble(self, kind: str, message: str) -> None:
         """Finaliser.on_store_trouble: an event of the root itself (job ROOT_JOB), best effort (the event log
@@ -203,6 +214,7 @@ class Wiring:
                     known = {*self.detectors.jobs(), FLEET_JOB}
                     self.hosts.update({job: view for job, view in views.items() if job in known})
                 self.detectors.check(live)
+                self.restarts.check(self.adoption.consider(self.tier.jobs()))
             except Exception:
                 log.exception("periodic detector check failed")
 
@@ -245,7 +257,7 @@ class Wiring:
         return found
 
     def ask_forensics(self, job: str, body: object) -> dict[str, object]:
-        """POST /api/v1/jobs/{job}/forensics {"ranks": [...], "attempt": N (default: the latest live one)}."""
+        """POST /api/v1/jobs/{job}/forensics {"ranks": [...], "attempt": N (default: the latest adopted live one)}."""
         if not isinstance(body, dict) or not isinstance(body.get("ranks"), list) or not all(
                 type(r) is int and 0 <= r < 2**32 for r in body["ranks"]):
             raise ApiError(HTTPStatus.BAD_REQUEST, 'the body must be JSON {"ranks": [rank, ...]} with ranks as '
@@ -255,7 +267,9 @@ class Wiring:
         if wanted is None:
             if not attempts:
                 raise ApiError(HTTPStatus.NOT_FOUND, f"job {job!r} is not live at this root: nothing to ask")
-            wanted = attempts[-1]
+            # The latest adopted attempt that is live (adoption.py); none live: the highest number live.
+            adopted = [a for name, a in map(split, self.adoption.adopted(job)) if a in attempts]
+            wanted = adopted[-1] if adopted else attempts[-1]
         elif type(wanted) is not int or wanted not in attempts:
             raise ApiError(HTTPStatus.NOT_FOUND, f"attempt {wanted!r} of job {job!r} is not live (live: {attempts})")
         try:
