@@ -16,6 +16,9 @@ from pyroaring import BitMap
 import telemetry
 from bench.forensics_flood import post_capture
 from collectors.common.keys import Key
+from collectors.delivery.coverage import Coverage
+from collectors.delivery.node import RankView
+from collectors.delivery.runs import Claim, RunLedger
 from helpers_tree import RawChild, api_get, counters, make_agent, make_root, steps, stop_all, summary_of, wait_for
 from telemetry.v1 import forensics_pb2, forward_pb2
 
@@ -99,3 +102,74 @@ def test_a_rogue_child_cannot_speak_for_a_healthy_jobs_ranks(tmp_path: Path) -> 
         if rogue is not None:
             rogue.close()
         stop_all(agent, root)
+
+
+def test_a_child_that_named_ranks_first_loses_them_to_the_child_naming_their_processes(tmp_path: Path,
+                                                                                         caplog) -> None:
+    """Coverage is first come (issue 26): a rogue child that names a job's ranks before any agent registered them
+    covers them. Once the real agent names their processes (the run ledger accepts them), the rogue no longer
+    speaks for them: its later values and fingerprints are refused, the loss counted and logged naming both
+    children. Before: the rogue kept covering them, and its later reports were taken."""
+    root = make_root(tmp_path / "root.db")
+    agent = rogue = None
+    runs = []
+    try:
+        rogue = RawChild(root.address, "rogue")
+        rogue.ack()
+        claim = forward_pb2.RankStates(job="train", world_size=2, alive=BitMap([0, 1]).serialize())
+        rogue.send(forward_pb2.SummaryBatch(sender_id="rogue", seq=1, ranks=[claim]))
+        rogue.ack_for(1, forward_pb2.Ack.RECEIVED)
+        agent = make_agent([root.address], tmp_path / "a.sock", "agent-0")
+        runs = [telemetry.init(job="train", rank=r, world_size=2, agent=f"unix:{tmp_path / 'a.sock'}")
+                for r in range(2)]
+        for rank, run in enumerate(runs):
+            run.log(0, loss=rank / 4)
+            run.end_step(0)
+        wait_for(lambda: len(steps(root.api_address, "train", "loss")) == 1, 15, what="the job's first step")
+        before = counters(root)["bad_inputs"]
+        assert "'rogue' no longer speaks for 2 rank(s) of job 'train'" in caplog.text
+        assert "'agent-0' names the process" in caplog.text
+        rogue.send(forward_pb2.SummaryBatch(sender_id="rogue", seq=2, ranks=[claim], windows=[
+            _window("train", "loss", 5, {0: 999.0, 1: 999.0})], fingerprints=[_fingerprints("train", 1)]))
+        ack = rogue.ack_for(2, forward_pb2.Ack.REJECTED_OVERLAP)
+        assert ["does not cover" in r.reason for r in ack.rejections] == [True], ack
+        assert counters(root)["bad_inputs"] - before == 2, counters(root)  # the window, the fingerprints
+        for step in range(1, 7):
+            for rank, run in enumerate(runs):
+                run.log(step, loss=step + rank / 4)
+                run.end_step(step)
+        assert all(run.close(timeout=15) for run in runs)
+        rows = steps(root.api_address, "train", "loss")
+        assert [(r["step"], r["count"], r["min"], r["max"]) for r in rows] == [
+            (s, 2, float(s), s + 0.25) for s in range(7)]
+        assert api_get(root.api_address, "/api/v1/jobs/train/events")[1]["events"] == []
+    finally:
+        for run in runs:
+            run.close(timeout=1)
+        if rogue is not None:
+            rogue.close()
+        stop_all(agent, root)
+
+
+def test_coverage_moves_to_the_child_naming_the_ledgers_process() -> None:
+    coverage = Coverage()
+    ledger = {0: 7, 1: 8}
+    assert coverage.note("rogue", {"j": RankView(alive=BitMap([0, 1]), world_size=2)}, lambda job: {}) == []
+    revoked = coverage.note("agent", {"j": RankView(alive=BitMap([0, 1]), world_size=2, processes={0: 7})},
+                            lambda job: ledger)
+    assert [(r.job, r.child, r.claimant, list(r.ranks)) for r in revoked] == [("j", "rogue", "agent", [0])]
+    assert list(coverage.uncovered("rogue", "j", BitMap([0, 1]))) == [0]
+    # A child that failed over names the same process under another parent: both keep the rank.
+    assert coverage.note("agent-again", {"j": RankView(alive=BitMap([0]), world_size=2, processes={0: 7})},
+                         lambda job: ledger) == []
+    assert not coverage.uncovered("agent", "j", BitMap([0])) and not coverage.uncovered("agent-again", "j", BitMap([0]))
+    # A rank named with a process the ledger did not accept proves nothing.
+    assert coverage.note("liar", {"j": RankView(alive=BitMap([1]), world_size=2, processes={1: 99})},
+                         lambda job: ledger) == []
+
+
+def test_the_ledgers_warning_names_the_child_that_claimed_the_rank_first(caplog) -> None:
+    ledger = RunLedger()
+    ledger.claim("rogue", "job", {0: Claim(5, "h-rogue")})
+    ledger.claim("agent-0", "job", {0: Claim(6, "h-real")})
+    assert "agent-0 says 1 rank(s)" in caplog.text and "named by rogue" in caplog.text

@@ -186,7 +186,12 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         parsed = [self._parse(origin, index, window) for index, window in enumerate(batch.windows)]
         with node.lock:
             node.child_states(sender, views)
-            self.coverage.note(sender, views, node.runs.known)
+            for revoked in self.coverage.note(sender, views, node.runs.known):
+                # One count and one line per child and job that lost ranks, not per rank (rare: once per claim).
+                node.counters["bad_inputs"] += 1
+                log.warning("%s no longer speaks for %d rank(s) of job %s (e.g. rank %d): it covered them without "
+                            "their process, and %s names the process the run ledger accepted", shown(revoked.child, 64),
+                            len(revoked.ranks), shown(revoked.job, 64), revoked.ranks.min(), shown(sender, 64))
             node.child_counters[sender] = {name: getattr(batch.counters, name) for name in COUNTER_FIELDS}
             if batch.captures or batch.fingerprints or batch.exits:
                 self._forensics(sender, batch)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from collectors.common.fleet import host_index_of
 from telemetry.names import FLEET_JOB
@@ -33,10 +33,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Claim:
-    """One rank's process: its digest and the host it runs on (for the refusal's message)."""
+    """One rank's process: its digest and the host it runs on (for the refusal's message), and the child that
+    named it first here (for the warning; "" when recalled from the root's store)."""
 
     process: int
     host: str
+    sender: str = field(default="", compare=False)
 
 
 def process_digest(host: str, pid: int, start_ticks: int | None) -> int:
@@ -73,7 +75,7 @@ class RunLedger:
                 continue  # an agent that cannot tell: nothing to check
             first = known.get(rank)
             if first is None:
-                known[rank] = new[rank] = claim
+                known[rank] = new[rank] = replace(claim, sender=sender)
             elif first.process != claim.process:
                 if conflicts is None:
                     conflicts = self._conflicts[(sender, job)] = {}
@@ -87,9 +89,10 @@ class RunLedger:
             # One line per child and job, not per rank: a refused run of 16,384 ranks is one event.
             first, claim = conflicts[newly_refused[0]]
             log.warning("job %s: %s says %d rank(s) (e.g. rank %d, process %x on %s) run in other processes than "
-                        "the ones that already ran them (rank %d: process %x on %s); their windows are refused",
-                        job, sender, len(newly_refused), newly_refused[0], claim.process, claim.host or "?",
-                        newly_refused[0], first.process, first.host or "?")
+                        "the ones that already ran them (rank %d: process %x on %s, named by %s); their windows are "
+                        "refused", job, sender, len(newly_refused), newly_refused[0], claim.process,
+                        claim.host or "?", newly_refused[0], first.process, first.host or "?",
+                        first.sender or "an earlier child (the root's store)")
         if new and self._record is not None:
             try:
                 self._record(job, new)
