@@ -162,16 +162,13 @@ class EventWatch:
         return out
 
 
-def run_one(plan: Plan, args: argparse.Namespace, api: str, agent: str, workdir: Path,
-            services: tuple[Proc, Proc]) -> dict[str, Any]:
-    job = f"det-{plan.model}-{plan.fault}-s{plan.seed}-{uuid.uuid4().hex[:6]}"
-    truth_path, log_path = workdir / f"{job}.truth.jsonl", workdir / f"{job}.log"
-    watch = EventWatch(api, job)
-    load_start = os.getloadavg()[0]
+def drive(job: str, world: int, script: Path, argv: list[str], steps: int, agent: str, log_path: Path,
+          watch: EventWatch, services: tuple[Proc, Proc], timeout: float, poll_s: float) -> float:
+    """One torchrun job of `world` ranks to its end, its events polled as they open, then until the root has
+    finalised its last step (every rank closed durably: within a flush or two). Returns its wall seconds;
+    BenchError when it outlives `timeout`, fails, or a service dies under it."""
     started = time.time()
-    proc = torchrun(args.world, TRAIN, train_args(plan, job, truth_path, args), agent, log_path,
-                    launcher=("--rdzv-id", job, "--max-restarts", "0"))
-    timeout = args.run_timeout + (args.stall_s if plan.fault == "loader_stuck" else 0.0)
+    proc = torchrun(world, script, argv, agent, log_path, launcher=("--rdzv-id", job, "--max-restarts", "0"))
     try:
         while proc.poll() is None:
             if time.time() - started > timeout:
@@ -179,24 +176,34 @@ def run_one(plan: Plan, args: argparse.Namespace, api: str, agent: str, workdir:
             if not all(s.alive() for s in services):
                 raise BenchError(f"a service exited during {job}")
             watch.poll()
-            time.sleep(args.poll_s)
+            time.sleep(poll_s)
     finally:
         if proc.poll() is None:
             kill_job(proc, job)
     wall = time.time() - started
     if proc.returncode != 0:
-        tail = log_path.read_text(errors="replace")[-3000:]
-        raise BenchError(f"{job} exited with {proc.returncode}:\n{tail}")
-    # Every rank closed durably; the last windows are finalised and judged within a flush or two.
+        raise BenchError(f"{job} exited with {proc.returncode}:\n{log_path.read_text(errors='replace')[-3000:]}")
     deadline = time.time() + 10.0
     while time.time() < deadline:
         watch.poll()
-        jobs = {j["job"]: j for j in api_get(api, "/api/v1/jobs")["jobs"]}
-        if (jobs.get(job, {}).get("last_step") or -1) >= plan.steps - 1:
+        jobs = {j["job"]: j for j in api_get(watch.api, "/api/v1/jobs")["jobs"]}
+        if (jobs.get(job, {}).get("last_step") or -1) >= steps - 1:
             break
-        time.sleep(args.poll_s)
+        time.sleep(poll_s)
     time.sleep(1.0)
     watch.poll()
+    return wall
+
+
+def run_one(plan: Plan, args: argparse.Namespace, api: str, agent: str, workdir: Path,
+            services: tuple[Proc, Proc]) -> dict[str, Any]:
+    job = f"det-{plan.model}-{plan.fault}-s{plan.seed}-{uuid.uuid4().hex[:6]}"
+    truth_path, log_path = workdir / f"{job}.truth.jsonl", workdir / f"{job}.log"
+    watch = EventWatch(api, job)
+    load_start = os.getloadavg()[0]
+    timeout = args.run_timeout + (args.stall_s if plan.fault == "loader_stuck" else 0.0)
+    wall = drive(job, args.world, TRAIN, train_args(plan, job, truth_path, args), plan.steps, agent, log_path, watch,
+                 services, timeout, args.poll_s)
     finalised = [[s["step"], s["finalised_ns"]] for s in
                  api_get(api, f"/api/v1/jobs/{job}/steps?metric=step_time&last=10000")["steps"]]
     truths = [json.loads(line) for line in truth_path.read_text().splitlines()] if truth_path.exists() else []
@@ -249,31 +256,9 @@ def run_cell(cell: matrix.Cell, args: argparse.Namespace, api: str, agent: str, 
             "--fault-rank", str(cell.fault_rank), "--fault-step", str(cell.fault_step),
             "--factor", str(cell.factor or 1.0), "--where", cell.where if cell.factor else "forward",
             "--truth", str(truth_path)]
-    started, load_start = time.time(), os.getloadavg()[0]
-    proc = torchrun(cell.world, SHAPES, argv, agent, log_path, launcher=("--rdzv-id", job, "--max-restarts", "0"))
-    try:
-        while proc.poll() is None:
-            if time.time() - started > args.run_timeout:
-                raise BenchError(f"{job} did not finish in {args.run_timeout:.0f} s")
-            if not all(s.alive() for s in services):
-                raise BenchError(f"a service exited during {job}")
-            watch.poll()
-            time.sleep(args.poll_s)
-    finally:
-        if proc.poll() is None:
-            kill_job(proc, job)
-    wall = time.time() - started
-    if proc.returncode != 0:
-        raise BenchError(f"{job} exited with {proc.returncode}:\n{log_path.read_text(errors='replace')[-3000:]}")
-    deadline = time.time() + 10.0
-    while time.time() < deadline:
-        watch.poll()
-        jobs = {j["job"]: j for j in api_get(api, "/api/v1/jobs")["jobs"]}
-        if (jobs.get(job, {}).get("last_step") or -1) >= cell.steps - 1:
-            break
-        time.sleep(args.poll_s)
-    time.sleep(1.0)
-    watch.poll()
+    load_start = os.getloadavg()[0]
+    wall = drive(job, cell.world, SHAPES, argv, cell.steps, agent, log_path, watch, services, args.run_timeout,
+                 args.poll_s)
     steps = {s["step"]: s for s in api_get(api, f"/api/v1/jobs/{job}/steps?metric=step_time&last=10000")["steps"]}
     waits = api_get(api, f"/api/v1/jobs/{job}/steps?metric=collective_wait&last=10000")["steps"]
     truths = [json.loads(line) for line in truth_path.read_text().splitlines()] if truth_path.exists() else []
@@ -282,9 +267,10 @@ def run_cell(cell: matrix.Cell, args: argparse.Namespace, api: str, agent: str, 
             "loadavg_1min": [round(load_start, 2), round(os.getloadavg()[0], 2)],
             "truth": truths[0] if truths else None, "events": watch.events(),
             "finalised": [[n, s["finalised_ns"]] for n, s in sorted(steps.items())],
-            # [step, least-waiting rank, min, p50, count, the step's step_time p50]: the rule's input, for replay
-            "waits": [[w["step"], w["argmin"], w["min"], w["p50"], w["count"], (steps.get(w["step"]) or {}).get("p50")]
-                      for w in waits],
+            # [step, least-waiting rank, min, p50, count, the step's step_time p50, max, most-waiting rank]: the
+            # rule's input, for replay (bench/detection_jobs/replay.py --matrix)
+            "waits": [[w["step"], w["argmin"], w["min"], w["p50"], w["count"], (steps.get(w["step"]) or {}).get("p50"),
+                       w["max"], w["argmax"]] for w in waits],
             "ranks_done": [{"rank": d["rank"], "durable": d["durable"], "median_step_s": d["median_step_s"]}
                            for d in done_lines(log_path)]}
 

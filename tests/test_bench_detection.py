@@ -18,6 +18,7 @@ import pytest
 
 from bench.detection_jobs.logs import done_lines
 from bench.detection_jobs.replay import stored_job
+from bench.detection_jobs.replay_matrix import evaluate
 from bench.detection_jobs.score import aggregate, rank_verdict, score_run, step_at, table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,6 +53,36 @@ def test_scoring_false_alarms_detections_delays_and_ranks():
     assert "| loss_spike | 3.333 (1) | 1/1 |" in table(agg)
     assert step_at(finalised, 99.9) is None and step_at(finalised, 150.0) == 50
     assert [rank_verdict(n, 2) for n in ([2], [1, 2], [1], [])] == ["exact", "includes", "wrong", "none"]
+
+
+def _matrix_run(cell: str, factor: float, slow: int, onset: int, steps: int, seed: int) -> dict:
+    """A recorded matrix run (bench/detection.py --matrix's `waits`): 3 ranks taking turns waiting least by
+    ~0.1 of a 0.5 s step; from `onset` rank `slow` waits least every step by (factor - 1) / factor of it."""
+    import random
+    rng = random.Random(seed)
+    waits, finalised = [], []
+    for step in range(steps):
+        slowed = factor and step >= onset
+        least = slow if slowed else rng.randrange(3)
+        share = (factor - 1) / factor if slowed else abs(rng.gauss(0.08, 0.05))
+        waits.append([step, least, 0.01, 0.01 + share * 0.5, 3, 0.5, 0.02 + share * 0.5, (least + 1) % 3])
+        finalised.append([step, int((1000 + step) * 1e9)])
+    truth = {"rank": slow, "step": onset, "time": 1000 + onset - 0.5} if factor else None
+    return {"job": cell, "cell": cell, "shape": cell.split("-")[0], "factor": factor, "where": "forward", "world": 3,
+            "steps": steps, "steps_done": steps, "truth": truth, "finalised": finalised, "waits": waits, "events": []}
+
+
+def test_matrix_replay_scores_a_rule_over_recorded_waits() -> None:
+    """bench/detection_jobs/replay_matrix.py: recorded waits through the detector with given settings, scored
+    as the matrix scores live runs; a threshold too high misses the straggler, one too low cries wolf."""
+    runs = [_matrix_run("ddp-clean", 0.0, -1, 0, 300, 1), _matrix_run("ddp-forward-2x", 2.0, 1, 40, 60, 2)]
+    out = evaluate(runs, {})
+    assert out["false_alarms"] == 0 and out["clean_steps"] == 340 and out["in_time"] == {"2x": "1/1"}
+    (fault,) = [s for s in out["scored"] if s["factor"]]
+    assert fault["detection"]["ranks"] == [1] and fault["detection"]["delay_steps"] <= 3
+    assert evaluate(runs, {"wait_fast_threshold": 50, "wait_threshold": 50})["in_time"] == {"2x": "0/1"}
+    loose = {"wait_fast_drift": 0.0, "wait_drift": 0.0, "wait_background": 0}
+    assert evaluate(runs, loose)["false_alarms"] > 0
 
 
 def test_replay_finds_a_jobs_windows_under_its_latest_attempt(tmp_path: Path) -> None:

@@ -43,8 +43,9 @@ def rows_of(db: sqlite3.Connection, job: str) -> list[Row]:
             for metric, idx, expected, blob, ns in found]
 
 
-def replay_run(db: sqlite3.Connection, run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
-    """The run's record with its events replaced by those of a suite with `settings`."""
+def clocked_log() -> tuple[EventLog, list[float], dict[int, dict[str, Any]]]:
+    """An event log whose clock is `now[0]` (set to each replayed window's finalising time) and the first
+    sighting of each event it opens (`seen`, as the bench's poller records it)."""
     now = [0.0]
     seen: dict[int, dict[str, Any]] = {}
 
@@ -52,7 +53,12 @@ def replay_run(db: sqlite3.Connection, run: dict[str, Any], settings: dict[str, 
         if action == "open":
             seen[event.id] = {"opened": now[0], "exact": True, "ranks": list(event.ranks)}
 
-    events = EventLog(None, sinks=[sink], clock=lambda: now[0])
+    return EventLog(None, sinks=[sink], clock=lambda: now[0]), now, seen
+
+
+def replay_run(db: sqlite3.Connection, run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """The run's record with its events replaced by those of a suite with `settings`."""
+    events, now, seen = clocked_log()
     suite = Detectors(events, DetectorsConfig.from_mapping({**settings, "hang": {"enabled": False}}))
     job = stored_job(db, run["job"])
     for row in rows_of(db, job):

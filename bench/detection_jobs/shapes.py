@@ -28,7 +28,6 @@ appends one JSON line to `--truth` when it begins (the harness measures the dela
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -44,7 +43,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable from a checkout
 
-import telemetry
+from bench.detection_jobs.job import add_job_arguments, finish, start, write_truth
 
 SHAPES = ("ddp", "fsdp2", "sync2", "accum", "tp")
 WHERE = ("forward", "backward", "optimizer", "data")
@@ -166,26 +165,16 @@ def average_grads(params: list[nn.Parameter], group: Any, size: int, chunks: int
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", choices=SHAPES, default="ddp")
-    p.add_argument("--steps", type=int, default=150)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--job", default=None, help="telemetry job id [default: TORCHELASTIC_RUN_ID]")
-    p.add_argument("--fault-rank", type=int, default=-1, help="the slow rank (default -1: a clean run)")
-    p.add_argument("--fault-step", type=int, default=40)
+    add_job_arguments(p, steps=150, fault_rank=-1, fault_step=40)  # --fault-rank -1: a clean run
     p.add_argument("--factor", type=float, default=2.0, help="the slow rank's step takes this x its median step")
     p.add_argument("--where", choices=WHERE, default="forward")
     p.add_argument("--batch", type=int, default=0, help="samples per micro-batch (default: the shape's, BATCH)")
-    p.add_argument("--truth", type=Path, default=None, help="append the injected fault here (JSON line)")
-    p.add_argument("--close-timeout", type=float, default=30.0)
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    run = telemetry.init(job=args.job)
-    torch.manual_seed(args.seed)  # the same initial weights everywhere
+    rank, world, run = start(args)
     slow = Slow()
     d, micro = 512, 1
     dp_group: Any = None
@@ -227,11 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         if here and step == args.fault_step:
             slow.seconds = (args.factor - 1.0) * statistics.median(own[5:] or own)
             slow.where = args.where
-            if args.truth is not None:
-                with args.truth.open("a") as f:
-                    f.write(json.dumps({"fault": "slow_rank", "rank": rank, "step": step, "time": time.time(),
-                                        "shape": args.shape, "factor": args.factor, "where": args.where,
-                                        "extra_s": slow.seconds}) + "\n")
+            write_truth(args.truth, {"fault": "slow_rank", "rank": rank, "step": step, "time": time.time(),
+                                     "shape": args.shape, "factor": args.factor, "where": args.where,
+                                     "extra_s": slow.seconds})
         if here and step == args.fault_step and args.where == "data":
             time.sleep(slow.seconds)  # this step's batch was fetched before the fault began
         with run.step(step):
@@ -265,12 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             if step < args.fault_step:
                 own.append(elapsed)
             run.log(step, loss=total)
-    durable = run.close(timeout=args.close_timeout)
-    print(json.dumps({"event": "done", "rank": rank, "durable": durable, "stats": run.stats,
-                      "median_step_s": statistics.median(own) if own else None}), flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    return finish(run, rank, own, args)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ to `--truth` with the wall time it started, so the harness measures detection de
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -38,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -46,7 +44,7 @@ from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable from a checkout
 
-import telemetry
+from bench.detection_jobs.job import add_job_arguments, finish, start, write_truth
 from telemetry.torch import flops_per_step, grad_norm
 from telemetry.torch.peak import mfu
 
@@ -169,29 +167,19 @@ def corpus() -> tuple[torch.Tensor, int]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=("mlp", "lm"), default="mlp")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--job", default=None, help="telemetry job id [default: TORCHELASTIC_RUN_ID]")
+    add_job_arguments(p, steps=300, fault_rank=1, fault_step=150)
     p.add_argument("--fault", choices=FAULTS, default="none")
-    p.add_argument("--fault-rank", type=int, default=1)
-    p.add_argument("--fault-step", type=int, default=150)
     p.add_argument("--slow-factor", type=float, default=2.0, help="slow_rank / slow_loader: x the median step")
     p.add_argument("--stall-s", type=float, default=75.0, help="loader_stuck: seconds the loader blocks")
-    p.add_argument("--truth", type=Path, default=None, help="append the injected fault here (JSON line)")
-    p.add_argument("--close-timeout", type=float, default=30.0)
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    run = telemetry.init(job=args.job)
+    rank, world, run = start(args)
 
     here = args.fault_rank == rank
     fault = args.fault if here else "none"
-    torch.manual_seed(args.seed)  # the same initial weights everywhere
     stuck_at = args.fault_step if fault == "loader_stuck" else -1
     slow_from = args.fault_step if fault == "slow_loader" else -1
     faults = dict(stuck_at=stuck_at, stall_s=args.stall_s, slow_from=slow_from)
@@ -224,9 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         injected.update(fault=args.fault, rank=rank, step=args.fault_step, time=time.time(), model=args.model)
         if extra_s is not None:
             injected["extra_s"] = extra_s
-        if args.truth is not None:
-            with args.truth.open("a") as f:
-                f.write(json.dumps(injected) + "\n")
+        write_truth(args.truth, injected)
 
     slow_s = 0.0
     if fault == "loader_stuck":
@@ -260,13 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             if step < args.fault_step:
                 own.append(elapsed)
             run.log(step, loss=loss.detach(), grad_norm=gn, mfu=mfu(flops, elapsed, PEAK_FLOPS))
-    durable = run.close(timeout=args.close_timeout)
-    print(json.dumps({"event": "done", "rank": rank, "durable": durable, "stats": run.stats,
-                      "final_loss": loss.item(), "median_step_s": statistics.median(own) if own else None}),
-          flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    return finish(run, rank, own, args, final_loss=loss.item())
 
 
 if __name__ == "__main__":

@@ -67,6 +67,8 @@ class StragglerConfig:
     wait_cap: float = 2.0          # a score's ceiling, in thresholds: bounds how long the event takes to close
     wait_track: int = 8            # candidate ranks scored per job (the state is O(this), whatever the world)
     wait_min_gap_s: float = 0.002  # a median-minus-least wait below this is no evidence
+    wait_background: int = 64      # steps of the job's own evidence level (its median raises the references)
+    wait_reference: float = 0.12   # the evidence level the references are set for (a job above it raises them)
     wait_warmup: int = 10          # a job's first steps of waits, not judged (start-up: the slowest, noisiest)
     wait_clear_steps: int = 5      # steps in a row another rank waits least that close the event
     factor: float = 1.5
@@ -213,17 +215,20 @@ class StragglerDetector(StreakDetector[_State]):
             return
         if len(s.sources) < row.expected:
             return  # a rank without its wait could be the slow one
+        if state.score is None:
+            state.score = WaitScore(((c.wait_fast_drift, c.wait_fast_threshold), (c.wait_drift, c.wait_threshold)),
+                                    c.wait_cap, c.wait_track, c.wait_min_gap_s, background=c.wait_background,
+                                    reference=c.wait_reference)
+        score, median = state.score, p50(s)
+        gap = max(0.0, median - s.min)
         if state.warm < c.wait_warmup:
             state.warm += 1
+            if state.step_scale > 0:
+                score.observe(score.evidence(gap, state.step_scale))  # not judged; the job's level all the same
             return
         state.last_step = step
         if not state.step_scale > 0:
             return
-        if state.score is None:
-            state.score = WaitScore(((c.wait_fast_drift, c.wait_fast_threshold), (c.wait_drift, c.wait_threshold)),
-                                    c.wait_cap, c.wait_track, c.wait_min_gap_s)
-        score, median = state.score, p50(s)
-        gap = max(0.0, median - s.min)
         x = score.update(step, s.argmin, gap, state.step_scale)
         if self.is_open(job):
             # Hysteresis: an open event holds while its rank is still the least-waiting one and its score stays

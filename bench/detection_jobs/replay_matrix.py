@@ -1,0 +1,116 @@
+"""Replay the straggler matrix's recorded runs through the straggler detector with other settings, offline.
+
+    python bench/detection_jobs/replay_matrix.py RESULT.json [RESULT.json ...] [--detectors JSON]
+        [--sweep OPTION=V1,V2,...]
+
+RESULT.json is what `bench/detection.py --matrix` writes (detection_matrix.json): every run keeps, per step,
+the rule's input (`waits`: the least-waiting rank, min and p50 of `collective_wait`, the step's `step_time`
+p50) and when the root finalised the step. Each run's steps are fed, in order, to a fresh
+StragglerDetector whose event log's clock is the step's finalising time, so an event "opens" when the root
+would have opened it, and the run is scored by the matrix's own rules (matrix.score_cell): false alarms per
+1,000 clean steps per shape, and per severity the cells named exactly within the issue's bound.
+
+The summaries are rebuilt from what was recorded: the least-waiting rank at the min, every other rank at the
+p50 (exact for 3 ranks, where the p50 is the one other rank between; for 4, the two middle ranks' mean).
+This is the fast loop for choosing the rule's settings from real runs (seconds instead of an hour of
+torchrun jobs); what it chose must then be confirmed on new runs, which it has not seen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: when run as a script only its folder is on sys.path
+
+from bench.detection_jobs import matrix
+from bench.detection_jobs.replay import clocked_log
+from collectors.common.keys import Key
+from collectors.common.rows import Row
+from collectors.detectors.straggler import StragglerConfig, StragglerDetector
+from telemetry.summary import Summary
+
+
+def _row(job: str, metric: str, step: int, values: list[float], finalised_ns: int) -> Row:
+    summary = Summary.from_arrays(np.asarray(values, dtype=np.float64), np.arange(len(values), dtype=np.int64),
+                                  finalised_ns)
+    return Row(Key(job, metric, step, 0), len(values), summary, 0, finalised_ns)
+
+
+def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """The run's record with its straggler events replaced by those of a detector with `settings`."""
+    events, now, seen = clocked_log()
+    detector = StragglerDetector(events, config=StragglerConfig(**settings))
+    finalised = dict((step, ns) for step, ns in run["finalised"])
+    world, job = run["world"], run["job"]
+    for step, least, low, p50, _count, step_p50, *_ in run["waits"]:
+        if step_p50 is None or step not in finalised:
+            continue
+        ns = finalised[step]
+        now[0] = ns / 1e9
+        waits = [p50] * world
+        waits[least] = low
+        detector.observe(_row(job, "step_time", step, [step_p50] * world, ns))
+        detector.observe(_row(job, "collective_wait", step, waits, ns))
+    stored = events.query(job, limit=10_000)
+    events.close()
+    return {**run, "events": [{**e, "seen": seen[e["id"]]} for e in stored]}
+
+
+def evaluate(runs: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+    """Per shape the false alarms per 1,000 clean steps; per severity the cells named exactly in time."""
+    scored = [matrix.score_cell(replay_run(run, settings)) for run in runs if run.get("waits")]
+    shapes: dict[str, list[int]] = {}
+    severities: dict[str, list[int]] = {}
+    for s in scored:
+        clean_alarms = shapes.setdefault(s["shape"], [0, 0])
+        clean_alarms[0] += s["clean_steps"]
+        clean_alarms[1] += len(s["false_alarms"])
+        det = s.get("detection")
+        if det is not None:
+            cell = severities.setdefault(f"{s['factor']:g}x", [0, 0])
+            cell[0] += 1
+            cell[1] += int(bool(det.get("in_time")))
+    return {"false_alarms_per_1000": {k: round(1000 * a / c, 1) if c else None for k, (c, a) in shapes.items()},
+            "false_alarms": sum(a for _, a in shapes.values()), "clean_steps": sum(c for c, _ in shapes.values()),
+            "in_time": {k: f"{hit}/{n}" for k, (n, hit) in sorted(severities.items())}, "scored": scored}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", type=Path, nargs="+", help="detection_matrix.json files")
+    p.add_argument("--detectors", default="{}", help="straggler settings as inline JSON (StragglerConfig fields)")
+    p.add_argument("--sweep", default=None, help="OPTION=V1,V2,... (JSON values): one line per value")
+    p.add_argument("--alarms", action="store_true", help="list each false alarm (run, step, rank)")
+    args = p.parse_args(argv)
+    runs = [run for path in args.results for run in json.loads(path.read_text())["runs"]]
+    try:
+        base = json.loads(args.detectors)
+        variants = [base]
+        if args.sweep:
+            option, values = args.sweep.split("=", 1)
+            variants = [{**base, option: json.loads(v)} for v in values.split(",")]
+        StragglerConfig(**base)
+    except (ValueError, TypeError) as exc:
+        p.error(str(exc))
+    started = time.monotonic()
+    for settings in variants:
+        out = evaluate(runs, settings)
+        print(f"{json.dumps(settings)}: false alarms {out['false_alarms']} in {out['clean_steps']} clean steps, "
+              f"per 1,000 {out['false_alarms_per_1000']}; in time {out['in_time']}")
+        if args.alarms:
+            for s in out["scored"]:
+                for alarm in s["false_alarms"]:
+                    print(f"  false alarm {s['cell']}: step {alarm['step']} ranks {alarm['ranks']}")
+    print(f"{len(runs)} runs x {len(variants)} settings in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
