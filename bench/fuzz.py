@@ -11,7 +11,8 @@ writes fuzz.json; exits 1 on the first broken invariant (hypothesis prints the s
 
 --native fuzzes the native summary decoder (telemetry.summary._native, issue 29) in-process with hypothesis:
 each case is a valid summary damaged by 1 to 3 mutations drawn by hypothesis (truncation, bit flips, byte
-damage, spliced raw protobuf records, moved slices, random bytes; tests/native_fuzz.py), or raw bytes. The
+damage, spliced raw protobuf records, moved slices, random bytes; tests/native_fuzz.py), or raw bytes, or (about
+a quarter) hostile arrays for the native ingest (native_fuzz.ingest). The
 invariant is tests/native_fuzz.py's `check` (ValueError, or a usable summary). Then the leak check: as many
 seeded cases again without hypothesis (whose own bookkeeping grows with every example), the process's RSS
 sampled every 10 %; the growth after the first 10 % must stay under 8 MiB. Writes fuzz_native.json. tests/test_native_asan.py runs the same cases under AddressSanitizer.
@@ -64,18 +65,22 @@ def native(examples: int, seed_: int, out: Path) -> None:
     import native_fuzz  # tests/native_fuzz.py
 
     bases = native_fuzz.seeds()
-    counts = {"cases": 0, "accepted": 0}
+    counts = {"cases": 0, "accepted": 0, "ingest": 0}
     every = max(1, examples // 10)
 
     @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(base=st.integers(0, len(bases) - 1), rng=st.randoms(use_true_random=False),
-           steps=st.integers(1, 3), raw=st.one_of(st.none(), st.binary(max_size=300)))
+           steps=st.integers(0, 3), raw=st.one_of(st.none(), st.binary(max_size=300)))
     def case(base: int, rng: Any, steps: int, raw: bytes | None) -> None:
-        data = raw if raw is not None else bases[base]
-        if raw is None:
-            for _ in range(steps):
-                data = native_fuzz.mutate(rng, data)
-        counts["accepted"] += native_fuzz.check(data)
+        if steps == 0:  # the native ingest
+            counts["accepted"] += native_fuzz.ingest(rng)
+            counts["ingest"] += 1
+        else:
+            data = raw if raw is not None else bases[base]
+            if raw is None:
+                for _ in range(steps):
+                    data = native_fuzz.mutate(rng, data)
+            counts["accepted"] += native_fuzz.check(data)
         counts["cases"] += 1
         if counts["cases"] % every == 0:
             sys.stderr.write(f"\rhypothesis: {counts['cases']:,} cases")
@@ -88,24 +93,29 @@ def native(examples: int, seed_: int, out: Path) -> None:
     samples: list[tuple[int, int]] = []  # the leak check: plain seeded cases, RSS as they go
     rng = random.Random(seed_)
     for done in range(1, examples + 1):
-        data = rng.choice(bases)
-        for _ in range(rng.randint(1, 3)):
-            data = native_fuzz.mutate(rng, data)
-        native_fuzz.check(data)
+        if done % 4 == 0:
+            native_fuzz.ingest(rng)
+        else:
+            data = rng.choice(bases)
+            for _ in range(rng.randint(1, 3)):
+                data = native_fuzz.mutate(rng, data)
+            native_fuzz.check(data)
         if done % every == 0:
             samples.append((done, rss_bytes()))
             sys.stderr.write(f"\rleak check: {done:,} cases, RSS {samples[-1][1] / 2**20:.1f} MiB")
     sys.stderr.write("\n")
     elapsed = time.monotonic() - started
     growth = samples[-1][1] - samples[0][1] if len(samples) > 1 else 0
-    result = {"cases": counts["cases"], "accepted": counts["accepted"], "hypothesis_seconds": fuzz_s,
+    result = {"cases": counts["cases"], "accepted": counts["accepted"], "ingest_cases": counts["ingest"],
+              "hypothesis_seconds": fuzz_s,
               "leak_check_cases": examples, "seconds": elapsed, "seed": seed_,
               "rss_samples": [{"cases": c, "rss_bytes": r} for c, r in samples],
               "rss_growth_after_first_tenth_bytes": growth, "rss_growth_limit_bytes": RSS_GROWTH_LIMIT,
               "git_head": git_head(), "load_1min": os.getloadavg()[0]}
     out.mkdir(parents=True, exist_ok=True)
     (out / "fuzz_native.json").write_text(json.dumps(result, indent=1))
-    print(f"native decoder: {counts['cases']:,} hypothesis cases ({counts['accepted']:,} accepted) in {fuzz_s:.0f} s, "
+    print(f"native decoder and ingest: {counts['cases']:,} hypothesis cases ({counts['ingest']:,} of ingest; "
+          f"{counts['accepted']:,} accepted) in {fuzz_s:.0f} s, "
           f"no crash; leak check {examples:,} cases: RSS {samples[0][1] / 2**20:.1f} -> {samples[-1][1] / 2**20:.1f} MiB "
           f"after the first tenth (growth {growth / 2**20:.2f} MiB, limit {RSS_GROWTH_LIMIT / 2**20:.0f})")
     if growth > RSS_GROWTH_LIMIT:

@@ -11,12 +11,13 @@ Per implementation, in one run on one machine:
 - merge32_ms: one merge of 32 summaries of 10,000 lognormal values each
   (Summary.merge_all; `+` folded left for tdigest; concatenation for exact).
   Median of repeats.
-- tree_ms: 8,192 leaf summaries of 64 values each, already built, merged
+- tree_ms: 8,192 leaf summaries of 64 values each, already built (ours: as an
+  agent builds them, Summary.from_arrays, natively), merged
   8 -> 1 (1,024 left), 32 -> 1 (32 left), 32 -> 1 (the root). Every summary
   entering a merge is serialised and parsed first; the timing covers the whole
   tree including those round trips. Median of runs; every run of
-  telemetry.Summary gets freshly ingested leaves (a summary keeps the native
-  core it was encoded from). The pure-Python tdigest
+  telemetry.Summary gets freshly ingested leaves. The leaves' own ingest is
+  timed apart (wire: leaf_*_ingest_encode_us). The pure-Python tdigest
   package runs this tree on 512 leaves only (said so in the output and JSON).
 - bytes_10k: serialised size of one summary of 10,000 lognormal values.
 - rel_err / rank_err at p50, p90, p99, p99.9 for lognormal and bimodal
@@ -120,9 +121,8 @@ class Ours(Impl):
     note = "fastdigest t-digest, 200 centroids, plus exact fields"
 
     def leaf(self, values, source):
-        s = Summary()
-        s.add_many(values, source)
-        return s
+        # As an agent builds a window's summary from its ranks' raw values (natively: Summary.from_arrays).
+        return Summary.from_arrays(values, np.full(values.size, source), time_ns=1)
 
     def ingest(self, chunks):
         s = Summary()
@@ -316,8 +316,7 @@ def bench_impl(impl: Impl, cfg: dict[str, Any], data: dict[str, np.ndarray], pro
         runs, root = [], None
         for repeat in range(repeats):
             if repeat and isinstance(impl, Ours):
-                # Fresh leaves (outside the timing): an encoded Summary keeps its native core, so a second
-                # tree over the same leaves would skip every leaf's conversion from ingest.
+                # Fresh leaves (outside the timing): every run starts from summaries as ingest left them.
                 leaves = build_leaves(impl, values, n_leaves, progress, dist)
             seconds, root = timed(functools.partial(run_tree, impl, leaves))
             runs.append(seconds * 1e3)
@@ -374,9 +373,23 @@ def wire_costs(leaves: Sequence[Summary]) -> dict[str, float]:
         "from_bytes_us": per_call_us(Summary.from_bytes, blobs),
         "oracle_from_bytes_us": per_call_us(OracleSummary.from_bytes, blobs, repeats=1),
         "to_bytes_parsed_us": per_call_us(Summary.to_bytes, parsed),
-        "to_bytes_ingested_us": per_call_us(Summary.to_bytes, ingested, repeats=1),  # builds the core once
+        "to_bytes_ingested_us": per_call_us(Summary.to_bytes, ingested, repeats=1),
     }
     out["from_bytes_over_upb"] = out["from_bytes_us"] / out["upb_parse_us"]
+    # A leaf's ingest and first encode (an agent's window): native from_arrays, against the Python ingest that
+    # add_many still is (its fields then converted to a native core by to_bytes: what from_arrays cost before the
+    # native ingest) and the Python Summary before issue 29.
+    arrays = [(np.arange(64.0) * (1 + i % 7), np.full(64, i)) for i in range(len(leaves))]
+
+    def python_ingest(item: tuple[np.ndarray, np.ndarray]) -> bytes:
+        s = Summary()
+        s.add_many(item[0], int(item[1][0]), time_ns=1)
+        return s.to_bytes()
+
+    out["leaf_ingest_encode_us"] = per_call_us(lambda a: Summary.from_arrays(a[0], a[1], 1).to_bytes(), arrays)
+    out["leaf_python_ingest_encode_us"] = per_call_us(python_ingest, arrays, repeats=3)
+    out["leaf_oracle_ingest_encode_us"] = per_call_us(
+        lambda a: OracleSummary.from_arrays(a[0], a[1], 1).to_bytes(), arrays, repeats=1)
     return out
 
 
@@ -508,7 +521,10 @@ def print_report(result: dict[str, Any]) -> None:
     console.print(f"per summary (CPU us): upb raw parse {wire['upb_parse_us']:.2f}, from_bytes {wire['from_bytes_us']:.2f} "
                   f"({wire['from_bytes_over_upb']:.2f}x upb; target <= 3x), before issue 29 "
                   f"{wire['oracle_from_bytes_us']:.2f}; to_bytes {wire['to_bytes_parsed_us']:.2f} (parsed), "
-                  f"{wire['to_bytes_ingested_us']:.2f} (ingested: builds the native core)")
+                  f"{wire['to_bytes_ingested_us']:.2f} (ingested)")
+    console.print(f"per leaf of 64 values, ingest + first to_bytes (CPU us): native from_arrays "
+                  f"{wire['leaf_ingest_encode_us']:.2f}, Python ingest + conversion to the native core "
+                  f"{wire['leaf_python_ingest_encode_us']:.2f}, before issue 29 {wire['leaf_oracle_ingest_encode_us']:.2f}")
     if ours.get("profile_top"):
         console.print(f"[red]{Ours.name} tree_ms above 60 ms; cProfile of one tree run (top by own time):[/red]")
         for row in ours["profile_top"][:15]:

@@ -15,6 +15,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 from pyroaring import BitMap
 
+from sketch_wire import centroids, from_wire
 from telemetry.summary.sketch import DEFAULT_MAX_CENTROIDS, Sketch
 from telemetry.v1 import summary_pb2
 
@@ -381,7 +382,7 @@ class OracleSummary:
         self._sources.run_optimize()
         if self._nonfinite_count:
             self._nonfinite_sources.run_optimize()
-        means, weights = self._sketch.centroids()
+        means, weights = centroids(self._sketch)
         msg = summary_pb2.Summary(
             count=self._count, sum=self._sum, mean=self._mean, m2=self._m2, k=self.k,
             first_time_ns=self._first_ns, last_time_ns=self._last_ns,
@@ -485,7 +486,7 @@ class OracleSummary:
         if out._first_ns > out._last_ns:
             raise ValueError("first_time_ns is after last_time_ns")
         sketch = msg.sketch
-        out._sketch = Sketch.from_wire(
+        out._sketch = from_wire(
             sketch.max_centroids, sketch.means, sketch.weights,
             count, out._sum, out._min, out._max)
         return out

@@ -189,57 +189,6 @@ def test_hosts_reach_the_root_through_a_rack_and_again_after_the_root_restarts(t
         stop_all(rack, root)
 
 
-# ------------------------------------------------------------------ parsing small sketches without numpy
-from fastdigest import TDigest  # noqa: E402  (imported here, beside the tests that need them)
-
-from telemetry.summary.sketch import Sketch  # noqa: E402  (imported here, beside the tests that need them)
-
-
-def _wire(digest: TDigest) -> tuple[bytes, bytes, dict]:
-    d = digest.to_dict()
-    means = np.array([c["m"] for c in d["centroids"]], dtype="<f8")
-    weights = np.array([c["c"] for c in d["centroids"]], dtype="<f8")
-    return means.tobytes(), weights.tobytes(), d
-
-
-def test_from_wire_rebuilds_small_and_large_digests_byte_for_byte():
-    rng = np.random.default_rng(1)
-    for n in (1, 2, 8, 31, 32, 33, 200, 5000):
-        digest = TDigest.from_values(rng.lognormal(0, 1, n), max_centroids=200)
-        means, weights, d = _wire(digest)
-        sketch = Sketch.from_wire(200, means, weights, d["n_values"], d["sum"], d["min"], d["max"])
-        assert sketch._get().to_bytes() == digest.to_bytes(), n
-
-
-BAD_WIRE = {
-    "odd bytes": {"means": b"\0" * 7},
-    "lengths differ": {"weights": np.array([1.0, 3.0]).tobytes()},
-    "NaN weight": {"weights": np.array([1.0, np.nan, 1.0]).tobytes()},
-    "inf weight": {"weights": np.array([1.0, np.inf, 1.0]).tobytes()},
-    "zero weight": {"weights": np.array([1.0, 0.0, 3.0]).tobytes()},
-    "means descending": {"means": np.array([1.0, 3.0, 2.0]).tobytes()},
-    "NaN mean": {"means": np.array([1.0, np.nan, 3.0]).tobytes()},
-    "mean below min": {"lo": 1.5},
-    "weights do not sum to count": {"count": 5},
-    "max_centroids < 2": {"max_centroids": 1},
-    "too many centroids": {"max_centroids": 2, "means": np.arange(1.0, 8.0).tobytes(),
-                           "weights": (np.ones(7) * 4 / 7).tobytes(), "hi": 7.0},
-    "empty with count": {"means": b"", "weights": b""},
-}
-
-
-def test_from_wire_refuses_what_from_centroids_refuses():
-    import pytest
-
-    good = {"max_centroids": 100, "means": np.array([1.0, 2.0, 3.0]).tobytes(),
-            "weights": np.array([1.0, 2.0, 1.0]).tobytes(), "count": 4, "total": 8.0, "lo": 1.0, "hi": 3.0}
-    assert Sketch.from_wire(**good).weight == 4.0
-    for name, change in BAD_WIRE.items():
-        with pytest.raises(ValueError):
-            Sketch.from_wire(**(good | change))
-            raise AssertionError(name)
-
-
 def test_tune_gc_raises_thresholds_and_never_lowers_them():
     import gc
 

@@ -1,6 +1,8 @@
 # Types of the compiled module telemetry.summary._native (telemetry/summary/native/module.cpp).
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
 from typing_extensions import Buffer
 
 class Core:
@@ -18,6 +20,8 @@ class Core:
     def fields(self) -> tuple[int, int, float, float, float, float, int, float, int, list[tuple[float, int]],
                               list[tuple[float, int]], bytes, int, bytes, int, int]: ...
 
+def from_arrays(values: npt.NDArray[np.float64], sources: npt.NDArray[np.int64], first_ns: int, last_ns: int, k: int,
+                max_centroids: int) -> Core: ...
 def decode(data: Buffer) -> Core: ...
 def merge_all(cores: Sequence[Core]) -> Core | list[int]: ...
 def merge_over_time(cores: Sequence[Core]) -> Core: ...

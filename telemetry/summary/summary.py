@@ -16,10 +16,11 @@ intersect raises `OverlapError` naming the overlap, and changes nothing.
 `merge` never mutates its argument. `merge_all` merges in a fixed order (by
 lowest source id) so the same inputs always give the same bytes.
 
-Where the work is done: a summary built by ingest (`add`, `add_many`, `from_arrays`) holds its fields in
-Python (values arrive through numpy and fastdigest). Decoding, merging and encoding are native
-(`telemetry.summary._native`, C++: telemetry/summary/native/): a summary parsed or merged holds a `Core` and
-materialises Python fields only when a query or an ingest reads them. The t-digest merge there is fastdigest's
+Where the work is done: the agent's ingest (`from_arrays`), decoding, merging and encoding are native
+(`telemetry.summary._native`, C++: telemetry/summary/native/): such a summary holds a `Core` and materialises
+Python fields only when a query or a further `add`/`add_many` reads them. `add` and `add_many` (the SDK-side and
+test-side ingest of one source at a time) hold their fields in Python (values arrive through numpy and
+fastdigest) until the summary is merged or encoded. The t-digest merge there is fastdigest's
 algorithm, centroid for centroid; the bitmaps are CRoaring's, as pyroaring's.
 """
 
@@ -41,6 +42,7 @@ from telemetry.v1 import summary_pb2
 DEFAULT_K = 8
 _decode = _native.decode
 _build = _native.build
+_from_arrays = _native.from_arrays
 MAX_SOURCE = 2**32 - 1
 
 
@@ -203,45 +205,18 @@ class Summary:
     def from_arrays(cls, values: np.ndarray, sources: np.ndarray, time_ns: int | None = None,
                     k: int = DEFAULT_K, max_centroids: int = DEFAULT_MAX_CENTROIDS,
                     first_time_ns: int | None = None) -> Summary:
-        """A summary of values[i] from sources[i], built in one vectorised pass (the agent's hot path).
+        """A summary of values[i] from sources[i], built natively in one pass (the agent's hot path: one call per
+        metric and window, no Python object per value or per field; the core goes on to merge and encode as is).
 
         time_ns is the latest time of the values (default: now); first_time_ns the earliest (default: time_ns).
         """
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
         values = np.asarray(values, dtype=np.float64).ravel()
         sources = np.asarray(sources, dtype=np.int64).ravel()
-        if values.shape != sources.shape:
-            raise ValueError(f"{values.size} values but {sources.size} sources")
-        out = cls(k, max_centroids)
-        if values.size == 0:
-            return out
-        if sources.min() < 0 or sources.max() > MAX_SOURCE:
-            raise ValueError("sources must be integers in [0, 2**32)")
         stamp = time.time_ns() if time_ns is None else time_ns
-        out._last_ns = stamp
-        out._first_ns = stamp if first_time_ns is None else min(first_time_ns, stamp)
-        out._sources = BitMap(sources.tolist())
-        finite_mask = np.isfinite(values)
-        if not finite_mask.all():
-            out._nonfinite_count = int(values.size - finite_mask.sum())
-            out._nonfinite_sources = BitMap(sources[~finite_mask].tolist())
-            values, sources = values[finite_mask], sources[finite_mask]
-        n = values.size
-        if n == 0:
-            return out
-        mean = float(values.mean())
-        out._count, out._sum, out._mean = n, float(values.sum()), mean
-        out._m2 = float(np.square(values - mean).sum())
-        descending = np.lexsort((sources, -values))
-        ascending = np.lexsort((sources, values))
-        hi, lo = descending[0], ascending[0]
-        out._max, out._argmax = float(values[hi]), int(sources[hi])
-        out._min, out._argmin = float(values[lo]), int(sources[lo])
-        if k:
-            top, bottom = descending[:k], ascending[:k]
-            out._top = list(zip(values[top].tolist(), sources[top].tolist()))
-            out._bottom = list(zip(values[bottom].tolist(), sources[bottom].tolist()))
-        out._sketch.add_many(values)
-        return out
+        first = stamp if first_time_ns is None else min(first_time_ns, stamp)
+        return cls._wrap(_from_arrays(values, sources, first, stamp, k, max_centroids))
 
     def _combine_moments(self, n: int, new_sum: float, mean: float, m2: float) -> None:
         total = self._count + n

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "core.hpp"
+#include "ingest.hpp"
 
 namespace py = pybind11;
 using namespace treemetry;
@@ -203,7 +204,49 @@ PyObject* decode_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
 }
 
+// A contiguous buffer of 8-byte items (float64 or int64, as Summary.from_arrays hands them over): pointer, count.
+template <class T>
+const T* items_of(const py::buffer_info& info, const char* what) {
+    if (info.itemsize != 8 || info.ndim != 1 || (info.size > 1 && info.strides[0] != 8))
+        throw py::value_error(std::string(what) + " must be a contiguous 1-d array of 8-byte items");
+    return static_cast<const T*>(info.ptr);
+}
+
+// from_arrays(values, sources, first_ns, last_ns, k, max_centroids): the agent's ingest, one call per metric and
+// window (values float64, sources int64, both contiguous and of one length).
+PyObject* from_arrays_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "from_arrays takes 6 arguments");
+        return nullptr;
+    }
+    try {
+        py::buffer_info values = py::reinterpret_borrow<py::buffer>(args[0]).request();
+        py::buffer_info sources = py::reinterpret_borrow<py::buffer>(args[1]).request();
+        if (values.format != "d") throw py::value_error("values must be float64");
+        if (values.size != sources.size)
+            throw py::value_error(std::to_string(values.size) + " values but " + std::to_string(sources.size) +
+                                  " sources");
+        const double* v = items_of<double>(values, "values");
+        const int64_t* s = items_of<int64_t>(sources, "sources");
+        int64_t first_ns = as_i64(args[2]), last_ns = as_i64(args[3]);
+        uint32_t k = as_u32(args[4]), max_centroids = as_u32(args[5]);
+        Core c;
+        {
+            py::gil_scoped_release unlocked;  // the buffers stay alive: their owners are this call's arguments
+            c = from_arrays(v, s, static_cast<size_t>(values.size), first_ns, last_ns, k, max_centroids);
+        }
+        return py::cast(std::move(c)).release().ptr();
+    } catch (py::error_already_set& e) {
+        e.restore();
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+    }
+    return nullptr;
+}
+
 PyMethodDef FAST[] = {
+    {"from_arrays", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(from_arrays_py)), METH_FASTCALL,
+     "A core from values[i] of sources[i] (the agent's ingest); ValueError on a source outside [0, 2**32)."},
     {"build", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(build)), METH_FASTCALL,
      "A core from an ingested summary's fields (trusted)."},
     {"decode", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(decode_py)), METH_FASTCALL,

@@ -1,6 +1,7 @@
-// fastdigest 0.12.0's merge of many t-digests (src/tdigest.rs, TDigest::merge_digests), ported line by line so
-// that the centroids come out bit for bit as fastdigest.merge_all gives them (tests/test_native.py checks it).
-// Only the merge is here: ingest and queries stay with fastdigest in Python (telemetry/summary/sketch.py).
+// fastdigest 0.12.0's merge of many t-digests (src/tdigest.rs, TDigest::merge_digests) and its digest of a batch of
+// values (TDigest.from_values: merge_unsorted into an empty digest), ported line by line so that the centroids come
+// out bit for bit as fastdigest gives them (tests/test_native.py and tests/test_native_ingest.py check it).
+// Queries stay with fastdigest in Python (telemetry/summary/sketch.py).
 #pragma once
 
 #include <algorithm>
@@ -149,6 +150,65 @@ inline Digest merge_digests(const std::vector<const Digest*>& digests, size_t ma
     // maybe_recompute_totals: fastdigest re-adds the weights when the count crosses a multiple of 10^7.
     const unsigned __int128 thresh = 10000000;
     if (count / thresh > max_count / thresh) {
+        double m = 0.0;
+        for (double w : result.weights) m += w;
+        result.mass = m;
+    }
+    return result;
+}
+
+// fastdigest's TDigest.from_values(values, max_centroids) for finite values already in ascending order, as
+// merge_unsorted sorts them (a stable sort: -0.0 and 0.0 keep their input order): merge_sorted into an empty digest.
+inline Digest digest_of_sorted(const double* values, size_t n, size_t max_size) {
+    Digest result;
+    if (n == 0) return result;
+    result.count = n;
+    result.mass = static_cast<double>(n);  // 0.0 + len as f64
+    const double size = static_cast<double>(max_size);
+    double k_limit = 1.0;
+    double q_limit_times_mass = detail::k_to_q(k_limit, size) * result.mass;
+    k_limit += 1.0;
+
+    std::vector<detail::Centroid> compressed;
+    compressed.reserve(max_size + 1);
+    detail::Centroid curr{values[0], 1.0};
+    double weight_so_far = curr.weight;
+    double sums_to_merge = 0.0, weights_to_merge = 0.0;
+    auto add = [](detail::Centroid& c, double sum, double weight) {
+        double new_sum = sum + c.weight * c.mean;
+        double new_weight = c.weight + weight;
+        c.weight = new_weight;
+        c.mean = new_sum / new_weight;
+    };
+    for (size_t i = 1; i < n; ++i) {
+        const double value = values[i];
+        const double next_sum = value * 1.0;
+        weight_so_far += 1.0;
+        if (weight_so_far <= q_limit_times_mass) {
+            sums_to_merge += next_sum;
+            weights_to_merge += 1.0;
+        } else {
+            add(curr, sums_to_merge, weights_to_merge);
+            sums_to_merge = 0.0;
+            weights_to_merge = 0.0;
+            compressed.push_back(curr);
+            q_limit_times_mass = detail::k_to_q(k_limit, size) * result.mass;
+            k_limit += 1.0;
+            curr = {value, 1.0};
+        }
+    }
+    add(curr, sums_to_merge, weights_to_merge);
+    compressed.push_back(curr);
+    std::stable_sort(compressed.begin(), compressed.end(),
+                     [](const detail::Centroid& a, const detail::Centroid& b) { return a.mean < b.mean; });
+    result.means.reserve(compressed.size());
+    result.weights.reserve(compressed.size());
+    for (const detail::Centroid& c : compressed) {
+        result.means.push_back(c.mean);
+        result.weights.push_back(c.weight);
+    }
+    // maybe_recompute_totals(0): the count crossed a multiple of 10^7 from an empty digest.
+    if (result.count >= 10000000) {
         double m = 0.0;
         for (double w : result.weights) m += w;
         result.mass = m;
