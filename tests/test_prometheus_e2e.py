@@ -8,7 +8,11 @@ absent) scrapes the root's /metrics every second with `honor_labels: true`. Then
 - `promtool check metrics` passes on the root's /metrics as it was during the run;
 - every PromQL expression of every committed dashboard (dashboards/*.json) returns data through
   Prometheus's HTTP API (with $job, $__rate_interval and $__range filled in as Grafana would);
-- the hot GPU was raised as a hardware event naming its rank.
+- the hot GPU was raised as a hardware event naming its rank;
+- the hardware row's host panels have data: one agent has a --host-index (its NICs and IB ports, on a
+  generated sysfs tree, go to the fleet's windows, job `_fleet`), the other none (its own `_host:` job);
+- the crash annotation has data: once the other faults were raised, the second node's rank process is
+  killed (SIGKILL, a node lost).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collectors.sim import orchestrate
 from collectors.sim.model import parse_injection
 from collectors.sim.orchestrate import SimConfig, Simulation
 from collectors.sim.procs import free_port
+from collectors.sim.sysfs import write_host
 from prometheus_support import promtool_check, require, running_prometheus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,6 +49,21 @@ class HardwareSimulation(Simulation):
         self.metrics_samples: list[str] = []
         self.events: list[dict] = []
         self._done = threading.Event()
+        self.on_job_end = self.lose_a_node
+
+    def lose_a_node(self) -> None:
+        """Once the other faults were raised: SIGKILL the second node's rank process (ranks 8-15) and wait
+        (bounded) until the root has raised the crash, so that Prometheus scrapes its counter's increase."""
+        victim = next(host for host in self.rank_hosts if host.name == "ranks8")
+        victim.kill()
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline:
+            events = self.fetch(f"/api/v1/jobs/{JOB}/events?last=1000").get("events", [])
+            if any(e["kind"] == "crash" for e in events):
+                time.sleep(2.0)  # two scrapes of the counter at 1
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"no crash event within 20 s of killing {victim.name}")
 
     def start_ranks(self, *args, **kwargs):
         original = orchestrate.python_module
@@ -74,14 +94,16 @@ class HardwareSimulation(Simulation):
         return report
 
 
-# Panels whose data this simulated run cannot produce, each with why; their queries must still run without an
-# error. Covering them needs a scenario of its own (agents with --host-index and a generated sysfs tree; a crash).
-NOT_PRODUCED_HERE = {
-    "telemetry_network_errors_total{job=\"_fleet\"}": "no agent of this run has a --host-index: no fleet windows",
-    "telemetry_ib_port_active{job=\"_fleet\"": "no agent of this run has a --host-index: no fleet windows",
-    "telemetry_network_errors_total{job=~\"_host:.*\"}": "this machine's NICs are virtual, excluded by default",
-    "kind=\"crash\"": "no rank of this run dies",
-}
+def hardware_options(tmp_path: Path) -> dict[int, list[str]]:
+    """The two agents' NIC probes on generated sysfs trees (collectors/sim/sysfs.py, a TEST DOUBLE of /sys: this
+    machine's own NICs are virtual, excluded by default): agent 0 is host 0 of the fleet (job `_fleet`), agent 1
+    has no index (the per-host layout, job `_host:sim-host-b`). No GPU probe: the ranks report their GPUs."""
+    options = {}
+    for agent, extra in ((0, ["--host-id", "sim-host-a", "--host-index", "0"]), (1, ["--host-id", "sim-host-b"])):
+        sysfs = tmp_path / f"sysfs{agent}"
+        write_host(sysfs, nics=2, hcas=2)
+        options[agent] = ["--no-gpu-probe", "--nic-probe", "--sysfs-root", str(sysfs), *extra]
+    return options
 
 
 def fill(expr: str, job: str, span_s: int) -> str:
@@ -102,7 +124,9 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(tmp_path):
                        collector_deadline_floor=1.0, root_deadline_floor=1.5,
                        # a short run's straggler persistence (production: 14 late of the last 16 steps, more
                        # than this run has after step 10), as the demo's simulator and tests/test_detectors.py
-                       detectors=json.dumps({"straggler": {"persist_k": 7, "persist_n": 8}}))
+                       detectors=json.dumps({"straggler": {"persist_k": 7, "persist_n": 8}}),
+                       ranks_per_process=8,  # one process per node: the second is killed at the end (a crash)
+                       agent_hardware=hardware_options(tmp_path))
     sim = HardwareSimulation(config, hot_rank=5, hot_after=5.0)
     with running_prometheus(tmp_path / "prometheus", prom_port, [f"127.0.0.1:{api_port}"]) as prom:
         sampler = threading.Thread(target=sim.sample_metrics, daemon=True)
@@ -144,7 +168,7 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(tmp_path):
                     errors.append(f"{path.name}: {where}: {filled}: {exc.read().decode()[:300]}")
                     continue
                 series = result["data"]["result"]
-                if not any(s["values"] for s in series) and not any(part in filled for part in NOT_PRODUCED_HERE):
+                if not any(s["values"] for s in series):
                     empty.append(f"{path.name}: {where}: {filled}")
         assert checked_count >= 40
         assert not errors, "\n".join(errors)
@@ -160,4 +184,8 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(tmp_path):
     hardware = [e for e in sim.events if e["kind"] == "hardware" and e["key"] == "gpu_temperature"]
     assert hardware and hardware[0]["ranks"] == [5], sim.events
     kinds = {e["kind"] for e in sim.events}
-    assert {"straggler", "nonfinite", "loss_spike", "hang", "hardware"} <= kinds, kinds
+    assert {"straggler", "nonfinite", "loss_spike", "hang", "hardware", "crash"} <= kinds, kinds
+    crash = [e for e in sim.events if e["kind"] == "crash"]
+    assert crash[0]["ranks"] and set(crash[0]["ranks"]) <= set(range(8, 16)), crash
+    hangs = [(e["step"], e["ranks"]) for e in sim.events if e["kind"] == "hang"]
+    assert (20, [7]) in hangs, hangs

@@ -56,6 +56,8 @@ class SimConfig:
     collector_deadline_floor: float = 3.0
     root_deadline_floor: float = 4.0
     probe_agents: int = 0  # the first N agents sample this host's hardware (GPU/NIC); the rest share the host
+    #: agent N's hardware options in place of the default ones (e.g. a generated sysfs tree, --host-index)
+    agent_hardware: dict[int, list[str]] = field(default_factory=dict)
     detectors: str | None = None  # the root's --detectors (JSON text or file); None: its defaults
     #: ranks synchronise through collectives each step (model.RankModel); False: they never wait for each other
     sync_collectives: bool = True
@@ -124,7 +126,7 @@ class Simulation:
                 "collectors.cli", "agent", "--id", f"agent{n}", "--socket", str(self.workdir / f"agent{n}.sock"),
                 "--parent", rack.ready["address"], "--deadline-floor", str(c.agent_deadline_floor),
                 # Every simulated agent shares this one host: its hardware would be sampled once per agent.
-                *([] if n < c.probe_agents else ["--no-gpu-probe", "--no-nic-probe"])),
+                *c.agent_hardware.get(n, [] if n < c.probe_agents else ["--no-gpu-probe", "--no-nic-probe"])),
                 self.logs).start())
         self.progress(f"tree up: root, {racks} racks, {nodes} agents")
 
