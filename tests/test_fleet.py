@@ -200,3 +200,99 @@ def test_telemetry_watch_shows_the_fleet_and_one_host(fleet_tree):
     assert "mlx5_2/1" in result.output and "index 1" in result.output
     result = CliRunner().invoke(watch, ["--root", root.api_address, "--host", "node-1", "--hosts", "--once"])
     assert result.exit_code != 0 and "alternatives" in result.output
+
+
+# ------------------------------------------------------------------ the hardware detector over fleet windows
+def _fleet_detector():
+    from collectors.detectors.base import Context
+    from collectors.detectors.events import EventLog
+    from collectors.detectors.hardware import HardwareDetector
+    names = {fleet.source(h, slot): f"host-{h}:{dev}" for h in range(4)
+             for slot, dev in ((0, "gpu0"), (64, "mlx5_0/1"), (65, "mlx5_1/1"))}
+    log = EventLog(None)
+    return log, HardwareDetector(log, Context(hosts_of=lambda job: names if job == fleet.FLEET_JOB else {}))
+
+
+def _fleet_row(metric: str, second: int, values: dict[tuple[int, int], float]):
+    import numpy as np
+
+    from collectors.common.keys import Key
+    from collectors.common.rows import Row
+    items = list(values.items())
+    s = Summary.from_arrays(np.array([v for _, v in items], dtype=np.float64),
+                            np.array([fleet.source(h, slot) for (h, slot), _ in items], dtype=np.int64),
+                            second * 1_000_000_000)
+    return Row(Key(fleet.FLEET_JOB, metric, second * 1000, 1000), 0, s, 0, second * 1_000_000_000)
+
+
+def _temps(hot: dict[int, float]) -> dict[tuple[int, int], float]:
+    return {(h, 0): hot.get(h, 60.0) for h in range(4)}
+
+
+def _events(log) -> dict[str, dict]:
+    return {e["key"]: e for e in log.query(None)}
+
+
+def test_hardware_streaks_are_per_host_and_device_one_hosts_flapping_never_triggers_anothers():
+    """gpu_temperature holds for 5 s: host 1 hot for 3 s then host 2 hot for 3 s is no host hot for 5 s (one
+    streak per rule fleet-wide called it 6); hosts 1 and 2 hot on alternate seconds is not either."""
+    log, det = _fleet_detector()
+    for second in range(100, 106):
+        det.observe(_fleet_row("gpu.temperature_celsius", second, _temps({1 if second < 103 else 2: 95.0})))
+    for second in range(106, 126):
+        det.observe(_fleet_row("gpu.temperature_celsius", second, _temps({1 + second % 2: 95.0})))
+    assert log.query(None) == []
+    for second in range(126, 131):  # host 3 hot for 5 s: its own event, from its own first second
+        det.observe(_fleet_row("gpu.temperature_celsius", second, _temps({3: 95.0, 1 + second % 2: 95.0})))
+    (event,) = log.query(None)
+    assert (event["key"], event["hosts"], event["time"]) == ("gpu_temperature@host-3", ["host-3"], 126.0)
+    assert event["detail"]["devices"] == ["gpu0"]
+
+
+def test_hardware_two_hosts_faults_are_told_apart_and_close_on_their_own():
+    """Host 0's port goes down at 200, host 2's at 210: two events, each with its own start; host 0's closes
+    `quiet_s` (30 s) after it came back although host 2's port is still down (one fleet-wide streak kept it open),
+    and host 2's readings never hold up or break host 0's."""
+    log, det = _fleet_detector()
+    for second in range(190, 260):
+        ports = {(h, slot): 1.0 for h in range(4) for slot in (64, 65)}
+        if 200 <= second < 215:
+            ports[(0, 64)] = 0.0
+        if second >= 210:
+            ports[(2, 65)] = 0.0
+        det.observe(_fleet_row("ib.port_active", second, ports))
+        if second == 212:
+            events = _events(log)
+            assert set(events) == {"ib_port_down@host-0", "ib_port_down@host-2"}
+            assert events["ib_port_down@host-0"]["time"] == 200.0 and events["ib_port_down@host-2"]["time"] == 210.0
+            assert events["ib_port_down@host-2"]["detail"]["device"] == "mlx5_1/1"
+    events = _events(log)
+    assert events["ib_port_down@host-0"]["status"] == "closed"
+    assert events["ib_port_down@host-2"]["status"] == "open" and events["ib_port_down@host-2"]["hosts"] == ["host-2"]
+
+
+def test_hardware_a_silent_port_keeps_its_streak_while_others_report():
+    """Host 1's port is down from 302 and misses 303 (its agent's part came late), when host 2's port is down for
+    that one second: no verdict on host 1's port that second, so its own streak goes on (ib_port_down holds for
+    2 s: one event, host 1, from 302); host 2's one second is not a fault of 2 s (a fleet-wide streak, 302-303,
+    named host 2)."""
+    log, det = _fleet_detector()
+    for second in range(300, 306):
+        ports = {(h, 64): 1.0 for h in range(4)}
+        if second >= 302:
+            ports[(1, 64)] = 0.0
+        if second == 303:
+            del ports[(1, 64)]
+            ports[(2, 64)] = 0.0
+        det.observe(_fleet_row("ib.port_active", second, ports))
+    (event,) = log.query(None)
+    assert event["key"] == "ib_port_down@host-1" and event["time"] == 302.0
+
+
+def test_hardware_rising_total_is_the_hosts_own():
+    """A rising counter's event total counts its host's increase, not the fleet's."""
+    log, det = _fleet_detector()
+    det.observe(_fleet_row("ib.link_downed_delta", 400, {(0, 64): 2.0, (3, 65): 5.0, (1, 64): 0.0}))
+    events = _events(log)
+    assert events["ib_link_downed@host-0"]["detail"]["total"] == 2.0
+    assert events["ib_link_downed@host-3"]["detail"]["total"] == 5.0

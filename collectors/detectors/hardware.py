@@ -9,13 +9,16 @@ the ranks using that GPU (or host). Each rule watches one metric of a bucket:
 - `rising`: a counter's per-sample increase (`X_delta`) > threshold anywhere (ECC, XID, PCIe replays,
   NVLink, NIC and IB error counters).
 
-A rule fires once it has held for `sustain` seconds of bucket time (a second in which the sources
-that were over did not report neither breaks nor extends that), and closes after `quiet_s` seconds
-(bucket time) without. One event per (job, rule): its key is the rule's name; the ranks are the sources over
-the threshold (exact top-k / bottom-k of the bucket), the hosts theirs. A host's own readings (NICs,
-IB ports, GPUs no rank uses) arrive under the agent's pseudo-job `_host:<host>` with device ids as
-sources: their events go to every job with ranks on that host (naming those ranks; key
-`<rule>@<host>`), or stay under the pseudo-job when no job is known there. XID codes
+Each source (a rank's GPU; one device of one host) keeps its own streak: a rule fires once one source has
+held for `sustain` seconds of bucket time (a second in which that source did not report, or was not among the
+exact top-k / bottom-k while more sources were over than they hold, neither breaks nor extends its streak), so
+two hosts' faults are told apart and one's flapping can neither make nor break another's streak. An event
+closes `quiet_s` seconds (bucket time) after the last of its sources was over, once each of them reported
+back under the threshold. One event per (job, rule) for a job's ranks: its key is the rule's name; the ranks
+are the sources over the threshold, the hosts theirs. A host's own readings (NICs, IB ports, GPUs no rank
+uses) arrive under the agent's pseudo-job `_host:<host>` with device ids as sources, or in the fleet's windows
+(`_fleet`, sources (host, device)): one event per host, in every job with ranks on that host (naming those
+ranks; key `<rule>@<host>`), or under the pseudo-job (the fleet's) when no job is known there. XID codes
 (`gpu.xid_code`) seen within 5 s are attached to the XID event. Rules are configurable: give `rules`
 to replace the defaults, or `overrides` {name: {field: value}} to tune some.
 """
@@ -29,7 +32,7 @@ from pyroaring import BitMap
 
 from collectors.common.fleet import host_index_of, slot_of, split_name
 from collectors.common.rows import Row
-from collectors.detectors.base import Detector, distinct, fnum
+from collectors.detectors.base import Detector, fnum
 from telemetry.names import FLEET_JOB, HOST_JOB_PREFIX
 
 
@@ -102,19 +105,68 @@ class HardwareConfig:
         return [replace(r, **self.overrides.get(r.name, {})) for r in rules]
 
 
+MAX_STREAKS = 4096  # sources over a threshold tracked per (job, rule); past it the longest-silent is dropped
+
+
+@dataclass
+class _Streak:
+    """One source's (one rank's GPU, one host's port) run of seconds over a rule's threshold."""
+
+    start_ms: int
+    last_over_ms: int
+    buckets: int = 1
+
+
+@dataclass
+class _Group:
+    """The sources one event speaks for: a job's ranks (one event per rule), or one host's devices (one event per
+    host, key `<rule>@<host>`). It opens when one of its sources has held for `sustain` seconds, and closes
+    `quiet_s` after the last of its sources was over, once each of them has reported back under the threshold."""
+
+    last_over_ms: int | None = None
+    start_ms: int = 0  # when the streak that opened it began: the event's time
+    targets: set[tuple[str, str]] = field(default_factory=set)  # (job, key) of the events it opened
+
+
 @dataclass
 class _State:
-    streak: int = 0
-    last_over_ms: int | None = None
-    start_ms: int = 0
+    """One rule over one job's (or the fleet's) windows: a streak per source, so that two hosts' (or two GPUs')
+    faults are told apart and one source's flapping can neither hold up nor break another's streak."""
+
     last_bucket: int = -1
-    targets: set[tuple[str, str]] = field(default_factory=set)  # (job, key) of the events it opened
     seen_up: BitMap = field(default_factory=BitMap)  # `below` rules: sources seen at/above the threshold
-    hot: BitMap = field(default_factory=BitMap)  # the sources over the threshold in the last bucket over
+    streaks: dict[int, _Streak] = field(default_factory=dict)
+    groups: dict[str, _Group] = field(default_factory=dict)
 
 
 def _op(rule: Rule) -> str:
     return "+" if rule.mode == "rising" else "="
+
+
+def _over(rule: Rule, s, seen_up: BitMap) -> tuple[dict[int, float], dict[int, float], bool]:
+    """The sources over the threshold this second with their worst value and the sum of their readings over it
+    (a source may read more than once a second), and whether that list is complete (every reading over is among
+    the exact top-k / bottom-k; if not, an unlisted source has no verdict this second)."""
+    if rule.mode == "below":
+        listed, hit = s.bottom(), (lambda v: v < rule.threshold)
+    else:
+        listed, hit = s.top(), (lambda v: v > rule.threshold)
+    complete = len(listed) < s.k or any(not hit(v) for v, _ in listed)
+    over: dict[int, float] = {}
+    sums: dict[int, float] = {}
+    for value, src in listed:
+        if hit(value):
+            over.setdefault(src, value)
+            sums[src] = sums.get(src, 0.0) + value
+    if rule.mode == "below":
+        # A link that goes down, not one that never was up (an unused port, a virtual interface): only sources
+        # seen at or above the threshold before count.
+        if complete:
+            seen_up |= s.sources - BitMap(over)
+        else:
+            seen_up |= BitMap(r for v, r in s.top() if v >= rule.threshold)
+        over = {src: v for src, v in over.items() if src in seen_up}
+    return over, sums, complete
 
 
 class HardwareDetector(Detector):
@@ -144,99 +196,107 @@ class HardwareDetector(Detector):
         for rule in self.rules.get(row.key.metric, ()):
             self._apply(rule, row)
 
+    def _group_of(self, job: str):
+        """source -> the group (event) it belongs to: the job's one group, its host's (a `_host:` job), or, in
+        the fleet's windows, the host named by the source's `host:device`."""
+        if job == FLEET_JOB:
+            names = self.context.hosts_of(FLEET_JOB)
+            return lambda src: split_name(names.get(src, f"host{host_index_of(src)}:slot{slot_of(src)}"))[0]
+        if job.startswith(HOST_JOB_PREFIX):
+            host = job[len(HOST_JOB_PREFIX):]
+            return lambda src: host
+        return lambda src: ""
+
     def _apply(self, rule: Rule, row: Row) -> None:
         job, bucket, s = row.key.job, row.key.index, row.summary
         state = self._state.setdefault((job, rule.name), _State())
         if bucket <= state.last_bucket or not s.count:
             return
         state.last_bucket = bucket
-        if rule.mode == "below":
-            # A link that goes down, not one that never was up (an unused port, a virtual interface):
-            # only sources seen at or above the threshold before count.
-            below = distinct(s.bottom(), lambda v: v < rule.threshold, s.k)
-            if len(below) < s.k:  # every source below is listed: the others are up
-                state.seen_up |= s.sources - BitMap(below)
+        over, sums, complete = _over(rule, s, state.seen_up)
+        # Each source's own streak: over extends it (or starts one); reported and known not over ends it; not
+        # reported (or not listed while the list is incomplete) neither breaks nor extends it (heartbeat-borne
+        # readings may skip a second).
+        for src in list(state.streaks):
+            if src not in over and complete and src in s.sources:
+                del state.streaks[src]
+        for src in over:
+            streak = state.streaks.get(src)
+            if streak is None:
+                state.streaks[src] = _Streak(bucket, bucket)
             else:
-                state.seen_up |= BitMap(r for v, r in s.top() if v >= rule.threshold)
-            sources = [r for r in below if r in state.seen_up][: self.config.top]
-            over = bool(sources)
-            worst = min((v for v, r in s.bottom() if r in sources), default=s.min)
-            worst_source = sources[0] if sources else s.argmin
-        else:
-            over = s.max > rule.threshold
-            sources = distinct(s.top(), lambda v: v > rule.threshold, self.config.top)
-            worst, worst_source = s.max, s.argmax
-        if not over:
-            if state.hot and not (state.hot & s.sources):
-                return  # the sources that were over did not report this second: no verdict either way
-            state.streak, state.hot = 0, BitMap()
-            if state.last_over_ms is not None and bucket - state.last_over_ms >= rule.quiet_s * 1000:
-                for target_job, key in sorted(state.targets):
+                streak.last_over_ms, streak.buckets = bucket, streak.buckets + 1
+        if len(state.streaks) > MAX_STREAKS:
+            for src in sorted(state.streaks, key=lambda r: state.streaks[r].last_over_ms)[:-MAX_STREAKS]:
+                del state.streaks[src]
+        group_of = self._group_of(job)  # "" for a job's ranks (one event), else the host
+        by_group: dict[str, list[int]] = {}
+        for src in sorted(over, key=lambda r: over[r], reverse=rule.mode != "below"):
+            by_group.setdefault(group_of(src), []).append(src)
+        width = max(1, row.key.width_ms)
+        for name, srcs in by_group.items():
+            group = state.groups.setdefault(name, _Group())
+            group.last_over_ms = bucket
+            # sustained for `sustain` seconds of bucket time by one source of the group
+            lasted = max((bucket - state.streaks[r].start_ms) // width + 1 for r in srcs)
+            if lasted < rule.sustain and not group.targets:
+                continue
+            if not group.targets:
+                group.start_ms = min(state.streaks[r].start_ms for r in srcs
+                                     if (bucket - state.streaks[r].start_ms) // width + 1 >= rule.sustain)
+            # a rising counter's increase: the job's whole window, or (one host's event) that host's readings
+            total = s.sum if not name else sum(sums[r] for r in srcs)
+            self._raise_group(rule, row, name, srcs[: self.config.top], over, total, state, group)
+        still = {group_of(src) for src in state.streaks}
+        for name in [n for n in state.groups if n not in by_group and n not in still]:
+            group = state.groups[name]
+            if group.last_over_ms is None or bucket - group.last_over_ms >= rule.quiet_s * 1000:
+                for target_job, key in sorted(group.targets):
                     self.events.clear(self.kind, target_job, key, step=self.context.latest_step_of(target_job))
-                state.targets.clear()
-                state.last_over_ms = None
-            return
-        if state.streak == 0:
-            state.start_ms = bucket
-        state.streak += 1
-        state.hot = BitMap(sources)
-        state.last_over_ms = bucket
-        # sustained for `sustain` seconds of bucket time (a second in which the source did not report
-        # neither breaks nor extends the run: heartbeat-borne readings may skip a bucket)
-        lasted = (bucket - state.start_ms) // max(1, row.key.width_ms) + 1
-        if lasted < rule.sustain and not state.targets:
-            return
+                del state.groups[name]
+
+    def _raise_group(self, rule: Rule, row: Row, name: str, sources: list[int], over: dict[int, float],
+                     total: float, state: _State, group: _Group) -> None:
+        job, bucket = row.key.job, row.key.index
+        worst_source = sources[0]
+        worst = over[worst_source]
         base = {
             "rule": rule.name, "metric": rule.metric, "mode": rule.mode, "threshold": rule.threshold,
-            "value": fnum(worst), "buckets": state.streak, "bucket_ms": bucket,
+            "value": fnum(worst), "buckets": max(state.streaks[r].buckets for r in sources), "bucket_ms": bucket,
         }
         if job == FLEET_JOB:
-            self._raise_fleet(rule, sources, worst_source, s, base, state)
+            # The fleet's windows (collectors/common/fleet.py): sources are (host, device) pairs, named by the
+            # rank states the agents sent up (`host:device`). One event per host, naming the host and its devices:
+            # in every job with ranks on that host (naming them), else in the fleet's.
+            names = self.context.hosts_of(FLEET_JOB)
+            devices = [split_name(names.get(src, f":slot{slot_of(src)}"))[1] for src in sources]
+            what = (f"{rule.what or rule.name} on {name}: {rule.metric} {_op(rule)}{worst:.4g} "
+                    f"(device {devices[0]})")
+            detail = {**base, "host": name, "device": devices[0], "devices": devices, "sources": sources,
+                      "summary": what}
+            for target_job, ranks in (self.context.ranks_on_host(name) or {FLEET_JOB: []}).items():
+                self._raise(rule, target_job, f"{rule.name}@{name}", ranks, [name], dict(detail), total, group)
             return
         if job.startswith(HOST_JOB_PREFIX):
             # A host's own reading (a NIC, an IB port, a GPU no rank uses): sources are device ids. The
             # event goes to every job with ranks on that host, naming those ranks; else to the host's job.
-            host = job[len(HOST_JOB_PREFIX):]
-            base.update(host=host, devices=sources, device=worst_source)
-            targets = self.context.ranks_on_host(host) or {job: []}
-            for target_job, ranks in targets.items():
-                key = rule.name if target_job == job else f"{rule.name}@{host}"
-                what = (f"{rule.what or rule.name} on {host}: {rule.metric} {_op(rule)}{worst:.4g} "
-                        f"(device {worst_source})")
-                self._raise(rule, target_job, key, ranks, [host], {**base, "summary": what}, s, state)
+            base.update(host=name, devices=sources, device=worst_source)
+            what = (f"{rule.what or rule.name} on {name}: {rule.metric} {_op(rule)}{worst:.4g} "
+                    f"(device {worst_source})")
+            for target_job, ranks in (self.context.ranks_on_host(name) or {job: []}).items():
+                key = rule.name if target_job == job else f"{rule.name}@{name}"
+                self._raise(rule, target_job, key, ranks, [name], {**base, "summary": what}, total, group)
             return
         what = f"{rule.what or rule.name}: {rule.metric} {_op(rule)}{worst:.4g} on rank {worst_source}"
-        base.update(rank=worst_source, sources_over=len(sources))
-        self._raise(rule, job, rule.name, sources, self.context.hosts(job, sources), {**base, "summary": what}, s,
-                    state)
-
-    def _raise_fleet(self, rule: Rule, sources: list[int], worst_source: int | None, s, base: dict,
-                     state: _State) -> None:
-        """The fleet's windows (collectors/common/fleet.py): sources are (host, device) pairs, named by the rank
-        states the agents sent up (`host:device`). One event per host over the threshold, key `<rule>@<host>`,
-        naming the host and its devices: in every job with ranks on that host (naming them), else in the fleet's."""
-        names = self.context.hosts_of(FLEET_JOB)
-        by_host: dict[str, list[int]] = {}
-        for src in sources or ([] if worst_source is None else [worst_source]):
-            host, _ = split_name(names.get(src, f"host{host_index_of(src)}:slot{slot_of(src)}"))
-            by_host.setdefault(host, []).append(src)
-        for host, srcs in by_host.items():
-            devices = [split_name(names.get(src, f":slot{slot_of(src)}"))[1] for src in srcs]
-            values = dict((r, v) for v, r in [*s.top(), *s.bottom()])
-            worst = values.get(srcs[0], s.max if rule.mode != "below" else s.min)
-            what = (f"{rule.what or rule.name} on {host}: {rule.metric} {_op(rule)}{worst:.4g} "
-                    f"(device {devices[0]})")
-            detail = {**base, "host": host, "device": devices[0], "devices": devices, "sources": srcs,
-                      "value": fnum(worst), "summary": what}
-            targets = self.context.ranks_on_host(host) or {FLEET_JOB: []}
-            for target_job, ranks in targets.items():
-                self._raise(rule, target_job, f"{rule.name}@{host}", ranks, [host], dict(detail), s, state)
+        base.update(rank=worst_source, sources_over=len(over))
+        self._raise(rule, job, rule.name, sources, self.context.hosts(job, sources), {**base, "summary": what},
+                    total, group)
 
     def _raise(self, rule: Rule, job: str, key: str, ranks: list[int], hosts: list[str], detail: dict,
-               s, state: _State) -> None:
+               total: float, group: _Group) -> None:
         event = self.events.get_open(self.kind, job, key)
         if rule.mode == "rising":
-            detail["total"] = fnum((event.detail.get("total") or 0 if event is not None else 0) + s.sum)
+            detail["total"] = fnum((event.detail.get("total") or 0 if event is not None else 0) + total)
         if rule.name == "gpu_xid":
             recent = self._codes.get(job, (0, set()))
             codes = set(event.detail.get("xid_codes", [])) if event is not None else set()
@@ -244,8 +304,8 @@ class HardwareDetector(Detector):
                 codes |= recent[1]
             detail["xid_codes"] = sorted(codes)
         self.events.raise_(self.kind, job, step=self.context.latest_step_of(job), ranks=ranks, hosts=hosts,
-                           detail=detail, severity=rule.severity, key=key, time=state.start_ms / 1000.0)
-        state.targets.add((job, key))
+                           detail=detail, severity=rule.severity, key=key, time=group.start_ms / 1000.0)
+        group.targets.add((job, key))
 
     def observe_code(self, row: Row) -> None:
         """`gpu.xid_last_code` buckets: attach the codes to an open XID event."""
