@@ -10,8 +10,17 @@ rollups that merge summaries over time as the tree merges them over ranks and ho
 A rollup is `merge_over_time` of its members: count, sum, min/argmin, max/argmax, top-k/bottom-k (value,
 source) and the sources bitmap stay exact (the k largest readings of the hour with their host and port; a
 source may appear more than once, once per reading); quantiles keep the sketch's stated error. A second is
-rolled up once it ended `settle_s` ago (past the root's `retain_s`, after which a late part of it is refused
-as a resend), each rolled level only from a level already complete.
+rolled up once it ended `settle_s` ago (past the root's `retain_s`), each rolled level only from a level already
+complete.
+
+Late data: a 1 s window written after its minute was rolled up (a part that came after the root forgot the window,
+merged into its stored row; an outbox delivered after a partition longer than `settle_s`) is marked by the store
+(`late_rollups`); the next sweep rolls that minute up again from its raw seconds, and the hour holding it from its
+minutes, exactly as if the data had been on time. Raw windows are deleted in whole periods, so a period is either
+entirely kept or entirely gone: data later than the raw retention of its kind (`seconds`, 1 h by default; the
+minutes' `minutes` for an hour) cannot be merged exactly any more (a rollup cannot take a part out again, and the
+root may still merge a later part into the same window) and is dropped: deleted, counted (`SweepStats.late_dropped`)
+and logged (rate-limited).
 
 All work runs on its own thread, in transactions of at most `batch` rows, each taking the store's lock only for
 itself: the intake's commit waits for one batch at most, never for a whole sweep. Deleted pages are reused
@@ -31,13 +40,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from collectors.common.keys import Key
+from collectors.common.ratelog import RateLimitedLog
 from collectors.common.rows import Row
-from collectors.root.store import Store
+from collectors.root.store import MINUTE_MS, SECOND_MS, Store, rolled_mark
 from telemetry.summary import Summary
 
 log = logging.getLogger(__name__)
 
-SECOND_MS, MINUTE_MS, HOUR_MS = 1000, 60_000, 3_600_000
+HOUR_MS = 3_600_000
+__all__ = ["SECOND_MS", "MINUTE_MS", "HOUR_MS", "DAY_S", "RetentionConfig", "Retention", "SweepStats",
+           "merge_over_time", "parse_duration", "store_bytes"]
 DAY_S = 86_400.0
 
 
@@ -98,6 +110,8 @@ class SweepStats:
     rolled: int = 0  # rollup rows written
     deleted: int = 0  # rows deleted (windows and events)
     sweeps: int = 0
+    late_rerolled: int = 0  # rollups made again because late data reached their members
+    late_dropped: int = 0  # raw windows that came later than their kind's retention: deleted, not rolled up
     seconds: float = 0.0  # wall time of the last sweep
     longest_hold_s: float = 0.0  # the longest one transaction held the store's lock (what intake may wait)
 
@@ -111,6 +125,7 @@ class Retention:
         self.stats = SweepStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._late_log = RateLimitedLog(log)
 
     def start(self) -> None:
         if not self.config.enabled or self._thread is not None:
@@ -140,16 +155,21 @@ class Retention:
         c = self.config
         budget = [max_batches]
         settled_ms = now_ms - int(c.settle_s * 1000)
+        self._roll_late(budget, now_ns)
         self._roll_time(SECOND_MS, MINUTE_MS, settled_ms, budget, now_ns)
-        self._roll_time(MINUTE_MS, HOUR_MS, self._mark(f"rolled:{MINUTE_MS}") or 0, budget, now_ns)
+        self._roll_time(MINUTE_MS, HOUR_MS, self._mark(rolled_mark(MINUTE_MS)) or 0, budget, now_ns)
         if c.raw_steps_s:
             self._roll_steps(now_ns - int(c.raw_steps_s * 1e9), budget, now_ns)
         for width, keep_s, rolled in ((SECOND_MS, c.seconds_s, MINUTE_MS), (MINUTE_MS, c.minutes_s, HOUR_MS),
                                       (HOUR_MS, c.hours_s, None)):
             if keep_s:
                 cutoff = now_ms - int(keep_s * 1000)
-                if rolled is not None:  # never delete what is not rolled up yet
-                    cutoff = min(cutoff, self._mark(f"rolled:{rolled}") or 0)
+                if rolled is not None:  # never delete what is not rolled up yet, and whole periods only
+                    cutoff = min(cutoff, self._mark(rolled_mark(rolled)) or 0)
+                    cutoff -= cutoff % rolled
+                    if cutoff > (self._mark(f"deleted:{width}") or 0):
+                        with self._transaction() as db:  # a late window below this can no longer be re-rolled
+                            self.store.set_meta(db, f"deleted:{width}", cutoff)
                 self._delete("DELETE FROM windows WHERE rowid IN (SELECT rowid FROM windows WHERE width_ms=? "
                              "AND idx<? LIMIT ?)", (width, cutoff), budget)
         if c.step_blocks_s:
@@ -175,7 +195,7 @@ class Retention:
 
     def _roll_time(self, width: int, into: int, upto_ms: int, budget: list[int], now_ns: int) -> None:
         """Roll `width` windows into `into` windows, one `into` period a transaction, up to `upto_ms`."""
-        mark = f"rolled:{into}"
+        mark = rolled_mark(into)
         start = self._mark(mark)
         while budget[0] > 0:
             with self._transaction() as db:
@@ -205,6 +225,45 @@ class Retention:
                 start = nxt
                 self.store.set_meta(db, mark, start)
             self.stats.rolled += len(rows)
+            budget[0] -= 1
+
+    def _roll_late(self, budget: list[int], now_ns: int) -> None:
+        """Periods whose members changed after they were rolled up (the store's `late_rollups`): rolled up again
+        from their members while these are all kept, else the late members are dropped and counted."""
+        while budget[0] > 0:
+            rerolled = dropped = 0
+            with self._transaction() as db:
+                found = db.execute("SELECT job, metric, idx, width_ms FROM late_rollups LIMIT ?",
+                                   (self.config.batch,)).fetchall()
+                if not found:
+                    return
+                hours = db.execute("SELECT value FROM meta WHERE name=?", (rolled_mark(HOUR_MS),)).fetchone()
+                for job, metric, start, into in found:
+                    width = SECOND_MS if into == MINUTE_MS else MINUTE_MS
+                    members = ("FROM windows WHERE job=? AND metric=? AND width_ms=? AND idx>=? AND idx<?",
+                               (job, metric, width, start, start + into))
+                    gone = db.execute("SELECT value FROM meta WHERE name=?", (f"deleted:{width}",)).fetchone()
+                    if gone is not None and start < gone[0]:
+                        lost = db.execute("DELETE " + members[0], members[1]).rowcount
+                        dropped += lost
+                        self._late_log.warn("dropped %d late %d ms window(s) of %s %s from %d: they came after "
+                                            "their period's raw windows were deleted (--retention)", lost, width,
+                                            job, metric, start)
+                    else:
+                        rows = db.execute("SELECT expected, summary " + members[0], members[1]).fetchall()
+                        if rows:
+                            summary = merge_over_time([Summary.from_bytes(blob) for _, blob in rows])
+                            expected = max(most for most, _ in rows)
+                            self.store.save_in(db, [Row(Key(job, metric, start, into), expected, summary, False,
+                                                        now_ns)])
+                            rerolled += 1
+                        if into == MINUTE_MS and hours is not None and start < hours[0]:
+                            db.execute("INSERT OR IGNORE INTO late_rollups VALUES (?,?,?,?)",
+                                       (job, metric, start - start % HOUR_MS, HOUR_MS))
+                    db.execute("DELETE FROM late_rollups WHERE job=? AND metric=? AND width_ms=? AND idx=?",
+                               (job, metric, into, start))
+            self.stats.late_rerolled += rerolled
+            self.stats.late_dropped += dropped
             budget[0] -= 1
 
     def _roll_steps(self, before_ns: int, budget: list[int], now_ns: int) -> None:

@@ -48,6 +48,10 @@ CREATE INDEX IF NOT EXISTS windows_by_age ON windows (width_ms, idx);
 CREATE INDEX IF NOT EXISTS windows_by_finalised ON windows (width_ms, finalised_ns);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS jobs (job TEXT PRIMARY KEY, world_size INTEGER NOT NULL, first_seen_ns INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS late_rollups (
+    job TEXT NOT NULL, metric TEXT NOT NULL, idx INTEGER NOT NULL, width_ms INTEGER NOT NULL,
+    PRIMARY KEY (job, metric, width_ms, idx)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS runs (
     job TEXT NOT NULL, rank INTEGER NOT NULL, process INTEGER NOT NULL, host TEXT NOT NULL,
     PRIMARY KEY (job, rank)
@@ -57,6 +61,12 @@ CREATE TABLE IF NOT EXISTS adopted (job TEXT PRIMARY KEY, adopted_ns INTEGER NOT
 """
 
 SYNC_MODES = {"process": "NORMAL", "power": "FULL"}
+SECOND_MS, MINUTE_MS = 1000, 60_000
+
+
+def rolled_mark(width_ms: int) -> str:
+    """The meta row holding how far windows are rolled up into `width_ms` ones (collectors/root/retention.py)."""
+    return f"rolled:{width_ms}"
 WAL_LIMIT_BYTES = 64 << 20  # the write-ahead log is truncated back to this after a checkpoint
 # `Row` and the page cache bound `CACHE_KIB` are in collectors/common/rows.py: the detectors and the event log use
 # them too, and import nothing of the root.
@@ -151,13 +161,24 @@ class Store:
             self._open()
 
     def save(self, rows: list[Row], jobs: dict[str, int]) -> None:
-        """Persist rows (replacing earlier versions of the same windows) in one transaction."""
+        """Persist rows (replacing earlier versions of the same windows) in one transaction. A 1 s window of a
+        minute already rolled up (late data: a part after its deadline, an outbox delivered after a long
+        partition) marks that minute to be rolled up again (collectors/root/retention.py)."""
         records = _records(rows)
+        seconds = [row.key for row in rows if row.key.width_ms == SECOND_MS]
         with self._lock:
             self.check_file()
             self._db.execute("BEGIN")
             try:
                 self._db.executemany(INSERT_WINDOW, records)
+                if seconds:
+                    found = self._db.execute("SELECT value FROM meta WHERE name=?",
+                                             (rolled_mark(MINUTE_MS),)).fetchone()
+                    if found is not None:
+                        self._db.executemany(
+                            "INSERT OR IGNORE INTO late_rollups VALUES (?,?,?,?)",
+                            [(k.job, k.metric, k.index - k.index % MINUTE_MS, MINUTE_MS) for k in seconds
+                             if k.index < found[0]])
                 for job, world in jobs.items():
                     self._db.execute("INSERT INTO jobs VALUES (?,?,strftime('%s','now')*1000000000) "
                                      "ON CONFLICT(job) DO UPDATE SET world_size=max(world_size, excluded.world_size)",
