@@ -164,30 +164,35 @@ def training_run() -> dash.Dashboard:
         .with_panel(series(
             "Slowest rank", "none",
             q(f'telemetry_step_time_slowest_rank{{{J}}}', "slowest rank", "A"),
-            description="Rank with the largest step time (the argmax of the step's summary).", width=6,
+            description="The rank the others wait for in the latest finalised step: the one that waited least "
+                        "in collectives (argmin of collective_wait) when the job logs it, else the last to "
+                        "arrive (collective_arrival), else the largest step time.", width=6,
             height=8).draw_style(common.GraphDrawStyle.POINTS).decimals(0))
         .with_panel(table_b.Panel().title("Top 5 slowest ranks (latest step)").datasource(DS).span(6).height(8)
                     .show_header(True).cell_height(common.TableCellHeight.SM)
-                    .description("Exact top-5 (value, rank) pairs of the latest finalised step_time window.")
+                    .description("Exact top-5 (value, rank) pairs of the latest finalised step: work_time (the "
+                                 "ranks that worked longest) when the job logs collective_wait, else "
+                                 "collective_arrival, else step_time.")
                     .with_target(q(f'telemetry_step_time_top_seconds{{{J}}}', "", "A", instant=True, table=True))
                     .with_target(q(f'telemetry_step_time_top_rank{{{J}}}', "", "B", instant=True, table=True))
                     .with_transformation(dash.DataTransformerConfig(id_val="merge", options={}))
                     .with_transformation(dash.DataTransformerConfig(id_val="organize", options={
                         "excludeByName": {"Time": True, "job": True, "attempt": True, "__name__": True,
                                           "instance": True},
-                        "renameByName": {"position": "position", "Value #A": "step time (s)",
+                        "renameByName": {"position": "position", "Value #A": "seconds",
                                          "Value #B": "rank"},
                         "indexByName": {"position": 0, "Value #B": 1, "Value #A": 2}}))
                     .with_transformation(dash.DataTransformerConfig(id_val="sortBy", options={
                         "sort": [{"field": "position", "desc": False}]})))
         .with_panel(series(
             "Collective wait", "s",
-            q(f'telemetry_step_collective_wait_seconds{{{J}}}', "per step: max - p50", "A"),
+            q(f'telemetry_step_collective_wait_seconds{{{J}}}', "per step: the median rank's wait", "A"),
             q(f'rate(telemetry_collective_wait_seconds_total{{{J}}}[{RATE}])', "waiting per second", "B"),
             q(f'rate(telemetry_collective_wait_rank_seconds_total{{{J}}}[{RATE}])',
               "rank-seconds waited per second (all ranks)", "C"),
-            description="Seconds the median rank waits for the slowest at the next collective (max - p50 "
-                        "of step_time), and the same summed over time and over every rank.", width=12,
+            description="Seconds the median rank waits for the slowest in the latest step (p50 - min of "
+                        "collective_wait, else max - p50 of collective_arrival or step_time), and the same "
+                        "summed over time and over every rank.", width=12,
             height=8))
         .with_panel(series(
             "Data-loader wait", "s",

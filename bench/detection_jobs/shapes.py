@@ -33,6 +33,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable from a checkout
 
-from bench.detection_jobs.job import add_job_arguments, finish, start, write_truth
+import telemetry
+from bench.detection_jobs.job import add_job_arguments, leave, report, start_group, start_run, write_truth
 
 SHAPES = ("ddp", "fsdp2", "sync2", "accum", "tp")
 WHERE = ("forward", "backward", "optimizer", "data")
@@ -164,62 +166,86 @@ def average_grads(params: list[nn.Parameter], group: Any, size: int, chunks: int
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", choices=SHAPES, default="ddp")
-    add_job_arguments(p, steps=150, fault_rank=-1, fault_step=40)  # --fault-rank -1: a clean run
+    p.add_argument("--shape", default="ddp",
+                   help=f"one of {', '.join(SHAPES)}, or several comma-separated: run one after another in the "
+                        "same processes, each its own telemetry job JOB-SHAPE (--where and --fault-rank then "
+                        "give one value each, or one for all)")
+    add_job_arguments(p, steps=150, fault_rank=-1, fault_step=40, fault_rank_type=str)  # -1: a clean run
     p.add_argument("--factor", type=float, default=2.0, help="the slow rank's step takes this x its median step")
-    p.add_argument("--where", choices=WHERE, default="forward")
+    p.add_argument("--where", default="forward", help=f"one of {', '.join(WHERE)} (comma-separated: per shape)")
     p.add_argument("--batch", type=int, default=0, help="samples per micro-batch (default: the shape's, BATCH)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.shapes = args.shape.split(",")
+    wheres = args.where.split(",")
+    ranks = str(args.fault_rank).split(",")
+    for name, values in (("--where", wheres), ("--fault-rank", ranks)):
+        if len(values) not in (1, len(args.shapes)):
+            p.error(f"{name} gives {len(values)} values for {len(args.shapes)} shapes")
+    args.wheres = wheres * len(args.shapes) if len(wheres) == 1 else wheres
+    args.fault_ranks = [int(r) for r in (ranks * len(args.shapes) if len(ranks) == 1 else ranks)]
+    for shape in args.shapes:
+        if shape not in SHAPES:
+            p.error(f"unknown shape {shape!r} (one of {', '.join(SHAPES)})")
+    for where in args.wheres:
+        if where not in WHERE:
+            p.error(f"unknown --where {where!r} (one of {', '.join(WHERE)})")
+    return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    rank, world, run = start(args)
-    slow = Slow()
-    d, micro = 512, 1
-    dp_group: Any = None
-    dp_size = world
-    if args.shape == "ddp":
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        raw: nn.Module = MLP(slow)
-        model: nn.Module = DDP(raw, bucket_cap_mb=1.1)
-    elif args.shape == "accum":
+@dataclass
+class Built:
+    raw: nn.Module        # the model's own parameters (DDP's module)
+    model: nn.Module      # what the step calls
+    d: int = 512          # input width
+    micro: int = 1        # micro-batches per step
+    dp_group: Any = None  # the data-parallel group of average_grads (None: the world)
+    dp_size: int = 1
+
+
+def build(shape: str, slow: Slow, rank: int, world: int, seed: int) -> Built:
+    if shape in ("ddp", "accum"):
         from torch.nn.parallel import DistributedDataParallel as DDP
         raw = MLP(slow)
-        model = DDP(raw, bucket_cap_mb=1.1)
-        micro = 4
-    elif args.shape == "fsdp2":
+        return Built(raw, DDP(raw, bucket_cap_mb=1.1), micro=4 if shape == "accum" else 1, dp_size=world)
+    if shape == "fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
-        raw = model = MLP(slow)
+        raw = MLP(slow)
         mesh = init_device_mesh("cpu", (world,))
         for layer in raw.layers:
             fully_shard(layer, mesh=mesh)
         fully_shard(raw, mesh=mesh)
-    elif args.shape == "sync2":
-        raw = model = MLP(slow)
-    else:  # tp: pairs of ranks share a block (tensor parallel); the pairs' peers replicate it (data parallel)
-        if world % 2:
-            raise SystemExit("--shape tp needs an even world size")
-        tp_groups = [dist.new_group([2 * i, 2 * i + 1]) for i in range(world // 2)]
-        dp_groups = [dist.new_group(list(range(j, world, 2))) for j in range(2)]
-        d = 384
-        torch.manual_seed(args.seed * 100 + rank % 2)  # each tensor-parallel shard its own weights
-        raw = model = TPMLP(slow, tp_groups[rank // 2], 2, d=d)
-        dp_group, dp_size = dp_groups[rank % 2], world // 2
-    opt = torch.optim.SGD(raw.parameters(), lr=0.01)
+        return Built(raw, raw, dp_size=world)
+    if shape == "sync2":
+        raw = MLP(slow)
+        return Built(raw, raw, dp_size=world)
+    # tp: pairs of ranks share a block (tensor parallel); the pairs' peers replicate it (data parallel)
+    if world % 2:
+        raise SystemExit("--shape tp needs an even world size")
+    tp_groups = [dist.new_group([2 * i, 2 * i + 1]) for i in range(world // 2)]
+    dp_groups = [dist.new_group(list(range(j, world, 2))) for j in range(2)]
+    torch.manual_seed(seed * 100 + rank % 2)  # each tensor-parallel shard its own weights
+    raw = TPMLP(slow, tp_groups[rank // 2], 2, d=384)
+    return Built(raw, raw, d=384, dp_group=dp_groups[rank % 2], dp_size=world // 2)
 
-    own: list[float] = []  # this rank's step times before the fault: the slowness is relative to them
-    here = rank == args.fault_rank
-    loader = batches(args.steps, rank, args.seed, d, slow, micro, args.batch or BATCH[args.shape])
+
+def train(args: argparse.Namespace, shape: str, where: str, fault_rank: int, run: telemetry.Run, rank: int,
+          world: int) -> list[float]:
+    """One shape's run; returns this rank's step times before the fault (the slowness is relative to them)."""
+    slow = Slow()
+    m = build(shape, slow, rank, world, args.seed)
+    opt = torch.optim.SGD(m.raw.parameters(), lr=0.01)
+    own: list[float] = []
+    here = rank == fault_rank
+    loader = batches(args.steps, rank, args.seed, m.d, slow, m.micro, args.batch or BATCH[shape])
     for step, micro_batches in enumerate(run.wrap_loader(loader)):
         if here and step == args.fault_step:
             slow.seconds = (args.factor - 1.0) * statistics.median(own[5:] or own)
-            slow.where = args.where
+            slow.where = where
             write_truth(args.truth, {"fault": "slow_rank", "rank": rank, "step": step, "time": time.time(),
-                                     "shape": args.shape, "factor": args.factor, "where": args.where,
+                                     "shape": shape, "factor": args.factor, "where": where,
                                      "extra_s": slow.seconds})
-        if here and step == args.fault_step and args.where == "data":
+        if here and step == args.fault_step and where == "data":
             time.sleep(slow.seconds)  # this step's batch was fetched before the fault began
         with run.step(step):
             t0 = time.perf_counter()
@@ -227,24 +253,24 @@ def main(argv: list[str] | None = None) -> int:
             total = 0.0
             for i, (x, y) in enumerate(micro_batches):
                 last = i == len(micro_batches) - 1
-                if args.shape == "accum" and not last:
-                    with model.no_sync():  # type: ignore[operator]  # DDP's context manager
-                        loss = F.mse_loss(model(x), y) / micro
+                if shape == "accum" and not last:
+                    with m.model.no_sync():  # type: ignore[operator]  # DDP's context manager
+                        loss = F.mse_loss(m.model(x), y) / m.micro
                         loss.backward()
                 else:
-                    loss = F.mse_loss(model(x), y) / micro
+                    loss = F.mse_loss(m.model(x), y) / m.micro
                     loss.backward()
                 total += loss.item()
-            if args.shape == "ddp":
+            if shape == "ddp":
                 logged = torch.tensor([total])
                 dist.all_reduce(logged)  # the detached loss, averaged for logging
                 total = logged.item() / world
-            elif args.shape == "sync2":
-                average_grads(list(raw.parameters()), None, world)
-            elif args.shape == "tp":
-                average_grads(list(raw.parameters()), dp_group, dp_size)
-            elif args.shape == "fsdp2":
-                torch.nn.utils.clip_grad_norm_(raw.parameters(), 1.0)
+            elif shape == "sync2":
+                average_grads(list(m.raw.parameters()), None, world)
+            elif shape == "tp":
+                average_grads(list(m.raw.parameters()), m.dp_group, m.dp_size)
+            elif shape == "fsdp2":
+                torch.nn.utils.clip_grad_norm_(m.raw.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
             slow.at("optimizer")
@@ -252,7 +278,20 @@ def main(argv: list[str] | None = None) -> int:
             if step < args.fault_step:
                 own.append(elapsed)
             run.log(step, loss=total)
-    return finish(run, rank, own, args)
+    return own
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rank, world = start_group()
+    several = len(args.shapes) > 1
+    for shape, where, fault_rank in zip(args.shapes, args.wheres, args.fault_ranks, strict=True):
+        job = f"{args.job}-{shape}" if several and args.job else args.job
+        run = start_run(job, args.seed)
+        own = train(args, shape, where, fault_rank, run, rank, world)
+        report(run, rank, own, args, **({"shape": shape} if several else {}))
+        dist.barrier()  # every rank done with this shape before the next one's groups and collectives
+    return leave()
 
 
 if __name__ == "__main__":
