@@ -111,6 +111,45 @@ def test_a_host_index_claimed_by_a_second_host_is_refused_never_merged(fleet_tre
         stop_all(impostor)
 
 
+def test_a_host_index_claimed_in_two_racks_is_refused_at_the_tier_above_both_logged_and_counted(tmp_path, caplog):
+    """Rack 0 has node-a (index 0) and node-b (index 1); rack 1 has node-c (index 2) and node-x, wrongly given
+    index 1. Neither rack can tell; the root sees both: it refuses rack 1's fleet windows holding index 1 (with
+    node-c's readings merged into them: documented), logs the collision naming both hosts and both racks, and counts
+    it (GET /api/v1/hosts `index_collisions`). node-x's readings are never merged as node-b's."""
+    import logging
+    trees = {}
+    for name in ("node-a", "node-b", "node-c", "node-x"):
+        trees[name] = tmp_path / f"sys-{name}"
+        write_host(trees[name], nics=1, hcas=2)
+    set_ib(trees["node-x"], "mlx5_0", 1, symbol_error=99999)  # the fleet's max if it were merged
+    root = make_root(tmp_path / "root.db")
+    racks = [make_collector([root.address], f"rack{r}") for r in range(2)]
+    agents = []
+    try:
+        with caplog.at_level(logging.WARNING, logger="collectors.delivery.runs"):
+            agents.append(_agent(tmp_path, racks[0].address, "node-a", 0, trees["node-a"]))
+            agents.append(_agent(tmp_path, racks[0].address, "node-b", 1, trees["node-b"]))
+            _complete(root, "ib.symbol_error_total", hosts=2)  # node-b holds index 1 at the root first
+            agents.append(_agent(tmp_path, racks[1].address, "node-c", 2, trees["node-c"]))
+            agents.append(_agent(tmp_path, racks[1].address, "node-x", 1, trees["node-x"]))
+
+            def counted():
+                status, body = api_get(root.api_address, "/api/v1/hosts")
+                seen = body.get("index_collisions", {}) if status == 200 else {}
+                return seen if seen.get("seen") and seen.get("refused_windows") else None
+            seen = wait_for(counted, WAIT, what="the collision counted at the root")
+        (standing,) = seen["standing"]
+        assert (standing["index"], standing["host"], standing["held_by"]) == (1, "node-x", "node-b")
+        assert standing["devices"] == 3 and "rack1" in standing["via"] and "rack0" in standing["held_via"]
+        (line,) = [r.getMessage() for r in caplog.records if "claimed twice" in r.getMessage()]
+        assert "node-x" in line and "node-b" in line and "rack1" in line and "rack0" in line
+        for _, summary in _fleet_windows(root, "ib.symbol_error_total"):
+            assert summary.max < 99999
+        assert not any(name.startswith("node-x:") for name in root.node.hosts(fleet.FLEET_JOB).values())
+    finally:
+        stop_all(*agents, *racks, root)
+
+
 def test_a_link_down_is_an_event_naming_host_and_port(fleet_tree):
     root, trees = fleet_tree["root"], fleet_tree["trees"]
     _complete(root, "ib.port_active")

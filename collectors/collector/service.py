@@ -16,7 +16,7 @@ from pyroaring import BitMap
 from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
 from collectors.common.attempts import scoped, split
 from collectors.common.fingerprints import ranks_of
-from collectors.common.fleet import extent
+from collectors.common.fleet import FLEET_JOB, extent
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from collectors.common.transport import certificate_names
@@ -317,6 +317,8 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 node.counters["bad_inputs"] += 1
                 job, attempt = split(key.job)
                 reason = refusal_reason(job, attempt, taken.min(), refused[taken.min()][0])
+                if key.job == FLEET_JOB:
+                    node.runs.fleet_refused_windows += 1
                 self._run_log.warn("refused window %d of %s: %s", index, origin, reason)
                 return forward_pb2.Rejection(index=index, key=window.key, reason=reason)
         try:

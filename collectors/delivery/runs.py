@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from collectors.common.fleet import host_index_of
+from collectors.common.fleet import host_index_of, split_name
 from telemetry.names import FLEET_JOB
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,10 @@ class RunLedger:
         self._record = record
         self._runs: dict[str, dict[int, Claim]] = {}
         self._conflicts: dict[tuple[str, str], dict[int, tuple[Claim, Claim]]] = {}
+        #: the fleet's host-index collisions seen here (a child naming, for a host index, another host than the one
+        #: that holds it) and the fleet windows refused for them (collectors/common/fleet.py, docs/fleet.md)
+        self.fleet_collisions = 0
+        self.fleet_refused_windows = 0
 
     def claim(self, sender: str, job: str, claims: dict[int, Claim]) -> bool:
         """A child's word on which process runs some ranks of `job` (a delta: ranks not named keep their
@@ -85,7 +89,9 @@ class RunLedger:
                 continue
             if conflicts:
                 conflicts.pop(rank, None)
-        if newly_refused and conflicts is not None:
+        if newly_refused and conflicts is not None and job == FLEET_JOB:
+            self._fleet_collision(sender, newly_refused, conflicts)
+        elif newly_refused and conflicts is not None:
             # One line per child and job, not per rank: a refused run of 16,384 ranks is one event.
             first, claim = conflicts[newly_refused[0]]
             log.warning("job %s: %s says %d rank(s) (e.g. rank %d, process %x on %s) run in other processes than "
@@ -99,6 +105,35 @@ class RunLedger:
             except Exception:  # the store's own trouble is reported by its commits; memory still holds these
                 log.exception("could not record the processes of job %s", job)
         return bool(new)
+
+    def _fleet_collision(self, sender: str, sources: list[int], conflicts: dict[int, tuple[Claim, Claim]]) -> None:
+        """A child names, for some host indexes, another host than the one holding them: one warning per index,
+        naming both hosts and the children (racks) each came through, counted."""
+        by_index: dict[int, list[int]] = {}
+        for src in sources:
+            by_index.setdefault(host_index_of(src), []).append(src)
+        for index, srcs in by_index.items():
+            first, claim = conflicts[srcs[0]]
+            self.fleet_collisions += 1
+            log.warning("fleet host index %d claimed twice: %s says host %s has it (%d device(s)), but host %s "
+                        "holds it (named by %s); every fleet window from %s holding those devices is refused, with "
+                        "the readings of %s's other hosts merged into it, until the two hosts have their own "
+                        "--host-index", index, sender, split_name(claim.host)[0] or "?", len(srcs),
+                        split_name(first.host)[0] or "?", first.sender or "an earlier child (the root's store)",
+                        sender, sender)
+
+    def collisions(self) -> list[dict[str, object]]:
+        """The fleet's host-index collisions standing at this tier: one entry per (child, index)."""
+        out: dict[tuple[str, int], tuple[Claim, Claim, int]] = {}
+        for (sender, job), conflicts in sorted(self._conflicts.items()):
+            if job != FLEET_JOB:
+                continue
+            for src, (first, claim) in sorted(conflicts.items()):
+                key = (sender, host_index_of(src))
+                out[key] = (first, claim, out[key][2] + 1 if key in out else 1)
+        return [{"index": index, "host": split_name(claim.host)[0], "via": sender,
+                 "held_by": split_name(first.host)[0], "held_via": first.sender or None, "devices": devices}
+                for (sender, index), (first, claim, devices) in out.items()]
 
     def refused(self, sender: str, job: str) -> dict[int, tuple[Claim, Claim]]:
         """Ranks of `job` whose windows from `sender` are refused: rank -> (the first claim, the child's)."""

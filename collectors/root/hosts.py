@@ -1,7 +1,8 @@
 """The fleet seen from the root's API (issue 28 item 2, docs/fleet.md "Looking at hosts").
 
 GET /api/v1/hosts?metric=M&k=N         every host the root knows (fleet layout: name, index, devices; per-host
-                                       layout: its `_host:` job), and the worst of the latest second per metric
+                                       layout: its `_host:` job), the worst of the latest second per metric, and
+                                       the host-index collisions the root's ledger saw between its children
 GET /api/v1/hosts/{host}?seconds=N     one host: its devices, its readings of the last N seconds that the fleet's
                                        windows kept (the exact top-k / bottom-k), and the events naming it
 
@@ -66,7 +67,12 @@ class HostsView:
                 host = job[len(HOST_JOB_PREFIX):]
                 hosts.setdefault(host, {"host": host, "layout": "per-host", "job": job})
             worst = self._worst(db, names, metric, k)
-        return {"job": FLEET_JOB, "hosts": [hosts[h] for h in sorted(hosts)], "worst": worst}
+        with self.node.lock:
+            runs = self.node.runs
+            collisions = {"standing": runs.collisions(), "seen": runs.fleet_collisions,
+                          "refused_windows": runs.fleet_refused_windows}
+        return {"job": FLEET_JOB, "hosts": [hosts[h] for h in sorted(hosts)], "worst": worst,
+                "index_collisions": collisions}
 
     def _worst(self, db, names: dict[int, str], metric: str | None, k: int) -> dict[str, object]:
         """Per metric, the latest fleet second: its k largest and smallest readings, named."""
