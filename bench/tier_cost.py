@@ -3,7 +3,7 @@
 
     python bench/tier_cost.py --tier rack [--children 64] [--ranks-per-child 8] [--metrics 20,100,300]
     python bench/tier_cost.py --tier root [--children 32] [--ranks-per-child 512] [--metrics 20]
-    options: --steps 8 --warmup 2 --idle-s 3 --profile --out bench/results
+    options: --steps 8 --warmup 2 --idle-s 3 --profile [--profile-steps 10] --out bench/results
 
 The tier under test is a real `CollectorServer` (a rack, under a real `RootServer` in a process of its own) or a
 real `RootServer` with its SQLite store, API and detectors, each in its own process (bench/scale.py's collector
@@ -18,9 +18,10 @@ come from a machine that is also running 2,048 simulated agents.
 Per step: the tier's process CPU (every thread) net of its idle background (measured for --idle-s first),
 and its own code on the steps' data (thread CPU of the unit handler, the flush, the ship and the parent's
 acks, as bench/scale.py measures it). --profile then samples the tier's Python threads with py-spy over
---profile-steps further steps (not the measured ones: py-spy's pauses cost the tier CPU) and attributes each sample to the summary path (telemetry/summary and its native module), the delivery
+--profile-steps further steps (not the measured ones: py-spy's pauses cost the tier CPU), only the thread holding
+the GIL (so Python at work, not waiting), and attributes each sample to the summary path (telemetry/summary and its native module), the delivery
 core (collectors/delivery), the root's finalising, store and detectors (collectors/root, collectors/detectors),
-protobuf, gRPC, or other; the top functions by own samples are listed. Writes tier_cost.json (or
+protobuf, gRPC, or other; the top functions by own samples and by inclusive samples are listed. Writes tier_cost.json (or
 tier_cost_root.json) under --out.
 """
 
@@ -157,24 +158,19 @@ def where(stack: str) -> str:
     return "other (interpreter, threads, GC)"
 
 
-# Innermost frames of Python threads blocked in C (py-spy's idle detection misses some): a wait, a poll, a read.
-IDLE_LEAVES = ("Condition.wait (", ".select (selectors", "channel_spin (", "commands (scale_child", "until_end (",
-               "Thread.run (threading", "_worker (concurrent", "sleep", "poll")
-
-
-def start_profile(pid: int, out: Path) -> tuple[subprocess.Popen, Path]:
+def start_profile(pid: int, out: Path, rate: int) -> tuple[subprocess.Popen, Path]:
     """py-spy sampling the tier process until `stop_profile`."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     raw = out / f"pyspy_{pid}.txt"
-    proc = subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "--output",
-                             str(raw), "--threads"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw", "--output",
+                             str(raw), "--threads", "--gil"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # py-spy attaches
     return proc, raw
 
 
 def stop_profile(proc: subprocess.Popen, raw: Path) -> dict[str, Any]:
-    """The samples of the tier's Python threads (py-spy leaves out idle ones; samples whose innermost frame still
-    waits are dropped; gRPC's C threads are not Python threads): shares by part of the code, top functions."""
+    """The samples of the tier's thread holding the GIL (py-spy --gil: Python running, not waiting; gRPC's C threads
+    are not sampled): shares by part of the code, top functions by own samples."""
     proc.send_signal(signal.SIGINT)
     try:
         proc.wait(60)
@@ -184,21 +180,25 @@ def stop_profile(proc: subprocess.Popen, raw: Path) -> dict[str, Any]:
         return {"error": "py-spy wrote nothing (ptrace not permitted?)"}
     parts: collections.Counter[str] = collections.Counter()
     own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
     total = 0
     for line in raw.read_text(errors="replace").splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
         frames = [f for f in stack.split(";") if not f.startswith(("thread (", "process "))]
-        if not frames or any(mark in frames[-1] for mark in IDLE_LEAVES):
+        if not frames:
             continue
         n = int(count)
         total += n
         parts[where(";".join(frames))] += n
         own[frames[-1]] += n
+        for frame in set(frames):
+            inclusive[frame] += n
     raw.unlink()
     return {"samples": total, "shares": {k: v / total for k, v in parts.most_common()} if total else {},
-            "top_own": [{"function": f, "share": n / total} for f, n in own.most_common(20)] if total else []}
+            "top_own": [{"function": f, "share": n / total} for f, n in own.most_common(20)] if total else [],
+            "top_inclusive": [{"function": f, "share": n / total} for f, n in inclusive.most_common(40)] if total else []}
 
 
 def run(args: argparse.Namespace, metrics: int, out: Path) -> dict[str, Any]:
@@ -233,20 +233,19 @@ def run(args: argparse.Namespace, metrics: int, out: Path) -> dict[str, Any]:
 
         for i in range(args.warmup):
             step(i)
-        hz = os.sysconf("SC_CLK_TCK")
-        cpu0 = sum(tier.cpu_jiffies())
+        cpu0 = sum(tier.cpu_jiffies())  # seconds (bench/procstat.py), despite the name
         time.sleep(args.idle_s)
-        idle_per_s = (sum(tier.cpu_jiffies()) - cpu0) / hz / args.idle_s
+        idle_per_s = (sum(tier.cpu_jiffies()) - cpu0) / args.idle_s
         own0 = tier.ask({"cmd": "stats"})["stats"]["step_work_s"]
         cpu0, wall0 = sum(tier.cpu_jiffies()), time.monotonic()
         for i in range(args.warmup, args.warmup + args.steps):
             step(i)
         wall = time.monotonic() - wall0
-        cpu = (sum(tier.cpu_jiffies()) - cpu0) / hz
+        cpu = sum(tier.cpu_jiffies()) - cpu0
         own = tier.ask({"cmd": "stats"})["stats"]["step_work_s"] - own0
         spy: dict[str, Any] = {}
         if args.profile:  # further steps, sampled (py-spy's pauses would inflate the figures above)
-            proc, raw = start_profile(tier.pid, work)
+            proc, raw = start_profile(tier.pid, work, args.profile_rate)
             for i in range(args.warmup + args.steps, steps):
                 step(i)
             spy = stop_profile(proc, raw)
@@ -279,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle-s", type=float, default=3.0, help="seconds the idle background is measured")
     p.add_argument("--step-timeout", type=float, default=120.0)
     p.add_argument("--profile", action="store_true", help="then sample the tier with py-spy over further steps")
-    p.add_argument("--profile-steps", type=int, default=4, help="steps sampled with --profile")
+    p.add_argument("--profile-steps", type=int, default=10, help="steps sampled with --profile")
+    p.add_argument("--profile-rate", type=int, default=1000, help="py-spy samples per second")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     args = p.parse_args(argv)
     rack = args.tier == "rack"
@@ -300,8 +300,10 @@ def main(argv: list[str] | None = None) -> int:
         prof = r.get("profile") or {}
         for part, share in (prof.get("shares") or {}).items():
             print(f"    {share * 100:5.1f} %  {part}")
-        for row in (prof.get("top_own") or [])[:10]:
-            print(f"        {row['share'] * 100:5.1f} %  {row['function']}")
+        for title, rows in (("own", prof.get("top_own") or []), ("inclusive", prof.get("top_inclusive") or [])):
+            print(f"    top functions, {title} samples:")
+            for row in rows[:12 if title == "own" else 30]:
+                print(f"        {row['share'] * 100:5.1f} %  {row['function']}")
     name = "tier_cost.json" if rack else "tier_cost_root.json"
     (args.out / name).write_text(json.dumps({"argv": sys.argv[1:], "results": results}, indent=1))
     print(f"wrote {args.out / name}")
