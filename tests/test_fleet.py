@@ -113,9 +113,10 @@ def test_a_host_index_claimed_by_a_second_host_is_refused_never_merged(fleet_tre
 
 def test_a_host_index_claimed_in_two_racks_is_refused_at_the_tier_above_both_logged_and_counted(tmp_path, caplog):
     """Rack 0 has node-a (index 0) and node-b (index 1); rack 1 has node-c (index 2) and node-x, wrongly given
-    index 1. Neither rack can tell; the root sees both: it refuses rack 1's fleet windows holding index 1 (with
-    node-c's readings merged into them: documented), logs the collision naming both hosts and both racks, and counts
-    it (GET /api/v1/hosts `index_collisions`). node-x's readings are never merged as node-b's."""
+    index 1. Neither rack can tell; the root sees both: it refuses rack 1's fleet windows holding index 1, logs the
+    collision naming both hosts and both racks, counts it (GET /api/v1/hosts `index_collisions`), and tells rack 1
+    which sources it refuses: rack 1 refuses them from node-x from then on, so node-c's readings reach the root
+    again. node-x's readings are never merged as node-b's."""
     import logging
     trees = {}
     for name in ("node-a", "node-b", "node-c", "node-x"):
@@ -143,6 +144,12 @@ def test_a_host_index_claimed_in_two_racks_is_refused_at_the_tier_above_both_log
         assert standing["devices"] == 3 and "rack1" in standing["via"] and "rack0" in standing["held_via"]
         (line,) = [r.getMessage() for r in caplog.records if "claimed twice" in r.getMessage()]
         assert "node-x" in line and "node-b" in line and "rack1" in line and "rack0" in line
+        below = [r.getMessage() for r in caplog.records if "the parent refuses" in r.getMessage()]
+        assert below and all("node-x" in line for line in below)  # rack 1 refuses node-x's sources itself now
+        after = max(row["idx"] for row, _ in _fleet_windows(root, "ib.symbol_error_total"))
+        wait_for(lambda: any(row["idx"] > after + 2000 and {0, 1, 2} <= {fleet.host_index_of(src) for src in s.sources}
+                             for row, s in _fleet_windows(root, "ib.symbol_error_total")), WAIT,
+                 what="node-c's readings (rack 1) at the root again, beside node-a's and node-b's")
         for _, summary in _fleet_windows(root, "ib.symbol_error_total"):
             assert summary.max < 99999
         assert not any(name.startswith("node-x:") for name in root.node.hosts(fleet.FLEET_JOB).values())

@@ -317,10 +317,12 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 node.counters["bad_inputs"] += 1
                 job, attempt = split(key.job)
                 reason = refusal_reason(job, attempt, taken.min(), refused[taken.min()][0])
-                if key.job == FLEET_JOB:
-                    node.runs.fleet_refused_windows += 1
                 self._run_log.warn("refused window %d of %s: %s", index, origin, reason)
-                return forward_pb2.Rejection(index=index, key=window.key, reason=reason)
+                if key.job != FLEET_JOB:
+                    return forward_pb2.Rejection(index=index, key=window.key, reason=reason)
+                # the child is to refuse these itself, from the host that named them (RunLedger.refused_above)
+                node.runs.fleet_refused_windows += 1
+                return forward_pb2.Rejection(index=index, key=window.key, reason=reason, refused_sources=list(taken))
         try:
             name, attempt = split(key.job)
             self._covers(origin[0], name, attempt, summary._sources, "a window")  # before it costs the budget

@@ -562,6 +562,8 @@ class Upstream:
         if refused:
             self._refusal_log.warn("the parent refused %d window(s) of unit %d, e.g. %s: %s", len(refused),
                                    unit.seq, refused[0].key, rejection.reason)
+            if rejection.refused_sources:  # held by another host above: refused here from now on (runs.py)
+                node.runs.refused_above(refused[0].key.job, list(rejection.refused_sources))
             node.release_all(refused, refused=rejection.reason)
 
 

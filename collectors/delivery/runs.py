@@ -61,6 +61,9 @@ class RunLedger:
         #: that holds it) and the fleet windows refused for them (collectors/common/fleet.py, docs/fleet.md)
         self.fleet_collisions = 0
         self.fleet_refused_windows = 0
+        #: sources the parent refuses from this tier (another host holds them above), refused here from the child
+        #: that named them: (child, job) -> source -> (the holder as far as known here, the child's claim)
+        self._above: dict[tuple[str, str], dict[int, tuple[Claim, Claim]]] = {}
 
     def claim(self, sender: str, job: str, claims: dict[int, Claim]) -> bool:
         """A child's word on which process runs some ranks of `job` (a delta: ranks not named keep their
@@ -135,9 +138,31 @@ class RunLedger:
                  "held_by": split_name(first.host)[0], "held_via": first.sender or None, "devices": devices}
                 for (sender, index), (first, claim, devices) in out.items()]
 
+    def refused_above(self, job: str, sources: list[int]) -> None:
+        """The parent refused these sources of `job` from this tier because another host holds them further up (a
+        fleet host index claimed in two racks): refuse them here from the child that named them, so that this
+        tier's merged windows leave them out and its other children's readings reach the parent again."""
+        known = self._runs.get(job, {})
+        named: dict[str, list[int]] = {}
+        for src in sources:
+            claim = known.get(src)
+            if claim is None or not claim.sender:
+                continue
+            above = self._above.setdefault((claim.sender, job), {})
+            if src not in above:
+                above[src] = (Claim(0, "a host under another child of the parent", sender="the parent"), claim)
+                named.setdefault(claim.sender, []).append(src)
+        for child, srcs in named.items():
+            log.warning("job %s: the parent refuses %d source(s) that %s named (e.g. %d, %s): another host holds "
+                        "them further up; refused here from %s from now on", job, len(srcs), child, srcs[0],
+                        known[srcs[0]].host or "?", child)
+
     def refused(self, sender: str, job: str) -> dict[int, tuple[Claim, Claim]]:
         """Ranks of `job` whose windows from `sender` are refused: rank -> (the first claim, the child's)."""
-        return self._conflicts.get((sender, job)) or {}
+        own, above = self._conflicts.get((sender, job)), self._above.get((sender, job))
+        if not above:
+            return own or {}
+        return {**above, **own} if own else above
 
     def known(self, job: str) -> dict[int, int]:
         """The accepted process of each rank of `job`, remembered ones included (the root's store): what a child
@@ -155,10 +180,14 @@ class RunLedger:
         self._runs.pop(job, None)
         for key in [key for key in self._conflicts if key[1] == job]:
             del self._conflicts[key]
+        for key in [key for key in self._above if key[1] == job]:
+            del self._above[key]
 
     def forget_child(self, sender: str) -> None:
         for key in [key for key in self._conflicts if key[0] == sender]:
             del self._conflicts[key]
+        for key in [key for key in self._above if key[0] == sender]:
+            del self._above[key]
 
 
 def refusal_reason(job: str, attempt: int, rank: int, first: Claim) -> str:

@@ -88,16 +88,18 @@ class Counters(_message.Message):
     def __init__(self, sdk_dropped: _Optional[int] = ..., dropped_windows: _Optional[int] = ..., rejected_overlaps: _Optional[int] = ..., duplicates: _Optional[int] = ..., resent: _Optional[int] = ..., late: _Optional[int] = ..., bad_inputs: _Optional[int] = ..., refused_streams: _Optional[int] = ..., late_dropped: _Optional[int] = ...) -> None: ...
 
 class Rejection(_message.Message):
-    __slots__ = ("index", "key", "overlapping_sources", "reason")
+    __slots__ = ("index", "key", "overlapping_sources", "reason", "refused_sources")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     OVERLAPPING_SOURCES_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_SOURCES_FIELD_NUMBER: _ClassVar[int]
     index: int
     key: _summary_pb2.WindowKey
     overlapping_sources: _containers.RepeatedScalarFieldContainer[int]
     reason: str
-    def __init__(self, index: _Optional[int] = ..., key: _Optional[_Union[_summary_pb2.WindowKey, _Mapping]] = ..., overlapping_sources: _Optional[_Iterable[int]] = ..., reason: _Optional[str] = ...) -> None: ...
+    refused_sources: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, index: _Optional[int] = ..., key: _Optional[_Union[_summary_pb2.WindowKey, _Mapping]] = ..., overlapping_sources: _Optional[_Iterable[int]] = ..., reason: _Optional[str] = ..., refused_sources: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("seq", "status", "rejections", "capture_requests")
