@@ -140,6 +140,22 @@ def _stored(db: Path) -> int:
         return conn.execute("SELECT count(*) FROM windows").fetchone()[0]
 
 
+def _coverage(db: Path, layout: str, hosts: int, since_ns: int, until_ns: int) -> float | None:
+    """How much of what the hosts should have sent at 1 Hz reached the root's store in time, 0..1: the fleet's
+    `ib.port_active` windows hold HCAS sources of every host; the naive layout stores one such window per host
+    per second. Below 1: the hosts or the tiers could not keep up (starved), so the run's figures are a floor."""
+    import sqlite3
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
+        if layout == "fleet":
+            found = conn.execute("SELECT avg(sources) FROM windows WHERE job='_fleet' AND metric='ib.port_active' "
+                                 "AND width_ms=1000 AND finalised_ns BETWEEN ? AND ?", (since_ns, until_ns)).fetchone()
+            return round(found[0] / (hosts * HCAS), 3) if found[0] is not None else None
+        found = conn.execute("SELECT count(*) FROM windows WHERE job LIKE '\\_host:%' ESCAPE '\\' AND "
+                             "metric='ib.port_active' AND width_ms=1000 AND finalised_ns BETWEEN ? AND ?",
+                             (since_ns, until_ns)).fetchone()
+        return round(found[0] / (hosts * (until_ns - since_ns) / 1e9), 3)
+
+
 def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link_down: bool) -> dict[str, Any]:
     where = work / f"{layout}-{hosts}"
     where.mkdir(parents=True)
@@ -168,10 +184,17 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
         api = f"127.0.0.1:{api_port}"
         time.sleep(args.warmup)
         pid, port = root.popen.pid, int(root.ready["address"].rsplit(":", 1)[1])
+        tiers = {p.name: p.popen.pid for p in procs if p.name != "root"}
+        tiers0 = {name: cpu_seconds(tpid) for name, tpid in tiers.items()}
         cpu0, bytes0, stored0, t0 = cpu_seconds(pid), _bytes_in(port), _stored(db), time.monotonic()
+        wall0 = time.time_ns()
         time.sleep(args.seconds)
         cpu1, bytes1, stored1, t1 = cpu_seconds(pid), _bytes_in(port), _stored(db), time.monotonic()
         wall = t1 - t0
+        tiers1 = {name: cpu_seconds(tpid) for name, tpid in tiers.items()}
+
+        def tier_cpu(prefix: str) -> float:
+            return round(sum(tiers1[n] - tiers0[n] for n in tiers if n.startswith(prefix)) / wall, 3)
         from collectors.root.retention import store_bytes
         result: dict[str, Any] = {
             "hosts": hosts, "layout": layout, "racks": len(racks), "seconds": round(wall, 1),
@@ -180,8 +203,11 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
             "root_bytes_in_per_s": round((bytes1 - bytes0) / wall),
             "root_windows_stored_per_s": round((stored1 - stored0) / wall, 1),
             "store_bytes_per_window": round(store_bytes(db) / max(1, stored1)),
-            "sim_cpu_per_s": round(sum(cpu_seconds(p.popen.pid) for p in procs if p.name.startswith("hosts"))
-                                   / max(wall, 1e-9), 2),
+            "sim_cpu_per_s": tier_cpu("hosts"), "racks_cpu_per_s": tier_cpu("rack"),
+            "cluster_cpu_per_s": tier_cpu("cluster"),
+            # what reached the root of what the hosts should send at 1 Hz (1.0: nothing starved)
+            "coverage": _coverage(db, layout, hosts, wall0, time.time_ns()),
+            "load_average": round(os.getloadavg()[0], 1),
         }
         if link_down:
             result["link_down"] = _link_down(api, sysfs, hosts, args)
@@ -335,10 +361,11 @@ def write_host_trees(sysfs: Path, hosts: int) -> None:
 
 def report(result: dict[str, Any]) -> None:
     print(f"{'layout':<7} {'hosts':>6} {'racks':>5} {'root CPU/s':>10} {'RSS MB':>8} {'bytes in/s':>11} "
-          f"{'windows/s':>9}")
+          f"{'windows/s':>9} {'coverage':>8} {'hosts CPU':>9} {'racks CPU':>9} {'load':>5}")
     for r in result["runs"]:
         print(f"{r['layout']:<7} {r['hosts']:>6} {r['racks']:>5} {r['root_cpu_per_s']:>10.3f} {r['root_rss_mb']:>8.1f} "
-              f"{r['root_bytes_in_per_s']:>11,} {r['root_windows_stored_per_s']:>9.1f}")
+              f"{r['root_bytes_in_per_s']:>11,} {r['root_windows_stored_per_s']:>9.1f} {r['coverage'] or 0:>8.3f} "
+              f"{r['sim_cpu_per_s']:>9.2f} {r['racks_cpu_per_s']:>9.2f} {r['load_average']:>5.1f}")
     for key, value in result.items():
         if "_ratio_" in key:
             print(f"{key}: {value}")
