@@ -76,9 +76,14 @@ def test_demo_simulated_job_raises_each_injected_fault_naming_the_rank(tmp_path)
     done, report = _demo_stopped_by_ctrl_c_while_lingering(tmp_path, "--ranks", str(ranks), "--steps", str(steps),
                                                            "--step-interval", "0.3")
     raised = report["events_as_raised"]
-    assert {e["kind"] for e in raised} == {"straggler", "loss_spike", "nonfinite", "hang"}, raised
+    assert {e["kind"] for e in raised} == {"straggler", "mfu_drop", "loss_spike", "nonfinite", "hang"}, raised
     straggler = _first(raised, "straggler")
     assert straggler["ranks"] == [s.straggler_rank] and s.straggler_from <= straggler["step"] <= s.straggler_from + 2
+    # Every rank waits for the straggler: the job's MFU falls to 1 / 2.5 of itself, named within two steps
+    # (issue 24's severity-aware rule; the 40-step rule before it never fired in a demo), job-wide (no rank).
+    mfu = _first(raised, "mfu_drop")
+    assert mfu["step"] == s.straggler_from and mfu["detail"]["detected_step"] <= s.straggler_from + 2, mfu
+    assert mfu["ranks"] == [] and mfu["detail"]["relative_drop"] > 0.5, mfu
     spike = _first(raised, "loss_spike")
     assert spike["step"] == s.spike_step
     nan = _first(raised, "nonfinite")
@@ -94,7 +99,7 @@ def test_demo_simulated_job_raises_each_injected_fault_naming_the_rank(tmp_path)
     assert report["events"], "the root's final events"
     png = (tmp_path / "demo.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
-    for kind in ("straggler", "loss_spike", "nonfinite", "hang"):
+    for kind in ("straggler", "mfu_drop", "loss_spike", "nonfinite", "hang"):
         assert kind in done.stdout, "the summary lists every event kind"
 
 

@@ -1,97 +1,94 @@
-"""MFU drop: model FLOPs utilisation down against the run's own baseline, and staying down.
+"""MFU drop: model FLOPs utilisation down against the run's own baseline, named sooner the deeper it is.
 
-The job's MFU per step is the mean over ranks. The first `warmup` steps are left out (a job's first
-steps are slow: allocator, DDP's bucket rebuild, caches); the baseline is the median of the last
-`baseline_steps` normal steps after them (at least `min_baseline` of them before anything is judged),
-and its spread the robust sigma (1.4826 x MAD) of those steps.
+The job's MFU per step is the mean over ranks. The first `warmup` steps are left out (a job's first steps are
+slow: allocator, DDP's bucket rebuild, caches); the baseline is the median of the last `baseline_steps` normal
+steps after them (at least `min_baseline` of them before anything is judged), its spread the robust sigma
+(1.4826 x MAD) of those steps, as a share of the median (at least `min_sigma`).
 
-- step change (default): MFU below the threshold for `sustain` consecutive steps (40); the threshold is
-  the lower of (1 - drop) x baseline (10 %) and baseline - k x sigma. A job whose MFU is noisy step to
-  step runs where its level also wanders for tens of steps (a shared host's load: bench/detection.py saw
-  40-60 % swings on clean runs), so it must drop further than its own spread before it is called a drop;
-  a steady job is held to the 10 %. And it must stay down longer than such a swing: replaying the
-  recorded runs (bench/detection_jobs/replay.py), a loaded 2-core machine held clean runs' MFU under the
-  threshold for up to 31 consecutive steps (sustain = 20 raised 5 false alarms in three full runs), a
-  slow rank for the rest of the run. k and `sustain` are set from the bench's figures (docs/detectors.md).
-  The event's step is the first of the low steps;
-- slope (off unless `slope_window` > 0): the least-squares line through the last `slope_window` steps
-  loses more than `drop` x baseline over that window.
+Each judged step's evidence is its relative drop below the baseline, less `noise_k` robust sigmas:
 
-Closes after `clear_steps` steps back above halfway from the threshold to the baseline ((1 - drop / 2) x
-baseline for a steady job); only such steps join the baseline. Names the ranks below the
-threshold among the bottom-k (Summary.bottom) when the drop is on a few ranks; none when all dropped.
+    e = (baseline - mfu) / baseline - noise_k x sigma / baseline
+
+so a job whose MFU is noisy step to step (a shared host: 30 % swings) must drop further than its own spread
+before anything accumulates, and a steady job is held to a few percent. The evidence feeds a CUSUM with two
+lanes (collectors/detectors/cusum.py, `lanes` = [[drift, threshold], ...]): the fast lane (0.15, 0.6) names a
+drop of 75 % in one step and of 50 % in two or three and ignores anything under ~15 % + the noise allowance;
+the slow lane (0.04, 1.2) sums a small drop: 30 % in ~5 steps, 15 % in ~15, 10 % in ~40 on a steady job (the
+measured matrix: tests/test_drop_rules.py, docs/detectors.md). A drop under `drift` of the slow lane beyond
+the noise allowance (about 4 % + 3 sigma) is never named. The event's step is where the leading lane's score
+left zero (the CUSUM's onset), `detail.detected_step` the step it was named at.
+
+Only steps within the noise allowance (mfu >= baseline x (1 - noise_k x sigma)) join the baseline, so a
+drop never becomes the new normal while it accumulates. The event closes after `clear_steps` such steps in a
+row (its lanes then start from zero). Names the ranks below the slow lane's line among the bottom-k
+(Summary.bottom) when the drop is on a few ranks; none when all dropped.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from collectors.common.rows import Row
-from collectors.detectors.base import distinct, event_time, fnum
-from collectors.detectors.streak import StreakDetector, StreakState
+from collectors.detectors.base import Baseline, Detector, distinct, event_time, fnum
+from collectors.detectors.cusum import Cusum, lane_name, tail_sigma
 
 
 @dataclass
 class MfuDropConfig:
     enabled: bool = True
     metric: str = "mfu"
-    drop: float = 0.10
-    k: float = 2.0
-    sustain: int = 40
+    lanes: list[list[float]] = field(default_factory=lambda: [[0.15, 0.6], [0.04, 1.2]])
+    noise_k: float = 2.5
+    min_sigma: float = 0.005
+    cap: float = 2.0
     clear_steps: int = 3
     baseline_steps: int = 50
     min_baseline: int = 10
     warmup: int = 5
-    slope_window: int = 0
     top: int = 5
     severity: str = "warning"
 
 
 @dataclass
-class _State(StreakState):
-    seen: int = 0             # steps seen (the first `warmup` are start-up, not judged)
-    values: deque | None = None
+class _Job:
+    cusum: Cusum
+    baseline: Baseline
+    seen: int = 0          # steps seen (the first `warmup` are start-up, not judged)
+    last_step: int = -1    # each step is judged once, in order
+    clean: int = 0         # steps back within the noise allowance in a row
 
 
-def _slope(points: list[tuple[int, float]]) -> float:
-    n = len(points)
-    mx = sum(p[0] for p in points) / n
-    my = sum(p[1] for p in points) / n
-    sxx = sum((p[0] - mx) ** 2 for p in points)
-    if sxx == 0:
-        return 0.0
-    return sum((p[0] - mx) * (p[1] - my) for p in points) / sxx
-
-
-class MfuDropDetector(StreakDetector[_State]):
+class MfuDropDetector(Detector):
     kind = "mfu_drop"
 
-    def __init__(self, events, context=None,
-                 config: MfuDropConfig | None = None) -> None:
+    def __init__(self, events, context=None, config: MfuDropConfig | None = None) -> None:
+        super().__init__(events, context)
         self.config = config or MfuDropConfig()
-        super().__init__(events, context, self.config.baseline_steps)
         self.metrics = frozenset({self.config.metric})
+        self._jobs: dict[str, _Job] = {}
 
-    def new_state(self) -> _State:
-        return _State(values=deque(maxlen=max(2, self.config.slope_window)))
+    def _job(self, job: str) -> _Job:
+        found = self._jobs.get(job)
+        if found is None:
+            c = self.config
+            lanes = tuple((float(d), float(t)) for d, t in c.lanes)
+            found = self._jobs[job] = _Job(Cusum(lanes, c.cap), Baseline(c.baseline_steps))
+        return found
 
     def observe(self, row: Row) -> None:
         if row.late or not row.key.is_step:
             return
         c, job, step, s = self.config, row.key.job, row.key.index, row.summary
-        state = self.state(job)
+        state = self._job(job)
         if step <= state.last_step or not s.count or not math.isfinite(s.mean):
             return
         state.last_step = step
         state.seen += 1
         if state.seen <= c.warmup:
             return
-        value = s.mean
-        baseline = self.baseline(job)
-        assert state.values is not None
-        state.values.append((step, value))
+        value, baseline = s.mean, state.baseline
         if len(baseline) < c.min_baseline:
             baseline.add(value)
             return
@@ -99,33 +96,50 @@ class MfuDropDetector(StreakDetector[_State]):
         if not ref > 0:
             baseline.add(value)
             return
-        sigma = baseline.mad_sigma()
-        threshold = min((1.0 - c.drop) * ref, ref - c.k * sigma)
-        low = value < threshold
-        rule = "step_change"
-        slope_loss = None
-        if not low and c.slope_window and len(state.values) >= c.slope_window:
-            slope_loss = -_slope(list(state.values)) * (c.slope_window - 1)
-            if slope_loss > c.drop * ref:
-                low, rule = True, "slope"
-        if not low:
-            recovered = value >= (ref + threshold) / 2  # back above halfway: normal again
-            if recovered:
-                baseline.add(value)
-            self.normal(job, state, step, c.clear_steps, counts=recovered)
-            return
-        self.over(state, step, event_time(row))
-        if not self.due(job, state, c.sustain if rule == "step_change" else 1):
-            return
+        sigma = max(tail_sigma(baseline.values, upper=False) / ref, c.min_sigma)  # relative, its low side
+        allowance = c.noise_k * sigma
         drop = 1.0 - value / ref
-        ranks = [] if s.max < threshold else distinct(s.bottom(), lambda v: v < threshold, c.top)
+        evidence = min(drop, 1.0) - allowance
+        state.cusum.update(step, evidence, event_time(row))
+        lane_index, lane = state.cusum.leading()
+        within = drop <= allowance
+        if within:
+            baseline.add(value)
         event = self.events.get_open(self.kind, job)
-        detail = {
-            "summary": f"MFU {value:.3g} vs baseline {ref:.3g} ({drop:.0%} lower) for {state.streak} steps",
-            "mfu": fnum(value), "baseline": fnum(ref), "baseline_sigma": fnum(sigma), "relative_drop": fnum(drop, 4),
-            "threshold": fnum(threshold),
-            "rule": rule, "steps": state.streak, "min": fnum(s.min), "argmin": s.argmin,
-            "slope_loss": fnum(slope_loss) if slope_loss is not None else None,
-            "opened_by": event.detail.get("opened_by", rule) if event is not None else rule,
+        if event is None:
+            if lane.ratio >= 1.0:
+                self._raise(job, step, row, state, ref, sigma, drop, lane_index, None)
+            return
+        if within:
+            state.clean += 1
+            if state.clean >= c.clear_steps:
+                state.cusum.reset()
+                state.clean = 0
+                self.clear(job, step=step)
+            return
+        state.clean = 0
+        if evidence > 0:
+            self._raise(job, step, row, state, ref, sigma, drop, lane_index, event)
+
+    def _raise(self, job: str, step: int, row: Row, state: _Job, ref: float, sigma: float, drop: float,
+               lane_index: int, event: Any) -> None:
+        c, s = self.config, row.summary
+        lane = state.cusum.lanes[lane_index]
+        line = ref * (1.0 - c.noise_k * sigma - float(c.lanes[-1][0]))  # under it a step is evidence to every lane
+        ranks = [] if s.max < line else distinct(s.bottom(), lambda v: v < line, c.top)
+        onset = lane.since if lane.since is not None else step
+        if event is not None:
+            onset = event.detail.get("onset_step", onset)
+        detail: dict[str, Any] = {
+            "summary": f"MFU {s.mean:.3g} vs baseline {ref:.3g} ({drop:.0%} lower) since step {onset}",
+            "mfu": fnum(s.mean), "baseline": fnum(ref), "baseline_sigma": fnum(sigma * ref),
+            "relative_drop": fnum(drop, 4), "threshold": fnum(line), "rule": "cusum",
+            "lane": lane_name(lane_index, len(c.lanes)),
+            "score_ratio": fnum(lane.ratio, 3), "onset_step": onset, "min": fnum(s.min), "argmin": s.argmin,
         }
-        self.raise_streak(job, state, step, event, ranks=ranks, detail=detail, severity=c.severity)
+        if event is None:
+            detail.update(detected_step=step, delay_steps=step - onset, opened_by_lane=detail["lane"])
+            self.raise_(job, step=onset, ranks=ranks, detail=detail, severity=c.severity, time=lane.since_time)
+        else:
+            detail.update({name: event.detail.get(name) for name in ("detected_step", "delay_steps", "opened_by_lane")})
+            self.raise_(job, step=step, ranks=ranks, detail=detail, severity=c.severity)

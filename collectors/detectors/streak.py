@@ -1,21 +1,19 @@
-"""The streak state machine three step detectors share: straggler, dataloader_stall and mfu_drop.
+"""The streak state machine of the step detectors that raise after a run of over steps (straggler's step-time
+rule; mfu_drop and dataloader_stall used it until issue 24 gave them a CUSUM, cusum.py).
 
-Each judges one figure per step of a job (the slowest rank's arrival or step time, the worst data-loader
-wait, the mean MFU) against the run's own baseline, and calls the step over or normal. The rest is the
-same machine, written here once:
+Each judges one figure per step of a job (the slowest rank's arrival or step time) against the run's own
+baseline, and calls the step over or normal. The rest is the same machine, written here once:
 
 * an over step ends the run of normal ones (`clean` = 0), starts a streak when none is going (its first
   step and when that step happened are kept: the event's `step` and `time`), and counts it (`streak`);
 * the event is raised once the streak is as long as the detector needs (`due`), and updated on every
   over step while it is open (its `step` is then the step updating it);
-* a normal step ends the streak; the detector says whether it also counts towards closing (mfu_drop
-  counts only steps back above halfway to its baseline), and the event closes after `clear_steps` such
-  steps in a row.
+* a normal step ends the streak; the detector says whether it also counts towards closing, and the event
+  closes after `clear_steps` such steps in a row.
 
 What differs, each detector configures: the figure and how it is judged, which steps join its baseline,
-how many over steps open an event (StragglerConfig.consecutive, DataloaderStallConfig.consecutive,
-MfuDropConfig.sustain; 1 for the rules that raise at once), how many normal ones close it, and what the
-event says.
+how many over steps open an event (StragglerConfig.consecutive; 1 for the rules that raise at once), how
+many normal ones close it, and what the event says.
 """
 
 from __future__ import annotations
