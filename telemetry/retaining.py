@@ -23,7 +23,11 @@ What it guarantees:
   number (the agent) or by the sources it already holds (a collector).
 - Bounded retention: the retained units' total weight (by default 1 per unit) never exceeds the bound the
   client passes to `add`, except that the newest unit is always kept. The oldest units go first and `add`
-  returns them, for the client to count and report: a drop is never silent.
+  returns them, for the client to count and report: a drop is never silent. A client that counts drops
+  exactly (`keep_sent`: the SDK, whose `close()` and `stats` promise logged = delivered + dropped) drops only
+  units never put on a stream: one that was may be delivered whatever happens here (the receiver took it, and
+  may have passed it on before it died), so it is kept until acknowledged, and the bound then holds for the
+  units not yet sent (those already sent are bounded by what the receiver takes, and by its own bounds).
 - Bounded waits: connecting waits at most its timeout and stops early when the stop event is set; between
   sessions the loop waits out the backoff (at most `Backoff.maximum_s`) in a timed wait that returns at
   once on stop. Reading acknowledgements blocks until the stream ends: the client ends it (END on the
@@ -89,13 +93,16 @@ class RetainingStream(Generic[U]):
     weighs 1. `lock` guards the units and the live stream; `open` runs its `then` under it.
     """
 
-    def __init__(self, weigh: Callable[[U], int] | None = None) -> None:
+    def __init__(self, weigh: Callable[[U], int] | None = None, keep_sent: bool = False) -> None:
         self.lock = threading.Lock()
         self._units: collections.OrderedDict[int, U] = collections.OrderedDict()  # in sequence order
         self._weigh = weigh
         self.weight = 0  # of the retained units
         self._seq = 0
         self._live: queue.SimpleQueue[Any] | None = None
+        self._keep_sent = keep_sent
+        self._sent_through = 0  # every unit numbered up to this one went out on some stream (they go in order)
+        self._unsent_from = 1   # no retained unit never sent is older than this one (keep_sent's drops)
 
     # ----------------------------------------------------------- the units
     def add(self, build: Callable[[int], U], bound: int) -> tuple[U, list[U]]:
@@ -110,12 +117,29 @@ class RetainingStream(Generic[U]):
             self.weight += 1 if weigh is None else weigh(unit)
             dropped: list[U] = []
             while self.weight > bound and len(units) > 1:
-                _, oldest = units.popitem(last=False)
+                if self._keep_sent:
+                    oldest = self._oldest_unsent()
+                    if oldest is None:
+                        break  # only units already sent, and the new one: kept until acknowledged
+                else:
+                    _, oldest = units.popitem(last=False)
                 self.weight -= 1 if weigh is None else weigh(oldest)
                 dropped.append(oldest)
             if self._live is not None:
                 self._live.put(unit.message)
+                self._sent_through = self._seq
         return unit, dropped
+
+    def _oldest_unsent(self) -> U | None:
+        """Take the oldest retained unit never sent, other than the newest (under the lock). Amortised O(1):
+        units never sent are the newest ones, and leave only by being dropped here, oldest first."""
+        seq = max(self._unsent_from, self._sent_through + 1)
+        while seq < self._seq and seq not in self._units:
+            seq += 1
+        self._unsent_from = seq
+        if seq >= self._seq:
+            return None
+        return self._units.pop(seq)
 
     def settle(self, seq: int) -> U | None:
         """Stop retaining unit `seq` (acknowledged); the unit, or None if it was not retained."""
@@ -153,6 +177,7 @@ class RetainingStream(Generic[U]):
             for unit in self._units.values():
                 live.put(unit.message)
             self._live = live
+            self._sent_through = self._seq
             if then is not None:
                 then(len(self._units))
         return live

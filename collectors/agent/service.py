@@ -187,9 +187,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
     def _hello(self, hello: ingest_pb2.RankHello, responses: Answers) -> RankInfo:
         check_attempt(hello.attempt)
         info = self.registry.register(hello, responses)
-        if hello.dropped > info.reported_dropped:
-            self.node.counters["sdk_dropped"] += hello.dropped - info.reported_dropped
-            info.reported_dropped = hello.dropped
+        self._note_dropped(info, hello.dropped)
         if info.exits is None:
             watch = info.exits = watch_process(info.pid, "")
             if self.fault_files is not None:
@@ -341,8 +339,15 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             found = self.steps[(info.job, step)] = OpenStep(info.job, step, info.world_size, deadline)
         return found
 
+    def _note_dropped(self, info: RankInfo, dropped: int) -> None:
+        """The rank's own drop count (cumulative, in its hello and heartbeats): what is new goes to sdk_dropped."""
+        if dropped > info.reported_dropped:
+            self.node.counters["sdk_dropped"] += dropped - info.reported_dropped
+            info.reported_dropped = dropped
+
     def _heartbeat(self, info: RankInfo, beat: ingest_pb2.Heartbeat) -> None:
         info.last_beat = time.monotonic()  # a sign of life, whatever the beat says
+        self._note_dropped(info, beat.dropped)
         now_ns = time.time_ns()
         stamp = beat.time_ns or now_ns
         if abs(stamp - now_ns) > HEARTBEAT_WINDOW_S * 1e9:

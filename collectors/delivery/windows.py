@@ -11,6 +11,7 @@ constituents, each of which is then wholly new or wholly a duplicate.
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from collections import deque
@@ -21,7 +22,10 @@ import numpy as np
 from pyroaring import BitMap
 
 from collectors.common.keys import Key
+from collectors.common.ratelog import RateLimitedLog
 from telemetry.summary import Summary
+
+log = logging.getLogger(__name__)
 
 Origin = tuple[str, int]
 """A unit received from below: (sender id, sequence number)."""
@@ -329,24 +333,36 @@ class Durability:
 
     The ack says DURABLE, or names the windows refused on the way (`release(origin, refusal)`): a unit
     with any refused window is never reported as wholly durable.
+
+    Invariant: an origin is acknowledged exactly once, when its count goes from 1 to 0 (or by `settle`
+    when it was never held). A release of an origin not held breaks the bookkeeping somewhere (a double
+    release): it is an error, logged (rate-limited) and counted in `unheld_releases`, and never a second
+    acknowledgement (which a sender would read as a second DURABLE, or a REFUSED after DURABLE).
     """
 
     def __init__(self, ack: Callable[[Origin, list[Refusal]], None]) -> None:
         self._refs: dict[Origin, int] = {}
         self._refused: dict[Origin, list[Refusal]] = {}
         self._ack = ack
+        self.unheld_releases = 0
+        self._unheld_log = RateLimitedLog(log)
 
     def hold(self, origin: Origin, times: int = 1) -> None:
         self._refs[origin] = self._refs.get(origin, 0) + times
 
     def release(self, origin: Origin, refusal: Refusal | None = None) -> None:
+        held = self._refs.get(origin, 0)
+        if held <= 0:
+            self.unheld_releases += 1
+            self._unheld_log.warn("durability error: release of %s, which is not held (a double release; "
+                                   "%d so far): not acknowledged again", origin, self.unheld_releases)
+            return
         if refusal is not None:
             self._refused.setdefault(origin, []).append(refusal)
-        left = self._refs.get(origin, 0) - 1
-        if left > 0:
-            self._refs[origin] = left
+        if held > 1:
+            self._refs[origin] = held - 1
             return
-        self._refs.pop(origin, None)
+        del self._refs[origin]
         self._ack(origin, self._refused.pop(origin, []))
 
     def settle(self, origin: Origin) -> None:

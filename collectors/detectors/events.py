@@ -118,13 +118,16 @@ class EventLog:
             self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._open: dict[tuple[str, str, str], Event] = {}
+        # Events ever opened per (job, kind), for the jobs this root knows now: a job's entries go when it
+        # finishes (close_job), and a job not seen since a restart is counted from the table when it is (so
+        # memory does not grow with the number of jobs ever run, and a count survives a restart exactly).
         self._totals: dict[tuple[str, str], int] = {}
         self._closed = False
         for row in self._db.execute("SELECT * FROM events WHERE status='open'"):
             event = _from_row(row)
             self._open[(event.job, event.kind, event.key)] = event
-        for job, kind, n in self._db.execute("SELECT job, kind, count(*) FROM events GROUP BY job, kind"):
-            self._totals[(job, kind)] = n
+        for job in {job for job, _, _ in self._open}:
+            self._load_totals(job)
 
     # ------------------------------------------------------------------ lifecycle
     def raise_(self, kind: str, job: str, *, step: int | None, ranks: Iterable[int] = (),
@@ -144,7 +147,10 @@ class EventLog:
                               last_step=step, updated=now)
                 self._insert(event)
                 self._open[(job, kind, key)] = event
-                self._totals[(job, kind)] = self._totals.get((job, kind), 0) + 1
+                if (job, kind) not in self._totals:
+                    self._load_totals(job)  # this one included: it is in the table now
+                else:
+                    self._totals[(job, kind)] += 1
                 action = "open"
             else:
                 event = current
@@ -181,9 +187,18 @@ class EventLog:
         return event
 
     def close_job(self, job: str) -> None:
-        """The job finished: close whatever of it is still open (its history stays in the table)."""
+        """The job finished: close whatever of it is still open (its history stays in the table), and forget
+        its counts (read back from the table should the job come back)."""
         for event in self.open_events(job):
             self.clear(event.kind, job, event.key, detail={"closed_because": "job finished"})
+        with self._lock:
+            for key in [key for key in self._totals if key[0] == job]:
+                del self._totals[key]
+
+    def _load_totals(self, job: str) -> None:
+        """The job's counts per kind, from the table (the caller holds the lock)."""
+        for kind, n in self._db.execute("SELECT kind, count(*) FROM events WHERE job = ? GROUP BY kind", (job,)):
+            self._totals[(job, kind)] = n
 
     def get_open(self, kind: str, job: str, key: str = "") -> Event | None:
         with self._lock:
@@ -202,7 +217,8 @@ class EventLog:
         return counts
 
     def totals(self) -> dict[tuple[str, str], int]:
-        """Events ever opened, per (job, kind), since the database was created."""
+        """Events ever opened, per (job, kind), since the database was created: for the jobs with an event
+        open or raised since the root started, until they finish."""
         with self._lock:
             return dict(self._totals)
 

@@ -60,18 +60,31 @@ class Finaliser:
     def _commit(self, node: Node, windows: list[Window], rows: list[Row], outs: list[OutPart],
                 jobs: dict[str, int]) -> None:
         try:
-            self._save(rows, jobs)
+            self._save(node, rows, jobs)
         except BaseException as exc:
             self.write_failures += 1
             if self.writable:
                 self.writable = False
                 self._trouble("failing", f"the root cannot write {self.store.path}: {exc}")
             with node.lock:
+                lost = []
                 for win, out in zip(windows, outs):
                     win.inflight.pop(PERSISTING, None)
+                    if node.table.windows.get(win.key) is not win:
+                        # The table let the window go meanwhile (its budget): parts put back into it would never
+                        # ship again, and their holds would never be released (ranks' close() never True).
+                        lost.append(out)
+                        continue
                     win.pending = out.constituents + win.pending
                     win.absorbed = out.absorbed + win.absorbed
                     node.table.mark_pending(win)
+                if lost:
+                    node.counters["dropped_windows"] += len(lost)
+                    log.error("%d window(s) whose commit failed were dropped from the window table meanwhile "
+                              "(its budget), e.g. %s: refused to their senders (dropped_windows)", len(lost),
+                              lost[0].key)
+                    node.release_all(lost, refused=f"dropped at {node.node_id}: its commit failed and its window "
+                                                   "table was over its budget (dropped_windows)")
             raise
         if not self.writable:
             self.writable = True
@@ -88,16 +101,19 @@ class Finaliser:
         for callback in self.on_finalised:
             callback(rows)
 
-    def _save(self, rows: list[Row], jobs: dict[str, int]) -> None:
+    def _save(self, node: Node, rows: list[Row], jobs: dict[str, int]) -> None:
+        """Runs without the node's lock (intake goes on and inserts into `final`): reads `final` under it."""
         try:
             self.store.save(rows, jobs)
         except StoreLost as exc:
             # What was acknowledged into the lost file is gone with it; what this root still holds in
             # memory (the windows of the last retain_s) is written again into a fresh file.
             self.files_lost += 1
-            self._trouble("lost", f"{exc}; reopened it and wrote again the {len(self.final)} windows held in memory")
+            with node.lock:
+                held = list(self.final.values())
+            self._trouble("lost", f"{exc}; reopened it and wrote again the {len(held)} windows held in memory")
             self.store.reopen()
-            again = {row.key: row for row in self.final.values()}
+            again = {row.key: row for row in held}
             again.update({row.key: row for row in rows})
             self.store.save(list(again.values()), jobs)
 

@@ -6,10 +6,12 @@
         run.log(step, loss=loss)                   # floats, or tensors (see telemetry.torch)
     run.close(timeout=10)
 
-`log()` only appends to a bounded in-memory buffer: no I/O, no lock, no
-host-device sync. A background thread batches per step and streams to the
-node agent. If the buffer is full the oldest record is dropped and counted;
-if the agent is down, training goes on.
+`log()` only appends to a bounded in-memory buffer: no I/O, no host-device
+sync, one uncontended lock (the buffer's: the training thread appends and
+drops the oldest, the sender thread takes from the front, and a record must
+leave by exactly one of the two). A background thread batches per step and
+streams to the node agent. If the buffer is full the oldest record is
+dropped and counted; if the agent is down, training goes on.
 """
 
 from __future__ import annotations
@@ -72,9 +74,14 @@ class Run:
         self.attempt = check_attempt(attempt)  # the job's launch this Run belongs to (docs/restarts.md)
         self.agent = check_address(agent, "agent") if agent else default_agent()
         self._records: collections.deque[_Record] = collections.deque()
-        self._max_records = buffer_records
+        self._max_records = max(1, buffer_records)
+        # Guards _records and _dropped_values. Without it the sender's drain (peek, then pop) and an overflow
+        # drop by the training thread in between delivered the peeked record *and* counted it dropped, and the
+        # next record vanished uncounted; and a drop counted between the drain's read and reset was lost.
+        self._buffer_lock = threading.Lock()
         self._known_names: set[str] = set()
-        self.dropped_records = 0
+        # Values dropped from the buffer (a dropped step close drops none), not yet handed to the sender's count.
+        self._dropped_values = 0
         self._logged = _STEPS_LOGGED.setdefault((self.agent, job, self.attempt, rank), [-1])
         if len(_STEPS_LOGGED) > MAX_RUNS_REMEMBERED:
             del _STEPS_LOGGED[next(iter(_STEPS_LOGGED))]  # the oldest (a dict keeps insertion order)
@@ -212,7 +219,8 @@ class Run:
 
     def _replayed(self, step: int, values: int) -> None:
         """A step an earlier Run of this rank logged in this process: dropped, counted, said once."""
-        self.dropped_records += values
+        with self._buffer_lock:
+            self._dropped_values += values
         if not self._replay_warned:
             self._replay_warned = True
             log.warning("telemetry: step %d of job %r attempt %d rank %d was already logged by an earlier "
@@ -271,28 +279,33 @@ class Run:
         return self._waits
 
     def _append(self, record: _Record) -> None:
-        records = self._records
-        if len(records) >= self._max_records:
-            try:
-                records.popleft()
-                self.dropped_records += 1
-            except IndexError:
-                pass
-        records.append(record)
+        with self._buffer_lock:
+            records = self._records
+            if len(records) >= self._max_records:
+                kind, _, payload = records.popleft()
+                if kind != _CLOSE:
+                    self._dropped_values += len(payload)
+            records.append(record)
 
     # ------------------------------------------------------------ sender thread
     def _drain(self) -> list[ingest_pb2.RankStepBatch]:
-        """Turn buffered records into per-step batches, in order; stops at a tensor copy still in flight."""
+        """Turn buffered records into per-step batches, in order; stops at a tensor copy still in flight.
+
+        The records are taken off the buffer under its lock (`ready()` never blocks) and turned into batches
+        after, without it: the training thread waits at most for the pops, never for the protobufs."""
         records = self._records
-        steps: dict[int, tuple[dict[str, list[float]], list[int]]] = {}
-        while records:
-            kind, step, payload = records[0]
-            if kind == _STAGED:
-                if not payload.ready():
+        taken: list[_Record] = []
+        with self._buffer_lock:
+            while records:
+                record = records[0]
+                if record[0] == _STAGED and not record[2].ready():
                     break
-                payload = payload.read()
-                kind = _VALUES
-            records.popleft()
+                taken.append(records.popleft())
+            dropped, self._dropped_values = self._dropped_values, 0
+        steps: dict[int, tuple[dict[str, list[float]], list[int]]] = {}
+        for kind, step, payload in taken:
+            if kind == _STAGED:
+                payload, kind = payload.read(), _VALUES
             metrics, closed = steps.setdefault(step, ({}, []))
             if kind == _VALUES:
                 for name, value in payload.items():
@@ -306,9 +319,8 @@ class Run:
             for name, values in metrics.items():
                 batch.metrics.add(metric=name, values=values)
             out.append(batch)
-        if self.dropped_records:
-            self._sender.dropped_values += self.dropped_records
-            self.dropped_records = 0
+        if dropped:
+            self._sender.count_dropped(dropped)
         return out
 
     def _beat(self) -> ingest_pb2.Heartbeat:
@@ -372,7 +384,7 @@ class Run:
         sender = self._sender
         done = not self._records and not sender.unacknowledged()
         # Everything durable, and nothing dropped on the way (backlog overflow, refused, logged too late).
-        done = done and not (sender.dropped_values or sender.refused_batches or sender.late_dropped_values)
+        done = done and not (self.stats["dropped_values"] or sender.refused_batches or sender.late_dropped_values)
         done = done and not sender.refused  # the agent refused the rank: nothing it logs could have arrived
         self._sender.stop(max(0.1, deadline - time.monotonic()) + 1.0)
         if not done:
@@ -396,7 +408,9 @@ class Run:
 
     @property
     def stats(self) -> dict[str, int]:
-        return {"dropped_values": self._sender.dropped_values, "unacknowledged_batches": self._sender.unacknowledged(),
+        # Values dropped = those the sender counted + those dropped from the buffer since its last drain.
+        dropped = self._sender.dropped_values + self._dropped_values
+        return {"dropped_values": dropped, "unacknowledged_batches": self._sender.unacknowledged(),
                 "refused_batches": self._sender.refused_batches,
                 "late_dropped_values": self._sender.late_dropped_values}
 

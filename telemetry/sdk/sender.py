@@ -74,8 +74,10 @@ class Sender:
         self.max_backlog_values = max_backlog_values
         self.flush_interval_s = flush_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
-        # The batches not yet DURABLE or REFUSED, by seq, bounded by their values (max_backlog_values).
-        self._kept: RetainingStream[Kept] = RetainingStream(_values)
+        # The batches not yet DURABLE or REFUSED, by seq, bounded by their values (max_backlog_values): past it
+        # the oldest batch never sent is dropped and counted; one already sent is kept until the agent answers
+        # for it (it may be delivered whatever happens here: counting it dropped would count it twice).
+        self._kept: RetainingStream[Kept] = RetainingStream(_values, keep_sent=True)
         self._lock = threading.Lock()  # the drop counters, written on the sender and the ack-reading threads
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -114,6 +116,12 @@ class Sender:
         if not self.connected.is_set() or not self._kept.send(ingest_pb2.RankMessage(last_words=words)):
             return False
         return self._noted.wait(wait_s) if wait_s > 0 else False
+
+    def count_dropped(self, values: int) -> None:
+        """Count values dropped before they were batched (the Run's buffer overflowed, or a refused rank's);
+        under the lock the ack-reading thread counts its refusals with, so no update is lost."""
+        with self._lock:
+            self.dropped_values += values
 
     def unacknowledged(self) -> int:
         return len(self._kept)
@@ -167,8 +175,7 @@ class Sender:
             self.refused_batches += len(dropped)
         self.refused = True
         while not self._stop.is_set():  # keep draining so the training thread's buffer never fills
-            dropped_now = sum(len(m.values) for s in self._drain() for m in s.metrics)
-            self.dropped_values += dropped_now
+            self.count_dropped(sum(len(m.values) for s in self._drain() for m in s.metrics))
             self._wake.wait(0.5)
             self._wake.clear()
 
@@ -193,12 +200,13 @@ class Sender:
                 self._batch_once()
                 now = time.monotonic()
                 if now - last_beat >= self.heartbeat_interval_s:
-                    outgoing.put(ingest_pb2.RankMessage(heartbeat=self._heartbeat()))
+                    outgoing.put(ingest_pb2.RankMessage(heartbeat=self._beat()))
                     last_beat = now
                 self._wake.wait(self.flush_interval_s)
                 self._wake.clear()
             if self._stop.is_set():
                 self._batch_once()
+                outgoing.put(ingest_pb2.RankMessage(heartbeat=self._beat()))  # the drops counted since the last
                 # Say this rank is finished (not dead), so that every tier can forget the job once all its
                 # ranks did; the agent ends the stream in answer.
                 outgoing.put(ingest_pb2.RankMessage(bye=ingest_pb2.RankBye()))
@@ -212,6 +220,11 @@ class Sender:
         if self._stream_error is not None:
             error, self._stream_error = self._stream_error, None
             raise error
+
+    def _beat(self) -> ingest_pb2.Heartbeat:
+        beat = self._heartbeat()
+        beat.dropped = self.dropped_values  # so the tree counts a drop without waiting for a reconnect's hello
+        return beat
 
     def _read_acks(self, call: Iterable[ingest_pb2.RankAck], outgoing: queue.SimpleQueue[Any]) -> None:
         self._stream_error = None

@@ -84,6 +84,10 @@ class StagedValues:
         self._result: dict[str, float] | None = None if pending else {k: host_values[k] for k in order}
         self._lock = threading.Lock()
 
+    def __len__(self) -> int:
+        """How many values (the SDK counts them when its buffer drops this record)."""
+        return len(self._order)
+
     def ready(self) -> bool:
         """True once every device-to-host copy has landed (never blocks)."""
         if self._result is not None:

@@ -41,7 +41,7 @@ class RankBatch(_message.Message):
     def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., seq: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[RankStepBatch, _Mapping]]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("time_ns", "current_step", "steps_completed", "extra", "fingerprints")
+    __slots__ = ("time_ns", "current_step", "steps_completed", "extra", "fingerprints", "dropped")
     class ExtraEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -54,12 +54,14 @@ class Heartbeat(_message.Message):
     STEPS_COMPLETED_FIELD_NUMBER: _ClassVar[int]
     EXTRA_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINTS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
     time_ns: int
     current_step: int
     steps_completed: int
     extra: _containers.ScalarMap[str, float]
     fingerprints: _containers.RepeatedCompositeFieldContainer[_forensics_pb2.CollectiveFingerprint]
-    def __init__(self, time_ns: _Optional[int] = ..., current_step: _Optional[int] = ..., steps_completed: _Optional[int] = ..., extra: _Optional[_Mapping[str, float]] = ..., fingerprints: _Optional[_Iterable[_Union[_forensics_pb2.CollectiveFingerprint, _Mapping]]] = ...) -> None: ...
+    dropped: int
+    def __init__(self, time_ns: _Optional[int] = ..., current_step: _Optional[int] = ..., steps_completed: _Optional[int] = ..., extra: _Optional[_Mapping[str, float]] = ..., fingerprints: _Optional[_Iterable[_Union[_forensics_pb2.CollectiveFingerprint, _Mapping]]] = ..., dropped: _Optional[int] = ...) -> None: ...
 
 class RankHello(_message.Message):
     __slots__ = ("job", "rank", "world_size", "local_rank", "host", "pid", "device", "dropped", "incarnation", "attempt")

@@ -1,0 +1,181 @@
+"""The delivery core's invariants where conventions met and broke (issue 27): each defect reproduced by injecting
+the interleaving that broke it (these failed on the code before the fix), with the real Node, Finaliser and
+SQLite Store.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from pyroaring import BitMap
+
+from collectors.common.keys import Key
+from collectors.common.rows import Row
+from collectors.delivery.node import Node
+from collectors.delivery.windows import Deadlines, Durability, Part
+from collectors.root.finalise import Finaliser
+from collectors.root.store import Store, StoreLost
+from helpers_tree import summary_of
+
+
+class _Acks:
+    """The tier's ack_down: every acknowledgement, in order, with what it refused."""
+
+    def __init__(self) -> None:
+        self.acks: list[tuple[tuple[str, int], object]] = []
+
+    def __call__(self, origin, *rest, refused=None) -> None:
+        self.acks.append((origin, refused))
+
+
+def _part(step: int, origin: tuple[str, int], source: int = 0) -> Part:
+    return Part(Key("job", "loss", step), [origin], BitMap([source]), built=summary_of({source: float(step)}))
+
+
+def _root(tmp_path, store: Store | None = None) -> tuple[Node, Finaliser, _Acks]:
+    acks = _Acks()
+    node = Node("root", Deadlines(), ack_down=acks)
+    finaliser = Finaliser(store or Store(tmp_path / "root.db"))
+    node.sink = finaliser
+    node.complete = lambda win: True
+    return node, finaliser, acks
+
+
+# ---------------------------------------------------------------- Durability: one acknowledgement per origin
+def test_a_release_of_an_origin_not_held_is_an_error_not_a_second_ack(caplog) -> None:
+    acks: list[tuple] = []
+    durability = Durability(lambda origin, refused: acks.append((origin, refused)))
+    durability.hold(("child", 1))
+    durability.release(("child", 1))
+    assert acks == [(("child", 1), [])]  # DURABLE, once
+    durability.release(("child", 1), refusal=None)  # a double release
+    durability.release(("child", 2))  # never held at all
+    assert acks == [(("child", 1), [])], "a release of an origin not held acknowledged it (again)"
+    assert durability.unheld_releases == 2
+    assert "not held" in caplog.text
+    assert durability.outstanding() == 0
+
+
+def test_a_refusal_after_durable_is_not_sent(caplog) -> None:
+    """The second release carries a refusal: before, the sender got REFUSED after DURABLE."""
+    acks: list[tuple] = []
+    durability = Durability(lambda origin, refused: acks.append((origin, refused)))
+    durability.hold(("child", 7), times=2)
+    durability.release(("child", 7))
+    durability.release(("child", 7))
+    from collectors.delivery.windows import Refusal
+    durability.release(("child", 7), Refusal(Key("job", "loss", 1), "late"))
+    assert acks == [(("child", 7), [])]
+    assert durability.unheld_releases == 1
+
+
+# ---------------------------------------------------------------- Finaliser: a failed commit into a gone window
+class _FailingStore(Store):
+    """A real store whose next save fails (a full disk), after running `before` (the intake meanwhile)."""
+
+    def __init__(self, path, before=None) -> None:
+        super().__init__(path)
+        self.fail_next = False
+        self.before = before
+
+    def save(self, rows: list[Row], jobs: dict[str, int]) -> None:
+        if self.before is not None:
+            before, self.before = self.before, None
+            before()
+        if self.fail_next:
+            self.fail_next = False
+            raise OSError(28, "No space left on device")
+        super().save(rows, jobs)
+
+
+def test_a_failed_commit_of_a_window_dropped_meanwhile_releases_its_holds(tmp_path) -> None:
+    """The window is shipped, the table lets it go during the commit (its budget), the commit fails: its parts
+    must not go back into the orphaned window (nothing would ever ship or release them, and the rank's close()
+    would never be True): they are refused to their senders and counted."""
+    node, finaliser, acks = _root(tmp_path)
+    store = _FailingStore(tmp_path / "fail.db")
+    finaliser.store = store
+    assert node.offer(_part(1, ("child", 1)), expected=1)[0] == "accepted"
+    key = Key("job", "loss", 1)
+
+    def dropped_meanwhile() -> None:  # what WindowTable._make_room does to the oldest window, under the lock
+        with node.lock:
+            win = node.table._remove(key)
+            node._dropped(win)
+    store.before, store.fail_next = dropped_meanwhile, True
+    with pytest.raises(OSError):
+        node.flush()
+    assert node.durability.outstanding() == 0, "the failed commit orphaned the parts' durability holds"
+    assert [origin for origin, _ in acks.acks] == [("child", 1)]
+    assert acks.acks[0][1], "what was never stored is refused, not acknowledged durable"
+    assert node.counters["dropped_windows"] == 1
+
+
+def test_a_failed_commit_of_a_window_still_held_retries_it(tmp_path) -> None:
+    """The usual failure (the window is still in the table) is unchanged: retried at the next flush."""
+    node, finaliser, acks = _root(tmp_path)
+    store = _FailingStore(tmp_path / "retry.db")
+    finaliser.store = store
+    node.offer(_part(1, ("child", 1)), expected=1)
+    store.fail_next = True
+    with pytest.raises(OSError):
+        node.flush()
+    assert acks.acks == [] and node.durability.outstanding() == 1
+    node.flush()
+    assert acks.acks == [(("child", 1), None)]
+    assert store.load(Key("job", "loss", 1)) is not None
+
+
+# ---------------------------------------------------------------- Finaliser: store loss while intake goes on
+class _LostOnce(Store):
+    """A store whose file is found lost on the next save; its reopen lets the intake run (another thread)."""
+
+    def __init__(self, path, intake) -> None:
+        super().__init__(path)
+        self.intake = intake
+        self.lost = True
+
+    def save(self, rows: list[Row], jobs: dict[str, int]) -> None:
+        if self.lost:
+            self.lost = False
+            raise StoreLost("the store's file was deleted")
+        super().save(rows, jobs)
+
+
+class _KeyedRow(Row):
+    """A row whose key, read while the held rows are written again, lets another thread's intake run: what a
+    thread switch in the middle of that loop allows."""
+
+    intake: threading.Thread | None = None
+
+    def __getattribute__(self, name: str):
+        if name == "key" and _KeyedRow.intake is not None:
+            thread, _KeyedRow.intake = _KeyedRow.intake, None
+            thread.start()
+            thread.join(0.3)
+        return object.__getattribute__(self, name)
+
+
+def test_store_loss_recovery_reads_the_held_windows_under_the_lock(tmp_path) -> None:
+    """Recovering from a lost file writes again every window held in memory, without the node's lock (it is a
+    commit); intake meanwhile inserts into `final` (a reload) under the lock. Before, the loop read `final`
+    without the lock and died of "dictionary changed size during iteration"."""
+    node, finaliser, acks = _root(tmp_path)
+    for step in range(3):
+        held = Key("job", "loss", 100 + step)
+        finaliser.final[held] = _KeyedRow(held, 1, summary_of({0: 1.0}), 0, 1)
+
+    def intake() -> None:
+        with node.lock:
+            for step in range(50):
+                key = Key("job", "loss", 200 + step)
+                finaliser.final[key] = Row(key, 1, summary_of({0: 2.0}), 0, 1)
+    _KeyedRow.intake = threading.Thread(target=intake, daemon=True)
+    finaliser.store = _LostOnce(tmp_path / "lost.db", intake)
+    node.offer(_part(1, ("child", 1)), expected=1)
+    node.flush()  # raised RuntimeError before the fix
+    assert acks.acks == [(("child", 1), None)]
+    assert finaliser.files_lost == 1
+    assert finaliser.store.load(Key("job", "loss", 1)) is not None
+    assert finaliser.store.load(Key("job", "loss", 100)) is not None
