@@ -43,6 +43,7 @@ class Host:
 
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
+        self.answers_cut = 0  # streams cut because their peer read none of MAX_ANSWERS answers (Answers)
         self.pool = ThreadPoolExecutor(POOL_WORKERS, thread_name_prefix=f"{name}-work")
         # Start every worker now, not on demand under load: each new thread brings its own malloc arena, and a
         # service's memory should step up at start, not part-way through its life (the soak saw +3 MiB).
@@ -78,15 +79,48 @@ class Host:
             self.loop.close()
 
 
-class Answers:
-    """One stream's outgoing messages: `put` from any thread; the stream's coroutine takes them in order."""
+MAX_ANSWERS = 16_384
+"""Answers one stream may have waiting: a peer that reads none of its acknowledgements (gRPC's flow control then
+holds them here) must not grow the server without bound. Acks and rank acks are tens of bytes; a unit's
+rejections and capture requests are bounded per unit (check_size), so this is a few MiB per stream at most."""
 
-    def __init__(self, host: Host) -> None:
+
+class Answers:
+    """One stream's outgoing messages: `put` from any thread; the stream's coroutine takes them in order.
+
+    Bounded (`max_items`): past it the peer is not reading, and the stream is cut with RESOURCE_EXHAUSTED
+    (the answers waiting are dropped, counted in `Host.answers_cut`). Nothing is lost by that: a sender keeps
+    every unit until it is acknowledged, reconnects and resends, and is answered again."""
+
+    def __init__(self, host: Host, max_items: int | None = None) -> None:
         self._host = host
         self._queue: asyncio.Queue = asyncio.Queue()
+        self.max_items = MAX_ANSWERS if max_items is None else max_items
+        self.cut = False
+        # Ends the stream at once: its coroutine may be blocked writing (the peer reads nothing), never to
+        # take the refusal off the queue. serve_stream sets it (cancels the RPC's task).
+        self.on_cut: Callable[[], object] | None = None
 
     def put(self, item: object) -> None:
-        self._host.call_soon(self._queue.put_nowait, item)
+        self._host.call_soon(self._put, item)
+
+    def _put(self, item: object) -> None:
+        """On the loop (one thread: no lock)."""
+        if self.cut:
+            return
+        if item is not END and not isinstance(item, BadInput) and self._queue.qsize() >= self.max_items:
+            self.cut = True
+            self._host.answers_cut += 1
+            dropped = self._queue.qsize()
+            while not self._queue.empty():
+                self._queue.get_nowait()
+            log.warning("a stream's peer read none of its last %d answers: stream cut (it reconnects and resends "
+                        "what is not acknowledged; %d cut so far)", dropped, self._host.answers_cut)
+            item = BadInput("RESOURCE_EXHAUSTED", f"{dropped} answers waiting: this stream's acknowledgements are "
+                                                  "not being read")
+            if self.on_cut is not None:
+                self.on_cut()
+        self._queue.put_nowait(item)
 
     async def get(self) -> object:
         return await self._queue.get()
@@ -143,6 +177,8 @@ async def serve_stream(host: Host, slots: StreamSlots, context: grpc.aio.Service
         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, slots.refusal())
     try:
         answers = Answers(host)
+        answers.on_cut = lambda: host.loop.create_task(_end(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                                           "this stream's acknowledgements are not being read"))
         reader = asyncio.create_task(_read(host, requests, answers, start(answers), slots.what, count))
         try:
             while True:
@@ -156,6 +192,14 @@ async def serve_stream(host: Host, slots: StreamSlots, context: grpc.aio.Service
             reader.cancel()
     finally:
         slots.give_back()
+
+
+async def _end(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str) -> None:
+    """End a stream from outside its handler (which may be blocked writing to a peer that reads nothing)."""
+    try:
+        await context.abort(code, details)
+    except BaseException:  # abort raises by design (AbortError, or the RPC already ended): the status is sent
+        pass
 
 
 async def _read(host: Host, requests: AsyncIterator, answers: Answers, work: StreamWork, what: str,

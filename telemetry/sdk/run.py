@@ -6,11 +6,10 @@
         run.log(step, loss=loss)                   # floats, or tensors (see telemetry.torch)
     run.close(timeout=10)
 
-`log()` only appends to a bounded in-memory buffer: no I/O, no host-device
-sync, one uncontended lock (the buffer's: the training thread appends and
-drops the oldest, the sender thread takes from the front, and a record must
-leave by exactly one of the two). A background thread batches per step and
-streams to the node agent. If the buffer is full the oldest record is
+`log()` only appends to a bounded in-memory buffer: no I/O, no lock, no
+host-device sync (a record leaves the buffer by exactly one atomic popleft,
+the sender's or an overflow's: see Run.__init__). A background thread
+batches per step and streams to the node agent. If the buffer is full the oldest record is
 dropped and counted; if the agent is down, training goes on.
 """
 
@@ -75,10 +74,15 @@ class Run:
         self.agent = check_address(agent, "agent") if agent else default_agent()
         self._records: collections.deque[_Record] = collections.deque()
         self._max_records = max(1, buffer_records)
-        # Guards _records and _dropped_values. Without it the sender's drain (peek, then pop) and an overflow
-        # drop by the training thread in between delivered the peeked record *and* counted it dropped, and the
-        # next record vanished uncounted; and a drop counted between the drain's read and reset was lost.
-        self._buffer_lock = threading.Lock()
+        # The buffer is shared without a lock on log()'s path: each record leaves it by exactly one popleft()
+        # (atomic), the sender's drain or the training thread's overflow drop, and whoever took it accounts for
+        # it. (The drain used to peek records[0] and pop later: an overflow drop in between delivered the peeked
+        # record *and* counted it dropped, and the next record vanished uncounted.) Values dropped here are
+        # counted in two single-writer counters, so no update is lost: _dropped_total by the training side (the
+        # lock only serialises two training threads' drops, a rare path), _dropped_reported by the drain.
+        self._drop_lock = threading.Lock()
+        self._dropped_total = 0
+        self._dropped_reported = 0
         self._known_names: set[str] = set()
         # Values dropped from the buffer (a dropped step close drops none), not yet handed to the sender's count.
         self._dropped_values = 0
@@ -219,8 +223,8 @@ class Run:
 
     def _replayed(self, step: int, values: int) -> None:
         """A step an earlier Run of this rank logged in this process: dropped, counted, said once."""
-        with self._buffer_lock:
-            self._dropped_values += values
+        with self._drop_lock:
+            self._dropped_total += values
         if not self._replay_warned:
             self._replay_warned = True
             log.warning("telemetry: step %d of job %r attempt %d rank %d was already logged by an earlier "
@@ -279,29 +283,35 @@ class Run:
         return self._waits
 
     def _append(self, record: _Record) -> None:
-        with self._buffer_lock:
-            records = self._records
-            if len(records) >= self._max_records:
+        records = self._records
+        if len(records) >= self._max_records:
+            try:
                 kind, _, payload = records.popleft()
-                if kind != _CLOSE:
-                    self._dropped_values += len(payload)
-            records.append(record)
+            except IndexError:  # the drain took everything meanwhile
+                pass
+            else:
+                if kind != _CLOSE:  # a step's close holds no value
+                    with self._drop_lock:
+                        self._dropped_total += len(payload)
+        records.append(record)
 
     # ------------------------------------------------------------ sender thread
     def _drain(self) -> list[ingest_pb2.RankStepBatch]:
-        """Turn buffered records into per-step batches, in order; stops at a tensor copy still in flight.
-
-        The records are taken off the buffer under its lock (`ready()` never blocks) and turned into batches
-        after, without it: the training thread waits at most for the pops, never for the protobufs."""
+        """Turn buffered records into per-step batches, in order; stops at a tensor copy still in flight (put
+        back in front: an overflow may then drop it, counted, as the oldest record)."""
         records = self._records
         taken: list[_Record] = []
-        with self._buffer_lock:
-            while records:
-                record = records[0]
-                if record[0] == _STAGED and not record[2].ready():
-                    break
-                taken.append(records.popleft())
-            dropped, self._dropped_values = self._dropped_values, 0
+        while True:
+            try:
+                record = records.popleft()
+            except IndexError:
+                break
+            if record[0] == _STAGED and not record[2].ready():
+                records.appendleft(record)
+                break
+            taken.append(record)
+        total = self._dropped_total
+        dropped, self._dropped_reported = total - self._dropped_reported, total
         steps: dict[int, tuple[dict[str, list[float]], list[int]]] = {}
         for kind, step, payload in taken:
             if kind == _STAGED:
@@ -409,7 +419,7 @@ class Run:
     @property
     def stats(self) -> dict[str, int]:
         # Values dropped = those the sender counted + those dropped from the buffer since its last drain.
-        dropped = self._sender.dropped_values + self._dropped_values
+        dropped = self._sender.dropped_values + self._dropped_total - self._dropped_reported
         return {"dropped_values": dropped, "unacknowledged_batches": self._sender.unacknowledged(),
                 "refused_batches": self._sender.refused_batches,
                 "late_dropped_values": self._sender.late_dropped_values}
