@@ -24,6 +24,7 @@ from collectors.common.keys import Key
 from collectors.delivery.runs import RunLedger
 from collectors.detectors.suite import DetectorsConfig
 from collectors.root.api import BoundedHTTPServer, RootApi, serve
+from collectors.root.delivery_metrics import DeliveryMetrics
 from collectors.root.finalise import Finaliser, root_complete
 from collectors.root.forensics import DEFAULT_MAX_RANKS, DEFAULT_MAX_REQUESTS, forensics_folder
 from collectors.root.hosts import HostsView
@@ -71,6 +72,9 @@ class RootServer(Tier):
         self.service.on_fingerprints = self.wiring.on_fingerprints
         self.service.on_exits = self.wiring.on_exits
         self.on_job_finished.append(self.wiring.finished)
+        host = self.grpc.host
+        self.wiring.metrics.registry.register(DeliveryMetrics(lambda: node.durability.unheld_releases,
+                                                              lambda: host.answers_cut))
         self.api = RootApi(self.store, self.liveness)
         self.api.events = self.wiring.events_endpoint  # GET /api/v1/jobs/{job}/events
         self.api.forensics = self.wiring.forensics_endpoint  # GET .../events/{id}/forensics, .../forensics/{rid}

@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -54,6 +55,7 @@ _Record = tuple[int, int, Any]  # (kind, step, payload): values, a step's end ti
 # per init, so their entries never match again) must not grow by one entry per Run.
 _STEPS_LOGGED: dict[tuple[str, str, int, int], list[int]] = {}
 MAX_RUNS_REMEMBERED = 4096
+_LIVE_RUNS: weakref.WeakSet[Run] = weakref.WeakSet()  # for the at-fork hook (_forked_child)
 
 
 class Run:
@@ -120,6 +122,8 @@ class Run:
             self._sender.on_fault_file = WITNESS.use_fault_file
             WITNESS.add(self)
         self._wait_timer()  # torch.distributed already up: wrap DDP before the job registers its own comm hook
+        self._forked = False
+        _LIVE_RUNS.add(self)
         self._sender.start()
 
     # ------------------------------------------------------------ training thread
@@ -378,9 +382,23 @@ class Run:
     def wait_connected(self, timeout: float) -> bool:
         return self._sender.connected.wait(timeout)
 
+    def _forked_child(self) -> None:
+        """This process is a fork of the rank's (a DataLoader worker): the Run is the parent's. Nothing logged
+        here is sent (the sender thread and its stream stayed in the parent; the child is not the rank), the
+        buffer keeps one record at most, and close() returns False at once: nothing waits for a thread that is
+        not here or on a lock a parent thread held at the fork."""
+        self._forked = self._closed = True
+        self._records = collections.deque(maxlen=1)
+        self._drop_lock = threading.Lock()
+        self._collectives_lock = threading.Lock()
+        self._sender.forked()
+
     def close(self, timeout: float = 10.0) -> bool:
         """Flush everything and wait up to `timeout` s until the root holds it durably; True only if it did and
-        nothing this rank logged was dropped on the way (see `stats`)."""
+        nothing this rank logged was dropped on the way (see `stats`). In a forked child (a DataLoader worker)
+        of the rank's process: False at once (nothing is sent from there)."""
+        if self._forked:
+            return False
         if self._closed:
             return True
         self._closed = True
@@ -423,6 +441,14 @@ class Run:
         return {"dropped_values": dropped, "unacknowledged_batches": self._sender.unacknowledged(),
                 "refused_batches": self._sender.refused_batches,
                 "late_dropped_values": self._sender.late_dropped_values}
+
+
+def _forked_child() -> None:
+    for run in list(_LIVE_RUNS):
+        run._forked_child()
+
+
+os.register_at_fork(after_in_child=_forked_child)
 
 
 def _switch(given: bool | None, env: str) -> bool:

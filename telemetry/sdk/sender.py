@@ -126,11 +126,22 @@ class Sender:
     def unacknowledged(self) -> int:
         return len(self._kept)
 
+    def forked(self) -> None:
+        """In a forked child: this sender's thread and stream stayed in the parent. Nothing is sent from here;
+        the locks and the retained batches (the parent's to deliver) are new and empty, so nothing waits on a
+        lock a parent thread held at the fork."""
+        self._lock = threading.Lock()
+        self._kept = RetainingStream(_values, keep_sent=True)
+        self.connected = threading.Event()
+        self._noted = threading.Event()
+        self._stop.set()
+
     def stop(self, timeout: float) -> None:
         """Stop the thread after one last batch (callers wait for durability first)."""
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout)
+        if self._thread.ident is not None and self._thread.is_alive():  # a forked child's copy never runs
+            self._thread.join(timeout)
 
     # ---------------------------------------------------------------- thread
     def _run(self) -> None:
@@ -321,6 +332,17 @@ class _AgentWarnings:
 _agents = _AgentWarnings()
 _channels: dict[str, grpc.Channel] = {}
 _channels_lock = threading.Lock()
+
+
+def _forget_channels() -> None:
+    """In a forked child (a DataLoader worker): the parent's channels are the parent's (their sockets and gRPC
+    threads did not come along), and the lock may have been held by a parent thread at the fork."""
+    global _channels, _channels_lock
+    _channels = {}
+    _channels_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_channels)
 
 
 def shared_channel(address: str) -> grpc.Channel:
