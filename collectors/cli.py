@@ -325,6 +325,10 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
 @click.option("--api-token", envvar="TELEMETRY_API_TOKEN",
               help="Root only: require this bearer token on the HTTP API (all but /healthz).")
 @click.option("--api-token-file", type=click.Path(exists=True), help="File holding the API's token.")
+@click.option("--api-client-connections", type=click.IntRange(1, 128), default=32, show_default=True,
+              help="Root only: API connections one client address may hold at once (of 128 in all). Behind a "
+                   "reverse proxy or NAT every client shares the proxy's address: raise it to 128 and limit "
+                   "clients at the proxy (docs/reliability.md).")
 @click.option("--durability", type=click.Choice(["process", "power"]), default="process", show_default=True,
               help="Root only: what a DURABLE acknowledgement promises. process: the data survives a crash of "
                    "the root process (SQLite synchronous=NORMAL); power: it survives a power loss too "
@@ -350,7 +354,8 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               parent_token_file: str | None, parent_server_name: str | None, allow_insecure_token: bool,
               tls_cert: str | None,
               tls_key: str | None, tls_client_ca: str | None, token: str | None, token_file: str | None, db: str,
-              api: str, api_token: str | None, api_token_file: str | None, deadline_floor: float | None,
+              api: str, api_token: str | None, api_token_file: str | None, api_client_connections: int,
+              deadline_floor: float | None,
               deadline_factor: float, max_metrics: int, window_budget_mb: int, retention: tuple[str, ...],
               durability: str, max_world_size: int, job_idle_timeout: float, max_children: int,
               detectors_config: str | None, verbose: int, **remote_write: Any) -> None:
@@ -389,6 +394,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
                 raise click.BadParameter(str(exc), param_hint="--retention") from None
         root = RootConfig(
             listen=listen, node_id=node_id, security=security, db=Path(db), api=api, api_token=api_token,
+            api_client_connections=api_client_connections,
             deadline_floor_s=4.0 if deadline_floor is None else deadline_floor, deadline_factor=deadline_factor,
             max_metrics_per_job=max_metrics, max_children=max_children, job_idle_timeout_s=job_idle_timeout,
             max_world_size=max_world_size, durability=durability, detectors=detectors,

@@ -115,6 +115,25 @@ def test_connections_past_the_per_client_cap_are_refused_and_other_clients_are_s
             sock.close()
 
 
+def test_behind_a_proxy_the_per_client_cap_is_raised_to_the_total(tmp_path: Path) -> None:
+    """Behind a reverse proxy or NAT every client is one address (the proxy's): --api-client-connections 128
+    admits 40 connections from it, which the default 32 would cut (the proxy limits its own clients)."""
+    server = make_root(tmp_path / "root.db", api_client_connections=128)
+    idle = []
+    try:
+        for _ in range(PER_CLIENT_CONNECTIONS + 8):
+            idle.append(_connect(server.api_address, source="127.0.0.2"))
+        assert [_status(f"http://{server.api_address}/api/v1/jobs") for _ in range(3)] == [200] * 3
+        time.sleep(0.2)
+        assert server.api_server.refused == 0
+    finally:
+        for sock in idle:
+            sock.close()
+        stop_all(server)
+    for bad in ("0", "129"):
+        assert _service(tmp_path, "collector", "--api-client-connections", bad).returncode == 2
+
+
 def test_deep_or_short_bodies_are_400_or_408_never_500(root) -> None:
     api = root.api_address
     url = f"http://{api}/api/v1/jobs/x/forensics"

@@ -18,7 +18,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from collectors.common.validation import DEFAULT_MAX_MESSAGE_BYTES
 
-HARD_CAP_FACTOR = 4
+# gRPC's own cap on a received message: the services' limit plus this. A message a little over the limit is read
+# and refused by the service, with a message naming the limit, and counted; one further over is refused by gRPC
+# from its length prefix, before it is read (counted too: aioserve.py). The slack was 3x the limit (a 64 MiB
+# message read and parsed before its refusal, on every stream at once); bench/sender_id_memory.py measures it.
+HARD_CAP_SLACK = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -37,9 +41,7 @@ class Security:
 
 
 def _options(max_message_bytes: int) -> list[tuple[str, int | str]]:
-    # gRPC's own cap is 4x the limit: the services check the limit themselves, so that an oversized
-    # message is refused with a message saying so and is counted (gRPC's refusal is invisible to them).
-    return [("grpc.max_receive_message_length", HARD_CAP_FACTOR * max_message_bytes),
+    return [("grpc.max_receive_message_length", max_message_bytes + HARD_CAP_SLACK),
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.so_reuseport", 0)]
 

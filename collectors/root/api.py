@@ -18,10 +18,11 @@ credentials_file:`); a request without it is answered 401.
 
 Hostile clients (docs/reliability.md): a request must arrive whole (request line, headers and body) within
 REQUEST_DEADLINE_S of its connection, else it is closed (with a 408 when its body is what was late); at most
-MAX_CONNECTIONS connections at once and PER_CLIENT_CONNECTIONS from one address (more are answered 503 at
-once); a connection holds one of MAX_WORKERS workers only once its request has arrived, and /metrics and
-/healthz have workers of their own (SCRAPE_WORKERS), so a busy JSON API never starves Prometheus; a POST
-body is at most MAX_BODY_BYTES and MAX_JSON_DEPTH deep (413/400, never 500), and one shorter than its
+MAX_CONNECTIONS connections at once and PER_CLIENT_CONNECTIONS (--api-client-connections) from one address
+(more are answered 503 at once; behind a proxy or NAT every client is the proxy's address: docs/reliability.md);
+a connection holds one of MAX_WORKERS workers only once its request has arrived, and /metrics and /healthz
+have workers of their own (SCRAPE_WORKERS), so a busy JSON API never starves Prometheus; a POST body is at
+most MAX_BODY_BYTES and MAX_JSON_DEPTH deep (413/400, never 500), and one shorter than its
 Content-Length is a 400.
 """
 
@@ -272,9 +273,10 @@ class _DeadlineReader(io.RawIOBase):
 
 
 def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tuple[str, bytes]]] | None = None,
-          token: str | None = None) -> BoundedHTTPServer:
+          token: str | None = None, per_client: int = PER_CLIENT_CONNECTIONS) -> BoundedHTTPServer:
     """Start the API on a daemon thread; `extra` maps paths (e.g. /metrics) to (content type, body) makers;
-    with `token`, requests need it as a bearer token (see the module docstring)."""
+    with `token`, requests need it as a bearer token (see the module docstring); `per_client`: connections one
+    client address may hold (--api-client-connections)."""
     routes = extra or {}
     if token is not None and not token.strip():
         raise ValueError("the API's token is empty: refusing to serve without authentication (give a token, or none)")
@@ -394,7 +396,7 @@ def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tupl
             log.debug("api: " + fmt, *args)
 
     try:
-        server = BoundedHTTPServer((host, port), Handler)
+        server = BoundedHTTPServer((host, port), Handler, per_client=per_client)
     except OSError:  # the probe in listen_problem says why, with the fix
         raise CannotListen(f"cannot serve the HTTP API on {host}:{port} (--api): "
                            f"{listen_problem(f'{host}:{port}')}") from None
@@ -414,8 +416,11 @@ class BoundedHTTPServer(HTTPServer):
     request_queue_size = MAX_CONNECTIONS  # listen()'s backlog: 5 made a burst of connections wait for SYN retries
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 workers: int = MAX_WORKERS) -> None:
+                 workers: int = MAX_WORKERS, per_client: int = PER_CLIENT_CONNECTIONS) -> None:
+        if not 1 <= per_client <= MAX_CONNECTIONS:
+            raise ValueError(f"connections per client must be in [1, {MAX_CONNECTIONS}], got {per_client}")
         super().__init__(address, handler)
+        self.per_client = per_client
         self.slots = threading.BoundedSemaphore(workers)
         self.scrape_slots = threading.BoundedSemaphore(SCRAPE_WORKERS)
         self._open: dict[str, int] = {}  # client address -> connections open
@@ -424,7 +429,7 @@ class BoundedHTTPServer(HTTPServer):
 
     def _admit(self, client: str) -> bool:
         with self._open_lock:
-            if sum(self._open.values()) >= MAX_CONNECTIONS or self._open.get(client, 0) >= PER_CLIENT_CONNECTIONS:
+            if sum(self._open.values()) >= MAX_CONNECTIONS or self._open.get(client, 0) >= self.per_client:
                 return False
             self._open[client] = self._open.get(client, 0) + 1
             return True

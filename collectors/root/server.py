@@ -23,7 +23,7 @@ from collectors.common.gctune import tune_gc
 from collectors.common.keys import Key
 from collectors.delivery.runs import RunLedger
 from collectors.detectors.suite import DetectorsConfig
-from collectors.root.api import BoundedHTTPServer, RootApi, serve
+from collectors.root.api import PER_CLIENT_CONNECTIONS, BoundedHTTPServer, RootApi, serve
 from collectors.root.delivery_metrics import DeliveryMetrics
 from collectors.root.finalise import Finaliser, root_complete
 from collectors.root.forensics import DEFAULT_MAX_RANKS, DEFAULT_MAX_REQUESTS, forensics_folder
@@ -43,6 +43,7 @@ class RootConfig(TierConfig):
     durability: str = "process"  # what DURABLE promises: "process" or "power" (collectors/root/store.py)
     api: str | None = "127.0.0.1:0"  # HTTP JSON API and /metrics, HOST:PORT; None: no API
     api_token: str | None = None  # the bearer token the API requires (all but /healthz); None: none
+    api_client_connections: int = PER_CLIENT_CONNECTIONS  # API connections one client address may hold at once
     detectors: DetectorsConfig = field(default_factory=DetectorsConfig)  # docs/detectors.md; sinks included
     forensics_max_ranks: int = DEFAULT_MAX_RANKS  # ranks captured per event (docs/forensics.md)
     forensics_max_requests: int = DEFAULT_MAX_REQUESTS  # capture requests kept on disk, the oldest go first
@@ -103,7 +104,8 @@ class RootServer(Tier):
             self.remote_write.start()
         if self.config.api is not None:
             host, port = self.config.api.rsplit(":", 1)
-            self.api_server = serve(self.api, host, int(port), extra=self.wiring.routes, token=self.config.api_token)
+            self.api_server = serve(self.api, host, int(port), extra=self.wiring.routes, token=self.config.api_token,
+                                    per_client=self.config.api_client_connections)
             self.api_address = f"{host}:{self.api_server.server_address[1]}"
         self.flusher.start()
         self.retention.start()
