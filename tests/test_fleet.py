@@ -144,6 +144,13 @@ def test_a_host_index_claimed_in_two_racks_is_refused_at_the_tier_above_both_log
         assert standing["devices"] == 3 and "rack1" in standing["via"] and "rack0" in standing["held_via"]
         (line,) = [r.getMessage() for r in caplog.records if "claimed twice" in r.getMessage()]
         assert "node-x" in line and "node-b" in line and "rack1" in line and "rack0" in line
+        import urllib.request
+        with urllib.request.urlopen(f"http://{root.api_address}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        exposed = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                   if line.startswith("telemetry_fleet_")}
+        assert exposed["telemetry_fleet_index_collisions_total"] >= 1
+        assert exposed["telemetry_fleet_refused_windows_total"] >= 1
         below = [r.getMessage() for r in caplog.records if "the parent refuses" in r.getMessage()]
         assert below and all("node-x" in line for line in below)  # rack 1 refuses node-x's sources itself now
         after = max(row["idx"] for row, _ in _fleet_windows(root, "ib.symbol_error_total"))

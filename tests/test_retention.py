@@ -126,6 +126,14 @@ def test_late_seconds_are_rolled_up_again_exactly_or_dropped_and_counted(tmp_pat
     store.save([Row(Key("_fleet", metric, stored, 1000), 0, too_late, 0, 0)], {})
     retention.sweep(now_ns=(later_ms + 10_000) * 1_000_000, max_batches=10_000)
     assert retention.stats.late_dropped == 1
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from collectors.root.fleet_metrics import FleetStoreMetrics
+    registry = CollectorRegistry()
+    registry.register(FleetStoreMetrics(lambda: (retention.stats.late_rerolled, retention.stats.late_dropped),
+                                        lambda: (0, 0)))
+    text = generate_latest(registry).decode()
+    assert "telemetry_store_late_rerolled_total 4.0" in text and "telemetry_store_late_dropped_total 1.0" in text
     _assert_exact(store, {k: v for k, v in raw.items()}, metric)  # the rollups are as they were
     with closing(store.reader()) as db:
         assert db.execute("SELECT count(*) FROM windows WHERE width_ms=1000 AND idx<?",

@@ -26,6 +26,7 @@ from collectors.detectors.suite import DetectorsConfig
 from collectors.root.api import PER_CLIENT_CONNECTIONS, BoundedHTTPServer, RootApi, serve
 from collectors.root.delivery_metrics import DeliveryMetrics
 from collectors.root.finalise import Finaliser, root_complete
+from collectors.root.fleet_metrics import FleetStoreMetrics
 from collectors.root.forensics import DEFAULT_MAX_RANKS, DEFAULT_MAX_REQUESTS, forensics_folder
 from collectors.root.hosts import HostsView
 from collectors.root.remote_write import RemoteWriteConfig, RemoteWriter, remote_watermark
@@ -76,6 +77,10 @@ class RootServer(Tier):
         host = self.grpc.host
         self.wiring.metrics.registry.register(DeliveryMetrics(lambda: node.durability.unheld_releases,
                                                               lambda: host.answers_cut))
+        stats, runs = self.retention.stats, node.runs
+        self.wiring.metrics.registry.register(FleetStoreMetrics(
+            lambda: (stats.late_rerolled, stats.late_dropped),
+            lambda: (runs.fleet_collisions, runs.fleet_refused_windows)))
         self.api = RootApi(self.store, self.liveness)
         self.api.events = self.wiring.events_endpoint  # GET /api/v1/jobs/{job}/events
         self.api.forensics = self.wiring.forensics_endpoint  # GET .../events/{id}/forensics, .../forensics/{rid}

@@ -1,0 +1,43 @@
+"""The store's lifecycle and the fleet's host-index collisions on /metrics (issue 28, docs/fleet.md).
+
+One small collector (the prometheus_client model: `collect` and `describe`, registered on `RootMetrics.registry`
+by `RootServer`), reading counters that live where the work is done: the retention sweep's (late data rolled up
+again, or dropped past its raw retention) and the root's run ledger's (host indexes two hosts claimed, and the
+fleet windows refused for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+REROLLED = ("telemetry_store_late_rerolled", "Rollups (1 min, 1 h) made again because late data reached their "
+            "members after they were rolled up.")
+DROPPED = ("telemetry_store_late_dropped", "Raw 1 s (or 1 min) windows that came later than their period's raw "
+           "retention: deleted, never rolled up (docs/fleet.md, Retention).")
+COLLISIONS = ("telemetry_fleet_index_collisions", "Fleet host indexes a child named for another host than the one "
+              "holding them at the root (one per child and index; docs/fleet.md, Bad input).")
+REFUSED = ("telemetry_fleet_refused_windows", "Fleet windows the root refused because they held sources of a host "
+           "index another host holds.")
+
+
+class FleetStoreMetrics(Collector):
+    """Reads the counters each scrape: `late()` -> (rerolled, dropped), `collisions()` -> (seen, refused windows)."""
+
+    def __init__(self, late: Callable[[], tuple[int, int]], collisions: Callable[[], tuple[int, int]]) -> None:
+        self.late = late
+        self.collisions = collisions
+
+    def describe(self) -> Iterable[CounterMetricFamily]:
+        return [CounterMetricFamily(*spec) for spec in (REROLLED, DROPPED, COLLISIONS, REFUSED)]
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        values = (*self.late(), *self.collisions())
+        families = []
+        for spec, value in zip((REROLLED, DROPPED, COLLISIONS, REFUSED), values):
+            family = CounterMetricFamily(*spec)
+            family.add_metric([], value)
+            families.append(family)
+        return families
