@@ -206,6 +206,10 @@ def window_options(deadline_factor: float) -> list:
         click.option("--window-budget-mb", type=click.IntRange(min=1), default=512, show_default=True,
                      help="MiB of windows this tier holds in memory. Past it, windows already durable are forgotten "
                           "early (no loss); only if none is left is unstored data dropped (dropped_windows)."),
+        click.option("--outbox-budget-mb", type=click.IntRange(min=1), default=256, show_default=True,
+                     help="MiB of units (their wire size) an agent or collector keeps for its parent until they are "
+                          "durable, e.g. while the parent is away. Past it the oldest are dropped (dropped_windows, "
+                          "their ranks told). Not used by the root."),
         *lifecycle_options,
     ]
 
@@ -267,8 +271,9 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
           parent_ca: str | None, parent_cert: str | None, parent_key: str | None, parent_token: str | None,
           parent_token_file: str | None, parent_server_name: str | None, allow_insecure_token: bool,
           deadline_floor: float,
-          deadline_factor: float, stuck_after: float, max_metrics: int, window_budget_mb: int, max_world_size: int,
-          job_idle_timeout: float, max_ranks: int, gpu_probe: bool, nic_probe: bool,
+          deadline_factor: float, stuck_after: float, max_metrics: int, window_budget_mb: int,
+          outbox_budget_mb: int, max_world_size: int, job_idle_timeout: float, max_ranks: int, gpu_probe: bool,
+          nic_probe: bool,
           probe_interval: float, sysfs_root: str, nic_exclude: tuple[str, ...], nvlink_every: int, host_id: str,
           host_index: int | None, host_registry: str | None, capture_timeout: float, verbose: int) -> None:
     """Run the node agent: ranks on this host stream to it; it forwards sealed step summaries to --parent."""
@@ -297,7 +302,8 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
         allowed_uids=allowed_uids,
         node_id=node_id, parent_security=security, deadline_floor_s=deadline_floor,
         deadline_factor=deadline_factor, stuck_after_s=stuck_after, max_metrics_per_job=max_metrics,
-        window_budget_bytes=window_budget_mb << 20, max_ranks=max_ranks, job_idle_timeout_s=job_idle_timeout,
+        window_budget_bytes=window_budget_mb << 20, outbox_budget_bytes=outbox_budget_mb << 20, max_ranks=max_ranks,
+        job_idle_timeout_s=job_idle_timeout,
         max_world_size=max_world_size, gpu_probe=gpu_probe,
         nic_probe=nic_probe, probe_interval_s=probe_interval,
         sysfs_root=sysfs_root, nic_exclude=tuple(nic_exclude) or DEFAULT_NIC_EXCLUDE, nvlink_every=nvlink_every,
@@ -356,7 +362,8 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               tls_key: str | None, tls_client_ca: str | None, token: str | None, token_file: str | None, db: str,
               api: str, api_token: str | None, api_token_file: str | None, api_client_connections: int,
               deadline_floor: float | None,
-              deadline_factor: float, max_metrics: int, window_budget_mb: int, retention: tuple[str, ...],
+              deadline_factor: float, max_metrics: int, window_budget_mb: int, outbox_budget_mb: int,
+              retention: tuple[str, ...],
               durability: str, max_world_size: int, job_idle_timeout: float, max_children: int,
               detectors_config: str | None, verbose: int, **remote_write: Any) -> None:
     """Run a collector (rack or cluster tier); with no --parent it is the root (store, API)."""
@@ -408,7 +415,8 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
         listen=listen, parents=[*parents, *fallbacks], node_id=node_id, security=security,
         parent_security=parent_security, deadline_floor_s=3.0 if deadline_floor is None else deadline_floor,
         deadline_factor=deadline_factor, max_metrics_per_job=max_metrics, max_children=max_children,
-        job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size, window_budget_bytes=window_budget_mb << 20)
+        job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size, window_budget_bytes=window_budget_mb << 20,
+        outbox_budget_bytes=outbox_budget_mb << 20)
     _serve(signals, lambda: CollectorServer(config),
            lambda server: {"role": "collector", "id": server.node.node_id, "address": server.address, "api": None})
 

@@ -1,17 +1,21 @@
-"""Bounds that hold (issue 27 item 3): a stream's reply queue, the event log's per-job counts."""
+"""Bounds that hold (issue 27 item 3): a stream's reply queue, the event log's per-job counts, the outbox in
+bytes."""
 
 from __future__ import annotations
 
 import os
 
 import grpc
+import numpy as np
 import pytest
+from pyroaring import BitMap
 
 import telemetry
 from collectors.common import aioserve
+from collectors.delivery.outbox import Unit
 from collectors.detectors.events import EventLog
-from helpers_tree import make_agent, stop_all, wait_for
-from telemetry.v1 import ingest_pb2, ingest_pb2_grpc
+from helpers_tree import make_agent, stop_all, summary_of, wait_for
+from telemetry.v1 import forward_pb2, ingest_pb2, ingest_pb2_grpc
 
 
 @pytest.fixture
@@ -75,3 +79,62 @@ def test_event_totals_forget_a_finished_job_and_come_back_from_the_table(tmp_pat
     again.close_job("b")
     assert again.totals() == {}
     again.close()
+
+
+# ---------------------------------------------------------------- the outbox, in bytes
+class _Outbox:
+    """What Upstream hands its outbox, recorded (the wire size it estimated, and the message)."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[object, int | None]] = []
+        self.on_drop = None
+        self.resent = self.connections = 0
+
+    def submit(self, message, payload, nbytes=None):
+        self.submitted.append((message, nbytes))
+        return Unit(len(self.submitted), message, payload, nbytes or 0)
+
+
+def test_upstream_weighs_a_unit_by_its_wire_size_without_serialising_it_twice():
+    """The outbox's budget is in bytes: Upstream adds up each window's summary bytes (which to_proto parses
+    anyway) and the small parts' sizes, instead of ByteSize() (a second serialisation of a unit that can hold
+    megabytes). The estimate is within 10 % of the real size, for small and wide windows."""
+    from collectors.common.keys import Key
+    from collectors.delivery.node import Node, RankView, Upstream
+    from collectors.delivery.windows import Deadlines, Part
+
+    node = Node("agent0", Deadlines(), ack_down=lambda *a, **k: None)
+    outbox = _Outbox()
+    node.sink = Upstream(node, lambda on_ack: outbox)
+    node.complete = lambda win: True
+    node.own_ranks = {"j": RankView(alive=BitMap(range(1024)), world_size=1024,
+                                    hosts={r: "host-a" for r in range(1024)})}
+    rng = np.random.default_rng(0)
+    for metric, sources in (("narrow", 8), ("wide", 1024)):
+        for step in range(20):
+            node.offer(Part(Key("j", metric, step), [("r", step)], BitMap(range(sources)),
+                            built=summary_of({r: float(v) for r, v in enumerate(rng.random(sources))})), sources)
+    node.flush()
+    (message, nbytes), = outbox.submitted
+    real = message.ByteSize()
+    assert abs(nbytes - real) <= 0.1 * real, (nbytes, real)
+
+
+def test_the_outbox_budget_is_in_bytes_one_big_unit_weighs_many_small(tmp_path):
+    """Past the budget, the oldest units go however many they are: one unit of 64 windows weighs as much as
+    64 units of one, and goes as soon as the small ones that follow fill the budget."""
+    from collectors.delivery.outbox import Outbox
+    from helpers_tree import window
+
+    def unit(steps):
+        return forward_pb2.SummaryBatch(windows=[window("ob", "loss", s, {0: 1.0}) for s in steps])
+    small = unit([1]).ByteSize()
+    dropped: list[int] = []
+    outbox = Outbox("bounded", ["127.0.0.1:9"], None, lambda u, a: None, max_bytes=70 * small,
+                    on_drop=lambda u: dropped.append(u.seq))  # never started: nothing leaves
+    outbox.submit(unit(range(64)), payload=[])
+    for step in range(10):
+        outbox.submit(unit([100 + step]), payload=[])
+    assert dropped == [1], "the big unit went, not ten small ones"
+    assert outbox.dropped_bytes == unit(range(64)).ByteSize()
+    assert outbox.pending() == 10

@@ -291,12 +291,14 @@ def test_outbox_is_bounded_drops_oldest_and_counts():
         if ack.status == DURABLE:
             outbox.forget(unit.seq)
 
-    outbox = Outbox("bounded", [parent.address], None, on_ack, max_units=3, on_drop=lambda u: dropped.append(u.seq))
+    one = forward_pb2.SummaryBatch(windows=[window("ob", "loss", 1, {0: 1.0})]).ByteSize()
+    outbox = Outbox("bounded", [parent.address], None, on_ack, max_bytes=3 * one + one // 2,
+                    on_drop=lambda u: dropped.append(u.seq))  # room for three units
     try:
         for step in range(1, 6):
             outbox.submit(forward_pb2.SummaryBatch(windows=[window("ob", "loss", step, {0: 1.0})]), payload=[])
         assert outbox.pending() == 3
-        assert outbox.dropped_units == 2
+        assert outbox.dropped_units == 2 and outbox.dropped_bytes == 2 * one
         assert dropped == [1, 2], "the oldest units go first"
         outbox.start()
         wait_for(lambda: outbox.pending() == 0, 10, what="the kept units to be acknowledged")
@@ -312,7 +314,7 @@ def test_outbox_drop_is_exported_in_the_counters_sent_up(tmp_path):
     parent = FakeParent(durable=False)  # receives, never makes anything durable: the outbox fills
     agent = AgentServer(AgentConfig(parents=[parent.address], socket=tmp_path / "a.sock", node_id="agent0",
                                     **FAST_AGENT))
-    agent.upstream.outbox.max_units = 2
+    agent.upstream.outbox.max_bytes = 1024  # a unit or two
     agent.start()
     runs = []
     try:

@@ -25,7 +25,7 @@ from collectors.common.transport import CannotListen, Security
 from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, DEFAULT_MAX_WORLD_SIZE, MetricBudget
 from collectors.delivery.lifecycle import DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, JobLifecycle
 from collectors.delivery.node import Node, Upstream
-from collectors.delivery.outbox import Outbox
+from collectors.delivery.outbox import DEFAULT_OUTBOX_BYTES, Outbox
 from collectors.delivery.windows import DEFAULT_WINDOW_BUDGET_BYTES, Deadlines
 from telemetry.sdk.env import default_socket
 from telemetry.v1 import ingest_pb2_grpc
@@ -49,6 +49,7 @@ class AgentConfig:
     max_metrics_per_job: int = DEFAULT_MAX_METRICS_PER_JOB
     retain_s: float = 120.0
     window_budget_bytes: int = DEFAULT_WINDOW_BUDGET_BYTES  # --window-budget-mb (WindowTable)
+    outbox_budget_bytes: int = DEFAULT_OUTBOX_BYTES  # --outbox-budget-mb: units kept for the parent (Outbox)
     max_ranks: int = DEFAULT_MAX_RANKS  # concurrent rank streams; past it a stream is refused (RESOURCE_EXHAUSTED)
     job_idle_timeout_s: float = DEFAULT_JOB_IDLE_TIMEOUT_S  # a job nothing arrived of for this long is forgotten
     max_world_size: int = DEFAULT_MAX_WORLD_SIZE  # a rank declaring a larger world is refused at its hello
@@ -84,7 +85,7 @@ class AgentServer:
                          window_budget_bytes=config.window_budget_bytes)
         self.node.complete = lambda win: True  # the agent's intake decides when a step is sealed
         self.upstream = Upstream(self.node, lambda on_ack: Outbox(node_id, config.parents, config.parent_security,
-                                                                  on_ack))
+                                                                  on_ack, max_bytes=config.outbox_budget_bytes))
         self.node.sink = self.upstream
         self.registry = RankRegistry(config.stuck_after_s, reap=config.reap_rank_children,
                                      max_world_size=config.max_world_size)

@@ -14,7 +14,7 @@ from collectors.common.fingerprints import FingerprintTable
 from collectors.common.gctune import tune_gc
 from collectors.common.transport import Security
 from collectors.delivery.node import Upstream
-from collectors.delivery.outbox import Outbox
+from collectors.delivery.outbox import DEFAULT_OUTBOX_BYTES, Outbox
 from telemetry.v1 import forensics_pb2
 
 
@@ -22,6 +22,7 @@ from telemetry.v1 import forensics_pb2
 class CollectorConfig(TierConfig):
     parents: list[str] = field(default_factory=list)  # the parent first, then fallbacks; at least one
     parent_security: Security | None = None
+    outbox_budget_bytes: int = DEFAULT_OUTBOX_BYTES  # --outbox-budget-mb: units kept for the parent (Outbox)
 
 
 class CollectorServer(Tier):
@@ -35,7 +36,7 @@ class CollectorServer(Tier):
         super().__init__(config, "collector")
         node_id = self.node.node_id
         self.upstream = Upstream(self.node, lambda on_ack: Outbox(node_id, config.parents, config.parent_security,
-                                                                  on_ack))
+                                                                  on_ack, max_bytes=config.outbox_budget_bytes))
         self.node.sink = self.upstream
         self.fingerprints = FingerprintTable()
         self.upstream.fingerprints = self.fingerprints

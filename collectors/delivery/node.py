@@ -36,10 +36,12 @@ from collectors.delivery.windows import (
     Window,
     WindowTable,
 )
-from telemetry.v1 import forensics_pb2, forward_pb2
+from telemetry.v1 import forensics_pb2, forward_pb2, summary_pb2
 
 log = logging.getLogger(__name__)
 
+WINDOW_WIRE_BYTES = 96  # a WindowSummary beside its summary: the key (job, metric, index, width), expected, late
+COUNTERS_WIRE_BYTES = 128  # a unit's sender id, seq and counters
 COUNTER_FIELDS = ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late", "bad_inputs",
                   "refused_streams", "late_dropped")
 
@@ -446,8 +448,11 @@ class Upstream:
 
     def _send(self, node: Node, parts: list[tuple[Window, OutPart]], now: float) -> None:
         message = forward_pb2.SummaryBatch()
+        nbytes = 0  # the unit's wire size, for the outbox's byte budget, added up here (ByteSize() serialises)
         for _, out in parts:
-            message.windows.add(key=out.key.to_proto(), summary=out.summary.to_proto(),
+            data = out.summary.to_bytes()  # what to_proto() parses: the size comes free
+            nbytes += len(data) + WINDOW_WIRE_BYTES
+            message.windows.add(key=out.key.to_proto(), summary=summary_pb2.Summary.FromString(data),
                                 expected=out.expected, late=out.late)
         jobs = sorted(node.jobs())
         for job, (hosts, processes) in zip(jobs, self._host_deltas(node, jobs)):
@@ -460,7 +465,9 @@ class Upstream:
         counters["resent"] += self.outbox.resent
         for name, value in counters.items():
             setattr(message.counters, name, value)
-        unit = self.outbox.submit(message, [out for _, out in parts])
+        for extras in (message.ranks, message.captures, message.exits, message.fingerprints):
+            nbytes += sum(item.ByteSize() for item in extras)
+        unit = self.outbox.submit(message, [out for _, out in parts], nbytes + COUNTERS_WIRE_BYTES)
         for win, out in parts:
             win.inflight[unit.seq] = out
             win.forwarded = True

@@ -30,23 +30,36 @@ log = logging.getLogger(__name__)
 
 POLLER_SLICE_S = 0.25  # a little more than the 0.2 s grpc's connectivity poller waits per watch
 UNREACHABLE_WARN_EVERY_S = 30.0  # while no parent answers, how often the tier says so
+DEFAULT_OUTBOX_BYTES = 256 << 20  # --outbox-budget-mb: what a tier keeps for its parent while it is away
+
 
 @dataclass
 class Unit:
     seq: int
     message: forward_pb2.SummaryBatch
     payload: object  # the node's own record of what the unit holds (its OutParts)
+    nbytes: int = 0  # what it weighs against the outbox's budget: its wire size (estimated by the caller)
+
+
+def _nbytes(unit: Unit) -> int:
+    return unit.nbytes
 
 
 class Outbox:
-    """Numbered, retained, resent units to a parent; callbacks run on the outbox thread."""
+    """Numbered, retained, resent units to a parent; callbacks run on the outbox thread.
+
+    Bounded in bytes (`max_bytes`: the units' wire sizes; --outbox-budget-mb): past it the oldest units are
+    dropped, counted (`dropped_units`, `dropped_bytes`; the node counts their windows as dropped_windows and
+    tells their senders), the newest always kept."""
 
     def __init__(self, sender_id: str, parents: list[str], security: Security | None,
                  on_ack: Callable[[Unit, forward_pb2.Ack], None],
-                 max_units: int = 100_000, on_drop: Callable[[Unit], None] | None = None,
+                 max_bytes: int = DEFAULT_OUTBOX_BYTES, on_drop: Callable[[Unit], None] | None = None,
                  connect_timeout_s: float = 2.0, warn_every_s: float = UNREACHABLE_WARN_EVERY_S) -> None:
         if not parents:
             raise ValueError("an outbox needs at least one parent address")
+        if max_bytes < 1:
+            raise ValueError(f"an outbox budget of {max_bytes} bytes holds nothing")
         self.sender_id = sender_id
         self.parents = parents
         self.security = security
@@ -54,9 +67,10 @@ class Outbox:
         self.on_drop = on_drop
         # Capture requests the parent sends down (on Acks with seq 0); called on the outbox thread.
         self.on_requests: Callable[[list[forensics_pb2.CaptureRequest]], None] | None = None
-        self.max_units = max_units
+        self.max_bytes = max_bytes
         self.connect_timeout_s = connect_timeout_s
-        self._unacked: RetainingStream[Unit] = RetainingStream()  # its lock guards _call and connected_to too
+        # Its lock guards _call and connected_to too.
+        self._unacked: RetainingStream[Unit] = RetainingStream(_nbytes)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"outbox-{sender_id}", daemon=True)
         self._call: grpc.Future[Any] | None = None
@@ -64,6 +78,8 @@ class Outbox:
         self.connected_to: str | None = None
         self.resent = 0
         self.dropped_units = 0
+        self.dropped_bytes = 0
+        self._drop_log = RateLimitedLog(log)
         self.connections = 0
         # No parent answers: said at once, then every warn_every_s until one does (and then that it does).
         self._unreachable_log = RateLimitedLog(log, warn_every_s)
@@ -72,17 +88,24 @@ class Outbox:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, message: forward_pb2.SummaryBatch, payload: object) -> Unit:
-        """Number, retain and send a unit (sent on the current stream, or on the next one)."""
+    def submit(self, message: forward_pb2.SummaryBatch, payload: object, nbytes: int | None = None) -> Unit:
+        """Number, retain and send a unit (sent on the current stream, or on the next one). `nbytes`: its wire
+        size if the caller knows it (Upstream adds it up as it builds the message); else measured here
+        (ByteSize() serialises: ~4x a SerializeToString of the unit)."""
+        size = message.ByteSize() if nbytes is None else nbytes
+
         def number(seq: int) -> Unit:
             message.sender_id = self.sender_id
             message.seq = seq
-            return Unit(seq, message, payload)
+            return Unit(seq, message, payload, size)
 
-        unit, dropped = self._unacked.add(number, self.max_units)
+        unit, dropped = self._unacked.add(number, self.max_bytes)
         for lost in dropped:
             self.dropped_units += 1
-            log.warning("outbox full: dropped unit %d (%d windows)", lost.seq, len(lost.message.windows))
+            self.dropped_bytes += lost.nbytes
+            self._drop_log.warn("outbox over its budget (%d bytes, --outbox-budget-mb): dropped unit %d (%d windows, "
+                                "%d bytes; %d units dropped so far)", self.max_bytes, lost.seq,
+                                len(lost.message.windows), lost.nbytes, self.dropped_units)
             if self.on_drop:
                 self.on_drop(lost)
         return unit
