@@ -562,6 +562,7 @@ def shutil_copy(src: str, dst: str) -> None:
 main.add_command(__import__("collectors.dashboards_cli", fromlist=["dashboards"]).dashboards)  # telemetry dashboards
 main.add_command(__import__("collectors.watch_cli", fromlist=["watch"]).watch)  # telemetry watch
 main.add_command(__import__("collectors.forensics_cli", fromlist=["forensics"]).forensics)  # telemetry forensics
+main.add_command(__import__("collectors.detectors_cli", fromlist=["detectors"]).detectors)  # telemetry detectors
 main.add_command(__import__("collectors.deploy_cli", fromlist=["deploy"]).deploy)  # telemetry deploy
 main.add_command(__import__("collectors.doctor_cli", fromlist=["doctor"]).doctor)  # telemetry doctor
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from collectors.common.attempts import split
 from collectors.common.rows import Row
 from collectors.detectors.base import Context, Detector, from_mapping
 from collectors.detectors.collective_mismatch import CollectiveMismatchConfig, CollectiveMismatchDetector
@@ -31,6 +32,7 @@ from collectors.detectors.hardware import HardwareConfig, HardwareDetector
 from collectors.detectors.loss_spike import LossSpikeConfig, LossSpikeDetector
 from collectors.detectors.mfu_drop import MfuDropConfig, MfuDropDetector
 from collectors.detectors.nonfinite import NonfiniteConfig, NonfiniteDetector
+from collectors.detectors.settings import RuntimeSettings
 from collectors.detectors.straggler import StragglerConfig, StragglerDetector
 
 log = logging.getLogger(__name__)
@@ -72,45 +74,153 @@ class DetectorsConfig:
         return cls.from_mapping(data)
 
 
+# Every detector by its section's name, in the order a row is offered to them.
+BUILDERS: dict[str, Any] = {
+    "straggler": StragglerDetector, "loss_spike": LossSpikeDetector, "nonfinite": NonfiniteDetector,
+    "mfu_drop": MfuDropDetector, "dataloader_stall": DataloaderStallDetector, "hardware": HardwareDetector,
+    "hang": HangDetector, "collective_mismatch": CollectiveMismatchDetector, "crash": CrashDetector,
+}
+
+
+class NotedEvents:
+    """The event log as one detector instance sees it: every event it raises records the runtime overrides the
+    instance runs under (`detail.settings`, settings.py); everything else is the log's."""
+
+    def __init__(self, events: EventLog, note: dict[str, Any]) -> None:
+        self._events = events
+        self._note = note
+
+    def raise_(self, kind: str, job: str, **kwargs: Any) -> Any:
+        kwargs["detail"] = {**(kwargs.get("detail") or {}), "settings": self._note}
+        return self._events.raise_(kind, job, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._events, name)
+
+
 class Detectors:
     """Routes finalised rows to the detectors that want them; one lock around all detector state.
+
+    Settings (docs/detectors.md, settings.py): every job runs with the start-up `config` and the all-jobs
+    override, through one shared instance of each detector; a job with an override of its own that changes a
+    detector's section gets its own instance of that detector (the others stay shared). `apply_settings()`
+    after a change rebuilds only the instances whose section changed (the rest keep their state); a job moved
+    to another instance starts that detector's state afresh, and a detector switched off closes the job's open
+    events of its kind.
 
     Lock order: the caller of `on_rows` may hold the node's lock (the flush thread does); `check` takes
     the liveness views *before* it is called, so this lock is never held while asking for the node's.
     """
 
     def __init__(self, events: EventLog, config: DetectorsConfig | None = None,
-                 context: Context | None = None) -> None:
-        self.config = config or DetectorsConfig()
+                 context: Context | None = None, settings: RuntimeSettings | None = None) -> None:
+        self.base = config or DetectorsConfig()  # the start-up configuration
+        self.settings = settings or RuntimeSettings(None)
         self.events = events
         self.context = context or Context()
         self.lock = threading.Lock()
-        c, ctx = self.config, self.context
-        self.hang = HangDetector(events, ctx, c.hang) if c.hang.enabled else None
-        self.mismatch = (CollectiveMismatchDetector(events, ctx, c.collective_mismatch)
-                         if c.collective_mismatch.enabled else None)
-        self.crash = CrashDetector(events, ctx, c.crash) if c.crash.enabled else None
-        candidates: list[Detector | None] = [
-            StragglerDetector(events, ctx, c.straggler) if c.straggler.enabled else None,
-            LossSpikeDetector(events, ctx, c.loss_spike) if c.loss_spike.enabled else None,
-            NonfiniteDetector(events, ctx, c.nonfinite) if c.nonfinite.enabled else None,
-            MfuDropDetector(events, ctx, c.mfu_drop) if c.mfu_drop.enabled else None,
-            DataloaderStallDetector(events, ctx, c.dataloader_stall) if c.dataloader_stall.enabled else None,
-            HardwareDetector(events, ctx, c.hardware) if c.hardware.enabled else None,
-            self.hang,
-            self.mismatch,
-            self.crash,
-        ]
-        self.detectors: list[Detector] = [d for d in candidates if d is not None]
         self.errors = 0
+        self.config = self.base  # the all-jobs configuration in force (start-up + all-jobs override)
+        self.shared: dict[str, Detector | None] = {}
+        self.own: dict[str, dict[str, Detector | None]] = {}   # job name -> section -> its own instance
+        self.own_config: dict[str, DetectorsConfig] = {}
+        self.seen: set[str] = set()  # the jobs (scoped names) rows were routed for
+        with self.lock:
+            self._rebuild()
 
+    # ----------------------------------------------------------------- instances
+    @property
+    def detectors(self) -> list[Detector]:
+        """The shared instances switched on (those of every job without overrides), in dispatch order."""
+        return [d for d in self.shared.values() if d is not None]
+
+    @property
+    def hang(self) -> HangDetector | None:
+        return self.shared.get("hang")  # type: ignore[return-value]  # BUILDERS["hang"] is HangDetector
+
+    @property
+    def mismatch(self) -> CollectiveMismatchDetector | None:
+        return self.shared.get("collective_mismatch")  # type: ignore[return-value]  # built from its class
+
+    @property
+    def crash(self) -> CrashDetector | None:
+        return self.shared.get("crash")  # type: ignore[return-value]  # never overridden (settings.py)
+
+    def _build(self, section: str, config: Any, job: str | None) -> Detector | None:
+        if not config.enabled:
+            return None
+        note = self.settings.note(section, job)
+        events: Any = NotedEvents(self.events, note) if note else self.events
+        detector: Detector = BUILDERS[section](events, self.context, config)
+        return detector
+
+    def instance(self, job: str, section: str) -> Detector | None:
+        """The instance judging `section` for `job` (a scoped name: job@attempt), None when it is switched off."""
+        own = self.own.get(split(job)[0])
+        return own[section] if own is not None and section in own else self.shared[section]
+
+    def _instances(self, job: str) -> list[Detector]:
+        own = self.own.get(split(job)[0])
+        if own is None:
+            return self.detectors
+        found = [own[s] if s in own else self.shared[s] for s in BUILDERS]
+        return [d for d in found if d is not None]
+
+    def _distinct(self, section: str) -> list[Any]:
+        found = [self.shared[section], *(own[section] for own in self.own.values() if section in own)]
+        return [d for d in found if d is not None]
+
+    def apply_settings(self) -> None:
+        """After RuntimeSettings changed: rebuild what changed (see the class docstring)."""
+        with self.lock:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        before = {(job, s): self.instance(job, s) for job in self.seen for s in BUILDERS} if self.shared else {}
+        config = self.settings.effective(self.base)
+        shared: dict[str, Detector | None] = {}
+        for section in BUILDERS:
+            wanted = getattr(config, section)
+            if section in self.shared and getattr(self.config, section) == wanted:
+                shared[section] = self.shared[section]
+            else:
+                shared[section] = self._build(section, wanted, None)
+        own: dict[str, dict[str, Detector | None]] = {}
+        own_config: dict[str, DetectorsConfig] = {}
+        for job in self.settings.jobs():
+            mine = self.settings.effective(self.base, job)
+            own_config[job] = mine
+            own[job] = {}
+            for section in BUILDERS:
+                wanted = getattr(mine, section)
+                if wanted == getattr(config, section):
+                    continue  # as every job: the shared instance
+                old = self.own.get(job, {})
+                if section in old and getattr(self.own_config[job], section) == wanted:
+                    own[job][section] = old[section]
+                else:
+                    own[job][section] = self._build(section, wanted, job)
+        self.config, self.shared, self.own, self.own_config = config, shared, own, own_config
+        for (job, section), old_instance in before.items():
+            new_instance = self.instance(job, section)
+            if new_instance is old_instance:
+                continue
+            if old_instance is not None:
+                old_instance.forget(job)  # its state of this job is the new instance's no more
+            if new_instance is None:
+                for event in self.events.open_events(job, section):
+                    self.events.clear(section, job, event.key, detail={"closed_because": "detector switched off"})
+
+    # ----------------------------------------------------------------- feeding
     def on_rows(self, rows: list[Row]) -> None:
         # One flush may finalise several steps in any order; detectors judge steps in order (a step older
         # than one already judged is skipped by the step detectors, so order within the batch matters).
         ordered = sorted(rows, key=lambda r: (r.key.width_ms, r.key.index))
         with self.lock:
             for row in ordered:
-                for detector in self.detectors:
+                job = row.key.job
+                self.seen.add(job)
+                for detector in self._instances(job):
                     if not detector.wants(row):
                         continue
                     try:
@@ -121,11 +231,15 @@ class Detectors:
 
     def on_fingerprints(self, job: str, merged: list) -> None:
         """Merged collective fingerprints of `job` (scoped name) that changed at the root: judged at once."""
-        if self.mismatch is None or not merged:
+        if not merged:
             return
         with self.lock:
+            mismatch: Any = self.instance(job, "collective_mismatch")
+            if mismatch is None:
+                return
+            self.seen.add(job)
             try:
-                self.mismatch.observe_fingerprints(job, merged)
+                mismatch.observe_fingerprints(job, merged)
             except Exception:
                 self.errors += 1
                 log.exception("collective mismatch detector failed on %s", job)
@@ -144,23 +258,27 @@ class Detectors:
     def forget(self, job: str) -> None:
         """A finished job leaves every detector; its events still open are closed."""
         with self.lock:
-            for detector in self.detectors:
-                detector.forget(job)
+            for section in BUILDERS:
+                for detector in self._distinct(section):
+                    detector.forget(job)
+            self.seen.discard(job)
         self.events.close_job(job)
 
     def jobs(self) -> list[str]:
         with self.lock:
-            jobs = self.hang.jobs() if self.hang is not None else []
-            return jobs + [job for job in self.crash.jobs() if job not in jobs] if self.crash is not None else jobs
+            jobs: list[str] = []
+            for detector in [*self._distinct("hang"), *self._distinct("crash")]:
+                jobs += [job for job in detector.jobs() if job not in jobs]
+            return jobs
 
     def check(self, live: dict[str, dict]) -> None:
         """Periodic checks (hang); `live` maps job -> liveness view, fetched without this lock held."""
         with self.lock:
             try:
-                if self.hang is not None:
-                    self.hang.check(live)
-                if self.mismatch is not None:
-                    self.mismatch.check()
+                for hang in self._distinct("hang"):
+                    hang.check(live)
+                for mismatch in self._distinct("collective_mismatch"):
+                    mismatch.check()
                 if self.crash is not None:
                     self.crash.check(live)
             except Exception:

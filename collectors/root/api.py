@@ -10,6 +10,9 @@ GET /api/v1/jobs/{job}/forensics/{request_id}     the captures an on-demand requ
 POST /api/v1/jobs/{job}/forensics                 {"ranks": [...], "attempt": N}: ask for captures now
 GET /api/v1/hosts?metric=M&k=N                     the fleet's hosts, the worst of the latest second (hosts.py)
 GET /api/v1/hosts/{host}?seconds=N                 one host's devices, recent readings and events
+GET /api/v1/detectors                              the detectors' settings: all jobs' override, each job's, in force
+POST /api/v1/detectors                             {"section": {"option": value or null}}: change them for all jobs
+GET|POST /api/v1/jobs/{job}/detectors              the same for one job (docs/detectors.md, runtime settings)
 GET /healthz
 
 With a token (`--api-token-file`), every path but /healthz (which says nothing but "up") needs
@@ -80,6 +83,7 @@ class RootApi:
         self.forensics: Callable[[str, str], object] | None = None                # set by root.wiring
         self.ask_forensics: Callable[[str, object], object] | None = None         # set by root.wiring
         self.hosts: Callable[[list[str], dict[str, list[str]]], object] | None = None  # root/hosts.py HostsView
+        self.detector_settings: Callable[[str | None, object | None], object] | None = None  # set by root.wiring
 
     def jobs(self) -> list[dict[str, object]]:
         """One entry per job (its attempts together): its latest attempt (the last adopted, adoption.py) and that
@@ -181,6 +185,8 @@ class RootApi:
             return {"ok": True}
         if parts[:3] == ["api", "v1", "hosts"] and self.hosts is not None:
             return self.hosts(parts[3:], query)
+        if parts == ["api", "v1", "detectors"] and self.detector_settings is not None:
+            return self.detector_settings(None, None)
         if parts[:2] != ["api", "v1"] or len(parts) < 3 or parts[2] != "jobs":
             raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")
         if len(parts) == 3:
@@ -205,6 +211,8 @@ class RootApi:
             return self.goodput(job)
         if len(parts) == 5 and parts[4] == "events" and self.events is not None:
             return self.events(job, query)
+        if len(parts) == 5 and parts[4] == "detectors" and self.detector_settings is not None:
+            return self.detector_settings(job, None)
         if self.forensics is not None:
             if len(parts) == 7 and parts[4] == "events" and parts[6] == "forensics":
                 if not parts[5].isdigit() or len(parts[5]) > 19:
@@ -214,11 +222,16 @@ class RootApi:
                 return self.forensics(job, parts[5])
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")
 
-    def handle_post(self, path: str, body: bytes) -> object:
+    def handle_post(self, path: str, body: bytes) -> tuple[HTTPStatus, object]:
         parts = [unquote(p) for p in path.strip("/").split("/")]
         if (len(parts) == 5 and parts[:3] == ["api", "v1", "jobs"] and parts[4] == "forensics"
                 and self.ask_forensics is not None):
-            return self.ask_forensics(parts[3], parse_json_body(body))
+            return HTTPStatus.ACCEPTED, self.ask_forensics(parts[3], parse_json_body(body))
+        if self.detector_settings is not None:  # changed now: 200, with what the detectors run with
+            if parts == ["api", "v1", "detectors"]:
+                return HTTPStatus.OK, self.detector_settings(None, parse_json_body(body))
+            if len(parts) == 5 and parts[:3] == ["api", "v1", "jobs"] and parts[4] == "detectors":
+                return HTTPStatus.OK, self.detector_settings(parts[3], parse_json_body(body))
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint: POST {path}")
 
 
@@ -347,8 +360,8 @@ def serve(api: RootApi, host: str, port: int, extra: dict[str, Callable[[], tupl
                 if len(body) < length:
                     raise ApiError(HTTPStatus.BAD_REQUEST, f"the body has {len(body)} bytes; its Content-Length "
                                                            f"said {length}")
-                payload = api.handle_post(path, body)
-                self._send(HTTPStatus.ACCEPTED, "application/json", json.dumps(payload).encode())
+                status, payload = api.handle_post(path, body)
+                self._send(status, "application/json", json.dumps(payload).encode())
             except ApiError as exc:
                 self._send(exc.status, "application/json", json.dumps({"error": str(exc)}).encode(), exc.headers)
             except Exception:

@@ -86,6 +86,7 @@ class RootServer(Tier):
         self.api.forensics = self.wiring.forensics_endpoint  # GET .../events/{id}/forensics, .../forensics/{rid}
         self.api.ask_forensics = self.wiring.ask_forensics  # POST /api/v1/jobs/{job}/forensics
         self.api.hosts = HostsView(self.store, self.node).handle  # GET /api/v1/hosts[/{host}]
+        self.api.detector_settings = self.wiring.detector_settings  # GET/POST [jobs/{job}/]detectors
         self.remote_write: RemoteWriter | None = None
         if config.remote_write is not None and config.remote_write.urls:
             self.remote_write = RemoteWriter(config.remote_write, self.store.reader, self.wiring.events.totals,

@@ -23,6 +23,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import asdict
 from http import HTTPStatus
 from pathlib import Path
 from typing import Protocol
@@ -35,7 +36,8 @@ from collectors.common.rows import Row
 from collectors.delivery.node import Node, RankView
 from collectors.detectors.base import Context
 from collectors.detectors.events import Event, EventLog, make_sinks
-from collectors.detectors.suite import Detectors, DetectorsConfig
+from collectors.detectors.settings import RuntimeSettings, SettingsError
+from collectors.detectors.suite import BUILDERS, Detectors, DetectorsConfig
 from collectors.root.adoption import Adoption
 from collectors.root.api import MAX_LAST, ApiError
 from collectors.root.capture_limits import Busy
@@ -91,7 +93,8 @@ class Wiring:
         node = tier.node
         context = Context(hosts_of=lambda job: self.hosts.get(job, {}), latest_step_of=self.latest.get,
                           jobs_known=lambda: list(self.hosts), world_of=lambda job: node.states(job).world_size)
-        self.detectors = Detectors(self.events, config, context)
+        self.settings = RuntimeSettings(store.path)  # detector settings changed at runtime (table detector_settings)
+        self.detectors = Detectors(self.events, config, context, self.settings)
         registered = tier.jobs  # live jobs only: a finished job's series leave /metrics
         self.metrics = RootMetrics(self.events, liveness=tier.liveness, counters=self._counters,
                                    detector_errors=lambda: self.detectors.errors, jobs=registered,
@@ -226,6 +229,7 @@ class Wiring:
             self.thread.join(timeout)
             self.forensics.close(timeout)
         self.events.close()
+        self.settings.close()
 
     def events_endpoint(self, job: str, query: dict[str, list[str]]) -> dict[str, object]:
         """GET /api/v1/jobs/{job}/events?status=open|closed&kind=K&since_id=N&last=N (oldest first)."""
@@ -284,10 +288,39 @@ class Wiring:
         return {"job": job, "attempt": wanted, "request_id": request_id, "ranks": sorted(set(body["ranks"])),
                 "url": f"/api/v1/jobs/{job}/forensics/{request_id}"}
 
+    def detector_settings(self, job: str | None, patch: object | None = None) -> dict[str, object]:
+        """GET/POST /api/v1/detectors (all jobs) and /api/v1/jobs/{job}/detectors (one job; every attempt of it):
+        what the detectors run with, and the overrides; with `patch` (POST, a JSON merge patch), change them
+        first (collectors/detectors/settings.py; a refused value is a 400 naming its field)."""
+        if patch is not None:
+            try:
+                self.settings.patch(job, patch, self.config, check=_dry_build)
+            except SettingsError as exc:
+                raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+            self.detectors.apply_settings()
+        effective = self.settings.effective(self.config, job)
+        answer: dict[str, object] = {"version": self.settings.version, "all_jobs": self.settings.override(None)}
+        if job is None:
+            answer["jobs"] = {name: self.settings.override(name) for name in self.settings.jobs()}
+        else:
+            answer["job"], answer["this_job"] = job, self.settings.override(job)
+        answer["effective"] = {section: asdict(getattr(effective, section)) for section in BUILDERS}
+        return answer
+
     def all_events(self) -> tuple[str, bytes]:
         """GET /api/v1/events: the latest 1,000 events of every job."""
         body = json.dumps({"events": [_with_attempt(e) for e in self.events.query(None, limit=1000)]}).encode()
         return "application/json", body
+
+
+def _dry_build(config: DetectorsConfig) -> None:
+    """Build every detector of `config` once, on a throw-away event log: a setting a detector refuses is refused
+    before it is applied."""
+    events = EventLog(None)
+    try:
+        Detectors(events, config)
+    finally:
+        events.close()
 
 
 def _with_attempt(event: dict) -> dict:
