@@ -134,6 +134,16 @@ def _get(api: str, path: str) -> Any:
         return json.load(reply)
 
 
+def _late(api: str) -> float:
+    """Late deltas in the tree (`telemetry_delivery_late_total` on the root's /metrics: parts that reached a tier
+    after it had sealed their window, forwarded or merged as deltas)."""
+    with urllib.request.urlopen(f"http://{api}/metrics", timeout=5) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith("telemetry_delivery_late_total "):
+                return float(line.split()[1])
+    return 0.0
+
+
 def _stored(db: Path) -> int:
     import sqlite3
     with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
@@ -186,12 +196,14 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
         pid, port = root.popen.pid, int(root.ready["address"].rsplit(":", 1)[1])
         tiers = {p.name: p.popen.pid for p in procs if p.name != "root"}
         tiers0 = {name: cpu_seconds(tpid) for name, tpid in tiers.items()}
+        late0 = _late(api)
         cpu0, bytes0, stored0, t0 = cpu_seconds(pid), _bytes_in(port), _stored(db), time.monotonic()
         wall0 = time.time_ns()
         time.sleep(args.seconds)
         cpu1, bytes1, stored1, t1 = cpu_seconds(pid), _bytes_in(port), _stored(db), time.monotonic()
         wall = t1 - t0
         tiers1 = {name: cpu_seconds(tpid) for name, tpid in tiers.items()}
+        late1 = _late(api)
 
         def tier_cpu(prefix: str) -> float:
             return round(sum(tiers1[n] - tiers0[n] for n in tiers if n.startswith(prefix)) / wall, 3)
@@ -207,6 +219,8 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
             "cluster_cpu_per_s": tier_cpu("cluster"),
             # what reached the root of what the hosts should send at 1 Hz (1.0: nothing starved)
             "coverage": _coverage(db, layout, hosts, wall0, time.time_ns()),
+            # parts that reached a tier after it sealed their window (hosts or tiers behind their second)
+            "late_per_s": round((late1 - late0) / wall, 2),
             "load_average": round(os.getloadavg()[0], 1),
         }
         if link_down:
@@ -334,12 +348,12 @@ def run(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         if not args.skip_tree:
             for hosts in counts:
                 write_host_trees(work / "sys", hosts)
-            for layout in ("fleet", "naive"):
+            for layout in args.layouts.split(","):
                 for hosts in counts:
                     one = run_tree(work, hosts, layout, args, link_down=layout == "fleet" and hosts == max(counts))
                     result["runs"].append(one)
                     print(json.dumps(one), flush=True)
-            for layout in ("fleet", "naive"):
+            for layout in args.layouts.split(","):
                 runs = [r for r in result["runs"] if r["layout"] == layout]
                 small, large = runs[0], runs[-1]
                 result[f"{layout}_ratio_{large['hosts']}_over_{small['hosts']}"] = {
@@ -386,6 +400,8 @@ def main(argv: list[str]) -> int:
         return 0
     p = parser(__doc__, NAME, QUICK)
     p.add_argument("--hosts", default="250,2000", help="host counts, comma-separated (the first is the baseline)")
+    p.add_argument("--layouts", default="fleet,naive", choices=["fleet,naive", "fleet", "naive"],
+                   help="which layouts to run (both by default: the naive one is the baseline)")
     p.add_argument("--rack-size", type=int, default=64)
     p.add_argument("--hosts-per-process", type=int, default=128)
     p.add_argument("--seconds", type=float, default=30.0, help="measured seconds per run")
