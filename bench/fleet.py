@@ -375,10 +375,11 @@ def write_host_trees(sysfs: Path, hosts: int) -> None:
 
 def report(result: dict[str, Any]) -> None:
     print(f"{'layout':<7} {'hosts':>6} {'racks':>5} {'root CPU/s':>10} {'RSS MB':>8} {'bytes in/s':>11} "
-          f"{'windows/s':>9} {'coverage':>8} {'hosts CPU':>9} {'racks CPU':>9} {'load':>5}")
+          f"{'windows/s':>9} {'coverage':>8} {'late/s':>6} {'hosts CPU':>9} {'racks CPU':>9} {'load':>5}")
     for r in result["runs"]:
         print(f"{r['layout']:<7} {r['hosts']:>6} {r['racks']:>5} {r['root_cpu_per_s']:>10.3f} {r['root_rss_mb']:>8.1f} "
               f"{r['root_bytes_in_per_s']:>11,} {r['root_windows_stored_per_s']:>9.1f} {r['coverage'] or 0:>8.3f} "
+              f"{r.get('late_per_s', 0):>6.1f} "
               f"{r['sim_cpu_per_s']:>9.2f} {r['racks_cpu_per_s']:>9.2f} {r['load_average']:>5.1f}")
     for key, value in result.items():
         if "_ratio_" in key:
