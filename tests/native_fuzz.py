@@ -128,10 +128,10 @@ def ingest(rng: random.Random) -> bool:
     from telemetry.summary import _native
 
     n = rng.choice([0, 1, 7, 8, 9, 127, 129, rng.randrange(2000)])
-    # Magnitudes up to 1e100: windows whose sums or squared deviations overflow float64 (values near 1e154 and up)
-    # are refused by every decoder, or make a merge raise OverflowError: a known limit (docs/scale.md), not fuzzed.
-    pool = [0.0, -0.0, 1.0, math.nan, math.inf, -math.inf, 1e100, -1e100, 5e-324]
-    values = [rng.choice(pool) if rng.random() < 0.3 else rng.gauss(0.0, 10.0 ** rng.randint(-300, 99))
+    # Every magnitude: values beyond +-1e100 count as non-finite, so no window's sums, nor any merge, overflow.
+    pool = [0.0, -0.0, 1.0, math.nan, math.inf, -math.inf, 1e100, -1e100, 1.0000000000000002e100, 1e308, -1e308,
+            5e-324]
+    values = [rng.choice(pool) if rng.random() < 0.3 else rng.gauss(0.0, 10.0 ** rng.randint(-300, 307))
               for _ in range(n)]
     high = rng.choice([8, 2**16, 2**32])
     sources = [rng.randrange(high) for _ in range(n)]

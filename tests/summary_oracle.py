@@ -21,6 +21,7 @@ from telemetry.v1 import summary_pb2
 
 DEFAULT_K = 8
 MAX_SOURCE = 2**32 - 1
+MAX_MAGNITUDE = 1e100  # as telemetry.summary.summary: the one rule added to the oracle since issue 29
 
 
 class OverlapError(ValueError):
@@ -69,7 +70,7 @@ class OracleSummary:
         value = float(value)
         self._sources.add(source)
         self._touch(time.time_ns() if time_ns is None else time_ns)
-        if not math.isfinite(value):
+        if not abs(value) <= MAX_MAGNITUDE:  # NaN, +-Inf, or too large to sum safely (issue 29)
             self._nonfinite_count += 1
             self._nonfinite_sources.add(source)
             return
@@ -95,7 +96,7 @@ class OracleSummary:
             return
         self._sources.add(source)
         self._touch(time.time_ns() if time_ns is None else time_ns)
-        finite_mask = np.isfinite(array)
+        finite_mask = np.abs(array) <= MAX_MAGNITUDE
         finite = array if finite_mask.all() else array[finite_mask]
         bad = array.size - finite.size
         if bad:
@@ -141,7 +142,7 @@ class OracleSummary:
         out._last_ns = stamp
         out._first_ns = stamp if first_time_ns is None else min(first_time_ns, stamp)
         out._sources = BitMap(sources.tolist())
-        finite_mask = np.isfinite(values)
+        finite_mask = np.abs(values) <= MAX_MAGNITUDE
         if not finite_mask.all():
             out._nonfinite_count = int(values.size - finite_mask.sum())
             out._nonfinite_sources = BitMap(sources[~finite_mask].tolist())
@@ -448,6 +449,10 @@ class OracleSummary:
             span = hi - lo  # float arithmetic: overflows to inf, never raises
             if not -slack * slack <= out._m2 <= span * span * count * (1 + 1e-9) + slack * slack * count:
                 raise ValueError(f"m2 {out._m2} is impossible for {count} values in [{lo}, {hi}]")
+            if not (abs(lo) <= MAX_MAGNITUDE and abs(hi) <= MAX_MAGNITUDE):
+                raise ValueError(f"min {lo} / max {hi} lie beyond +-1e100 (such values count as non-finite)")
+            if not abs(out._sum) <= 2 * count * max(abs(lo), abs(hi)):  # twice: rounding never comes near it
+                raise ValueError(f"sum {out._sum} is impossible for {count} values in [{lo}, {hi}]")
             if out._argmin not in out._sources or out._argmax not in out._sources:
                 raise ValueError("argmin/argmax must be among the sources")
         else:

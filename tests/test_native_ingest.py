@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 from summary_oracle import OracleSummary
 from telemetry import Summary
+from telemetry.summary.summary import MAX_MAGNITUDE
+from telemetry.v1 import summary_pb2
 
 # The oracle's numpy reductions warn where sums overflow (values near 1e308): the shapes are meant.
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered", "ignore:invalid value encountered")
@@ -124,6 +126,40 @@ def test_bad_input_is_refused_as_the_oracle_refuses_it(values, sources, kw) -> N
     with pytest.raises(ValueError) as ours:
         Summary.from_arrays(np.array(values), np.array(sources), 1, **kw)
     assert str(ours.value) == str(theirs.value)
+
+
+def test_values_beyond_the_bound_count_as_nonfinite_so_no_merge_overflows() -> None:
+    """A diverging float64 metric (1e308 on two ranks) once made every decoder refuse a window whose sum overflowed,
+    and `merge_all` of two windows that each decoded raise OverflowError in a tier's flush. Finite values beyond
+    +-1e100 now count as non-finite, in every ingest, natively and in Python."""
+    assert MAX_MAGNITUDE == 1e100
+    above = math.nextafter(1e100, math.inf)
+    a = Summary.from_arrays(np.array([1e308, 5.0, 1e100, -above]), np.array([1, 2, 3, 4]), 1)
+    assert (a.count, a.max, a.nonfinite_count, list(a.nonfinite_sources)) == (2, 1e100, 2, [1, 4])
+    b = Summary()
+    b.add(1e308, 7, time_ns=1)
+    b.add_many([-1e308, 2.0, above], 8, time_ns=1)
+    assert (b.count, b.nonfinite_count, list(b.nonfinite_sources)) == (1, 3, [7, 8])
+    c = Summary.from_arrays(np.array([-1e308, 1e100, 1e100]), np.array([9, 10, 11]), 1)
+    merged = Summary.merge_all([Summary.from_bytes(s.to_bytes()) for s in (a, b, c)])
+    assert Summary.from_bytes(merged.to_bytes()).to_bytes() == merged.to_bytes()
+    assert merged.count == 5 and math.isclose(merged.sum, 3e100) and merged.nonfinite_count == 6
+    theirs = OracleSummary.from_arrays(np.array([1e308, 5.0, 1e100, -above]), np.array([1, 2, 3, 4]), 1)
+    assert theirs.to_bytes() == a.to_bytes()
+
+
+@pytest.mark.parametrize("field,value,why", [
+    ("max", 2e100, "beyond"), ("min", -2e100, "beyond"), ("sum", 1e308, "sum"), ("sum", -20.5, "sum")])
+def test_summaries_beyond_the_bound_or_with_impossible_sums_are_refused(field, value, why) -> None:
+    """A hostile child's summary that decodes must merge without overflow: min/max within +-1e100, and a sum no
+    larger than twice count x the larger of |min|, |max|."""
+    good = Summary.from_arrays(np.array([1.0, 5.0]), np.array([1, 2]), 1)
+    msg = summary_pb2.Summary.FromString(good.to_bytes())
+    setattr(msg, field, value)
+    data = msg.SerializeToString()
+    for cls in (Summary, OracleSummary):
+        with pytest.raises(ValueError, match=why):
+            cls.from_bytes(data)
 
 
 def test_an_ingested_summary_takes_further_values_as_the_oracle() -> None:

@@ -9,7 +9,9 @@ Guarantees, whatever the merge order or tree shape:
   catastrophically the way sum-of-squares does.
 - quantiles within the error stated in `telemetry.summary.sketch`.
 - NaN and +-Inf are counted and their sources recorded; they never reach the
-  sketch, min/max, top/bottom or the moments.
+  sketch, min/max, top/bottom or the moments. So are finite values beyond
+  +-1e100 (`MAX_MAGNITUDE`): larger ones could overflow a sum or a merge
+  (no training metric is that large unless it diverged).
 
 A source contributes to a window once: merging two summaries whose sources
 intersect raises `OverlapError` naming the overlap, and changes nothing.
@@ -44,6 +46,9 @@ _decode = _native.decode
 _build = _native.build
 _from_arrays = _native.from_arrays
 MAX_SOURCE = 2**32 - 1
+# Finite values beyond +-MAX_MAGNITUDE count as non-finite, and summaries whose min or max lie beyond it are refused
+# (telemetry/summary/native/core.hpp): then no sum, squared deviation or merge of up to 2**64 values overflows.
+MAX_MAGNITUDE = 1e100
 
 
 class OverlapError(ValueError):
@@ -149,7 +154,7 @@ class Summary:
         value = float(value)
         self._sources.add(source)
         self._touch(time.time_ns() if time_ns is None else time_ns)
-        if not math.isfinite(value):
+        if not abs(value) <= MAX_MAGNITUDE:  # NaN, +-Inf, or too large to sum safely
             self._nonfinite_count += 1
             self._nonfinite_sources.add(source)
             return
@@ -176,7 +181,7 @@ class Summary:
         self._own()
         self._sources.add(source)
         self._touch(time.time_ns() if time_ns is None else time_ns)
-        finite_mask = np.isfinite(array)
+        finite_mask = np.abs(array) <= MAX_MAGNITUDE  # NaN fails it too
         finite = array if finite_mask.all() else array[finite_mask]
         bad = array.size - finite.size
         if bad:

@@ -299,6 +299,12 @@ Core decode(const uint8_t* data, size_t n) {
         if (!(-slack * slack <= out.m2 && out.m2 <= span * span * count * (1 + 1e-9) + slack * slack * count))
             bad("m2 " + num(out.m2) + " is impossible for " + std::to_string(out.count) + " values in [" + num(lo) +
                 ", " + num(hi) + "]");
+        if (!(std::fabs(lo) <= MAX_MAGNITUDE && std::fabs(hi) <= MAX_MAGNITUDE))
+            bad("min " + num(lo) + " / max " + num(hi) + " lie beyond +-1e100 (such values count as non-finite)");
+        // Twice the bound: rounding never comes near it; overflow needs far more.
+        if (!(std::fabs(out.sum) <= 2 * count * std::max(std::fabs(lo), std::fabs(hi))))
+            bad("sum " + num(out.sum) + " is impossible for " + std::to_string(out.count) + " values in [" + num(lo) +
+                ", " + num(hi) + "]");
         if (!contains(sources, out.argmin) || !contains(sources, out.argmax))
             bad("argmin/argmax must be among the sources");
     } else {

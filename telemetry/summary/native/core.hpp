@@ -44,6 +44,9 @@ Bitmap union_of(const std::vector<const roaring_bitmap_t*>& bitmaps);
 
 using Pair = std::pair<double, uint32_t>;  // (value, source)
 
+// Finite values beyond +-MAX_MAGNITUDE count as non-finite (ingest) and summaries whose min or max lie beyond it are
+// refused (decode): then no sum, squared deviation or merge of up to 2**64 values can overflow float64.
+constexpr double MAX_MAGNITUDE = 1e100;
 constexpr size_t FOLD_BATCH = 256;  // folds held before compressing (as telemetry/summary/sketch.py)
 constexpr uint32_t MAX_CENTROIDS_BOUND = 100000;
 

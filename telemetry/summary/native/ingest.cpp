@@ -63,13 +63,13 @@ Core from_arrays(const double* values, const int64_t* sources, size_t n, int64_t
     roaring_bitmap_add_many(c.sources.get(), n, ids.data());
     roaring_bitmap_run_optimize(c.sources.get());  // pyroaring's BitMap(values) optimises on construction
 
-    // The finite values and their sources, in input order (numpy's values[finite_mask]).
+    // The finite values within +-MAX_MAGNITUDE and their sources, in input order (numpy's values[finite_mask]).
     std::vector<double> finite;
     std::vector<uint32_t> finite_ids;
     finite.reserve(n);
     finite_ids.reserve(n);
     for (size_t i = 0; i < n; ++i) {
-        if (std::isfinite(values[i])) {
+        if (std::fabs(values[i]) <= MAX_MAGNITUDE) {  // NaN fails it too
             finite.push_back(values[i]);
             finite_ids.push_back(ids[i]);
         } else {

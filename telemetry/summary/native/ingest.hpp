@@ -9,8 +9,8 @@
 
 namespace treemetry {
 
-// values[i] from sources[i] (sources checked to lie in [0, 2**32); throws std::invalid_argument otherwise); NaN
-// and +-Inf are counted with their sources and kept out of everything else. first_ns/last_ns are stamped only when
+// values[i] from sources[i] (sources checked to lie in [0, 2**32); throws std::invalid_argument otherwise); NaN,
+// +-Inf and finite values beyond +-MAX_MAGNITUDE are counted with their sources and kept out of everything else. first_ns/last_ns are stamped only when
 // there is a value, as the Python ingest did.
 Core from_arrays(const double* values, const int64_t* sources, size_t n, int64_t first_ns, int64_t last_ns,
                  uint32_t k, uint32_t max_centroids);
