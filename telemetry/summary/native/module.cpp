@@ -145,6 +145,20 @@ std::vector<Pair> as_pairs(PyObject* list) {
     return out;
 }
 
+// The fast-call entry points' common end: the Core that `make` returns, or its exception as a Python error
+// (ValueError, unless Python's own error is already set).
+template <class F>
+PyObject* core_or_error(F&& make) {
+    try {
+        return py::cast(make()).release().ptr();
+    } catch (py::error_already_set& e) {
+        e.restore();
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+    }
+    return nullptr;
+}
+
 // build(k, count, sum, mean, m2, min, argmin, max, argmax, top, bottom, sources, nonfinite_count,
 // nonfinite_sources, first_ns, last_ns, max_centroids, digest): a core from the fields of a summary built by
 // ingest (trusted: this process made them). Called once per ingested summary that is encoded or merged (every
@@ -154,7 +168,7 @@ PyObject* build(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "build takes 18 arguments");
         return nullptr;
     }
-    try {
+    return core_or_error([&] {
         Core c;
         c.k = as_u32(args[0]);
         c.count = as_u64(args[1]);
@@ -178,13 +192,8 @@ PyObject* build(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
                 with_buffer(args[17], [](const uint8_t* p, size_t n) { return digest_from_fastdigest(p, n); });
             c.sketch.has_digest = !c.sketch.digest.empty();
         }
-        return py::cast(std::move(c)).release().ptr();
-    } catch (py::error_already_set& e) {
-        e.restore();
-    } catch (const std::exception& e) {
-        PyErr_SetString(PyExc_ValueError, e.what());
-    }
-    return nullptr;
+        return c;
+    });
 }
 
 // decode(data): the hot entry point of every collector (one call per child summary), a fast-call function too.
@@ -193,15 +202,7 @@ PyObject* decode_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "decode takes 1 argument");
         return nullptr;
     }
-    try {
-        Core c = with_buffer(args[0], [](const uint8_t* p, size_t n) { return decode(p, n); });
-        return py::cast(std::move(c)).release().ptr();
-    } catch (py::error_already_set& e) {
-        e.restore();
-    } catch (const std::exception& e) {
-        PyErr_SetString(PyExc_ValueError, e.what());
-    }
-    return nullptr;
+    return core_or_error([&] { return with_buffer(args[0], [](const uint8_t* p, size_t n) { return decode(p, n); }); });
 }
 
 // A contiguous buffer of 8-byte items (float64 or int64, as Summary.from_arrays hands them over): pointer, count.
@@ -219,7 +220,7 @@ PyObject* from_arrays_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "from_arrays takes 6 arguments");
         return nullptr;
     }
-    try {
+    return core_or_error([&] {
         py::buffer_info values = py::reinterpret_borrow<py::buffer>(args[0]).request();
         py::buffer_info sources = py::reinterpret_borrow<py::buffer>(args[1]).request();
         if (values.format != "d") throw py::value_error("values must be float64");
@@ -235,13 +236,8 @@ PyObject* from_arrays_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
             py::gil_scoped_release unlocked;  // the buffers stay alive: their owners are this call's arguments
             c = from_arrays(v, s, static_cast<size_t>(values.size), first_ns, last_ns, k, max_centroids);
         }
-        return py::cast(std::move(c)).release().ptr();
-    } catch (py::error_already_set& e) {
-        e.restore();
-    } catch (const std::exception& e) {
-        PyErr_SetString(PyExc_ValueError, e.what());
-    }
-    return nullptr;
+        return c;
+    });
 }
 
 PyMethodDef FAST[] = {
