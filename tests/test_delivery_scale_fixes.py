@@ -99,7 +99,7 @@ class _Outbox:
         self.sent: list[forward_pb2.SummaryBatch] = []
         self.on_drop = None
 
-    def submit(self, message, payload):
+    def submit(self, message, payload, nbytes=None):
         self.sent.append(message)
 
         class _Unit:
