@@ -206,3 +206,23 @@ def test_a_job_that_waits_a_lot_when_nobody_is_slow_raises_the_bar_not_an_alarm(
                     and score.named() is not None)
     assert score.named() is not None and score.named()[0] == 2
     assert 100 <= named_at <= 103, named_at
+
+
+def test_a_whole_machine_stall_on_one_step_names_nobody_whatever_the_windows_order() -> None:
+    """One step where the host stalls every rank for seconds (a clean fsdp2 run of bench/detection.py --matrix:
+    a 5.6 s step among 0.19 s ones, every rank waiting 4.9-5.5 s, the least-waiting one 0.57 s less): its
+    evidence is its gap over that step's own length, not over the step before, even when its collective_wait
+    window comes before its step_time window. (Judged over the previous step, the gap read as 3 steps, clipped
+    to 1: the rank was named on that one step.)"""
+    log = EventLog(None)
+    det = StragglerDetector(log)
+    rng = np.random.default_rng(3)
+    for step in range(60):
+        step_time, wait = _step(rng, 8, {}, burst=0.0)
+        if step in (30, 45):
+            wait = np.full(8, 5.44) + rng.normal(0, 0.02, 8)
+            wait[step % 8] = 4.87
+            step_time = np.full(8, 5.62)
+        det.observe(_row("collective_wait", step, wait))  # the waits first: the step's length not known yet
+        det.observe(_row("step_time", step, step_time))
+    assert log.query(JOB) == []

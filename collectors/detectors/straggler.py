@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from collectors.common.rows import Row
 from collectors.detectors.base import Baseline, distinct, event_time, fnum, p50
@@ -95,6 +95,7 @@ class _State(StreakState):
     arrivals: bool = False    # the job logs collective_arrival: judge that, not step_time
     warm: int = 0             # steps seen (the first `warmup` are start-up, not judged)
     step_scale: float = 0.0   # the last step_time p50 seen
+    step_scales: dict[int, float] = field(default_factory=dict)  # the last few steps' step_time p50, by step
     waits: bool = False       # the job logs collective_wait: judge that only
     score: WaitScore | None = None  # the waits' CUSUM per candidate rank
 
@@ -136,10 +137,10 @@ class StragglerDetector(StreakDetector[_State]):
         arrival = row.key.metric == c.arrival_metric
         if state.waits:
             if not arrival:
-                self._scale(state, s)
+                self._scale(state, s, step)
             return
         if not arrival:
-            self._scale(state, s)
+            self._scale(state, s, step)
             if state.arrivals:
                 return
         elif not state.arrivals:
@@ -198,10 +199,22 @@ class StragglerDetector(StreakDetector[_State]):
         self.raise_streak(job, state, step, open_event, ranks=ranks, detail=detail, severity=c.severity)
 
     @staticmethod
-    def _scale(state: _State, s: Summary) -> None:
+    def _scale(state: _State, s: Summary, step: int) -> None:
         median = p50(s)
         if median > 0 and math.isfinite(median):
             state.step_scale = median
+            state.step_scales[step] = median
+            while len(state.step_scales) > 16:
+                del state.step_scales[min(state.step_scales)]
+
+    @staticmethod
+    def _wait_scale(state: _State, step: int, s: Summary) -> float:
+        """The length of the step the waits of `s` were measured in: its own step_time p50 (an earlier step's
+        when its window has not come yet: windows of one step arrive in any order), and never less than the
+        longest wait in it. Without that floor a whole-machine stall - one step 3-25x the usual, where every
+        rank waited seconds - read as a gap several times the previous step, its evidence clipped to 1: a rank
+        named on that one step (seen on clean fsdp2 and sync2 runs of bench/detection.py --matrix)."""
+        return max(state.step_scales.get(step, state.step_scale), s.max if math.isfinite(s.max) else 0.0)
 
     def _waits(self, row: Row, state: _State) -> None:
         """One step of `collective_wait`: the least-waiting rank's evidence into the job's CUSUM; the event
@@ -221,15 +234,16 @@ class StragglerDetector(StreakDetector[_State]):
                                     reference=c.wait_reference)
         score, median = state.score, p50(s)
         gap = max(0.0, median - s.min)
+        scale = self._wait_scale(state, step, s) if state.step_scale > 0 else 0.0
         if state.warm < c.wait_warmup:
             state.warm += 1
-            if state.step_scale > 0:
-                score.observe(score.evidence(gap, state.step_scale))  # not judged; the job's level all the same
+            if scale > 0:
+                score.observe(score.evidence(gap, scale))  # not judged; the job's level all the same
             return
         state.last_step = step
-        if not state.step_scale > 0:
+        if not scale > 0:
             return
-        x = score.update(step, s.argmin, gap, state.step_scale)
+        x = score.update(step, s.argmin, gap, scale)
         if self.is_open(job):
             # Hysteresis: an open event holds while its rank is still the least-waiting one and its score stays
             # above half a threshold (a slight straggler's score hovers around it: the event must not open and
@@ -260,14 +274,14 @@ class StragglerDetector(StreakDetector[_State]):
         state.wait_rank_s_total += wait_rank_s
         state.steps += int(s.argmin == rank)  # the steps it made the others wait (the totals' count)
         open_event = self.events.get_open(self.kind, job)
-        slowdown = state.step_scale / max(state.step_scale - gap, 1e-9) if s.argmin == rank else None
+        slowdown = scale / max(scale - gap, 1e-9) if s.argmin == rank else None
         detail = {
             "summary": (f"rank {rank} makes the others wait: the median rank waited {wait_s:.3g} s longer in "
                         f"collectives this step ({x:.0%} of the step); evidence {value:.2f}x the threshold"),
             "signal": c.wait_metric, "score": fnum(value, 4), "threshold": 1.0,
             "evidence": fnum(x, 4), "least_waiting_rank": s.argmin,
             "slowdown": fnum(slowdown, 3) if slowdown is not None else None,
-            "p50_s": fnum(median), "min_s": fnum(s.min), "step_s": fnum(state.step_scale),
+            "p50_s": fnum(median), "min_s": fnum(s.min), "step_s": fnum(scale),
             "bottom": [[fnum(v), r] for v, r in s.bottom(c.top)],
             "wait_s": fnum(wait_s), "wait_rank_s": fnum(wait_rank_s),
             "wait_s_total": fnum(state.wait_s_total), "wait_rank_s_total": fnum(state.wait_rank_s_total),
