@@ -158,7 +158,7 @@ def main() -> None:
                 tree.stream("root", stream)
 
             @many
-            @given(child=rogue_child_streams, rank=rogue_rank_streams, own=rogue_job_streams)
+            @given(child=rogue_child_streams(), rank=rogue_rank_streams, own=rogue_job_streams)
             def rogues(child: Any, rank: Any, own: Any) -> None:
                 tree.stream("root", child)
                 tree.stream("agent", rank)
@@ -172,6 +172,8 @@ def main() -> None:
             tree.log_healthy()  # the healthy job's ranks known before the rogues speak
             for name, run in (("rank streams", ranks), ("raw bytes", raw), ("forward streams", forward),
                               ("rogue child and rank next to the healthy job", rogues), ("API queries", api)):
+                if run is rogues:
+                    tree.open_healthy()  # running from now on: the rogues' attempts are never its latest
                 begun = time.monotonic()
                 sys.stderr.write(f"{name}: ")
                 sys.stderr.flush()

@@ -105,12 +105,13 @@ forward_streams = st.lists(summary_batches, min_size=1, max_size=3)
 # ranks the odd one out, captures, rank states that list its ranks without their processes), at the job's own
 # attempt and at attempts no tier takes; and a rank stream of its job at attempts no SDK sends, with heartbeats at any time and fingerprints at any
 # sequence number. The healthy job must stay exact and no event may name its ranks.
-# Attempts: the healthy job's own (0), which the rogue does not cover, and those no tier takes (>= 2**63). A new
-# plausible attempt (1, 2**63-1) is a new run of the job that a child naming its ranks may start (nothing but
-# mTLS identity tells it from a real restart) and that then becomes the job's default view: a known limit
-# (docs/reliability.md), which bench/fuzz.py found when these included every attempt.
+# Attempts: the healthy job's own (0), which the rogue does not cover; plausible new ones (1 to 2**63-1), a new
+# run of the job that a child naming its ranks may start, stored as its own attempt but never adopted as the job's
+# latest while the healthy job runs as many ranks (collectors/root/adoption.py: the healthy job's ranks stay open
+# through the rogue cases, FuzzTree.open_healthy); and those no tier takes (>= 2**63).
 HEALTHY = "healthy"
-ROGUE_ATTEMPTS = st.one_of(st.just(0), st.sampled_from([2**63, 2**64 - 1]), st.integers(2**63, 2**64 - 1))
+ROGUE_ATTEMPTS = st.one_of(st.just(0), st.integers(1, 2**63 - 1), st.sampled_from([2**63, 2**64 - 1]),
+                           st.integers(2**63, 2**64 - 1))
 TWO_RANKS = st.sampled_from([[0], [1], [0, 1]])
 
 
@@ -139,11 +140,25 @@ rogue_captures = st.builds(forensics_pb2.Capture, request_id=st.sampled_from(["e
                            stacks=st.just("forged"), captured_at_ns=st.just(1))
 rogue_states = st.builds(lambda attempt, ranks: forward_pb2.RankStates(job=HEALTHY, attempt=attempt, world_size=2,
                                                                         alive=_ranks(ranks)), ROGUE_ATTEMPTS, TWO_RANKS)
-rogue_child_streams = st.lists(st.builds(
+_rogue_batches = st.lists(st.builds(
     lambda seq, windows, states, captures, fps: forward_pb2.SummaryBatch(
         sender_id="rogue-child", seq=seq, windows=windows, ranks=states, captures=captures, fingerprints=fps),
     st.integers(1, 2**20), st.lists(rogue_windows(), max_size=3), st.lists(rogue_states, max_size=1),
     st.lists(rogue_captures, max_size=2), st.lists(rogue_fingerprints, max_size=2)), min_size=1, max_size=3)
+
+
+@st.composite
+def rogue_child_streams(draw: st.DrawFn) -> list[forward_pb2.SummaryBatch]:
+    """A rogue child's stream, most of its messages at one attempt of its own: its rank states then cover the
+    ranks its windows and fingerprints name, so a new attempt of the job is really started (drawn apart, the
+    attempts of a stream's messages almost never met)."""
+    batches = draw(_rogue_batches)
+    mine = draw(ROGUE_ATTEMPTS)
+    for batch in batches:
+        for message in [*(w.key for w in batch.windows), *batch.ranks, *batch.captures, *batch.fingerprints]:
+            if draw(st.integers(0, 3)):  # three in four
+                message.attempt = mine
+    return batches
 rogue_beats = st.builds(
     lambda at, enqueued, seqs: ingest_pb2.RankMessage(heartbeat=ingest_pb2.Heartbeat(
         time_ns=at, current_step=1, extra={} if enqueued is None else {"collective.last_enqueued": enqueued},
@@ -153,7 +168,7 @@ rogue_beats = st.builds(
 rogue_rank_streams = st.builds(
     lambda attempt, world, rest: [ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(
         job=HEALTHY, rank=0, world_size=world, pid=os.getpid(), attempt=attempt)), *rest],
-    st.sampled_from([2**63, 2**64 - 1]), st.sampled_from([1, 2]),
+    st.one_of(st.sampled_from([2**63, 2**64 - 1]), st.integers(1, 2**63 - 1)), st.sampled_from([1, 2]),
     st.lists(st.one_of(rogue_beats, st.builds(ingest_pb2.RankMessage, capture=rank_captures)), max_size=4))
 # The same beats from a rank of a job of its own: the tree takes its sane ones, refuses the rest.
 rogue_job_streams = st.builds(
@@ -179,6 +194,7 @@ class FuzzTree:
     agent: object = None
     healthy_steps: int = 0
     cases: dict[str, int] = field(default_factory=dict)
+    live: list = field(default_factory=list)  # the healthy job's runs, while kept open (open_healthy)
 
     def start(self) -> FuzzTree:
         self.root = make_root(self.workdir / "root.db")
@@ -187,6 +203,8 @@ class FuzzTree:
         return self
 
     def stop(self) -> None:
+        for run in self.live:
+            run.close(5)
         stop_all(self.agent, self.root)
 
     def channel(self, to: str) -> grpc.Channel:
@@ -225,17 +243,26 @@ class FuzzTree:
         return status
 
     def log_healthy(self) -> None:
-        """One more exact step of the healthy job, through a real stream."""
-        import telemetry
+        """One more exact step of the healthy job, through a real stream (the open runs', if open)."""
         self.healthy_steps += 1
         step = self.healthy_steps
-        runs = [telemetry.init(job="healthy", rank=r, world_size=2,
-                               agent=f"unix:{self.agent.socket_path}")
-                for r in range(2)]
+        runs = self.live or self._runs()
         for rank, run in enumerate(runs):
             run.log(step, loss=step + rank / 4)
             run.end_step(step)
-        assert all(run.close(30) for run in runs), "the healthy job's step became durable"
+        if not self.live:
+            assert all(run.close(30) for run in runs), "the healthy job's step became durable"
+
+    def _runs(self) -> list:
+        import telemetry
+        return [telemetry.init(job="healthy", rank=r, world_size=2, agent=f"unix:{self.agent.socket_path}")
+                for r in range(2)]
+
+    def open_healthy(self) -> None:
+        """Keep the healthy job's ranks running from now until `stop` (a live job, as the rogues' targets are):
+        once it has ended, a rogue's whole attempt is a relaunch of it and may become its latest."""
+        if not self.live:
+            self.live = self._runs()
 
     def check_healthy(self) -> None:
         deadline = time.monotonic() + 30
@@ -248,4 +275,6 @@ class FuzzTree:
         assert got == [(s, 2, float(s), 1) for s in range(1, self.healthy_steps + 1)], got
         with urllib.request.urlopen(f"http://{self.root.api_address}/api/v1/jobs/{HEALTHY}/events", timeout=15) as r:
             events = json.load(r)["events"]
+        # Other attempts of the name are the rogues' own runs (stored apart, never the job's latest): theirs.
+        events = [event for event in events if event["attempt"] == 0]
         assert events == [], f"events about the healthy job's ranks: {events!r:.1000}"

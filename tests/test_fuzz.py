@@ -60,13 +60,15 @@ def test_collector_forward_streams(tree: FuzzTree) -> None:
 
 def test_a_rogue_child_and_a_rogue_rank_next_to_a_healthy_job(tree: FuzzTree) -> None:
     """Issue 26: values, heartbeat buckets, fingerprints, captures and rank states about the healthy job's ranks
-    from a child that does not cover them, at the job's attempt and at attempts no tier takes; rank streams of the healthy job at attempts no SDK
-    sends, and of a job of their own, with heartbeats at any time and fingerprints at any sequence number. The
-    healthy job stays exact and no event names its ranks."""
+    from a child that does not cover them, at the job's attempt, at plausible new attempts and at attempts no tier
+    takes; rank streams of the healthy job at plausible new attempts and at attempts no SDK sends, and of a job of
+    their own, with heartbeats at any time and fingerprints at any sequence number. The healthy job, running, stays
+    exact, its default views its own, and no event names its ranks."""
     tree.log_healthy()  # the healthy job's ranks are known (with their processes) before the rogues speak
+    tree.open_healthy()  # and running while they do, and after (FuzzTree.open_healthy)
 
     @FEW
-    @given(child=rogue_child_streams, rank=rogue_rank_streams, own=rogue_job_streams)
+    @given(child=rogue_child_streams(), rank=rogue_rank_streams, own=rogue_job_streams)
     def case(child, rank, own):
         tree.stream("root", child)
         tree.stream("agent", rank)
