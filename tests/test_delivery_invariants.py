@@ -179,3 +179,28 @@ def test_store_loss_recovery_reads_the_held_windows_under_the_lock(tmp_path) -> 
     assert finaliser.files_lost == 1
     assert finaliser.store.load(Key("job", "loss", 1)) is not None
     assert finaliser.store.load(Key("job", "loss", 100)) is not None
+
+
+# ---------------------------------------------------------------- the window's lifecycle, and the lock discipline
+def test_a_windows_lifecycle_goes_through_its_transitions(tmp_path) -> None:
+    """take -> dispatch -> settle, a duplicate absorbed into what is open, a failed dispatch restored."""
+    node, _, _ = _root(tmp_path)
+    with node.lock:
+        node.offer(_part(1, ("child", 1)), expected=2)
+        win = node.table.windows[Key("job", "loss", 1)]
+        out = win.take(late=False)
+        win.dispatch(7, out)
+        assert win.forwarded and not win.settled
+        assert win.absorb([("child", 9)]) == 1 and out.absorbed == [("child", 9)]
+        assert win.settle(7) is out and win.settle(7) is None, "a slot settles once"
+        win.restore(out)
+        assert win.pending == out.constituents and win.absorbed == [("child", 9)]
+        assert node.table.settle(Key("job", "loss", 2), 7) is None  # a window the table does not hold
+
+
+def test_the_sinks_check_they_run_under_the_nodes_lock(tmp_path) -> None:
+    node, finaliser, _ = _root(tmp_path)
+    with pytest.raises(AssertionError, match="lock"):
+        finaliser.ship(node, [], 0.0)
+    with node.lock:
+        assert finaliser.ship(node, [], 0.0) is None

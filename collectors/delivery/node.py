@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 from pyroaring import BitMap
 
@@ -215,15 +215,14 @@ class Node:
 
     def attach_duplicate(self, win: Window, origins: list[Origin]) -> None:
         """A duplicate is durable once everything the window holds now is: wait on what is still open."""
-        waits = len(win.inflight) + (1 if win.pending else 0)
-        if not waits:
-            return
-        for origin in origins:
-            self.durability.hold(origin, waits)
-        if win.pending:
-            win.absorbed.extend(origins)
-        for out in win.inflight.values():
-            out.absorbed.extend(origins)
+        waits = win.absorb(origins)
+        if waits:
+            for origin in origins:
+                self.durability.hold(origin, waits)
+
+    def assert_locked(self) -> None:
+        """The lock discipline, checked where a docstring says "under the node's lock" (cheap: one C call)."""
+        assert cast(Any, self.lock)._is_owned(), "the node's lock must be held here"
 
     def release_all(self, outs: list[OutPart], refused: str | None = None) -> None:
         """The outs are settled: durable upstream, or (`refused` says why) refused or dropped, never to be
@@ -390,8 +389,7 @@ class Node:
         self.counters["dropped_windows"] += 1
         self._drop_log.warn("window table over its budget (%d bytes) with nothing settled to forget: dropped %s "
                             "unstored (dropped_windows)", self.table.max_bytes, win.key)
-        pending, absorbed = win.pending, win.absorbed
-        win.pending, win.absorbed = [], []
+        pending, absorbed = win.drop_pending()
         self.release(win.key, pending, absorbed,
                      refused=f"dropped at {self.node_id}: its window table was over its budget (dropped_windows)")
 
@@ -420,7 +418,9 @@ class Upstream:
         self.exits: CaptureQueue[forensics_pb2.RankExit] = CaptureQueue(max_pending=4096)  # how ranks ended
 
     def ship(self, node: Node, windows: list[Window], now: float) -> None:
-        """Hand the windows to the outbox, which sends them from its own thread: nothing slow here."""
+        """Hand the windows to the outbox, which sends them from its own thread: nothing slow here. Under the
+        node's lock (Node.flush)."""
+        node.assert_locked()
         parts = []
         for win in windows:
             out = win.take(late=win.forwarded)
@@ -440,9 +440,7 @@ class Upstream:
             outs = [out for out in _outs(unit) if out is not None]
             node.counters["dropped_windows"] += len(outs)
             for out in outs:
-                win = node.table.windows.get(out.key)
-                if win is not None:
-                    win.inflight.pop(unit.seq, None)
+                node.table.settle(out.key, unit.seq)
             node.release_all(outs, refused=f"dropped at {node.node_id}: its outbox to the parent was full "
                                            "(dropped_windows)")
 
@@ -469,8 +467,7 @@ class Upstream:
             nbytes += sum(item.ByteSize() for item in extras)
         unit = self.outbox.submit(message, [out for _, out in parts], nbytes + COUNTERS_WIRE_BYTES)
         for win, out in parts:
-            win.inflight[unit.seq] = out
-            win.forwarded = True
+            win.dispatch(unit.seq, out)
         self._last_sent = now
 
     def _host_deltas(self, node: Node, jobs: list[str]) -> list[tuple[dict[int, str], dict[int, int]]]:
@@ -511,9 +508,7 @@ class Upstream:
                 self.outbox.forget(unit.seq)
                 settled = [out for out in outs if out is not None]
                 for out in settled:
-                    win = node.table.windows.get(out.key)
-                    if win is not None:
-                        win.inflight.pop(unit.seq, None)
+                    node.table.settle(out.key, unit.seq)
                 node.release_all(settled)
 
     def _rejected(self, node: Node, unit: Unit, outs: list[OutPart | None], rejection: forward_pb2.Rejection) -> None:
@@ -522,9 +517,7 @@ class Upstream:
         out = outs[rejection.index]
         assert out is not None
         outs[rejection.index] = None
-        win = node.table.windows.get(out.key)
-        if win is not None:
-            win.inflight.pop(unit.seq, None)
+        win = node.table.settle(out.key, unit.seq)
         constituents = out.constituents
         if len(constituents) == 1:
             constituents = constituents[0].split() or constituents  # an agent's raw part splits per rank
@@ -562,9 +555,7 @@ class Upstream:
             out = outs[index]
             assert out is not None
             outs[index] = None
-            win = node.table.windows.get(out.key)
-            if win is not None:
-                win.inflight.pop(unit.seq, None)
+            node.table.settle(out.key, unit.seq)
             refused.append(out)
         if refused:
             self._refusal_log.warn("the parent refused %d window(s) of unit %d, e.g. %s: %s", len(refused),

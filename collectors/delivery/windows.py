@@ -95,6 +95,13 @@ class OutPart:
 
 @dataclass
 class Window:
+    """One window's lifecycle, changed only through its transitions (the sinks and the node never edit its
+    fields): parts arrive pending (WindowTable.offer); `take` hands them to the sink, which `dispatch`es the
+    OutPart in flight under a slot (a unit's seq upstream, PERSISTING at the root); each slot `settle`s once
+    (durable, refused, dropped, or rejected for a resend), or a failed commit `restore`s it to pending. A
+    duplicate `absorb`s into whatever is still open. Settled: sealed with nothing pending, in flight or absorbed.
+    Callers hold the node's lock."""
+
     key: Key
     expected: int
     first_seen: float
@@ -116,10 +123,42 @@ class Window:
     def take(self, late: bool) -> OutPart:
         """What the window holds pending, merged into one OutPart for its sink (the parent's outbox, or the
         root's store), with the parts and absorbed duplicates it is to release once settled; the window holds
-        nothing pending after. The caller puts it in flight (`inflight`) under the sink's id for it."""
+        nothing pending after. The caller `dispatch`es it under the sink's id for it."""
         out = OutPart(self.key, self.expected, late, merge_parts(self.pending), self.pending, self.absorbed)
         self.pending, self.absorbed = [], []
         return out
+
+    def dispatch(self, slot: int, out: OutPart) -> None:
+        """`out` (from `take`) is in flight under `slot` until it settles; what follows it is a late delta."""
+        self.inflight[slot] = out
+        self.forwarded = True
+
+    def settle(self, slot: int) -> OutPart | None:
+        """What was in flight under `slot` is done with (durable, refused, dropped, or rejected to be resent):
+        the window waits on it no more. None if nothing was (settled already)."""
+        return self.inflight.pop(slot, None)
+
+    def restore(self, out: OutPart) -> None:
+        """A dispatch that failed before it settled anything (a commit): its parts and duplicates are pending
+        again, ahead of what arrived since."""
+        self.pending = out.constituents + self.pending
+        self.absorbed = out.absorbed + self.absorbed
+
+    def absorb(self, origins: list[Origin]) -> int:
+        """A duplicate of what the window holds: it is durable once everything open now is. Attaches `origins`
+        to each open thing (pending, each dispatch in flight) and returns how many that is (the holds the
+        caller takes for each origin)."""
+        if self.pending:
+            self.absorbed.extend(origins)
+        for out in self.inflight.values():
+            out.absorbed.extend(origins)
+        return len(self.inflight) + (1 if self.pending else 0)
+
+    def drop_pending(self) -> tuple[list[Part], list[Origin]]:
+        """Let go of what is pending (the table dropped the window): the parts and duplicates to release."""
+        pending, absorbed = self.pending, self.absorbed
+        self.pending, self.absorbed = [], []
+        return pending, absorbed
 
 
 @dataclass
@@ -242,6 +281,13 @@ class WindowTable:
                 self._pending.discard(key)
                 out.append(win)
         return out
+
+    def settle(self, key: Key, slot: int) -> Window | None:
+        """`Window.settle` of the window `key` if the table still holds it; the window, or None."""
+        win = self.windows.get(key)
+        if win is not None:
+            win.settle(slot)
+        return win
 
     def mark_pending(self, win: Window) -> None:
         """Parts were put back into a window (a resend); ship it at the next flush."""

@@ -38,6 +38,7 @@ class Finaliser:
         If the commit fails, the parts go back to the windows and the next flush tries again: nothing is
         acknowledged durable that is not in the file.
         """
+        node.assert_locked()
         if not windows:
             return None
         rows, outs = [], []
@@ -52,7 +53,7 @@ class Finaliser:
                           Summary.merge_all([previous.summary, out.summary]), previous.late + 1, previous.finalised_ns)
             rows.append(row)
             outs.append(out)
-            win.inflight[PERSISTING] = out
+            win.dispatch(PERSISTING, out)
         jobs = {job: node.ranks(job).world_size for job in {w.key.job for w in windows}}
         jobs = {j: w for j, w in jobs.items() if w}
         return lambda: self._commit(node, windows, rows, outs, jobs)
@@ -69,14 +70,13 @@ class Finaliser:
             with node.lock:
                 lost = []
                 for win, out in zip(windows, outs):
-                    win.inflight.pop(PERSISTING, None)
+                    win.settle(PERSISTING)
                     if node.table.windows.get(win.key) is not win:
                         # The table let the window go meanwhile (its budget): parts put back into it would never
                         # ship again, and their holds would never be released (ranks' close() never True).
                         lost.append(out)
                         continue
-                    win.pending = out.constituents + win.pending
-                    win.absorbed = out.absorbed + win.absorbed
+                    win.restore(out)
                     node.table.mark_pending(win)
                 if lost:
                     node.counters["dropped_windows"] += len(lost)
@@ -91,8 +91,7 @@ class Finaliser:
             self._trouble("recovered", f"the root writes {self.store.path} again")
         with node.lock:
             for win, row, out in zip(windows, rows, outs):
-                win.inflight.pop(PERSISTING, None)
-                win.forwarded = True
+                win.settle(PERSISTING)
                 if out.late:
                     node.counters["late"] += 1
                 if node.table.windows.get(row.key) is win:  # not if the table let it go meanwhile (its budget)
