@@ -4,6 +4,7 @@ bytes."""
 from __future__ import annotations
 
 import os
+import time
 
 import grpc
 import numpy as np
@@ -138,3 +139,49 @@ def test_the_outbox_budget_is_in_bytes_one_big_unit_weighs_many_small(tmp_path):
     assert dropped == [1], "the big unit went, not ten small ones"
     assert outbox.dropped_bytes == unit(range(64)).ByteSize()
     assert outbox.pending() == 10
+
+
+# ---------------------------------------------------------------- event sinks: flush and shutdown
+def test_an_event_sinks_queue_is_delivered_at_shutdown_not_lost():
+    """EventLog.close() used to close the table and leave the sinks' queues to daemon threads that die with
+    the process: a root stopped right after raising events never posted them. Now close() delivers what is
+    queued (bounded), and what cannot go in time is counted as dropped."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from collectors.detectors.events import WebhookSink
+
+    received: list[str] = []
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            time.sleep(0.05)  # a webhook that takes its time
+            received.append(body["event"]["job"])
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sink = WebhookSink(f"http://127.0.0.1:{server.server_address[1]}/hook")
+        events = EventLog(None, sinks=[sink])
+        for n in range(10):
+            events.raise_("hang", f"job{n}", step=1)
+        events.close(timeout=10)
+        assert len(received) == 10 and sink.sent == 10 and sink.dropped == 0, (received, sink.dropped)
+        assert events.sink_counts() == [("WebhookSink:0", 10, 0, 0)]
+
+        late = WebhookSink(f"http://127.0.0.1:{server.server_address[1]}/hook")
+        events = EventLog(None, sinks=[late])
+        for n in range(20):
+            events.raise_("hang", f"late{n}", step=1)
+        events.close(timeout=0.2)  # not enough for 20 x 50 ms: the rest is counted, and close() does not wait
+        assert late.sent + late.dropped >= 19 and late.dropped > 0, (late.sent, late.dropped)
+    finally:
+        server.shutdown()

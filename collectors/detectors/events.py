@@ -243,11 +243,26 @@ class EventLog:
             rows = self._db.execute(sql, (*args, limit)).fetchall()
         return [_from_row(row).to_dict() for row in reversed(rows)]
 
-    def close(self) -> None:
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop: the sinks deliver what they have queued (within `timeout` in all; what cannot go in time is
+        counted as dropped), then the table is closed."""
+        deadline = time.monotonic() + timeout
+        for sink in list(self.sinks):
+            shutdown = getattr(sink, "shutdown", None)
+            if shutdown is not None:
+                try:
+                    shutdown(max(0.0, deadline - time.monotonic()))
+                except Exception:
+                    log.exception("event sink %r failed to shut down", sink)
         with self._lock:
             if not self._closed:
                 self._closed = True
                 self._db.close()
+
+    def sink_counts(self) -> list[tuple[str, int, int, int]]:
+        """(sink, sent, failed, dropped) of each queued sink, for /metrics; `sink` is its class and position."""
+        return [(f"{type(sink).__name__}:{index}", sink.sent, sink.failed, sink.dropped)
+                for index, sink in enumerate(self.sinks) if isinstance(sink, _QueuedSink)]
 
     # ------------------------------------------------------------------ storage
     def _insert(self, event: Event) -> None:
@@ -287,7 +302,12 @@ def _from_row(row: sqlite3.Row) -> Event:
 
 # ---------------------------------------------------------------------- sinks
 class _QueuedSink:
-    """Runs deliveries on a daemon thread behind a bounded queue; drops (and counts) when full."""
+    """Runs deliveries on a daemon thread behind a bounded queue; drops (and counts) when full.
+
+    The contract (opentelemetry's exporters'): `flush(timeout)` waits for what is queued; `shutdown(timeout)`
+    delivers what is queued, then stops, counting as dropped whatever it could not deliver in time and whatever
+    is handed to it after. `sent`, `failed` and `dropped` are exported at the root
+    (telemetry_event_sink_events_total)."""
 
     def __init__(self, name: str, actions: Iterable[str], max_queue: int = 1000) -> None:
         self.actions = frozenset(actions)
@@ -295,11 +315,15 @@ class _QueuedSink:
         self.dropped = 0
         self.failed = 0
         self.sent = 0
+        self._shut = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def __call__(self, action: str, event: Event) -> None:
         if action not in self.actions:
+            return
+        if self._shut:
+            self.dropped += 1
             return
         try:
             self.queue.put_nowait((action, event.to_dict()))
@@ -337,6 +361,31 @@ class _QueuedSink:
             self.queue.put_nowait(None)
         except queue.Full:
             pass
+
+    def shutdown(self, timeout: float = 2.0) -> bool:
+        """Deliver what is queued, then stop the thread, within `timeout`: True if everything queued went out.
+        What is still queued at the deadline is counted as dropped (a slow endpoint never holds a stop longer)."""
+        deadline = time.monotonic() + timeout
+        self._shut = True
+        try:
+            self.queue.put(None, timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Full:
+            pass
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if not self._thread.is_alive():
+            return True
+        left = 0
+        while True:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            self.queue.task_done()
+            left += item is not None
+        self.dropped += left
+        log.warning("%s: %d event(s) not delivered in the %.1f s of the shutdown (counted as dropped)",
+                    type(self).__name__, left, timeout)
+        return False
 
 
 class WebhookSink(_QueuedSink):

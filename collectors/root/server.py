@@ -76,7 +76,8 @@ class RootServer(Tier):
         self.on_job_finished.append(self.wiring.finished)
         host = self.grpc.host
         self.wiring.metrics.registry.register(DeliveryMetrics(lambda: node.durability.unheld_releases,
-                                                              lambda: host.answers_cut))
+                                                              lambda: host.answers_cut,
+                                                              self.wiring.events.sink_counts))
         stats, runs = self.retention.stats, node.runs
         self.wiring.metrics.registry.register(FleetStoreMetrics(
             lambda: (stats.late_rerolled, stats.late_dropped),
