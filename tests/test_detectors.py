@@ -501,6 +501,9 @@ def test_hang_is_not_raised_for_ranks_that_died(alive):
     if alive:  # the live ranks made no progress for T: that is a hang of theirs, naming no dead rank
         assert all(3 not in e["ranks"] for e in events) and all(e["detail"]["reasons"] == ["no_progress"]
                                                                  for e in events), events
+        # every live rank waits at the same step: nobody is behind, and the summary says so in words
+        assert [e["detail"]["summary"] for e in events if not e["ranks"]] in (
+            [], ["step 5: no rank makes progress (none is behind the others) (dead, see the crash event: [3])"]), events
     else:
         assert events == []
 

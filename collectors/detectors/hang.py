@@ -233,8 +233,9 @@ class HangDetector(Detector):
         start = deadline_wall if deadline_wall is not None else wall
         dead_listed = sorted(dead)[:64]
         detail = {
-            "summary": f"step {first_step}: ranks {ranks[:8]} make no progress"
-                       f"{' (dead, see the crash event: ' + str(dead_listed[:8]) + ')' if dead_listed else ''}",
+            "summary": (f"step {first_step}: ranks {ranks[:8]} make no progress" if ranks else
+                        f"step {first_step}: no rank makes progress (none is behind the others)")
+                       + (f" (dead, see the crash event: {dead_listed[:8]})" if dead_listed else ""),
             "reasons": reasons, "ranks": listed, "dead": dead_listed,
             "stuck": [r for r in ranks if r in stuck][:64],
             "missing": {str(s): r[:64] for s, r in sorted(missing_steps.items())[:8]},
