@@ -204,3 +204,16 @@ def test_the_sinks_check_they_run_under_the_nodes_lock(tmp_path) -> None:
         finaliser.ship(node, [], 0.0)
     with node.lock:
         assert finaliser.ship(node, [], 0.0) is None
+
+
+def test_world_size_without_the_unions(tmp_path) -> None:
+    """Node.world_size (asked per commit and per step window at the root) is what states(job) says."""
+    from collectors.delivery.node import RankView
+
+    node, _, _ = _root(tmp_path)
+    node.child_ranks["rack0"] = {"job": RankView(alive=BitMap(range(0, 8)), world_size=16,
+                                                 hosts={r: "h0" for r in range(8)})}
+    node.child_ranks["rack1"] = {"job": RankView(alive=BitMap(range(8, 16)), world_size=16)}
+    node.own_ranks = {"own": RankView(alive=BitMap([0]), world_size=3)}
+    for job in ("job", "own", "none"):
+        assert node.world_size(job) == node.states(job).world_size == node.ranks(job).world_size

@@ -257,6 +257,11 @@ class Node:
                         max((v.world_size for v in views), default=0),
                         closed=BitMap.union(BitMap(), *(v.closed for v in views)))
 
+    def world_size(self, job: str) -> int:
+        """The job's world size as its ranks' views say (what `states(job).world_size` is), without the bitmap
+        unions and host maps: the root asks it per commit and per step window under the lock."""
+        return max((v.world_size for v in self._views(job)), default=0)
+
     def all_closed(self, job: str, whole_world: bool = False) -> bool:
         """Every rank this node knows of for `job` closed its run (and, with whole_world, every rank of
         the world: the root's test, which does not trust that every rank ever registered)."""

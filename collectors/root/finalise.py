@@ -54,7 +54,7 @@ class Finaliser:
             rows.append(row)
             outs.append(out)
             win.dispatch(PERSISTING, out)
-        jobs = {job: node.ranks(job).world_size for job in {w.key.job for w in windows}}
+        jobs = {job: node.world_size(job) for job in {w.key.job for w in windows}}
         jobs = {j: w for j, w in jobs.items() if w}
         return lambda: self._commit(node, windows, rows, outs, jobs)
 
@@ -145,7 +145,7 @@ def root_complete(node: Node):
     """Step windows are complete when every rank of the world reported; time buckets when every rank known did."""
     def complete(win: Window) -> bool:
         if win.key.is_step:
-            world = win.expected or node.ranks(win.key.job).world_size
+            world = win.expected or node.world_size(win.key.job)
             return world > 0 and len(win.sources) >= world and win.sources.max() < world
         return node.covered_complete(win)
     return complete

@@ -92,7 +92,7 @@ class Wiring:
         self.events = EventLog(store.path, make_sinks(config.sinks))
         node = tier.node
         context = Context(hosts_of=lambda job: self.hosts.get(job, {}), latest_step_of=self.latest.get,
-                          jobs_known=lambda: list(self.hosts), world_of=lambda job: node.states(job).world_size)
+                          jobs_known=lambda: list(self.hosts), world_of=node.world_size)
         self.settings = RuntimeSettings(store.path)  # detector settings changed at runtime (table detector_settings)
         self.detectors = Detectors(self.events, config, context, self.settings)
         registered = tier.jobs  # live jobs only: a finished job's series leave /metrics
