@@ -305,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
             for row in rows[:12 if title == "own" else 30]:
                 print(f"        {row['share'] * 100:5.1f} %  {row['function']}")
     name = "tier_cost.json" if rack else "tier_cost_root.json"
-    (args.out / name).write_text(json.dumps({"argv": sys.argv[1:], "results": results}, indent=1))
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    (args.out / name).write_text(json.dumps({"argv": sys.argv[1:], "git_commit": commit, "results": results}, indent=1))
     print(f"wrote {args.out / name}")
     return 0
 
