@@ -52,9 +52,9 @@ RUN_AFTER = 200  # steps simulated after the onset
 # The rules' promises: (rule, noise, severity) -> the most steps from onset to the event. Cells absent are not
 # promised (a drop inside the job's own noise cannot be told from it); clean runs must raise nothing.
 BOUNDS: dict[tuple[str, str, float], int] = {
-    ("mfu_drop", "steady", 0.75): 2, ("mfu_drop", "steady", 0.5): 2, ("mfu_drop", "steady", 0.3): 6,
+    ("mfu_drop", "steady", 0.75): 3, ("mfu_drop", "steady", 0.5): 4, ("mfu_drop", "steady", 0.3): 6,
     ("mfu_drop", "steady", 0.2): 12, ("mfu_drop", "steady", 0.1): 60,
-    ("mfu_drop", "typical", 0.75): 2, ("mfu_drop", "typical", 0.5): 4, ("mfu_drop", "typical", 0.3): 20,
+    ("mfu_drop", "typical", 0.75): 3, ("mfu_drop", "typical", 0.5): 4, ("mfu_drop", "typical", 0.3): 20,
     ("mfu_drop", "loaded", 0.75): 10,
     ("dataloader_stall", "steady", 0.9): 1, ("dataloader_stall", "steady", 0.5): 2,
     ("dataloader_stall", "steady", 0.3): 3, ("dataloader_stall", "steady", 0.15): 12,

@@ -79,10 +79,10 @@ def test_demo_simulated_job_raises_each_injected_fault_naming_the_rank(tmp_path)
     assert {e["kind"] for e in raised} == {"straggler", "mfu_drop", "loss_spike", "nonfinite", "hang"}, raised
     straggler = _first(raised, "straggler")
     assert straggler["ranks"] == [s.straggler_rank] and s.straggler_from <= straggler["step"] <= s.straggler_from + 2
-    # Every rank waits for the straggler: the job's MFU falls to 1 / 2.5 of itself, named within two steps
+    # Every rank waits for the straggler: the job's MFU falls to 1 / 2.5 of itself, named within four steps
     # (issue 24's severity-aware rule; the 40-step rule before it never fired in a demo), job-wide (no rank).
     mfu = _first(raised, "mfu_drop")
-    assert mfu["step"] == s.straggler_from and mfu["detail"]["detected_step"] <= s.straggler_from + 2, mfu
+    assert mfu["step"] == s.straggler_from and mfu["detail"]["detected_step"] <= s.straggler_from + 4, mfu
     assert mfu["ranks"] == [] and mfu["detail"]["relative_drop"] > 0.5, mfu
     spike = _first(raised, "loss_spike")
     assert spike["step"] == s.spike_step

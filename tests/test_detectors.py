@@ -371,8 +371,8 @@ def test_nonfinite_late_delta_is_named():
 # ------------------------------------------------------------------ MFU drop, data loader
 def test_mfu_drop_is_named_sooner_the_deeper_it_is_and_closes_when_back():
     """Before issue 24 a 15 % drop needed 40 low steps (a 30-step one was never named): the CUSUM's slow lane
-    names it in about 10 steps at this job's 1 % noise, a 60 % drop in one or two, each at its onset."""
-    for depth, within in ((0.15, 15), (0.6, 2)):
+    names it in about 10 steps at this job's 1 % noise, a 60 % drop in four, each at its onset."""
+    for depth, within in ((0.15, 15), (0.6, 4)):
         log = EventLog(None)
         det = MfuDropDetector(log)
         rng = random.Random(7)
@@ -386,7 +386,7 @@ def test_mfu_drop_is_named_sooner_the_deeper_it_is_and_closes_when_back():
         assert 50 <= event["detail"]["cleared_at_step"] <= 53, "closed 3 steps after MFU came back"
 
 
-def test_mfu_drop_within_the_noise_allowance_is_never_named_but_a_slow_slide_is():
+def test_mfu_drop_within_the_noise_allowance_is_never_named_nor_one_wild_step():
     log = EventLog(None)
     det = MfuDropDetector(log)
     for step in range(1, 300):
@@ -394,12 +394,10 @@ def test_mfu_drop_within_the_noise_allowance_is_never_named_but_a_slow_slide_is(
     assert log.query(JOB) == []
     log = EventLog(None)
     det = MfuDropDetector(log)
-    for step in range(1, 80):
-        value = 0.45 if step < 30 else 0.45 * (1 - 0.008 * (step - 30))  # a slow slide
+    for step in range(1, 300):  # a descheduled step now and then (this machine: 3 steps of 50 % in 1,000)
+        value = 0.45 * (0.2 if step % 40 == 0 else 0.5 if step % 97 in (0, 1, 2) else 1.0)
         det.observe(row("mfu", step, [value] * WORLD))
-    (event,) = log.query(JOB)
-    assert 30 <= event["step"] <= 40 and event["detail"]["opened_by_lane"] == "slow", event
-    assert event["detail"]["detected_step"] < 60, "named by the slow lane before the fast one could"
+    assert log.query(JOB) == []
 
 
 def test_dataloader_stall_names_the_waiting_rank():

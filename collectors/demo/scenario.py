@@ -82,8 +82,8 @@ def demo_detectors(train: bool) -> str:
     # Both log collective_wait (issue 24), judged after `wait_warmup` start-up steps: 10 in production, 3 here,
     # where the slow stretch begins at 15 % of a short run.
     config["straggler"]["wait_warmup"] = 3
-    # MFU falls with the straggler (every rank waits for it): mfu_drop's CUSUM names a drop that deep in a step or
-    # two (issue 24), once it has a baseline; production's 5 start-up steps and 10 baseline steps would leave a
+    # MFU falls with the straggler (every rank waits for it): mfu_drop's CUSUM names a drop that deep in about four
+    # steps (issue 24), once it has a baseline; production's 5 start-up steps and 10 baseline steps would leave a
     # short demo's slow stretch (from 15 % of the run) unjudged. The simulator has no slow first steps.
     config["mfu_drop"] = {"warmup": 0 if not train else 2, "min_baseline": 3}
     return json.dumps(config)

@@ -21,6 +21,7 @@ job (is the job worse than itself), O(lanes) state.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -33,12 +34,13 @@ class CusumLane:
     drift: float
     threshold: float
     cap: float = 2.0
+    clip: float = math.inf    # the most one step's evidence counts for (so one wild step cannot name the job)
     score: float = 0.0
     since: int | None = None  # the step the score left zero
     since_time: float = 0.0   # when that step happened (unix s)
 
     def update(self, step: int, evidence: float, time: float = 0.0) -> None:
-        score = self.score + evidence - self.drift
+        score = self.score + min(evidence, self.clip) - self.drift
         if score <= 0.0:
             self.score, self.since = 0.0, None
             return
@@ -64,20 +66,21 @@ def tail_sigma(values: Iterable[float], upper: bool) -> float:
     return max(0.0, (deciles[-1] - median) if upper else (median - deciles[0])) / Z90
 
 
-def parse_lanes(value: object, field_name: str) -> tuple[tuple[float, float], ...]:
-    """Lanes as configured: a list of [drift, threshold] pairs, each drift >= 0 and threshold > 0 (ValueError
-    naming `field_name` otherwise)."""
+def parse_lanes(value: object, field_name: str) -> tuple[tuple[float, ...], ...]:
+    """Lanes as configured: a list of [drift, threshold] or [drift, threshold, clip] lists, drift >= 0, threshold
+    and clip > 0 (ValueError naming `field_name` otherwise)."""
     if not isinstance(value, (list, tuple)) or not value:
-        raise ValueError(f"{field_name}: a non-empty list of [drift, threshold] pairs")
+        raise ValueError(f"{field_name}: a non-empty list of [drift, threshold(, clip)] lanes")
     lanes = []
-    for pair in value:
-        if (not isinstance(pair, (list, tuple)) or len(pair) != 2
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pair)):
-            raise ValueError(f"{field_name}: each lane is a [drift, threshold] pair of numbers, got {pair!r}")
-        drift, threshold = float(pair[0]), float(pair[1])
-        if not (0.0 <= drift < 1e6 and 0.0 < threshold < 1e6):
-            raise ValueError(f"{field_name}: a lane's drift must be >= 0 and its threshold > 0, got {pair!r}")
-        lanes.append((drift, threshold))
+    for lane in value:
+        if (not isinstance(lane, (list, tuple)) or len(lane) not in (2, 3)
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in lane)):
+            raise ValueError(f"{field_name}: each lane is [drift, threshold] or [drift, threshold, clip], got {lane!r}")
+        numbers = tuple(float(v) for v in lane)
+        if not (all(math.isfinite(v) and v < 1e6 for v in numbers) and numbers[0] >= 0
+                and all(v > 0 for v in numbers[1:])):
+            raise ValueError(f"{field_name}: a lane's drift must be >= 0, its threshold and clip > 0, got {lane!r}")
+        lanes.append(numbers)
     return tuple(lanes)
 
 
@@ -89,8 +92,8 @@ def lane_name(index: int, lanes: int) -> str:
 class Cusum:
     """The lanes of one job; `ratio` (the highest lane's score / threshold) names the job at 1."""
 
-    def __init__(self, lanes: tuple[tuple[float, float], ...], cap: float = 2.0) -> None:
-        self.lanes = [CusumLane(drift, threshold, cap) for drift, threshold in lanes]
+    def __init__(self, lanes: tuple[tuple[float, ...], ...], cap: float = 2.0) -> None:
+        self.lanes = [CusumLane(lane[0], lane[1], cap, lane[2] if len(lane) > 2 else math.inf) for lane in lanes]
 
     def update(self, step: int, evidence: float, time: float = 0.0) -> None:
         for lane in self.lanes:

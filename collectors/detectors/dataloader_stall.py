@@ -84,7 +84,7 @@ class DataloaderStallDetector(Detector):
         found = self._jobs.get(job)
         if found is None:
             c = self.config
-            lanes = tuple((float(d), float(t)) for d, t in c.lanes)
+            lanes = tuple(tuple(float(v) for v in lane) for lane in c.lanes)
             found = self._jobs[job] = _Job(Cusum(lanes, c.cap), Baseline(c.baseline_steps))
         return found
 

@@ -1,32 +1,33 @@
 """MFU drop: model FLOPs utilisation down against the run's own baseline, named sooner the deeper it is.
 
 The job's MFU per step is the mean over ranks. The first `warmup` steps are left out (a job's first steps are
-slow: allocator, DDP's bucket rebuild, caches); the baseline is the median of the last `baseline_steps` normal
-steps after them (at least `min_baseline` of them before anything is judged), its spread the robust sigma
-(1.4826 x MAD) of those steps, as a share of the median (at least `min_sigma`).
+slow: allocator, DDP's bucket rebuild, caches). The level is the median of the last `baseline_steps` steps within
+the noise allowance (at least `min_baseline` of them before anything is judged); the spread sigma is the robust
+spread of the low side ((p50 - p10) / 1.2816, as a share of the level, at least `min_sigma`) of *every* one of the
+last `baseline_steps` steps but those a lane is summing now: a shared host's one-step dips are the job's noise,
+and a baseline that left them out judged them against a spread they were never part of (8 false alarms in a
+real 1,000-step clean job on this machine; 0 since, in three).
 
-Each judged step's evidence is its relative drop below the baseline, less `noise_k` robust sigmas:
+Each judged step's evidence is its relative drop beyond `noise_k` sigmas:
 
-    e = (baseline - mfu) / baseline - noise_k x sigma / baseline
+    e = (level - mfu) / level - noise_k x sigma
 
-so a job whose MFU is noisy step to step (a shared host: 30 % swings) must drop further than its own spread
-before anything accumulates, and a steady job is held to a few percent. The evidence feeds a CUSUM with two
-lanes (collectors/detectors/cusum.py, `lanes` = [[drift, threshold], ...]): the fast lane (0.15, 0.6) names a
-drop of 75 % in one step and of 50 % in two or three and ignores anything under ~15 % + the noise allowance;
-the slow lane (0.04, 1.2) sums a small drop: 30 % in ~5 steps, 15 % in ~15, 10 % in ~40 on a steady job (the
-measured matrix: tests/test_drop_rules.py, docs/detectors.md). A drop under `drift` of the slow lane beyond
-the noise allowance (about 4 % + 3 sigma) is never named. The event's step is where the leading lane's score
-left zero (the CUSUM's onset), `detail.detected_step` the step it was named at.
+and feeds a CUSUM with two lanes (collectors/detectors/cusum.py, `lanes` = [[drift, threshold, clip], ...]),
+each step counting at most `clip`: the fast lane (0.15, 1.5, 0.6) names a drop of 75 % in four steps and of 50 %
+in five (one wild step, or three steps of 50 % on a busy host, cannot reach it), the slow lane (0.04, 1.2, 0.3)
+sums a small one: 30 % in ~6 steps, 20 % in ~9, 10 % in ~30-45 on a steady job (tests/test_drop_rules.py,
+docs/detectors.md). A drop under the slow lane's drift beyond the allowance is never named. The event's step is
+where the leading lane's score left zero (the CUSUM's onset), `detail.detected_step` the step it was named at.
 
-Only steps within the noise allowance (mfu >= baseline x (1 - noise_k x sigma)) join the baseline, so a
-drop never becomes the new normal while it accumulates. The event closes after `clear_steps` such steps in a
-row (its lanes then start from zero). Names the ranks below the slow lane's line among the bottom-k
-(Summary.bottom) when the drop is on a few ranks; none when all dropped.
+The event closes after `clear_steps` steps within the allowance in a row (its lanes then start from zero). Names
+the ranks below the slow lane's line among the bottom-k (Summary.bottom) when the drop is on a few ranks; none
+when all dropped.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +40,7 @@ from collectors.detectors.cusum import Cusum, lane_name, tail_sigma
 class MfuDropConfig:
     enabled: bool = True
     metric: str = "mfu"
-    lanes: list[list[float]] = field(default_factory=lambda: [[0.15, 0.6], [0.04, 1.2]])
+    lanes: list[list[float]] = field(default_factory=lambda: [[0.15, 1.5, 0.6], [0.04, 1.2, 0.3]])
     noise_k: float = 2.5
     min_sigma: float = 0.005
     cap: float = 2.0
@@ -54,7 +55,8 @@ class MfuDropConfig:
 @dataclass
 class _Job:
     cusum: Cusum
-    baseline: Baseline
+    window: deque[tuple[int, float]]  # (step, mean MFU) of the last baseline_steps steps: the spread's, dips too
+    baseline: Baseline                # the last baseline_steps steps within the allowance: the level's
     seen: int = 0          # steps seen (the first `warmup` are start-up, not judged)
     last_step: int = -1    # each step is judged once, in order
     clean: int = 0         # steps back within the noise allowance in a row
@@ -73,8 +75,9 @@ class MfuDropDetector(Detector):
         found = self._jobs.get(job)
         if found is None:
             c = self.config
-            lanes = tuple((float(d), float(t)) for d, t in c.lanes)
-            found = self._jobs[job] = _Job(Cusum(lanes, c.cap), Baseline(c.baseline_steps))
+            lanes = tuple(tuple(float(v) for v in lane) for lane in c.lanes)
+            found = self._jobs[job] = _Job(Cusum(lanes, c.cap), deque(maxlen=c.baseline_steps),
+                                           Baseline(c.baseline_steps))
         return found
 
     def observe(self, row: Row) -> None:
@@ -88,15 +91,18 @@ class MfuDropDetector(Detector):
         state.seen += 1
         if state.seen <= c.warmup:
             return
-        value, baseline = s.mean, state.baseline
-        if len(baseline) < c.min_baseline:
-            baseline.add(value)
-            return
-        ref = baseline.median()
+        value, window, baseline = s.mean, state.window, state.baseline
+        event = self.events.get_open(self.kind, job)
+        # The spread: every step of the window before the lanes' pending onset (a drop being summed is not noise)
+        pending = [lane.since for lane in state.cusum.lanes if lane.score > 0 and lane.since is not None]
+        usable = [v for at, v in window if not pending or at < min(pending)]
+        ref = baseline.median() if len(baseline) >= c.min_baseline else math.nan
         if not ref > 0:
-            baseline.add(value)
+            if event is None:
+                window.append((step, value))
+                baseline.add(value)
             return
-        sigma = max(tail_sigma(baseline.values, upper=False) / ref, c.min_sigma)  # relative, its low side
+        sigma = max(tail_sigma(usable, upper=False) / ref, c.min_sigma)  # relative, its low side
         allowance = c.noise_k * sigma
         drop = 1.0 - value / ref
         evidence = min(drop, 1.0) - allowance
@@ -104,12 +110,16 @@ class MfuDropDetector(Detector):
         lane_index, lane = state.cusum.leading()
         within = drop <= allowance
         if within:
-            baseline.add(value)
-        event = self.events.get_open(self.kind, job)
+            baseline.add(value)  # the level: only steps within the allowance (a slow slide never becomes it)
         if event is None:
+            window.append((step, value))  # every step, dips too: they are the job's noise, unless summed to a drop
             if lane.ratio >= 1.0:
+                onset = lane.since if lane.since is not None else step
+                state.window = deque(((at, v) for at, v in window if at < onset), maxlen=c.baseline_steps)
                 self._raise(job, step, row, state, ref, sigma, drop, lane_index, None)
             return
+        if within:
+            window.append((step, value))  # back to normal while the event is open
         if within:
             state.clean += 1
             if state.clean >= c.clear_steps:

@@ -121,6 +121,7 @@ class RuntimeSettings:
 
     def __init__(self, db_path: Path | str | None = None) -> None:
         self._lock = threading.Lock()
+        self._patching = threading.Lock()  # one patch at a time: two POSTs to one scope must not lose one
         self._db = sqlite3.connect(str(db_path) if db_path is not None else ":memory:", check_same_thread=False,
                                    isolation_level=None, timeout=10.0)
         self._db.executescript(_SCHEMA)
@@ -161,6 +162,10 @@ class RuntimeSettings:
         """Apply a merge patch to the all-jobs override (`job` None) or the job's; returns the new override.
         Validates everything first (SettingsError), then `check(effective config)` (a dry build of the
         detectors), then persists and bumps the version."""
+        with self._patching:
+            return self._patch(job, patch, base, check)
+
+    def _patch(self, job: str | None, patch: Any, base: Any, check: Any) -> dict[str, dict[str, Any]]:
         scope = job or ALL_JOBS
         if job is not None and not (isinstance(job, str) and 0 < len(job) <= MAX_NAME):
             raise SettingsError("job", f"a job name of 1 to {MAX_NAME} characters, got {job!r}")
