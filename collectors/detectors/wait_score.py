@@ -30,12 +30,14 @@ large share of the step when nobody is slow (a tensor-parallel job's pairs, shor
 host: the median clean step's evidence 0.25-0.35 there, 0.02-0.12 in the other shapes measured) would
 otherwise climb the lanes on every burst of the scheduler's. So every lane's reference is raised by how far
 the median evidence of the job's last `background` steps lies above `reference` (0.12, the highest
-clean median measured outside the tensor-parallel shape): steps whose
-least-waiting rank is named (ratio >= 1) are left out, so a straggler does not raise the bar it is judged
-by. A 2x rank in such a job still adds ~0.5-0.7 a step (named in 2-3 steps); a burst of one rank held back
-by ~1.5x for 4-5 steps no longer names it. What it cannot tell apart: a rank held back by 2x or more for 3
-or more steps in a row is, for those steps, a straggler (the bound is 2x within 3 steps); the loaded bench
-machine does that to clean jobs now and then (docs/detectors.md).
+clean median measured outside the tensor-parallel shape): steps whose least-waiting rank is named
+(ratio >= 1) are left out, so a straggler does not raise the bar it is judged by. The raise is at most
+`max_raise` (0.2, about the tensor-parallel level measured: a short job's start-up steps, the noisiest,
+must not lift it further and delay a 2x rank). A 2x rank in such a job still adds ~0.5-0.7 a step (named
+in 2-3 steps); a burst of one rank held back by ~1.5x for 4-5 steps no longer names it. What it cannot
+tell apart: a rank held back by 2x or more for 3 or more steps in a row is, for those steps, a straggler
+(the bound is 2x within 3 steps); the loaded bench machine does that to clean jobs now and then
+(docs/detectors.md).
 
 The state is bounded: per lane at most `track` ranks with a positive score per job (the lowest is dropped
 when a new rank needs a place), and the last `window` steps' least-waiting rank, whatever the world size;
@@ -96,12 +98,13 @@ class WaitScore:
 
     def __init__(self, lanes: tuple[tuple[float, float], ...] = ((0.15, 0.8), (0.08, 1.5)), cap: float = 2.0,
                  track: int = 8, min_gap_s: float = 0.002, window: int = 60, share: float = 0.6,
-                 min_evidence: float = 0.04, background: int = 64, reference: float = 0.12) -> None:
+                 min_evidence: float = 0.04, background: int = 64, reference: float = 0.12,
+                 max_raise: float = 0.2) -> None:
         self.lanes = [Lane(drift, threshold, cap, track) for drift, threshold in lanes]
         self.drifts = [drift for drift, _ in lanes]
         # The job's own evidence level: the last `background` steps' evidence whose least-waiting rank was not
         # named; its median above `reference` raises every lane's drift by as much (O(background) state).
-        self.reference = reference
+        self.reference, self.max_raise = reference, max_raise
         self.background: deque[float] = deque(maxlen=background)
         self.level = reference
         self.min_gap_s = min_gap_s
@@ -121,7 +124,7 @@ class WaitScore:
         if self.background.maxlen:
             self.background.append(x)
             if len(self.background) >= min(8, self.background.maxlen):
-                self.level = statistics.median(self.background)
+                self.level = min(statistics.median(self.background), self.reference + self.max_raise)
 
     def update(self, step: int, least: int, gap_s: float, step_s: float) -> float:
         """One step's evidence: `least` waited least, the median rank `gap_s` more, in a step of `step_s`.
