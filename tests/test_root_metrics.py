@@ -68,11 +68,14 @@ def step_rows(world: int, step: int, slow_rank: int | None = None) -> list[Row]:
     ]
 
 
-def fed(world: int = 16, steps: int = 5) -> tuple[RootMetrics, EventLog]:
+def fed(world: int = 16, steps: int = 5, **collaborators) -> tuple[RootMetrics, EventLog]:
+    """A 16-rank job fed 5 steps with a straggler, progress and hardware, a host's counters, events; the
+    root's collaborators (RootMetrics' arguments) as given, else a fixed liveness and delivery counters."""
     events = EventLog(None)
     live = {"world_size": world, "alive": world - 2, "stuck": 1, "dead": 1}
-    metrics = RootMetrics(events, liveness=lambda job: live,
-                          counters=lambda: {"sdk_dropped": 3, "late": 2, "duplicates": 1}, detector_errors=lambda: 0)
+    metrics = RootMetrics(events, **{"liveness": lambda job: live, "detector_errors": lambda: 0,
+                                     "counters": lambda: {"sdk_dropped": 3, "late": 2, "duplicates": 1},
+                                     **collaborators})
     for step in range(1, steps + 1):
         metrics.observe(step_rows(world, step, slow_rank=world - 1))
     metrics.observe([row("progress.current_step", 5000, {r: 5.0 for r in range(world - 1)}, world, width_ms=1000)])

@@ -26,14 +26,16 @@ def representative() -> RootMetrics:
     counters (`fed`); an attempt logging collective_wait and work_time; a synchronous job read from
     collective_arrival; a registered job without windows; a host pseudo-job registered (never exported as a job);
     late, incomplete and non-finite windows; delivery, detector and store figures; events open and closed."""
-    metrics, events = fed()
-    liveness = metrics.liveness
     worlds = {f"{JOB}@3": 4, "sync": 4, "early": 8}
-    metrics.liveness = lambda job: ({"world_size": worlds[job], "alive": worlds[job], "stuck": 0, "dead": 0}
-                                    if job in worlds else liveness(job))
-    metrics.known_jobs = lambda: [JOB, f"{JOB}@3", "early", "_host:node9"]
-    metrics.detector_errors = lambda: 2
-    metrics.store = lambda: {"writable": 1, "write_failures": 4, "files_lost": 1, "bytes": 123456}
+
+    def liveness(job: str) -> dict:
+        if job in worlds:
+            return {"world_size": worlds[job], "alive": worlds[job], "stuck": 0, "dead": 0}
+        return {"world_size": 16, "alive": 14, "stuck": 1, "dead": 1}
+
+    metrics, events = fed(liveness=liveness, jobs=lambda: [JOB, f"{JOB}@3", "early", "_host:node9"],
+                          detector_errors=lambda: 2,
+                          store=lambda: {"writable": 1, "write_failures": 4, "files_lost": 1, "bytes": 123456})
     waits = {r: (0.05 if r == 3 else 0.25) for r in range(4)}
     for step in (7, 8):
         metrics.observe([Row(Key(f"{JOB}@3", r.key.metric, r.key.index, 0), r.expected, r.summary, 0, time.time_ns())
