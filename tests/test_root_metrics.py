@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.common.keys import Key
 from collectors.detectors import EventLog
-from collectors.root.metrics import RootMetrics, hardware_family
+from collectors.root.job_figures import hardware_family
+from collectors.root.metrics import RootMetrics
 from collectors.root.store import Row
 from helpers_tree import RawChild, api_get, make_root, stop_all, wait_for
 from prometheus_support import promtool_check

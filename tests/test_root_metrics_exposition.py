@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 from collectors.common.keys import Key
-from collectors.detectors import EventLog
 from collectors.root.metrics import RootMetrics
 from collectors.root.store import Row
 from test_root_metrics import JOB, fed, row, step_rows
@@ -65,6 +64,24 @@ def test_the_exposition_is_the_recorded_one():
     assert not missing and not extra, f"lines gone: {missing[:20]}\nlines new: {extra[:20]}"
     assert now == recorded, "same lines, different multiplicities"
     assert len(now) > 300, "the representative state covers every family"
+
+
+def test_each_collector_describes_what_it_collects_without_computing_a_value():
+    """prometheus_client's custom collector contract: `describe()` names the families (the registry checks them
+    for clashes) and computes nothing; every fixed family it names is collected; the hardware collector's other
+    families are named after the probes' readings, so only its aggregates are described."""
+    metrics = representative()
+    assert len(metrics.collectors) == 8
+    for collector in metrics.collectors:
+        described = list(collector.describe())
+        assert described and all(not family.samples for family in described), collector
+        collected = {family.name for family in collector.collect()}
+        if type(collector).__name__ == "Hardware":
+            assert {family.name for family in described} <= collected
+            assert all(name.startswith(("telemetry_gpu_", "telemetry_nic_", "telemetry_ib_", "telemetry_network_"))
+                       for name in collected)
+        else:
+            assert {family.name for family in described} == collected, collector
 
 
 if __name__ == "__main__":

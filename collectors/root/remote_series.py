@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collectors.common.attempts import split
 from collectors.common.rows import Row
 from collectors.root.goodput import Goodput
-from collectors.root.metrics import hardware_family
+from collectors.root.job_figures import hardware_family
 from collectors.root.prompb import Labels
 
 Sample = tuple[Labels, int, float]  # (sorted labels with __name__, timestamp ms, value)
