@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 Z90 = 1.2816  # the standard normal's 90th percentile: (p90 - p50) / Z90 is sigma for normal noise
@@ -92,8 +92,10 @@ def lane_name(index: int, lanes: int) -> str:
 class Cusum:
     """The lanes of one job; `ratio` (the highest lane's score / threshold) names the job at 1."""
 
-    def __init__(self, lanes: tuple[tuple[float, ...], ...], cap: float = 2.0) -> None:
-        self.lanes = [CusumLane(lane[0], lane[1], cap, lane[2] if len(lane) > 2 else math.inf) for lane in lanes]
+    def __init__(self, lanes: Iterable[Sequence[float]], cap: float = 2.0) -> None:
+        self.lanes = [CusumLane(float(lane[0]), float(lane[1]), cap, float(lane[2]) if len(lane) > 2 else math.inf)
+                      for lane in lanes]
+        self.calm_steps = 0  # judged steps in a row without evidence (while an event is open)
 
     def update(self, step: int, evidence: float, time: float = 0.0) -> None:
         for lane in self.lanes:
@@ -114,3 +116,17 @@ class Cusum:
     def reset(self) -> None:
         for lane in self.lanes:
             lane.score, lane.since = 0.0, None
+        self.calm_steps = 0
+
+    def calm(self, clear_steps: int) -> bool:
+        """One more judged step without evidence: True once `clear_steps` came in a row, and the lanes start
+        afresh (the detector then closes its event)."""
+        self.calm_steps += 1
+        if self.calm_steps < clear_steps:
+            return False
+        self.reset()
+        return True
+
+    def stir(self) -> None:
+        """A step with evidence, or one that must keep an open event from closing: the calm run starts again."""
+        self.calm_steps = 0

@@ -64,7 +64,6 @@ class _Job:
     cusum: Cusum
     baseline: Baseline
     last_step: int = -1   # each step is judged once, in order
-    clean: int = 0        # steps with no evidence in a row (while an event is open)
     start: int | None = None  # a long stall's step when it opened the event
     start_time: float = 0.0
 
@@ -84,8 +83,7 @@ class DataloaderStallDetector(Detector):
         found = self._jobs.get(job)
         if found is None:
             c = self.config
-            lanes = tuple(tuple(float(v) for v in lane) for lane in c.lanes)
-            found = self._jobs[job] = _Job(Cusum(lanes, c.cap), Baseline(c.baseline_steps))
+            found = self._jobs[job] = _Job(Cusum(c.lanes, c.cap), Baseline(c.baseline_steps))
         return found
 
     def observe(self, row: Row) -> None:
@@ -137,13 +135,10 @@ class DataloaderStallDetector(Detector):
                 self._raise(job, step, wait_row, median_step, allowance, "cusum", (lane_index, lane.ratio))
             return
         if evidence <= 0 and not long:
-            state.clean += 1
-            if state.clean >= c.clear_steps:
-                state.cusum.reset()
-                state.clean = 0
+            if state.cusum.calm(c.clear_steps):
                 self.clear(job, step=step)
             return
-        state.clean = 0
+        state.cusum.stir()
         self._raise(job, step, wait_row, median_step, allowance, "long_stall" if long else "cusum",
                     (lane_index, lane.ratio))
 
@@ -160,7 +155,7 @@ class DataloaderStallDetector(Detector):
                                                                                                     median_step):
             return
         state = self._job(job)
-        state.clean = 0  # not a judged step (late): it opens or updates the event, and keeps it from closing
+        state.cusum.stir()  # not a judged step (late): it opens or updates the event, and keeps it from closing
         if not self.is_open(job):
             state.start, state.start_time = row.key.index, event_time(row)
         self._raise(job, row.key.index, row, median_step, self.config.noise_k * self.config.min_sigma, "long_stall",

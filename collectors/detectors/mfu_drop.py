@@ -59,7 +59,6 @@ class _Job:
     baseline: Baseline                # the last baseline_steps steps within the allowance: the level's
     seen: int = 0          # steps seen (the first `warmup` are start-up, not judged)
     last_step: int = -1    # each step is judged once, in order
-    clean: int = 0         # steps back within the noise allowance in a row
 
 
 class MfuDropDetector(Detector):
@@ -75,8 +74,7 @@ class MfuDropDetector(Detector):
         found = self._jobs.get(job)
         if found is None:
             c = self.config
-            lanes = tuple(tuple(float(v) for v in lane) for lane in c.lanes)
-            found = self._jobs[job] = _Job(Cusum(lanes, c.cap), deque(maxlen=c.baseline_steps),
+            found = self._jobs[job] = _Job(Cusum(c.lanes, c.cap), deque(maxlen=c.baseline_steps),
                                            Baseline(c.baseline_steps))
         return found
 
@@ -120,14 +118,10 @@ class MfuDropDetector(Detector):
             return
         if within:
             window.append((step, value))  # back to normal while the event is open
-        if within:
-            state.clean += 1
-            if state.clean >= c.clear_steps:
-                state.cusum.reset()
-                state.clean = 0
+            if state.cusum.calm(c.clear_steps):
                 self.clear(job, step=step)
             return
-        state.clean = 0
+        state.cusum.stir()
         if evidence > 0:
             self._raise(job, step, row, state, ref, sigma, drop, lane_index, event)
 
