@@ -14,10 +14,9 @@ import time
 from collections.abc import Iterator
 
 import torch
-import torch.distributed as dist
 
 import telemetry
-from torchrun_tree import end_rank
+from torchrun_tree import end_rank, tiny_ddp
 
 FLOPS_PER_STEP = 1e9   # nominal: MFU's scale does not matter to the rule, its changes do
 PEAK_FLOPS = 1e11
@@ -43,13 +42,7 @@ def main() -> None:
     p.add_argument("--loader-s", type=float, default=0.1)
     args = p.parse_args()
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(
-        torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    rank, model, opt = tiny_ddp()
 
     run = telemetry.init(job=args.job)
     for step, (x, y) in enumerate(run.wrap_loader(batches(rank, args))):

@@ -11,10 +11,9 @@ import argparse
 import time
 
 import torch
-import torch.distributed as dist
 
 import telemetry
-from torchrun_tree import end_rank
+from torchrun_tree import end_rank, tiny_ddp
 
 
 def main() -> None:
@@ -29,13 +28,7 @@ def main() -> None:
     p.add_argument("--pace-s", type=float, default=0.05, help="every rank's own work per step (sleep)")
     args = p.parse_args()
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(
-        torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    rank, model, opt = tiny_ddp()
     x, y = torch.randn(16, 32), torch.randn(16, 1)
 
     run = telemetry.init(job=args.job)

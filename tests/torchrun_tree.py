@@ -2,7 +2,8 @@
 
 The services and the launching are bench/torchrun_jobs.py's, shared with the benches (`root_and_agent`,
 `torchrun`: re-exported here); what is the tests' own: `run_job` (a job run to its end, failing the test
-otherwise), and `end_rank`, with which the job scripts end their ranks, whose done line `durable_ranks` counts.
+otherwise), `tiny_ddp`, the small gloo DDP model the job scripts train, and `end_rank`, with which they end their
+ranks, whose done line `durable_ranks` counts.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, NoReturn
 from bench.torchrun_jobs import REPO, job_env, root_and_agent, torchrun, torchrun_argv
 from collectors.demo.train import kill_job
 
-__all__ = ["REPO", "durable_ranks", "end_rank", "root_and_agent", "run_job", "torchrun"]
+__all__ = ["REPO", "durable_ranks", "end_rank", "root_and_agent", "run_job", "tiny_ddp", "torchrun"]
 
 
 def run_job(world: int, script: Path, args: list[str], agent: str, job: str, timeout: float,
@@ -37,6 +38,20 @@ def run_job(world: int, script: Path, args: list[str], agent: str, job: str, tim
 def durable_ranks(out: str) -> int:
     """How many ranks printed `end_rank`'s done line with everything they logged durable at the root."""
     return out.count('"durable": true')
+
+
+def tiny_ddp() -> tuple[int, Any, Any]:
+    """Join the gloo process group and build the jobs' model: a seeded DDP MLP (32 -> 64 -> 1, one gradient
+    bucket) on one thread, and its SGD optimizer; returns (rank, model, optimizer)."""
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))
+    return dist.get_rank(), model, torch.optim.SGD(model.parameters(), lr=0.01)
 
 
 def end_rank(run: Any, rank: int, timeout: float = 60.0) -> NoReturn:
