@@ -43,6 +43,7 @@ class Host:
 
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
+        self.closed = False  # close() was called: run() refuses work the loop would never take
         self.answers_cut = 0  # streams cut because their peer read none of MAX_ANSWERS answers (Answers)
         self.pool = ThreadPoolExecutor(POOL_WORKERS, thread_name_prefix=f"{name}-work")
         # Start every worker now, not on demand under load: each new thread brings its own malloc arena, and a
@@ -59,10 +60,22 @@ class Host:
         self.loop.run_forever()
 
     def run(self, make: Callable[[], Awaitable[T]], timeout: float = 10.0) -> T:
-        """Run `make()` (a coroutine factory: the coroutine is created on the loop) and return its result."""
+        """Run `make()` (a coroutine factory: the coroutine is created on the loop) and return its result.
+
+        After `close()` this raises RuntimeError at once: the coroutine is closed here, not left to be collected
+        never awaited (a RuntimeWarning, and before, a wait for a loop that would never run it)."""
         async def call() -> T:
             return await make()
-        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout)
+        coro = call()
+        if self.closed:
+            coro.close()
+            raise RuntimeError("the server's event loop is stopped")
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        except RuntimeError:  # the loop closed between the check and the call
+            coro.close()
+            raise
+        return future.result(timeout)
 
     def call_soon(self, func: Callable[..., Any], *args: Any) -> None:
         """Run `func(*args)` on the loop; callable from any thread, also after the loop stopped (then a no-op)."""
@@ -72,6 +85,7 @@ class Host:
             pass
 
     def close(self, timeout: float = 2.0) -> None:
+        self.closed = True
         self.call_soon(self.loop.stop)
         self._thread.join(timeout)
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -307,7 +321,11 @@ class AioServer:
             await asyncio.sleep(HEALTH_EVERY_S)
 
     def stop(self, grace: float = 1.0) -> None:
-        """Refuse new calls, give open streams `grace` seconds, cancel the rest; bounded however it goes."""
+        """Refuse new calls, give open streams `grace` seconds, cancel the rest; bounded however it goes.
+        A second stop is a no-op (a test's teardown, or a signal during a stop)."""
+        if self.host.closed:
+            return
+
         async def stop() -> None:
             if self._watch is not None:
                 self._watch.cancel()
