@@ -80,10 +80,11 @@ def training_run() -> dash.Dashboard:
     job = (dash_b.QueryVariable("job").label("Job").datasource(DS)
            .query("label_values(telemetry_world_size, job)")
            .refresh(dash.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(dash.VariableSort.ALPHABETICAL_ASC))
-    # A job's attempts (launches: docs/restarts.md), latest first: the latest is chosen by default, more may be.
+    # A job's live attempts (launches: docs/restarts.md), the one adopted as its latest first, so it is chosen by
+    # default (not the highest number, which any process can claim); more may be chosen.
     attempt = (dash_b.QueryVariable("attempt").label("Attempt").datasource(DS)
-               .query(f"label_values(telemetry_world_size{{{JOB}}}, attempt)").multi(True)
-               .refresh(dash.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(dash.VariableSort.NUMERICAL_DESC))
+               .query(f"query_result(sort_desc(telemetry_attempt_latest{{{JOB}}}))").regex('/attempt="([^"]+)"/')
+               .multi(True).refresh(dash.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(dash.VariableSort.DISABLED))
 
     def event_marks(kind: str, name: str, color: str) -> dash_b.AnnotationQuery:
         return (dash_b.AnnotationQuery().name(name).datasource(DS).enable(True).hide(False).icon_color(color)

@@ -25,7 +25,7 @@ from pyroaring import BitMap
 import telemetry
 from collectors.common.attempts import scoped
 from collectors.delivery.node import RankView
-from collectors.root.adoption import Adoption
+from collectors.root.adoption import Adoption, LatestAttempts
 from collectors.root.goodput import view_names
 from collectors.root.store import Store
 from helpers_tree import api_get, make_agent, make_root, stop_all, wait_for
@@ -80,6 +80,23 @@ def test_a_rogue_single_rank_beside_a_live_job_is_not_adopted(adoption, attempt:
     ranks.views[rogue] = view(1, alive=[0])  # whole: its world of 1 registered
     assert chooser.consider([rogue, job]) == []
     assert latest(chooser) == job and chooser.waiting[rogue] == "outrun"
+
+
+def test_the_adopted_attempt_is_the_one_exported_as_latest_not_the_highest_number(adoption) -> None:
+    """The dashboard's Attempt variable opens on `telemetry_attempt_latest`'s 1 (sorted first), so a rogue's
+    higher attempt number must read 0 there; before any adoption every live attempt reads 0."""
+    chooser, ranks, _ = adoption
+    live = [scoped("train", 1), scoped("train", HUGE), scoped("other", 0), "_host:h1"]
+
+    def exported() -> dict[tuple[str, str], float]:
+        [family] = LatestAttempts(chooser, lambda: live).collect()
+        return {(s.labels["job"], s.labels["attempt"]): s.value for s in family.samples}
+
+    assert exported() == {("train", "1"): 0, ("train", str(HUGE)): 0, ("other", "0"): 0}
+    live_job(chooser, ranks, attempt=1)
+    ranks.views[scoped("train", HUGE)] = view(1, alive=[0])
+    assert chooser.consider([scoped("train", HUGE)]) == []
+    assert exported() == {("train", "1"): 1, ("train", str(HUGE)): 0, ("other", "0"): 0}
 
 
 def test_a_rogue_claiming_the_jobs_world_with_one_rank_is_not_adopted(adoption) -> None:
@@ -227,6 +244,8 @@ def test_a_rogue_rank_takes_none_of_a_live_jobs_views(tmp_path: Path, rogue_atte
         assert api_get(api, "/api/v1/jobs/train/events?kind=restart")[1]["events"] == []
         status, asked = _post_forensics(api, "train", [0])
         assert status == 202 and asked["attempt"] == 2, asked
+        with urllib.request.urlopen(f"http://{api}/metrics", timeout=10) as reply:
+            assert 'telemetry_attempt_latest{attempt="2",job="train"} 1.0' in reply.read().decode()
 
         # The job ends; a real restart, resized to one rank, is adopted as the latest, with its restart event.
         assert all(run.close(15) for run in job)

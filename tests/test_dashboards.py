@@ -167,9 +167,11 @@ def test_training_run_has_the_rows_variable_and_panels_asked_for():
     variables = {v["name"]: v for v in data["templating"]["list"]}
     assert variables["job"]["type"] == "query" and variables["job"]["query"].startswith("label_values(")
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
-    # issue 17: a job's attempts are a label of their own; the latest attempt first (chosen by default)
-    assert variables["attempt"]["query"] == 'label_values(telemetry_world_size{job="$job"}, attempt)'
-    assert variables["attempt"]["multi"] is True and variables["attempt"]["sort"] == 4  # numerical, descending
+    # issue 17: a job's attempts are a label of their own; the adopted latest first (chosen by default), not the
+    # highest number (issue 26: any process can claim one): telemetry_attempt_latest is 1 for it, 0 for the others
+    assert variables["attempt"]["query"] == 'query_result(sort_desc(telemetry_attempt_latest{job="$job"}))'
+    assert variables["attempt"]["regex"] == '/attempt="([^"]+)"/'
+    assert variables["attempt"]["multi"] is True and variables["attempt"]["sort"] == 0  # the query's order
     rows = [p["title"] for p in data["panels"] if p["type"] == "row"]
     assert rows == ["MFU", "Loss", "Per-rank step time", "Hardware health", "Telemetry health",
                     "Goodput and restarts"]
@@ -199,8 +201,8 @@ def test_training_run_has_the_rows_variable_and_panels_asked_for():
     # per-job families are read for the chosen attempt(s); goodput is the job's, every attempt together
     goodput = {"telemetry_goodput_ratio", "telemetry_goodput_seconds_total", "telemetry_restarts_total",
                "telemetry_goodput_replay_seconds", "telemetry_goodput_steps_replayed_total"}
-    for expr in exprs:
-        if 'job="$job"' in expr and not expr.startswith("label_values("):
+    for where, expr in generate.expressions(data):
+        if 'job="$job"' in expr and not where.startswith("variable "):  # the Attempt variable lists attempts
             assert ('attempt=~"$attempt"' in expr) != any(name in expr for name in goodput), expr
     for title, name in (("Goodput", "telemetry_goodput_ratio"), ("Restarts", "telemetry_restarts_total"),
                         ("Steps replayed", "telemetry_goodput_steps_replayed_total"),

@@ -162,6 +162,8 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(tmp_path):
                     if (JOB if label == "job" else "0") not in values:  # the job's attempt: 0 (none)
                         empty.append(f"{path.name}: {where}: {filled} -> {values}")
                     continue
+                if filled.startswith("query_result("):  # a variable's query: Grafana runs it as an instant query
+                    filled = filled[len("query_result("):-1]
                 try:
                     result = prom.query_range(filled, started - 5, ended + 2)
                 except urllib.error.HTTPError as exc:

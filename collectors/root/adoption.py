@@ -33,9 +33,10 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 
+from prometheus_client.core import GaugeMetricFamily, Metric
 from pyroaring import BitMap
 
 from collectors.common.attempts import like_prefix, split
@@ -127,3 +128,33 @@ class Adoption:
                 self._order.popitem(last=False)
         self._order.move_to_end(job)
         return order
+
+
+class LatestAttempts:
+    """A Prometheus collector: `telemetry_attempt_latest{job, attempt}`, 1 for the attempt adopted as its job's
+    latest and 0 for the job's other live attempts, so the dashboard opens on the adopted attempt rather than on
+    the highest number (which any process can claim). A job none of whose attempts is adopted yet has every live
+    attempt at 0."""
+
+    NAME = "telemetry_attempt_latest"
+    HELP = ("1 for the attempt adopted as its job's latest (docs/restarts.md), 0 for the job's other live attempts.")
+
+    def __init__(self, adoption: Adoption, jobs: Callable[[], Iterable[str]]) -> None:
+        self.adoption = adoption
+        self.jobs = jobs
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(self.NAME, self.HELP, labels=["job", "attempt"])
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(self.NAME, self.HELP, labels=["job", "attempt"])
+        live: dict[str, list[tuple[int, str]]] = {}
+        for name in self.jobs():
+            if not name.startswith("_"):
+                job, attempt = split(name)
+                live.setdefault(job, []).append((attempt, name))
+        for job, attempts in sorted(live.items()):
+            latest = self.adoption.latest(job)
+            for attempt, name in sorted(attempts):
+                family.add_metric([job, str(attempt)], 1 if name == latest else 0)
+        yield family

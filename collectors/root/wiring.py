@@ -38,7 +38,7 @@ from collectors.detectors.base import Context
 from collectors.detectors.events import Event, EventLog, make_sinks
 from collectors.detectors.settings import RuntimeSettings, SettingsError
 from collectors.detectors.suite import BUILDERS, Detectors, DetectorsConfig
-from collectors.root.adoption import Adoption
+from collectors.root.adoption import Adoption, LatestAttempts
 from collectors.root.api import MAX_LAST, ApiError
 from collectors.root.capture_limits import Busy
 from collectors.root.crashes import RankExitMetrics, last_words_capture
@@ -107,6 +107,7 @@ class Wiring:
         self.adoption = Adoption(store, lambda job: self._states(job))
         self.restarts = RestartWatch(store, self.events, self.adoption)
         self.metrics.registry.register(GoodputMetrics(store, registered))
+        self.metrics.registry.register(LatestAttempts(self.adoption, registered))
         # Forensics: culprit-naming events ask their ranks for a capture; captures from the tree are kept on disk.
         self.forensics = Forensics(ForensicsStore(forensics_folder, forensics_max_requests), route,
                                    max_ranks=forensics_max_ranks)
