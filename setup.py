@@ -31,10 +31,12 @@ class BuildNative(build_ext):
 
 native = Pybind11Extension(
     "telemetry.summary._native",
-    sources=[f"{NATIVE}/module.cpp", f"{NATIVE}/core.cpp", f"{NATIVE}/ingest.cpp", f"{NATIVE}/croaring/roaring.c"],
+    sources=[f"{NATIVE}/module.cpp", f"{NATIVE}/core.cpp", f"{NATIVE}/ingest.cpp", f"{NATIVE}/unit.cpp",
+             f"{NATIVE}/croaring/roaring.c"],
     include_dirs=[NATIVE],
     depends=[f"{NATIVE}/{h}"
-             for h in ("core.hpp", "fsum.hpp", "ingest.hpp", "tdigest.hpp", "wire.hpp", "croaring/roaring.h")],
+             for h in ("core.hpp", "fsum.hpp", "ingest.hpp", "tdigest.hpp", "unit.hpp", "wire.hpp",
+                       "croaring/roaring.h")],
     cxx_std=17,
     extra_compile_args=list(OPT),  # a copy: pybind11 appends its C++ flags to it
     extra_link_args=[f"-fsanitize={SANITIZE}"] if SANITIZE else [],

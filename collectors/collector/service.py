@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import TypeVar, cast
 
@@ -22,6 +22,8 @@ from collectors.common.ratelog import RateLimitedLog
 from collectors.common.transport import certificate_names
 from collectors.common.validation import (
     DEFAULT_MAX_WORLD_SIZE,
+    MAX_ATTEMPT,
+    MAX_INDEX,
     BadInput,
     MetricBudget,
     check_attempt,
@@ -35,11 +37,11 @@ from collectors.delivery.coverage import Coverage
 from collectors.delivery.forensics import check_capture, check_exit, request_ranks, with_ranks
 from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
 from collectors.delivery.node import COUNTER_FIELDS, Node, RankView
-from collectors.delivery.runs import refusal_reason
+from collectors.delivery.runs import Claim, refusal_reason
 from collectors.delivery.windows import Origin, Part, Refusal
 from telemetry.summary import Summary
 from telemetry.summary.sketch import DEFAULT_MAX_CENTROIDS
-from telemetry.summary.summary import DEFAULT_K
+from telemetry.summary.summary import DEFAULT_K, read_unit
 from telemetry.v1 import forensics_pb2, forward_pb2, forward_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -183,7 +185,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         node = self.node
         origin = (sender, batch.seq)
         views = self._states(batch.ranks)
-        parsed = [self._parse(origin, index, window) for index, window in enumerate(batch.windows)]
+        parsed = self._parse_all(batch)
         with node.lock:
             node.child_states(sender, views)
             for revoked in self.coverage.note(sender, views, node.runs.known):
@@ -202,8 +204,9 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             now = time.monotonic()
             for job in {found[0].job for found in parsed if not isinstance(found, str)}:
                 self.jobs.touch(job, now)
+            checks = _UnitChecks()
             for index, (window, found) in enumerate(zip(batch.windows, parsed)):
-                rejection = self._offer(origin, index, window, found)
+                rejection = self._offer(origin, index, window, found, checks)
                 if rejection is not None:
                     rejections.append(rejection)
             status = forward_pb2.Ack.REJECTED_OVERLAP if rejections else forward_pb2.Ack.RECEIVED
@@ -280,8 +283,44 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             views[job] = view
         return views
 
-    def _parse(self, origin: Origin, index: int, window: forward_pb2.WindowSummary) -> tuple[Key, Summary] | str:
-        """The window's key and summary, or why it is refused (checked without the node's lock)."""
+    def _parse_all(self, batch: forward_pb2.SummaryBatch) -> list[_Parsed | str]:
+        """Each window of the unit: its key, summary and sources, or why it is refused (checked without the node's
+        lock). The plain, valid windows are read in one native call (`read_unit`: the summaries decoded with every
+        check of Summary.from_bytes, one sources bitmap per group of windows with equal sources); any other window is
+        judged by `_parse`, the per-window path, so a bad one is refused in the same words as it always was."""
+        windows = batch.windows
+        if not windows:
+            return []
+        try:
+            read, groups = read_unit(batch.SerializeToString(), MAX_INDEX, MAX_ATTEMPT, self.max_world_size)
+        except ValueError:  # not expected from upb's own serialisation; the per-window path then judges each
+            read, groups = [], []
+        if len(read) != len(windows):
+            return [self._parse(window) for window in windows]
+        bitmaps = [BitMap.deserialize(group) for group in groups]
+        names: dict[tuple[str, int], str] = {}
+        extents: dict[tuple[str, int], str | None] = {}  # (job, group): why its sources are refused, if they are
+        out: list[_Parsed | str] = []
+        for window, found in zip(windows, read):
+            if found is None:
+                out.append(self._parse(window))
+                continue
+            job, attempt, metric, index, width_ms, _, summary, group = found
+            sources = bitmaps[group]
+            if (job, group) not in extents:
+                extents[job, group] = _extent_refused(job, sources, self.max_world_size)
+            refused = extents[job, group]
+            if refused is not None:
+                out.append(refused)
+                continue
+            name = names.get((job, attempt))
+            if name is None:
+                name = names[job, attempt] = scoped(job, attempt)
+            out.append((Key(name, metric, index, width_ms), summary, sources))
+        return out
+
+    def _parse(self, window: forward_pb2.WindowSummary) -> _Parsed | str:
+        """One window's key, summary and sources, or why it is refused (checked without the node's lock)."""
         try:
             check_job(window.key.job)
             check_attempt(window.key.attempt)
@@ -289,30 +328,33 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             check_index(key.index, "window index")
             check_world(window.expected, self.max_world_size, "expected world size")
             summary = Summary.from_proto(window.summary)
-            if summary._sources:
-                check_world(extent(window.key.job, summary._sources), self.max_world_size, "a source id")
+            refused = _extent_refused(window.key.job, summary._sources, self.max_world_size)
+            if refused is not None:
+                return refused
             if (summary.k, summary.max_centroids) != TREE_SHAPE:
                 raise ValueError(f"summary has k={summary.k}, max_centroids={summary.max_centroids}; every tier "
                                  f"merges only k={TREE_SHAPE[0]}, max_centroids={TREE_SHAPE[1]}")
         except (ValueError, OverflowError, BadInput) as exc:
             return str(exc)
-        return key, summary
+        return key, summary, summary._sources
 
     def forget_job(self, job: str) -> None:
         """A finished job (JobLifecycle): what this service keeps for it goes."""
         self.budget.forget(job)
 
-    def _offer(self, origin: Origin, index: int, window: forward_pb2.WindowSummary,
-               parsed: tuple[Key, Summary] | str) -> forward_pb2.Rejection | None:
+    def _offer(self, origin: Origin, index: int, window: forward_pb2.WindowSummary, parsed: _Parsed | str,
+               checks: _UnitChecks) -> forward_pb2.Rejection | None:
         node = self.node
         if isinstance(parsed, str):
             node.counters["bad_inputs"] += 1
             log.warning("refused window %d of %s: %s", index, origin, parsed)
             return forward_pb2.Rejection(index=index, key=window.key, reason=parsed)
-        key, summary = parsed
-        refused = node.runs.refused(origin[0], key.job)
+        key, summary, sources = parsed
+        refused = checks.refused.get(key.job)
+        if refused is None:
+            refused = checks.refused[key.job] = node.runs.refused(origin[0], key.job)
         if refused:
-            taken = summary._sources & BitMap(refused)
+            taken = sources & BitMap(refused)
             if taken:
                 node.counters["bad_inputs"] += 1
                 job, attempt = split(key.job)
@@ -324,8 +366,17 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 node.runs.fleet_refused_windows += 1
                 return forward_pb2.Rejection(index=index, key=window.key, reason=reason, refused_sources=list(taken))
         try:
-            name, attempt = split(key.job)
-            self._covers(origin[0], name, attempt, summary._sources, "a window")  # before it costs the budget
+            covered = (key.job, id(sources))  # a unit's windows share their sources' bitmap where equal (_parse_all)
+            if covered not in checks.covered:
+                name, attempt = split(key.job)
+                try:
+                    self._covers(origin[0], name, attempt, sources, "a window")  # before it costs the budget
+                    checks.covered[covered] = None
+                except BadInput as exc:
+                    checks.covered[covered] = exc
+            uncovered = checks.covered[covered]
+            if uncovered is not None:
+                raise uncovered
             self.budget.admit(key.job, key.metric)
         except BadInput as exc:
             node.counters["bad_inputs"] += 1
@@ -333,12 +384,34 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             return forward_pb2.Rejection(index=index, key=window.key, reason=str(exc))
         if self.before_offer is not None:
             self.before_offer(key)
-        part = Part(key, [origin], summary._sources, index=index, built=summary)
+        part = Part(key, [origin], sources, index=index, built=summary)
         verdict, overlap = node.offer(part, window.expected)
         if verdict != "overlap":
             return None
         return forward_pb2.Rejection(index=index, key=window.key, overlapping_sources=list(overlap or ()),
                                      reason=f"{len(overlap or ())} of {len(part.sources)} sources already held")
+
+
+_Parsed = tuple[Key, Summary, BitMap]  # a window's key, its summary, and the summary's sources
+
+
+@dataclass
+class _UnitChecks:
+    """What `_offer` found once per unit rather than once per window (under the node's lock, for one unit): the
+    sources refused per job, and whether the child covers a job's sources (None, or the refusal)."""
+
+    refused: dict[str, dict[int, tuple[Claim, Claim]]] = field(default_factory=dict)
+    covered: dict[tuple[str, int], BadInput | None] = field(default_factory=dict)
+
+
+def _extent_refused(job: str, sources: BitMap, max_world_size: int) -> str | None:
+    """Why a window's sources are refused (a source id beyond the world-size cap), or None."""
+    if sources:
+        try:
+            check_world(extent(job, sources), max_world_size, "a source id")
+        except BadInput as exc:
+            return str(exc)
+    return None
 
 
 @dataclass

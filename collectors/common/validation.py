@@ -63,7 +63,9 @@ class MetricBudget:
         self._names: dict[str, set[str]] = {}
 
     def admit(self, job: str, metric: str) -> None:
-        self.admit_all(job, (metric,))
+        names = self._names.get(job)
+        if names is None or metric not in names:  # a name already admitted costs a set lookup: once per window
+            self.admit_all(job, (metric,))
 
     def admit_all(self, job: str, metrics: Iterable[str]) -> None:
         """Admit every name or none: a refused batch charges nothing (300 names in one log() call must not

@@ -32,7 +32,7 @@ import heapq
 import math
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from pyroaring import BitMap
@@ -45,6 +45,7 @@ DEFAULT_K = 8
 _decode = _native.decode
 _build = _native.build
 _from_arrays = _native.from_arrays
+_read_unit = _native.read_unit
 MAX_SOURCE = 2**32 - 1
 # Finite values beyond +-MAX_MAGNITUDE count as non-finite, and summaries whose min or max lie beyond it are refused
 # (telemetry/summary/native/core.hpp): then no sum, squared deviation or merge of up to 2**64 values overflows.
@@ -421,6 +422,27 @@ class Summary:
     def __reduce__(self) -> tuple[Any, tuple[bytes]]:
         """Pickled as its wire bytes (the native core itself does not pickle)."""
         return (Summary.from_bytes, (self.to_bytes(),))
+
+
+UnitWindow = tuple[str, int, str, int, int, int, Summary, int]
+"""A window read by `read_unit`: (job, attempt, metric, index, width_ms, expected, summary, sources group)."""
+
+
+def read_unit(data: bytes, max_index: int, max_attempt: int, max_world: int, k: int = DEFAULT_K,
+              max_centroids: int = DEFAULT_MAX_CENTROIDS) -> tuple[list[UnitWindow | None], list[bytes]]:
+    """A tier's intake of a whole unit (the bytes of a telemetry.v1.SummaryBatch) in one native call: per
+    WindowSummary, its key's fields, its expected world size and its summary (decoded with every check of
+    `from_bytes`), and the index of its sources' group; per group, the sources as portable bytes (the windows of one
+    child's unit mostly share them: one bitmap per group, not per window).
+
+    A window is None unless it is plain and valid: a job name [A-Za-z0-9_.:-]{1,128}, an ASCII metric, a step or a
+    bucket of width > 0, index <= max_index, attempt < max_attempt, expected <= max_world, a summary that decodes,
+    of shape (k, max_centroids), each field once. The caller judges a None window with its own per-window checks,
+    so a bad window is refused in the same words as without this path. ValueError if the message itself is not
+    well formed.
+    """
+    read = _read_unit(data, k, max_centroids, max_index, max_attempt, max_world, Summary)  # the summaries: Summary
+    return cast("tuple[list[UnitWindow | None], list[bytes]]", read)
 
 
 def _has(summary: Summary, name: str) -> bool:

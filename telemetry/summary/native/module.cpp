@@ -5,6 +5,7 @@
 
 #include "core.hpp"
 #include "ingest.hpp"
+#include "unit.hpp"
 
 namespace py = pybind11;
 using namespace treemetry;
@@ -240,6 +241,60 @@ PyObject* from_arrays_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     });
 }
 
+// read_unit(data, k, max_centroids, max_index, max_attempt, max_world, wrapper): a tier's whole unit (SummaryBatch
+// bytes) in one call. Returns (windows, group_sources): per WindowSummary, None (the caller's per-window path judges
+// it) or (job, attempt, metric, index, width_ms, expected, summary, group), the summary an instance of `wrapper` (a
+// class with a `_core` slot: Summary) holding the core; per group, its sources as portable bytes.
+PyObject* read_unit_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "read_unit takes 7 arguments");
+        return nullptr;
+    }
+    if (!PyType_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "read_unit's wrapper must be a class");
+        return nullptr;
+    }
+    try {
+        auto* wrapper = reinterpret_cast<PyTypeObject*>(args[6]);
+        py::str core_slot("_core");
+        UnitLimits limits;
+        limits.k = as_u32(args[1]);
+        limits.max_centroids = as_u32(args[2]);
+        limits.max_index = as_u64(args[3]);
+        limits.max_attempt = as_u64(args[4]);
+        limits.max_world = as_u64(args[5]);
+        UnitIn unit = with_buffer(args[0], [&](const uint8_t* p, size_t n) { return read_unit(p, n, limits); });
+        py::list windows(unit.windows.size());
+        py::object job;  // one str per run of windows of one job (a unit's windows are mostly one job's)
+        std::string job_text;
+        for (size_t i = 0; i < unit.windows.size(); ++i) {
+            WindowIn& w = unit.windows[i];
+            if (!w.fast) {
+                windows[i] = py::none();
+                continue;
+            }
+            if (!job || w.job != job_text) {
+                job = py::str(w.job);
+                job_text = w.job;
+            }
+            py::object summary = py::reinterpret_steal<py::object>(wrapper->tp_alloc(wrapper, 0));
+            if (!summary) throw py::error_already_set();
+            if (PyObject_SetAttr(summary.ptr(), core_slot.ptr(), py::cast(std::move(w.core)).ptr()) < 0)
+                throw py::error_already_set();
+            windows[i] = py::make_tuple(job, w.attempt, py::str(w.metric), w.index, w.width_ms, w.expected, summary,
+                                        w.group);
+        }
+        py::list groups(unit.group_sources.size());
+        for (size_t i = 0; i < unit.group_sources.size(); ++i) groups[i] = as_bytes(unit.group_sources[i]);
+        return py::make_tuple(windows, groups).release().ptr();
+    } catch (py::error_already_set& e) {
+        e.restore();
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+    }
+    return nullptr;
+}
+
 PyMethodDef FAST[] = {
     {"from_arrays", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(from_arrays_py)), METH_FASTCALL,
      "A core from values[i] of sources[i] (the agent's ingest); ValueError on a source outside [0, 2**32)."},
@@ -247,6 +302,8 @@ PyMethodDef FAST[] = {
      "A core from an ingested summary's fields (trusted)."},
     {"decode", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(decode_py)), METH_FASTCALL,
      "Parse and check untrusted bytes; ValueError('malformed summary: ...') on anything wrong."},
+    {"read_unit", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(read_unit_py)), METH_FASTCALL,
+     "A unit's windows, each decoded and checked, or None where the caller's own checks must judge it."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -1,0 +1,158 @@
+// read_unit: see unit.hpp.
+#include "unit.hpp"
+
+#include "wire.hpp"
+
+namespace treemetry {
+
+namespace {
+
+constexpr size_t GROUPS_COMPARED = 8;  // a unit's windows mostly share one child's sources: compare with a few
+
+bool job_name(const Reader& r) {
+    size_t n = r.left();
+    if (n < 1 || n > 128) return false;
+    for (const uint8_t* p = r.data(); p < r.data() + n; ++p) {
+        uint8_t c = *p;
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+              c == ':' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+bool ascii(const Reader& r) {
+    for (const uint8_t* p = r.data(); p < r.data() + r.left(); ++p)
+        if (*p >= 0x80) return false;
+    return true;
+}
+
+std::string text(const Reader& r) { return std::string(reinterpret_cast<const char*>(r.data()), r.left()); }
+
+// The key; false when it is not a plain, valid one (each field at most once, a step or a bucket of width > 0).
+bool read_key(Reader r, WindowIn& w, const UnitLimits& limits) {
+    bool seen[6] = {};
+    int which = 0;  // 3: step, 4: bucket
+    while (!r.done()) {
+        uint32_t field, type;
+        r.tag(field, type);
+        if (field > 5 || seen[field]) return false;
+        seen[field] = true;
+        if (field == 1 || field == 2) {
+            if (type != LEN) return false;
+            Reader s = r.sub();
+            if (field == 1) {
+                if (!job_name(s)) return false;
+                w.job = text(s);
+            } else {
+                if (!ascii(s)) return false;
+                w.metric = text(s);
+            }
+        } else if (field == 3 || field == 5) {
+            if (type != VARINT) return false;
+            uint64_t v = r.varint();
+            if (field == 3) {
+                w.index = v;
+                which = 3;
+            } else {
+                w.attempt = v;
+            }
+        } else {  // 4: TimeBucket{start_ms int64 = 1, width_ms uint32 = 2}
+            if (type != LEN) return false;
+            Reader b = r.sub();
+            bool got[3] = {};
+            uint64_t start = 0, width = 0;
+            while (!b.done()) {
+                uint32_t f, t;
+                b.tag(f, t);
+                if (f > 2 || got[f] || t != VARINT) return false;
+                got[f] = true;
+                (f == 1 ? start : width) = b.varint();
+            }
+            if (static_cast<int64_t>(start) < 0 || width == 0 || width > 0xffffffffu) return false;
+            w.index = start;
+            w.width_ms = static_cast<uint32_t>(width);
+            which = 4;
+        }
+    }
+    // A job of "" is left out on the wire (proto3): no field 1 at all, which the name check must still refuse.
+    return seen[1] && which != 0 && w.index <= limits.max_index && w.attempt < limits.max_attempt;
+}
+
+// One WindowSummary{key = 1, summary = 2, expected = 3, late = 4}: `w.fast` set when it is plain and valid.
+void read_window(Reader r, WindowIn& w, const UnitLimits& limits) {
+    bool seen[5] = {};
+    const uint8_t* summary = nullptr;
+    size_t summary_n = 0;
+    while (!r.done()) {
+        uint32_t field, type;
+        r.tag(field, type);
+        if (field > 4 || seen[field]) return;
+        seen[field] = true;
+        if (field == 1 || field == 2) {
+            if (type != LEN) return;
+            Reader s = r.sub();
+            if (field == 1) {
+                if (!read_key(s, w, limits)) return;
+            } else {
+                summary = s.data();
+                summary_n = s.left();
+            }
+        } else {
+            if (type != VARINT) return;
+            uint64_t v = r.varint();
+            if (field == 3) {
+                if (v > 0xffffffffu || v > limits.max_world) return;
+                w.expected = static_cast<uint32_t>(v);
+            } else if (v > 1) {
+                return;
+            }
+        }
+    }
+    if (!seen[1] || !seen[2]) return;
+    try {
+        w.core = decode(summary, summary_n);
+    } catch (const std::exception&) {
+        return;  // refused by the caller's own decode, in the same words
+    }
+    if (w.core.k != limits.k || w.core.sketch.max_centroids != limits.max_centroids) return;
+    w.fast = true;
+}
+
+}  // namespace
+
+UnitIn read_unit(const uint8_t* data, size_t n, const UnitLimits& limits) {
+    UnitIn out;
+    std::vector<size_t> firsts;  // per group, its first window
+    Reader r(data, n);
+    while (!r.done()) {
+        uint32_t field, type;
+        r.tag(field, type);
+        if (field != 3 || type != LEN) {
+            r.skip_field(field, type);
+            continue;
+        }
+        Reader body = r.sub();
+        out.windows.emplace_back();
+        WindowIn& w = out.windows.back();
+        try {
+            read_window(body, w, limits);
+        } catch (const WireError&) {
+            w.fast = false;
+        }
+        if (!w.fast) continue;
+        size_t i = 0;
+        for (; i < firsts.size() && i < GROUPS_COMPARED; ++i)
+            if (roaring::api::roaring_bitmap_equals(out.windows[firsts[i]].core.sources.get(), w.core.sources.get()))
+                break;
+        if (i == firsts.size() || i == GROUPS_COMPARED) {
+            i = firsts.size();
+            firsts.push_back(out.windows.size() - 1);
+            out.group_sources.push_back(serialize_bitmap(w.core.sources.get(), false));
+        }
+        w.group = i;
+    }
+    return out;
+}
+
+}  // namespace treemetry

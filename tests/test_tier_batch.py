@@ -1,0 +1,185 @@
+"""A tier reads a child's whole unit in one native call (issue 29 item 2: `read_unit`, CollectorService._parse_all),
+and judges every window exactly as the per-window path does (`CollectorService._parse`): same key, same summary
+bytes, same sources, or the same refusal in the same words. Hostile bytes inside a unit: one bad window is refused
+alone, with the reason it always had, and the rest of the unit goes in.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyroaring import BitMap
+
+from collectors.collector.service import CollectorService
+from collectors.common.fleet import FLEET_JOB
+from collectors.common.keys import Key
+from collectors.common.validation import MetricBudget
+from collectors.delivery.node import Node
+from collectors.delivery.windows import Deadlines
+from telemetry import Summary
+from telemetry.summary.summary import read_unit
+from telemetry.v1 import forward_pb2, summary_pb2
+
+WORLD_CAP = 4096
+
+
+def service() -> CollectorService:
+    node = Node("rack", Deadlines(120.0), ack_down=lambda *a, **k: None)
+    return CollectorService(node, None, None, MetricBudget(64), max_world_size=WORLD_CAP)  # type: ignore[arg-type]  # host and slots: no stream here
+
+
+def summary_bytes(ranks: range, seed: int = 0, k: int = 8, max_centroids: int = 200) -> bytes:
+    rng = np.random.default_rng(seed)
+    ids = np.fromiter(ranks, dtype=np.int64)
+    return Summary.from_arrays(rng.lognormal(0, 1, len(ids)), ids, time_ns=5, k=k,
+                               max_centroids=max_centroids).to_bytes()
+
+
+def window(job: str = "job", metric: str = "loss", step: int | None = 3, summary: bytes | None = None,
+           expected: int = 16, attempt: int = 0, bucket: tuple[int, int] | None = None) -> forward_pb2.WindowSummary:
+    key = summary_pb2.WindowKey(job=job, metric=metric, attempt=attempt)
+    if bucket is not None:
+        key.bucket.start_ms, key.bucket.width_ms = bucket
+    elif step is not None:
+        key.step = step
+    msg = forward_pb2.WindowSummary(key=key, expected=expected)
+    msg.summary.MergeFromString(summary_bytes(range(8)) if summary is None else summary)
+    return msg
+
+
+def judged(svc: CollectorService, batch: forward_pb2.SummaryBatch) -> list[tuple[Key, bytes, list[int]] | str]:
+    return [found if isinstance(found, str) else (found[0], found[1].to_bytes(), list(found[2]))
+            for found in svc._parse_all(batch)]
+
+
+def one_by_one(svc: CollectorService, batch: forward_pb2.SummaryBatch) -> list[tuple[Key, bytes, list[int]] | str]:
+    return [found if isinstance(found, str) else (found[0], found[1].to_bytes(), list(found[2]))
+            for found in (svc._parse(w) for w in batch.windows)]
+
+
+HOSTILE = {
+    "plain": window(),
+    "second job, attempt": window(job="other:job-2", attempt=3, summary=summary_bytes(range(8, 16), 1)),
+    "bucket": window(bucket=(60_000, 1000), step=None),
+    "bucket of width 0": window(bucket=(60_000, 0), step=None),
+    "negative bucket start": window(bucket=(-1000, 1000), step=None),
+    "no step nor bucket": window(step=None),
+    "bad job name": window(job="job with spaces"),
+    "empty job": window(job=""),
+    "job too long": window(job="j" * 129),
+    "non-ASCII metric": window(metric="lösung"),
+    "bad metric name": window(metric="Loss"),
+    "attempt 2**63": window(attempt=2**63),
+    "step beyond 2**53": window(step=2**53 + 1),
+    "step 2**53": window(step=2**53),
+    "expected above the cap": window(expected=WORLD_CAP + 1),
+    "source beyond the cap": window(summary=summary_bytes(range(WORLD_CAP, WORLD_CAP + 2))),
+    "fleet job, sparse sources": window(job=FLEET_JOB, summary=summary_bytes(range(10**6, 10**6 + 3))),
+    "other shape (k)": window(summary=summary_bytes(range(8), k=4)),
+    "other shape (centroids)": window(summary=summary_bytes(range(8), max_centroids=100)),
+    "empty summary": window(summary=b""),
+    "summary that does not decode": window(summary=summary_pb2.Summary(count=3).SerializeToString()),
+    "mean outside [min, max]": window(summary=summary_pb2.Summary(
+        k=8, count=1, sum=1.0, mean=5.0, min=1.0, max=1.0, sources=BitMap([0]).serialize(),
+        top_values=[1.0], top_sources=[0], bottom_values=[1.0], bottom_sources=[0]).SerializeToString()),
+}
+
+
+def test_every_window_is_judged_as_the_per_window_path_judges_it() -> None:
+    svc = service()
+    batch = forward_pb2.SummaryBatch(sender_id="child", seq=1, windows=list(HOSTILE.values()))
+    fast, slow = judged(svc, batch), one_by_one(svc, batch)
+    assert fast == slow
+    verdicts = dict(zip(HOSTILE, fast))
+    # A metric's name is the budget's to refuse, under the lock (_offer); a bucket may start before 1970.
+    accepted = {"plain", "second job, attempt", "bucket", "step 2**53", "fleet job, sparse sources",
+                "bad metric name", "non-ASCII metric", "negative bucket start"}
+    assert {name for name, verdict in verdicts.items() if not isinstance(verdict, str)} == accepted
+    assert "malformed summary" in verdicts["mean outside [min, max]"]
+    assert "a source id" in verdicts["source beyond the cap"]
+
+
+def test_the_native_read_leaves_odd_windows_to_the_per_window_path() -> None:
+    """What read_unit takes itself (plain windows) and what it hands back as None (judged in Python)."""
+    batch = forward_pb2.SummaryBatch(windows=list(HOSTILE.values()))
+    read, groups = read_unit(batch.SerializeToString(), 2**53, 2**63, WORLD_CAP)
+    taken = {name for name, found in zip(HOSTILE, read) if found is not None}
+    # the sources' extent is judged per group in Python; the rarer odd ones (non-ASCII, before 1970) are left to it
+    assert taken == {"plain", "second job, attempt", "bucket", "step 2**53", "fleet job, sparse sources",
+                     "source beyond the cap", "bad metric name"}
+    assert len(groups) == 4  # ranks 0-7 (three windows), 8-15, the fleet's sparse ids, the cap's
+
+
+def test_windows_of_equal_sources_share_one_bitmap() -> None:
+    svc = service()
+    batch = forward_pb2.SummaryBatch(windows=[window(metric=f"m{i}", summary=summary_bytes(range(8), i))
+                                              for i in range(5)])
+    parsed = svc._parse_all(batch)
+    assert all(not isinstance(p, str) for p in parsed)
+    assert len({id(p[2]) for p in parsed if not isinstance(p, str)}) == 1
+    assert parsed[0][2] == BitMap(range(8))  # type: ignore[index]  # checked: none is a refusal
+
+
+def test_one_bad_window_in_a_unit_is_refused_alone() -> None:
+    """Through the service's unit handler: the bad window is rejected by index with its reason and counted in
+    bad_inputs, the good ones are accepted into the node's windows."""
+    svc = service()
+    node = svc.node
+    acks: list[forward_pb2.Ack] = []
+
+    class Answers:
+        def put(self, ack: forward_pb2.Ack) -> None:
+            acks.append(ack)
+
+    bad = HOSTILE["mean outside [min, max]"]
+    windows = [window(metric=f"m{i}", summary=summary_bytes(range(8), i)) for i in range(4)]
+    windows.insert(2, bad)
+    svc._handle("child", forward_pb2.SummaryBatch(sender_id="child", seq=0), Answers())
+    states = forward_pb2.RankStates(job="job", alive=BitMap(range(8)).serialize(), world_size=16)
+    svc._handle("child", forward_pb2.SummaryBatch(sender_id="child", seq=1, windows=windows, ranks=[states]),
+                Answers())
+    ack = acks[-1]
+    assert ack.status == forward_pb2.Ack.REJECTED_OVERLAP
+    assert [r.index for r in ack.rejections] == [2]
+    assert ack.rejections[0].reason == svc._parse(bad)
+    assert not ack.rejections[0].overlapping_sources
+    assert node.counters["bad_inputs"] == 1
+    assert sorted(key.metric for key in node.table.windows) == ["m0", "m1", "m2", "m3"]
+
+
+def _mutated(data: bytes, flips: list[tuple[int, int]]) -> bytes:
+    raw = bytearray(data)
+    for position, bit in flips:
+        raw[position % len(raw)] ^= 1 << bit
+    return bytes(raw)
+
+
+UNIT = forward_pb2.SummaryBatch(sender_id="child", seq=1, windows=[
+    window(metric="a"), window(metric="b", bucket=(60_000, 1000), step=None),
+    window(metric="c", attempt=2, summary=summary_bytes(range(8, 16), 2))]).SerializeToString()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, len(UNIT) - 1), st.integers(0, 7)), min_size=1, max_size=4))
+def test_bit_flips_inside_a_unit_are_judged_as_the_per_window_path_judges_them(flips: list[tuple[int, int]]) -> None:
+    """Hostile bytes: every unit upb still parses (as gRPC does before the service sees it) is judged window by
+    window as before; the native read never fails on it."""
+    try:
+        batch = forward_pb2.SummaryBatch.FromString(_mutated(UNIT, flips))
+    except Exception:  # upb refuses it (DecodeError): the stream fails before the service sees it, as before
+        return
+    svc = service()
+    assert judged(svc, batch) == one_by_one(svc, batch)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=400))
+def test_random_bytes_never_crash_the_native_read(data: bytes) -> None:
+    try:
+        read, groups = read_unit(data, 2**53, 2**63, WORLD_CAP)
+    except ValueError:
+        return
+    for found in read:
+        assert found is None or isinstance(found[6], Summary)
+    assert all(isinstance(g, bytes) for g in groups)
