@@ -62,6 +62,23 @@ config_option = click.option("--config", type=click.Path(dir_okay=False), callba
                              expose_value=False, help="TOML file of option defaults (e.g. /etc/telemetry/agent.toml).")
 
 
+class _HostIndex(click.ParamType):
+    """--host-index: 'auto' (the tree hands one out) or an index 0..2^24-1."""
+
+    name = "auto|N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        if isinstance(value, int) or value == "auto":
+            return value
+        try:
+            index = int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is neither 'auto' nor a host index", param, ctx)
+        if not 0 <= index < 1 << 24:
+            self.fail(f"{index} is outside 0..{(1 << 24) - 1}", param, ctx)
+        return index
+
+
 def _security(cert: str | None, key: str | None, ca: str | None, token: str | None,
               server_name: str | None = None):
     from collectors.common.transport import Security
@@ -255,10 +272,13 @@ def with_options(options):
               help="Read the NVLink error counters on every Nth sample only.")
 @click.option("--host-id", default="", help="Name of this host's hardware pseudo-job _host:NAME "
               "[default: the hostname]. Give each agent its own when several share one machine (simulations).")
-@click.option("--host-index", type=click.IntRange(0, (1 << 24) - 1), default=None,
+@click.option("--host-index", type=_HostIndex(), default=None, metavar="auto|N",
               help="This host's index in the fleet (docs/fleet.md): its NIC, IB and rank-less GPU readings go to "
-                   "the fleet-wide windows (job _fleet) merged across hosts, not to _host:NAME. Each host its own; "
-                   "a second host claiming an index is refused by the tree.")
+                   "the fleet-wide windows (job _fleet) merged across hosts, not to _host:NAME. 'auto': the tree "
+                   "hands one out and remembers it (keyed by --host-id and /etc/machine-id); N: this one "
+                   "(0..16777215), refused by the tree when another host holds it.")
+@click.option("--machine-id", default=None, help="This machine's stable id, by which the tree tells two hosts "
+              "of one name apart (--host-index auto) [default: /etc/machine-id].")
 @click.option("--host-registry", type=click.Path(exists=True, dir_okay=False), default=None,
               help="A file listing the fleet's host names, one a line, the same on every agent: this host's "
                    "index is its position in it (instead of --host-index).")
@@ -275,7 +295,8 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
           outbox_budget_mb: int, max_world_size: int, job_idle_timeout: float, max_ranks: int, gpu_probe: bool,
           nic_probe: bool,
           probe_interval: float, sysfs_root: str, nic_exclude: tuple[str, ...], nvlink_every: int, host_id: str,
-          host_index: int | None, host_registry: str | None, capture_timeout: float, verbose: int) -> None:
+          host_index: int | str | None, machine_id: str | None, host_registry: str | None, capture_timeout: float,
+          verbose: int) -> None:
     """Run the node agent: ranks on this host stream to it; it forwards sealed step summaries to --parent."""
     signals = _signals()
     from collectors.agent.hardware import DEFAULT_NIC_EXCLUDE
@@ -287,8 +308,11 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
     _plaintext_token(parent_token, bool(parent_ca), [*parents, *fallbacks], "sent to the parent",
                      allow_insecure_token)
     security = _security(parent_cert, parent_key, parent_ca, parent_token, parent_server_name)
+    auto = host_index == "auto"
+    if auto:
+        host_index = None
     if host_registry is not None:
-        if host_index is not None:
+        if host_index is not None or auto:
             raise click.UsageError("--host-index and --host-registry are alternatives: give one")
         import socket
 
@@ -308,7 +332,8 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
         nic_probe=nic_probe, probe_interval_s=probe_interval,
         sysfs_root=sysfs_root, nic_exclude=tuple(nic_exclude) or DEFAULT_NIC_EXCLUDE, nvlink_every=nvlink_every,
         host_id=host_id,
-        host_index=host_index, capture_timeout_s=capture_timeout)
+        host_index=host_index if isinstance(host_index, int) else None, host_index_auto=auto, machine_id=machine_id,
+        capture_timeout_s=capture_timeout)
     _serve(signals, lambda: AgentServer(config),
            lambda server: {"role": "agent", "id": server.node.node_id, "addresses": server.addresses})
 

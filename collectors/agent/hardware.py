@@ -117,6 +117,7 @@ class SamplerStats:
     offered_windows: int = 0
     not_accepted: int = 0
     no_slot: int = 0  # fleet readings of a device past its kind's slots (collectors/common/fleet.py), skipped
+    awaiting_index: int = 0  # host readings not sent: the tree has not yet given this host its index (auto)
     cpu_s: float = 0.0  # this thread's CPU time in sample_once (time.thread_time)
     last_sample_s: float = 0.0  # wall seconds the last sample took
 
@@ -126,12 +127,15 @@ class HardwareSampler:
 
     def __init__(self, node: Node, registry: RankRegistry, *, host_id: str, gpu: GpuProbe | None = None,
                  nic: NicProbe | None = None, interval_s: float = DEFAULT_PROBE_INTERVAL_S,
-                 host_index: int | None = None) -> None:
+                 host_index: int | None = None, awaiting_index: bool = False) -> None:
         if interval_s <= 0:
             raise ValueError("the probe interval must be > 0")
         if host_index is not None:
             fleet.source(host_index, 0)  # raises for an index out of range
         self.host_index = host_index
+        # The fleet layout: with an index, or waiting for the tree to hand one out (--host-index auto): host
+        # readings are then not sent until it came (set_host_index), never to _host:<host>.
+        self.fleet = host_index is not None or awaiting_index
         self.host_name = host_id
         self._slots: dict[str, int | None] = {}  # fleet layout: device -> its slot (None: past its kind's slots)
         self._fleet_names: dict[int, str] = {}  # fleet source -> "host:device"
@@ -165,7 +169,8 @@ class HardwareSampler:
     def open(cls, node: Node, registry: RankRegistry, *, host_id: str, gpu_probe: bool = True,
              nic_probe: bool = True, interval_s: float = DEFAULT_PROBE_INTERVAL_S, sysfs_root: str | Path = "/sys",
              nic_exclude: Iterable[str] = DEFAULT_NIC_EXCLUDE, nvml: Any = None, nvlink_every: int = 1,
-             xid_wait_ms: int = 500, host_index: int | None = None) -> HardwareSampler | None:
+             xid_wait_ms: int = 500, host_index: int | None = None,
+             awaiting_index: bool = False) -> HardwareSampler | None:
         """Open the enabled probes; None when neither is enabled or available (the agent runs without)."""
         gpu = None
         if gpu_probe:
@@ -178,11 +183,12 @@ class HardwareSampler:
             log.info("hardware sampler not started: no probe enabled or available")
             return None
         sampler = cls(node, registry, host_id=host_id, gpu=gpu, nic=nic, interval_s=interval_s,
-                      host_index=host_index)
+                      host_index=host_index, awaiting_index=awaiting_index)
         log.info("hardware sampler: every %g s; GPU probe %s; NIC probe %s; host windows under job %r",
                  interval_s, f"on ({len(gpu.gpus)} GPU(s))" if gpu is not None else "off",
                  f"on ({sysfs_root})" if nic is not None else "off",
-                 sampler.host_job if host_index is None else f"{fleet.FLEET_JOB} as host {host_index}")
+                 sampler.host_job if not sampler.fleet else f"{fleet.FLEET_JOB} as host {host_index}"
+                 if host_index is not None else f"{fleet.FLEET_JOB} once the tree gave this host its index")
         return sampler
 
     # ------------------------------------------------------------ thread
@@ -249,8 +255,11 @@ class HardwareSampler:
                 if ev.kind == "xid" and ev.gpu is not None:
                     self._add_gpu(owners, "gpu.xid_code", ev.gpu, float(ev.code), start_ms, now_ns, reporting)
             for r in nic_readings:
-                if self.host_index is None:
+                if not self.fleet:
                     self._add(self.host_job, r.metric, self._nic_source(r.device), 0, r.value, start_ms, now_ns)
+                    continue
+                if self.host_index is None:
+                    self.stats.awaiting_index += 1
                     continue
                 src = self._fleet_source(r.device, "ib." if "/" in r.device else "nic.")
                 if src is not None:
@@ -281,13 +290,28 @@ class HardwareSampler:
         if ranks:
             for info in ranks:
                 self._add(info.job, metric, info.rank, info.world_size, value, start_ms, now_ns)
-        elif self.host_index is None:
+        elif not self.fleet:
             self._add(self.host_job, metric, index if index is not None else 0, 0, value, start_ms, now_ns)
+        elif self.host_index is None:
+            self.stats.awaiting_index += 1
         else:
             src = self._fleet_source(f"gpu{index if index is not None else 0}", "gpu.", index or 0)
             if src is not None:
                 reporting.add(src)
                 self._add(fleet.FLEET_JOB, metric, src, 0, value, start_ms, now_ns)
+
+    def set_host_index(self, index: int) -> None:
+        """The tree gave (or confirmed) this host's index (collectors/agent/host_index.py): from the next sample
+        on its readings go to the fleet's windows as this index; another index than before starts its devices'
+        sources afresh."""
+        fleet.source(index, 0)  # raises for an index out of range
+        with self.node.lock:
+            if index == self.host_index:
+                return
+            self.host_index, self.fleet = index, True
+            self._slots.clear()
+            self._fleet_names.clear()
+            self._fleet_reporting = BitMap()
 
     def _fleet_source(self, device: str, kind: str, gpu_index: int | None = None) -> int | None:
         """The fleet source of one of this host's devices: its slot is its kind's next free one, in order of

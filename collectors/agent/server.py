@@ -13,6 +13,7 @@ from typing import Any
 from collectors.agent.captures import DEFAULT_ANSWER_TIMEOUT_S, Captures
 from collectors.agent.exits import FaultFiles
 from collectors.agent.hardware import DEFAULT_NIC_EXCLUDE, DEFAULT_PROBE_INTERVAL_S, HardwareSampler, offer_exits
+from collectors.agent.host_index import HostIndexRegistration
 from collectors.agent.peercred import PeerCheck, PeerRelay, default_uids
 from collectors.agent.ranks import DEFAULT_STUCK_AFTER_S, RankRegistry
 from collectors.agent.service import AgentService
@@ -20,6 +21,7 @@ from collectors.common.aioserve import AioServer, StreamSlots
 from collectors.common.fingerprints import FingerprintTable
 from collectors.common.flushloop import FlushLoop
 from collectors.common.gctune import tune_gc
+from collectors.common.host_index import read_machine_id
 from collectors.common.memory import FreedMemory
 from collectors.common.transport import CannotListen, Security
 from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, DEFAULT_MAX_WORLD_SIZE, MetricBudget
@@ -68,6 +70,10 @@ class AgentConfig:
     host_id: str = ""  # the host's pseudo-job is _host:<host_id> [default: the hostname, as the ranks report it]
     # The host's index in the fleet (docs/fleet.md): its readings go to the fleet's windows, not _host:<host_id>.
     host_index: int | None = None
+    # Ask the tree for the host's index (`--host-index auto`, docs/fleet.md "Host indexes"); an explicit
+    # host_index is registered too, so that the root never hands it to another host.
+    host_index_auto: bool = False
+    machine_id: str | None = None  # the machine's id the tree keys its index by [default: /etc/machine-id]
     reap_rank_children: bool = False  # waitpid() ranks that are this process's children (see RankRegistry)
     capture_timeout_s: float = DEFAULT_ANSWER_TIMEOUT_S  # a rank's time to answer a capture before py-spy/proc
 
@@ -91,6 +97,7 @@ class AgentServer:
                                      max_world_size=config.max_world_size)
         self.host_id = config.host_id or socket.gethostname()
         self.hardware: HardwareSampler | None = None
+        self.registration: HostIndexRegistration | None = None
         self.flusher = FlushLoop("agent-flush", self._flush, config.flush_interval_s)
         slots = StreamSlots(config.max_ranks, "rank", "--max-ranks")
         self.grpc = AioServer("agent", None, ("telemetry.v1.Agent",), self.flusher.healthy)
@@ -130,9 +137,16 @@ class AgentServer:
                 self.node, self.registry, host_id=self.host_id, gpu_probe=config.gpu_probe,
                 nic_probe=config.nic_probe, interval_s=config.probe_interval_s, sysfs_root=config.sysfs_root,
                 nic_exclude=config.nic_exclude, nvml=config.nvml, nvlink_every=config.nvlink_every,
-                xid_wait_ms=config.xid_wait_ms, host_index=config.host_index)
+                xid_wait_ms=config.xid_wait_ms, host_index=config.host_index,
+                awaiting_index=config.host_index_auto and config.host_index is None)
             if self.hardware is not None:
                 self.hardware.start()
+            if self.hardware is not None and (config.host_index_auto or config.host_index is not None):
+                machine_id = config.machine_id if config.machine_id is not None else read_machine_id()
+                self.registration = HostIndexRegistration(config.parents, config.parent_security, self.host_id,
+                                                          machine_id, config.host_index,
+                                                          self.hardware.set_host_index)
+                self.registration.start()
 
     def _flush(self) -> None:
         now = time.monotonic()
@@ -166,6 +180,8 @@ class AgentServer:
         return self.flusher.healthy()
 
     def stop(self, grace: float = 1.0) -> None:
+        if self.registration is not None:
+            self.registration.stop()
         if self.hardware is not None:
             self.hardware.stop()
         self.flusher.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from collectors.collector.tier import Tier, TierConfig
+from collectors.common import host_index
 from collectors.common.attempts import split
 from collectors.common.fingerprints import FingerprintTable
 from collectors.common.gctune import tune_gc
@@ -44,6 +45,7 @@ class CollectorServer(Tier):
         self.service.on_fingerprints = self._fingerprints_up
         self.service.on_exits = self._exits_up
         self.upstream.outbox.on_requests = self._requests_down
+        self.service.register_host = lambda request: host_index.ask(config.parents, config.parent_security, request)
 
     def _captures_up(self, captures: list[forensics_pb2.Capture]) -> None:
         for capture in captures:

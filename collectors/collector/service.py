@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -79,6 +80,10 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         self.on_fingerprints: Callable[[list[forensics_pb2.JobFingerprints]], None] | None = None
         # How ranks ended (RankExit, docs/forensics.md): a collector sends them up, the root's crash detector judges.
         self.on_exits: Callable[[list[forensics_pb2.RankExit]], None] | None = None
+        # A host's index in the fleet (RegisterHost, docs/fleet.md "Host indexes"): a collector asks its parent
+        # (collectors/common/host_index.py), the root answers from its table (collectors/root/host_indexes.py).
+        # Blocking: run off the event loop. None: this tier hands out none.
+        self.register_host: Callable[[forward_pb2.HostRegistration], forward_pb2.HostAssignment] | None = None
 
     # Called by the node (under its lock) to answer a child about one of its units.
     def ack_down(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None,
@@ -135,6 +140,19 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         async for answer in serve_stream(self.host, self.slots, context, request_iterator,
                                          lambda answers: self._start(answers, names), self._count):
             yield cast(forward_pb2.Ack, answer)  # serve_stream yields what _start's work put: Acks here
+
+    async def RegisterHost(self, request: forward_pb2.HostRegistration,
+                           context: grpc.aio.ServicerContext) -> forward_pb2.HostAssignment:
+        if self.register_host is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this tier hands out no host indexes")
+        assert self.register_host is not None
+        try:
+            return await asyncio.to_thread(self.register_host, request)
+        except grpc.RpcError as exc:  # the parent's answer, passed down as it came (e.g. UNAVAILABLE)
+            await context.abort(exc.code(), exc.details() or "")
+        except Exception as exc:  # the parent unreachable (NoParentAnswered), the root's store in trouble
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot register host {request.host[:64]!r} now: {exc}")
+        raise AssertionError("unreachable: context.abort raises")
 
     def _start(self, answers: Answers, names: frozenset[str] | None) -> StreamWork:
         stream = _ChildStream(answers, names)

@@ -15,6 +15,7 @@ the number of hosts; the host's own agent logs and the per-host layout keep ever
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from contextlib import closing
 from http import HTTPStatus
 from typing import Any
@@ -38,9 +39,11 @@ def _num(value: float) -> float | None:
 class HostsView:
     """Reads the fleet's names from the root's node and its windows and events from the store."""
 
-    def __init__(self, store: Store, node: Node) -> None:
+    def __init__(self, store: Store, node: Node,
+                 host_indexes: Callable[[], list[dict[str, object]]] = list) -> None:
         self.store = store
         self.node = node
+        self.host_indexes = host_indexes  # the indexes the root handed out (collectors/root/host_indexes.py)
 
     def handle(self, parts: list[str], query: dict[str, list[str]]) -> object:
         if not parts:
@@ -61,6 +64,10 @@ class HostsView:
             entry = hosts.setdefault(host, {"host": host, "layout": "fleet", "index": host_index_of(src),
                                             "devices": []})
             entry["devices"].append(device)
+        handed_out = self.host_indexes()
+        for held in handed_out:  # a registered host none of whose devices reported yet
+            hosts.setdefault(str(held["host"]), {"host": held["host"], "layout": "fleet", "index": held["index"],
+                                                 "devices": []})
         with closing(self.store.reader()) as db:
             for (job,) in db.execute("SELECT job FROM jobs WHERE job >= ? AND job < ?",
                                      (HOST_JOB_PREFIX, HOST_JOB_PREFIX[:-1] + chr(ord(":") + 1))):
@@ -72,7 +79,7 @@ class HostsView:
             collisions = {"standing": runs.collisions(), "seen": runs.fleet_collisions,
                           "refused_windows": runs.fleet_refused_windows}
         return {"job": FLEET_JOB, "hosts": [hosts[h] for h in sorted(hosts)], "worst": worst,
-                "index_collisions": collisions}
+                "index_collisions": collisions, "host_indexes": handed_out}
 
     def _worst(self, db, names: dict[int, str], metric: str | None, k: int) -> dict[str, object]:
         """Per metric, the latest fleet second: its k largest and smallest readings, named."""

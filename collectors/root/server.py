@@ -28,6 +28,7 @@ from collectors.root.delivery_metrics import DeliveryMetrics
 from collectors.root.finalise import Finaliser, root_complete
 from collectors.root.fleet_metrics import FleetStoreMetrics
 from collectors.root.forensics import DEFAULT_MAX_RANKS, DEFAULT_MAX_REQUESTS, forensics_folder
+from collectors.root.host_indexes import HostIndexes
 from collectors.root.hosts import HostsView
 from collectors.root.remote_write import RemoteWriteConfig, RemoteWriter, remote_watermark
 from collectors.root.retention import Retention, RetentionConfig
@@ -86,7 +87,9 @@ class RootServer(Tier):
         self.api.events = self.wiring.events_endpoint  # GET /api/v1/jobs/{job}/events
         self.api.forensics = self.wiring.forensics_endpoint  # GET .../events/{id}/forensics, .../forensics/{rid}
         self.api.ask_forensics = self.wiring.ask_forensics  # POST /api/v1/jobs/{job}/forensics
-        self.api.hosts = HostsView(self.store, self.node).handle  # GET /api/v1/hosts[/{host}]
+        self.host_indexes = HostIndexes(self.store)  # the fleet's host indexes (RegisterHost, docs/fleet.md)
+        self.service.register_host = self.host_indexes.register
+        self.api.hosts = HostsView(self.store, self.node, self.host_indexes.table).handle  # GET /api/v1/hosts[/{host}]
         self.api.detector_settings = self.wiring.detector_settings  # GET/POST [jobs/{job}/]detectors
         self.remote_write: RemoteWriter | None = None
         if config.remote_write is not None and config.remote_write.urls:

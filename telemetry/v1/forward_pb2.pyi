@@ -122,3 +122,23 @@ class Ack(_message.Message):
     rejections: _containers.RepeatedCompositeFieldContainer[Rejection]
     capture_requests: _containers.RepeatedCompositeFieldContainer[_forensics_pb2.CaptureRequest]
     def __init__(self, seq: _Optional[int] = ..., status: _Optional[_Union[Ack.Status, str]] = ..., rejections: _Optional[_Iterable[_Union[Rejection, _Mapping]]] = ..., capture_requests: _Optional[_Iterable[_Union[_forensics_pb2.CaptureRequest, _Mapping]]] = ...) -> None: ...
+
+class HostRegistration(_message.Message):
+    __slots__ = ("host", "machine_id", "explicit_index")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    MACHINE_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPLICIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    machine_id: str
+    explicit_index: int
+    def __init__(self, host: _Optional[str] = ..., machine_id: _Optional[str] = ..., explicit_index: _Optional[int] = ...) -> None: ...
+
+class HostAssignment(_message.Message):
+    __slots__ = ("index", "refused", "known")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    refused: str
+    known: bool
+    def __init__(self, index: _Optional[int] = ..., refused: _Optional[str] = ..., known: _Optional[bool] = ...) -> None: ...

@@ -41,6 +41,11 @@ class CollectorStub:
                 request_serializer=telemetry_dot_v1_dot_forward__pb2.SummaryBatch.SerializeToString,
                 response_deserializer=telemetry_dot_v1_dot_forward__pb2.Ack.FromString,
                 _registered_method=True)
+        self.RegisterHost = channel.unary_unary(
+                '/telemetry.v1.Collector/RegisterHost',
+                request_serializer=telemetry_dot_v1_dot_forward__pb2.HostRegistration.SerializeToString,
+                response_deserializer=telemetry_dot_v1_dot_forward__pb2.HostAssignment.FromString,
+                _registered_method=True)
 
 
 class CollectorServicer:
@@ -54,6 +59,13 @@ class CollectorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterHost(self, request, context):
+        """A host's index in the fleet, handed out by the root (collectors pass the call up).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CollectorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -61,6 +73,11 @@ def add_CollectorServicer_to_server(servicer, server):
                     servicer.Forward,
                     request_deserializer=telemetry_dot_v1_dot_forward__pb2.SummaryBatch.FromString,
                     response_serializer=telemetry_dot_v1_dot_forward__pb2.Ack.SerializeToString,
+            ),
+            'RegisterHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterHost,
+                    request_deserializer=telemetry_dot_v1_dot_forward__pb2.HostRegistration.FromString,
+                    response_serializer=telemetry_dot_v1_dot_forward__pb2.HostAssignment.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -92,6 +109,33 @@ class Collector:
             '/telemetry.v1.Collector/Forward',
             telemetry_dot_v1_dot_forward__pb2.SummaryBatch.SerializeToString,
             telemetry_dot_v1_dot_forward__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/telemetry.v1.Collector/RegisterHost',
+            telemetry_dot_v1_dot_forward__pb2.HostRegistration.SerializeToString,
+            telemetry_dot_v1_dot_forward__pb2.HostAssignment.FromString,
             options,
             channel_credentials,
             insecure,
