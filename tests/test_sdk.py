@@ -67,9 +67,9 @@ def test_log_never_blocks_without_an_agent_and_drops_past_the_buffer(tmp_path, r
         stop_all(agent)
 
 
-def test_backlog_is_bounded_by_max_backlog_values_oldest_dropped(tmp_path, root, closing):
+def test_backlog_is_bounded_by_max_backlog_bytes_oldest_dropped(tmp_path, root, closing):
     sock = tmp_path / "agent.sock"
-    run = telemetry.init(job="bl", rank=0, world_size=1, agent=f"unix:{sock}", max_backlog_values=2500,
+    run = telemetry.init(job="bl", rank=0, world_size=1, agent=f"unix:{sock}", max_backlog_bytes=20_000,
                          flush_interval_s=0.005)
     closing.append(run)
     n, chunk = 10_000, 1000
@@ -79,7 +79,7 @@ def test_backlog_is_bounded_by_max_backlog_values_oldest_dropped(tmp_path, root,
         run.end_step(c + 1)
         wait_for(lambda: not run._records, 10, what="the sender to batch the chunk")
     dropped = run.stats["dropped_values"]
-    assert n - 2500 <= dropped < n, f"dropped {dropped}: the backlog keeps at most 2500 values"
+    assert n - 2500 <= dropped < n, f"dropped {dropped}: the backlog keeps at most 20,000 bytes (8 per value)"
     agent = make_agent([root.address], sock, "agent0")
     try:
         assert run.close(15) is False  # the backlog overflowed: not everything logged reached the root

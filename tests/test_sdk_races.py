@@ -151,7 +151,7 @@ def test_concurrent_log_and_drain_account_for_every_record(quiet_run):
 def test_tiny_backlog_against_an_agent_that_comes_and_goes(tmp_path):
     """Exactly: logged = delivered to the root + counted dropped (by the SDK's buffer and backlog, or as late
     by the agent), while the agent is stopped and started every 0.3 s under a rank logging as fast as it can
-    into a 64-record buffer and a 300-value backlog. A few seconds."""
+    into a 64-record buffer and a 3,000-byte backlog (about 300 values). A few seconds."""
     import telemetry
     from helpers_tree import make_agent, make_root, steps, stop_all, wait_for
 
@@ -160,7 +160,7 @@ def test_tiny_backlog_against_an_agent_that_comes_and_goes(tmp_path):
     agent_options = {"deadline_floor_s": 5.0}  # steps seal when closed, not half-way by a deadline
     agents = [make_agent([root.address], sock, "agent0", **agent_options)]
     run = telemetry.init(job="flap", rank=0, world_size=1, agent=f"unix:{sock}", buffer_records=64,
-                         max_backlog_values=300, flush_interval_s=0.01, last_words=False, captures=False)
+                         max_backlog_bytes=3000, flush_interval_s=0.01, last_words=False, captures=False)
     stop = threading.Event()
 
     def flap() -> None:

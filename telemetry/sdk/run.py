@@ -35,7 +35,7 @@ from telemetry.sdk.attempt import check_attempt, default_attempt
 from telemetry.sdk.capture import Responder
 from telemetry.sdk.env import default_agent, env_int
 from telemetry.sdk.lastwords import MAX_FINGERPRINTS, WITNESS
-from telemetry.sdk.sender import Identity, Sender
+from telemetry.sdk.sender import DEFAULT_BACKLOG_BYTES, Identity, Sender
 from telemetry.v1 import forensics_pb2, ingest_pb2
 
 log = logging.getLogger("telemetry.sdk")
@@ -44,6 +44,7 @@ DEFAULT_BUFFER_RECORDS = 100_000
 COLLECTIVES_ENV = "TELEMETRY_COLLECTIVES"  # "0" turns the flight-recorder readers off
 FINGERPRINTS_ENV = "TELEMETRY_FINGERPRINTS"  # "0" turns the collective fingerprints off (docs/forensics.md)
 CAPTURES_ENV = "TELEMETRY_CAPTURES"  # "0": this rank answers no capture request (the agent looks from outside)
+BACKLOG_BYTES_ENV = "TELEMETRY_MAX_BACKLOG_BYTES"  # the sender's backlog bound when init() is given none
 LAST_WORDS_ENV = "TELEMETRY_LAST_WORDS"  # "0": no exit hooks, no faulthandler file (telemetry/sdk/lastwords.py)
 _VALUES, _CLOSE, _STAGED = 0, 1, 2
 _Record = tuple[int, int, Any]  # (kind, step, payload): values, a step's end time, or tensors still staged
@@ -63,7 +64,7 @@ class Run:
 
     def __init__(self, job: str, rank: int, world_size: int, local_rank: int = 0, agent: str | None = None,
                  device: str = "", buffer_records: int = DEFAULT_BUFFER_RECORDS, flush_interval_s: float = 0.1,
-                 heartbeat_interval_s: float = 1.0, max_backlog_values: int = 1_000_000,
+                 heartbeat_interval_s: float = 1.0, max_backlog_bytes: int | None = None,
                  collectives: bool | None = None, attempt: int = 0, fingerprints: bool | None = None,
                  captures: bool | None = None, last_words: bool | None = None) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
@@ -97,7 +98,8 @@ class Run:
         self.steps_completed = 0
         self.heartbeat_extras: list[Callable[[], dict[str, float] | None]] = []
         self._sender = Sender(Identity(job, rank, world_size, local_rank, device, self.attempt), self.agent,
-                              self._drain, self._beat, max_backlog_values, flush_interval_s, heartbeat_interval_s)
+                              self._drain, self._beat, _backlog_bytes(max_backlog_bytes), flush_interval_s,
+                              heartbeat_interval_s)
         self._closed = False
         # Flight-recorder readers (telemetry.torch.collective), set up once torch.distributed is initialised.
         self._collectives_wanted = _switch(collectives, COLLECTIVES_ENV)
@@ -475,6 +477,16 @@ def _stage(values: dict[str, Any]) -> Any:
         from telemetry.torch.device_values import stage
         _stage_tensors = stage
     return _stage_tensors(values)
+
+
+def _backlog_bytes(given: int | None) -> int:
+    """max_backlog_bytes as given, else TELEMETRY_MAX_BACKLOG_BYTES, else 64 MiB; a bound below one byte is a
+    ValueError here (nothing could be kept: every value logged while the agent is away would be lost)."""
+    chosen = given if given is not None else env_int(BACKLOG_BYTES_ENV, DEFAULT_BACKLOG_BYTES)
+    if chosen < 1:
+        source = "max_backlog_bytes" if given is not None else BACKLOG_BYTES_ENV
+        raise ValueError(f"{source}={chosen}: the SDK's backlog bound must be a positive number of bytes")
+    return chosen
 
 
 def init(job: str | None = None, rank: int | None = None, world_size: int | None = None,

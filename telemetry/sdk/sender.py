@@ -3,8 +3,8 @@
 Nothing here runs on the training thread. Batches are numbered and kept
 until the agent says they are durable at the root; after a reconnect every
 kept batch is resent (the agent deduplicates). The backlog is bounded: past
-it the oldest batches are dropped, and the number of values dropped is
-counted and reported to the agent in the hello of the next connection.
+it (`max_backlog_bytes`, the batches' wire bytes) the oldest batches never sent are dropped, and the number of
+values dropped is counted and reported to the agent in the next heartbeat and hello.
 Retaining, resending in order and the reconnect loop are the tree's one
 `telemetry.retaining.RetainingStream`; this module says what goes on the
 stream (hello, batches, heartbeats, bye) and what the agent's acks mean.
@@ -50,34 +50,41 @@ class Identity:
     attempt: int = 0  # RankHello.attempt
 
 
+DEFAULT_BACKLOG_BYTES = 64 << 20
+"""The backlog's bound, in the batches' wire bytes: 64 MiB is about 8 million plain values (a packed double is 8
+bytes on the wire and about as much in memory), more when names are long and values few per metric."""
+
+
 @dataclass
 class Kept:
     seq: int
     message: ingest_pb2.RankMessage
-    values: int
+    values: int  # what a drop counts (dropped_values)
+    nbytes: int  # what the bound weighs: the batch's wire size (RankMessage.ByteSize)
 
 
-def _values(kept: Kept) -> int:
-    return kept.values
+def _nbytes(kept: Kept) -> int:
+    return kept.nbytes
 
 
 class Sender:
     """Owns the stream to the agent; `drain` is called on this thread to turn buffered records into batches."""
 
     def __init__(self, identity: Identity, address: str, drain: Callable[[], list[ingest_pb2.RankStepBatch]],
-                 heartbeat: Callable[[], ingest_pb2.Heartbeat], max_backlog_values: int = 1_000_000,
+                 heartbeat: Callable[[], ingest_pb2.Heartbeat], max_backlog_bytes: int = DEFAULT_BACKLOG_BYTES,
                  flush_interval_s: float = 0.1, heartbeat_interval_s: float = 1.0) -> None:
         self.identity = identity
         self.address = address
         self._drain = drain
         self._heartbeat = heartbeat
-        self.max_backlog_values = max_backlog_values
+        self.max_backlog_bytes = max_backlog_bytes
         self.flush_interval_s = flush_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
-        # The batches not yet DURABLE or REFUSED, by seq, bounded by their values (max_backlog_values): past it
-        # the oldest batch never sent is dropped and counted; one already sent is kept until the agent answers
-        # for it (it may be delivered whatever happens here: counting it dropped would count it twice).
-        self._kept: RetainingStream[Kept] = RetainingStream(_values, keep_sent=True)
+        # The batches not yet DURABLE or REFUSED, by seq, bounded by their wire bytes (max_backlog_bytes: a value
+        # count let a batch of long names and single values weigh a ninth of its bytes): past it the oldest batch
+        # never sent is dropped and its values counted; one already sent is kept until the agent answers for it
+        # (it may be delivered whatever happens here: counting it dropped would count it twice).
+        self._kept: RetainingStream[Kept] = RetainingStream(_nbytes, keep_sent=True)
         self._lock = threading.Lock()  # the drop counters, written on the sender and the ack-reading threads
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -131,7 +138,7 @@ class Sender:
         the locks and the retained batches (the parent's to deliver) are new and empty, so nothing waits on a
         lock a parent thread held at the fork."""
         self._lock = threading.Lock()
-        self._kept = RetainingStream(_values, keep_sent=True)
+        self._kept = RetainingStream(_nbytes, keep_sent=True)
         self.connected = threading.Event()
         self._noted = threading.Event()
         self._stop.set()
@@ -285,10 +292,11 @@ class Sender:
         ident = self.identity
 
         def batch(seq: int) -> Kept:
-            return Kept(seq, ingest_pb2.RankMessage(batch=ingest_pb2.RankBatch(
-                job=ident.job, rank=ident.rank, seq=seq, steps=steps)), values)
+            message = ingest_pb2.RankMessage(batch=ingest_pb2.RankBatch(
+                job=ident.job, rank=ident.rank, seq=seq, steps=steps))
+            return Kept(seq, message, values, message.ByteSize())
 
-        _, dropped = self._kept.add(batch, self.max_backlog_values)
+        _, dropped = self._kept.add(batch, self.max_backlog_bytes)
         if dropped:
             with self._lock:
                 self.dropped_values += sum(kept.values for kept in dropped)
