@@ -40,6 +40,8 @@ from collectors.probes.gpu import (
     REASON_SW_POWER_CAP,
     REASON_SW_THERMAL,
     REASON_SYNC_BOOST,
+    RETRY_FIRST_S,
+    RETRY_MAX_S,
 )
 from nvml_double import FakeNvml
 
@@ -361,3 +363,128 @@ def test_nvlink_counters_every_nth_sample(log: logging.Logger) -> None:
         assert got == [(0, None), (None, None), (None, None), (3, 3), (None, None), (None, None), (6, 3)]
     finally:
         probe.close()
+
+
+# ---------------------------------------------------------------- transient NVML errors (issue 27)
+class _Clock:
+    """The probe's clock, moved by the test: retries are due when the test says time has passed."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("error", ["NVML_ERROR_UNKNOWN", "NVML_ERROR_TIMEOUT", "NVML_ERROR_INSUFFICIENT_RESOURCES",
+                                   "NVML_ERROR_DRIVER_NOT_LOADED"])
+def test_one_transient_error_does_not_disable_a_field_for_good(log: logging.Logger, error: str) -> None:
+    """One UNKNOWN (or TIMEOUT, ...) answer used to disable the field for the agent's life: now it is tried again
+    after a backoff (1 s, doubling), reads again once NVML answers, and every failure is counted and emitted."""
+    nv, clock = FakeNvml(2), _Clock()
+    probe = open_double(nv, log, clock=clock)
+    try:
+        probe.sample()
+        nv.gpus[1].fail["nvmlDeviceGetPowerUsage"] = getattr(nv, error)
+        s = by_key(probe.sample())
+        assert (1, "gpu.power_watts") not in s and (0, "gpu.power_watts") in s
+        assert s[(1, "gpu.nvml_errors.power_total")] == 1 and (0, "gpu.nvml_errors.power_total") not in s
+        assert probe.disabled_fields()[1] == set() and probe.retrying_fields()[1] == {"power"}
+        calls = nv.gpus[1].calls["nvmlDeviceGetPowerUsage"]
+        probe.sample()  # within the backoff: not called
+        assert nv.gpus[1].calls["nvmlDeviceGetPowerUsage"] == calls
+        clock.now += 1.0
+        probe.sample()  # the retry fails again: the next waits 2 s
+        assert nv.gpus[1].calls["nvmlDeviceGetPowerUsage"] == calls + 1
+        clock.now += 1.5
+        probe.sample()
+        assert nv.gpus[1].calls["nvmlDeviceGetPowerUsage"] == calls + 1
+        del nv.gpus[1].fail["nvmlDeviceGetPowerUsage"]
+        clock.now += 0.5
+        s = by_key(probe.sample())
+        assert s[(1, "gpu.power_watts")] == pytest.approx(310.0), "the field reads again once NVML answers"
+        assert s[(1, "gpu.nvml_errors.power_total")] == 2 and s[(1, "gpu.nvml_errors.power_delta")] == 0
+        assert probe.retrying_fields()[1] == set() and probe.errors()[1] == {"power": 2}
+    finally:
+        probe.close()
+
+
+def test_the_backoff_doubles_to_its_ceiling(log: logging.Logger) -> None:
+    nv, clock = FakeNvml(1), _Clock()
+    nv.gpus[0].fail["nvmlDeviceGetMemoryInfo"] = nv.NVML_ERROR_UNKNOWN
+    probe = open_double(nv, log, clock=clock)
+    try:
+        tried_at = []
+        end = clock.now + 10 * RETRY_MAX_S
+        while clock.now < end:
+            before = nv.gpus[0].calls.get("nvmlDeviceGetMemoryInfo", 0)
+            probe.sample()
+            if nv.gpus[0].calls.get("nvmlDeviceGetMemoryInfo", 0) > before:
+                tried_at.append(clock.now)
+            clock.now += 0.25
+        gaps = [b - a for a, b in zip(tried_at, tried_at[1:])]
+        assert gaps[0] == RETRY_FIRST_S and gaps[1] == 2 * RETRY_FIRST_S and gaps[2] == 4 * RETRY_FIRST_S
+        assert max(gaps) == RETRY_MAX_S and gaps[-1] == RETRY_MAX_S
+        assert probe.errors()[0]["memory"] == len(tried_at)
+    finally:
+        probe.close()
+
+
+@pytest.mark.parametrize("error", ["NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND",
+                                   "NVML_ERROR_NO_PERMISSION"])
+def test_a_permanent_error_still_disables_the_field(log: logging.Logger, error: str) -> None:
+    nv, clock = FakeNvml(1), _Clock()
+    nv.gpus[0].fail["nvmlDeviceGetPcieReplayCounter"] = getattr(nv, error)
+    probe = open_double(nv, log, clock=clock)
+    try:
+        for _ in range(5):
+            probe.sample()
+            clock.now += 100.0
+        assert nv.gpus[0].calls["nvmlDeviceGetPcieReplayCounter"] == 1
+        assert probe.disabled_fields()[0] == {"pcie_replay"} and probe.retrying_fields()[0] == set()
+        s = by_key(probe.sample())
+        assert s[(0, "gpu.nvml_errors.pcie_replay_total")] == 1
+    finally:
+        probe.close()
+
+
+def test_a_lost_gpu_comes_back_when_nvml_answers_again(log: logging.Logger) -> None:
+    """GPU_IS_LOST: one gpu_lost event, no readings meanwhile and one NVML call per retry (not one per field);
+    when the GPU answers again its readings come back, its counters afresh (it may have been reset)."""
+    nv, clock = FakeNvml(2), _Clock()
+    probe = open_double(nv, log, clock=clock)
+    try:
+        probe.sample()
+        for fn in ("nvmlDeviceGetTemperatureV", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetMemoryInfo"):
+            nv.gpus[1].fail[fn] = nv.NVML_ERROR_GPU_IS_LOST
+        assert not any(g == 1 for g, _ in by_key(probe.sample()))
+        assert [(e.kind, e.gpu) for e in probe.drain_events()] == [("gpu_lost", 1)]
+        assert probe.disabled_fields()[1] == {"*"}
+        for _ in range(3):
+            clock.now += 30.0
+            calls = dict(nv.gpus[1].calls)
+            assert not any(g == 1 for g, _ in by_key(probe.sample()))
+            assert sum(nv.gpus[1].calls.values()) - sum(calls.values()) == 1, "one call per retry"
+        assert probe.drain_events() == [], "one event per loss, not one per retry"
+        nv.gpus[1].fail.clear()
+        clock.now += RETRY_MAX_S
+        s = by_key(probe.sample())
+        assert s[(1, "gpu.temperature_celsius")] == 45 and s[(1, "gpu.power_watts")] == pytest.approx(310.0)
+        assert s[(1, "gpu.ecc_corrected_total")] == 0 and (1, "gpu.ecc_corrected_delta") not in s
+        assert s[(1, "gpu.nvml_errors.temperature_total")] == 4
+        assert probe.disabled_fields()[1] == set()
+    finally:
+        probe.close()
+
+
+
+def test_every_fields_error_counter_is_a_valid_documented_metric(log: logging.Logger) -> None:
+    doc = (REPO / "docs" / "hardware.md").read_text()
+    probe = open_double(FakeNvml(1), log)
+    try:
+        for fname, _ in probe._fields:
+            assert METRIC_NAME_RE.match(f"gpu.nvml_errors.{fname}_total"), fname
+            assert f"`{fname}`" in doc, f"docs/hardware.md does not name the field {fname}"
+    finally:
+        probe.close()
+    assert "`gpu.nvml_errors.<field>`" in doc

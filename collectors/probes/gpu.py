@@ -3,12 +3,18 @@
 ``open_gpu_probe()`` initialises NVML and returns a :class:`GpuProbe`, or ``None``
 with one log line when there is no NVML library, no driver or no GPU: the agent
 then runs without it. ``GpuProbe.sample()`` reads every field of every GPU once;
-a field whose NVML call fails on a GPU (``NVMLError_NotSupported`` on a GPU
-without HBM temperature, ECC turned off, an older architecture without row
-remapping, ...) is disabled for that GPU only, with one warning, and the other
-fields and GPUs go on. XID errors arrive through an NVML event set waited on by
-a daemon thread with a bounded wait, so ``close()`` returns within about
-``xid_wait_ms``.
+a field whose NVML call fails on a GPU for good (``NVMLError_NotSupported`` on a
+GPU without HBM temperature, ECC turned off, an older architecture without row
+remapping, ...: :data:`PERMANENT_ERRORS`) is disabled for that GPU only, with one
+warning, and the other fields and GPUs go on. Any other NVML error (``UNKNOWN``,
+``TIMEOUT``, ``GPU_IS_LOST``, a driver busy resetting, ...) is taken as transient:
+the field (for a lost GPU, the whole GPU) is tried again after a backoff that
+doubles from :data:`RETRY_FIRST_S` to :data:`RETRY_MAX_S`, and reads again once
+NVML answers (one bad answer used to disable the field for the agent's life).
+Every failed NVML call is counted per GPU and field (``errors()``) and emitted as
+the counter ``gpu.nvml_errors.<field>`` of that GPU once it failed. XID errors
+arrive through an NVML event set waited on by a daemon thread with a bounded
+wait, so ``close()`` returns within about ``xid_wait_ms``.
 
 The metric names, their units and the dcgm-exporter field each corresponds to
 are listed in :data:`GPU_METRICS` and in docs/hardware.md.
@@ -28,6 +34,19 @@ from typing import Any
 from .base import CounterTracker, HardwareEvent, Reading
 
 LOG = logging.getLogger("collectors.probes.gpu")
+
+#: NVML return codes that mean "this GPU will never answer this call" (the hardware, driver or configuration
+#: lacks it): the field is disabled for the probe's life. Every other NVML error is retried with a backoff.
+PERMANENT_ERRORS = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT",
+                    "NVML_ERROR_NO_PERMISSION", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", "NVML_ERROR_DEPRECATED",
+                    "NVML_ERROR_FREQ_NOT_SUPPORTED", "NVML_ERROR_VGPU_ECC_NOT_SUPPORTED",
+                    "NVML_ERROR_RESET_TYPE_NOT_SUPPORTED")
+#: The first retry of a field (or a lost GPU) after a transient error, and the longest wait between retries. No
+#: jitter: a host's one agent retries its own driver, there is no crowd of clients to spread out.
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 60.0
+#: The counter of failed NVML calls per GPU and field, emitted as ``gpu.nvml_errors.<field>_total``/``_delta``.
+NVML_ERRORS_METRIC = "gpu.nvml_errors"
 
 # Clock-event ("throttle") reason bits, as in nvml.h (nvmlClocksEventReason*;
 # the same values as the deprecated nvmlClocksThrottleReason* names).
@@ -192,6 +211,14 @@ class GpuInfo:
         return f"gpu{self.index}"
 
 
+@dataclass(slots=True)
+class _Retry:
+    """A field (or a lost GPU's, under ``"*"``) failing transiently: how many times in a row, when to try again."""
+
+    failures: int
+    at: float  # clock() from which to try again
+
+
 @dataclass(slots=True, eq=False)
 class _Gpu:
     info: GpuInfo
@@ -199,6 +226,8 @@ class _Gpu:
     disabled: set[str] = field(default_factory=set)
     nvlinks: tuple[int, ...] = ()
     lost: bool = False
+    retry: dict[str, _Retry] = field(default_factory=dict)  # fields failing transiently ("*": the lost GPU)
+    errors: dict[str, int] = field(default_factory=dict)  # failed NVML calls per field, for the probe's life
     xid_registered: bool = False
     xid_count: int = 0
     xid_last: int | None = None
@@ -255,8 +284,11 @@ class GpuProbe:
         max_events: int = 1024,
         events: bool = True,
         nvlink_every: int = 1,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._nv = nvml
+        self._clock = clock  # when a field failing transiently is tried again (tests pass their own)
+        self._permanent = {getattr(nvml, name) for name in PERMANENT_ERRORS if hasattr(nvml, name)}
         # NVLink error counters cost 4 NVML calls per active link (72 on an
         # 18-link H100); read them on every Nth sample only when that matters.
         self._nvlink_every = max(1, int(nvlink_every))
@@ -306,8 +338,16 @@ class GpuProbe:
         return [g.info for g in self._gpus]
 
     def disabled_fields(self) -> dict[int, set[str]]:
-        """{gpu index: names of the fields disabled on it} (``"*"`` for a lost GPU)."""
+        """{gpu index: names of the fields disabled on it for good} (``"*"`` for a GPU lost now)."""
         return {g.info.index: set(g.disabled) | ({"*"} if g.lost else set()) for g in self._gpus}
+
+    def retrying_fields(self) -> dict[int, set[str]]:
+        """{gpu index: names of the fields failing transiently, tried again after a backoff} (``"*"``: lost)."""
+        return {g.info.index: set(g.retry) for g in self._gpus}
+
+    def errors(self) -> dict[int, dict[str, int]]:
+        """{gpu index: {field: failed NVML calls}} since the probe opened (a lost GPU's under its first field)."""
+        return {g.info.index: dict(g.errors) for g in self._gpus}
 
     def sample(self) -> list[Reading]:
         out: list[Reading] = []
@@ -315,21 +355,31 @@ class GpuProbe:
             return out
         skip_nvlink = self._samples % self._nvlink_every != 0
         self._samples += 1
+        now = self._clock()
         for g in self._gpus:
-            if g.lost:
+            if g.lost and now < g.retry["*"].at:
                 continue
             dev = g.info.device
             idx = g.info.index
             for fname, reader in self._fields:
                 if fname in g.disabled or (skip_nvlink and fname.startswith("nvlink_")):
                     continue
+                waiting = g.retry.get(fname)
+                if waiting is not None and now < waiting.at:
+                    continue
                 try:
                     values = reader(g)
-                except Exception as exc:  # any failure disables the field, never the probe
-                    self._field_failed(g, fname, exc)
+                except Exception as exc:  # a failure backs off or disables the field, never the probe
+                    self._field_failed(g, fname, exc, now)
                     if g.lost:
                         break
                     continue
+                if g.lost:
+                    self._found_again(g)
+                if waiting is not None:
+                    del g.retry[fname]
+                    self._log.warning("GPU probe: field %r on %s reads again after %d failed tr%s", fname, dev,
+                                      waiting.failures, "y" if waiting.failures == 1 else "ies")
                 for metric, value, is_counter in values:
                     if is_counter:
                         self._counters.emit(out, metric, value, idx, dev)
@@ -341,6 +391,9 @@ class GpuProbe:
                 self._counters.emit(out, "gpu.xid_errors", count, idx, dev)
                 if last is not None:
                     out.append(Reading("gpu.xid_last_code", float(last), idx, dev))
+            if not g.lost:
+                for fname, count in g.errors.items():
+                    self._counters.emit(out, f"{NVML_ERRORS_METRIC}.{fname}", count, idx, dev)
         return out
 
     def drain_events(self) -> list[HardwareEvent]:
@@ -492,13 +545,31 @@ class GpuProbe:
                 continue
         return tuple(links)
 
-    def _field_failed(self, g: _Gpu, fname: str, exc: BaseException) -> None:
+    def _field_failed(self, g: _Gpu, fname: str, exc: BaseException, now: float) -> None:
+        """Count the failure; disable the field for good (PERMANENT_ERRORS, or not an NVML error: the probe could
+        not make sense of the answer), or try again later: the field, or the whole GPU when NVML says it is lost
+        (its other fields would only fail the same way meanwhile)."""
         nv = self._nv
-        lost_cls = getattr(nv, "NVMLError_GpuIsLost", None)
-        if lost_cls is not None and isinstance(exc, lost_cls):
+        g.errors[fname] = g.errors.get(fname, 0) + 1
+        nvml_error = getattr(nv, "NVMLError", None)
+        code = getattr(exc, "value", None) if nvml_error is not None and isinstance(exc, nvml_error) else None
+        if code is None or code in self._permanent:
+            g.retry.pop(fname, None)
+            g.disabled.add(fname)
+            self._log.warning(
+                "GPU probe: field %r disabled on %s: %s: %s", fname, g.info.device, type(exc).__name__, exc
+            )
+            return
+        lost = code == getattr(nv, "NVML_ERROR_GPU_IS_LOST", None)
+        key = "*" if lost else fname
+        previous = g.retry.get(key)
+        failures = 1 if previous is None else previous.failures + 1
+        g.retry[key] = _Retry(failures, now + min(RETRY_MAX_S, RETRY_FIRST_S * 2.0 ** (failures - 1)))
+        if lost and not g.lost:
             g.lost = True
             self._log.error(
-                "GPU probe: %s (%s) is lost (%s); no more readings from it", g.info.device, g.info.uuid, exc
+                "GPU probe: %s (%s) is lost (%s); no readings from it until NVML answers again (tried from %.0f s "
+                "on, backing off to %.0f s)", g.info.device, g.info.uuid, exc, RETRY_FIRST_S, RETRY_MAX_S
             )
             self._push_event(
                 HardwareEvent(
@@ -510,11 +581,19 @@ class GpuProbe:
                     detail=f"NVML: {exc}",
                 )
             )
-            return
-        g.disabled.add(fname)
-        self._log.warning(
-            "GPU probe: field %r disabled on %s: %s: %s", fname, g.info.device, type(exc).__name__, exc
-        )
+        elif previous is None and not lost:
+            self._log.warning(
+                "GPU probe: field %r on %s failed (%s: %s); trying again in %.0f s, backing off to %.0f s",
+                fname, g.info.device, type(exc).__name__, exc, RETRY_FIRST_S, RETRY_MAX_S
+            )
+
+    def _found_again(self, g: _Gpu) -> None:
+        """A lost GPU answered: sample it again (its counters start afresh: it may have been reset)."""
+        failures = g.retry.pop("*").failures
+        g.lost = False
+        self._counters.forget(g.info.device)
+        self._log.warning("GPU probe: %s (%s) answers again after %d failed tr%s", g.info.device, g.info.uuid,
+                          failures, "y" if failures == 1 else "ies")
 
     # ---------------------------------------------------------------- events
 
@@ -607,6 +686,7 @@ def open_gpu_probe(
     xid_wait_ms: int = 500,
     events: bool = True,
     nvlink_every: int = 1,
+    clock: Callable[[], float] = time.monotonic,
 ) -> GpuProbe | None:
     """Initialise NVML and return a probe over every GPU it sees.
 
@@ -661,7 +741,8 @@ def open_gpu_probe(
                else "it sees no GPU")
         log.warning("GPU probe disabled: NVML initialised but %s", why)
         return None
-    probe = GpuProbe(nvml, gpus, log=log, xid_wait_ms=xid_wait_ms, events=events, nvlink_every=nvlink_every)
+    probe = GpuProbe(nvml, gpus, log=log, xid_wait_ms=xid_wait_ms, events=events, nvlink_every=nvlink_every,
+                     clock=clock)
     log.info(
         "GPU probe: %d GPU(s): %s%s",
         len(gpus),
