@@ -218,6 +218,36 @@ def test_a_forged_sysfs_value_is_skipped_and_counted_never_fatal(tmp_path, forge
     assert probe.skipped >= 4  # two samples, the counter and the state each (and the rate where it parses)
 
 
+def test_skipped_sysfs_values_are_counted_up_the_tree_and_exported_at_the_root(tmp_path):
+    """NicProbe.skipped travels up with the agent's delivery counters (Counters.probe_skipped), summed at every
+    tier, and the root exports it: a host writing garbage is seen from the root, not only in its agent's log."""
+    import urllib.request
+    trees = []
+    for h in range(2):
+        write_host(tmp_path / f"sys{h}", nics=1, hcas=2)
+        trees.append(tmp_path / f"sys{h}")
+    set_ib(trees[0], "mlx5_0", 1, symbol_error="-5")  # one forged file on one host, one on the other
+    (trees[1] / "class/infiniband/mlx5_1/ports/1/state").write_text("99999999999: ACTIVE\n")
+    root = make_root(tmp_path / "root.db")
+    rack = make_collector([root.address], "rack0")
+    agents = [_agent(tmp_path, rack.address, f"node-{h}", h, trees[h]) for h in range(2)]
+    try:
+        def exported() -> float | None:
+            with urllib.request.urlopen(f"http://{root.api_address}/metrics", timeout=10) as reply:
+                for line in reply.read().decode().splitlines():
+                    if line.startswith("telemetry_delivery_probe_skipped_total "):
+                        value = float(line.split()[1])
+                        return value if value >= 4 else None  # both hosts, two samples each at least
+            return None
+        wait_for(exported, WAIT, interval=0.1, what="the skipped values exported at the root")
+        skipped = [agent.hardware.nic.skipped for agent in agents]
+        assert all(skipped), skipped
+        assert counters(rack)["probe_skipped"] >= 4 and counters(root)["probe_skipped"] <= sum(
+            agent.hardware.nic.skipped for agent in agents)  # never more than the agents counted
+    finally:
+        stop_all(*agents, rack, root)
+
+
 def test_the_api_lists_hosts_and_shows_one(fleet_tree):
     root = fleet_tree["root"]
     _complete(root, "ib.symbol_error_total")

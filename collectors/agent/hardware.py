@@ -268,6 +268,8 @@ class HardwareSampler:
             if self.host_index is not None:
                 self._publish(reporting)
             self._offer_due(start_ms, next_wall_ns)
+            if self.nic is not None:  # up the tree with the node's counters (the latest total wins)
+                self.node.counters["probe_skipped"] = self.nic.skipped
             names = {ev.gpu: self._owner_names(owners, ev.gpu) for ev in events}
         for ev in events:
             self._log_event(ev, names.get(ev.gpu, ""))

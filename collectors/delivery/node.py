@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 WINDOW_WIRE_BYTES = 96  # a WindowSummary beside its summary: the key (job, metric, index, width), expected, late
 COUNTERS_WIRE_BYTES = 128  # a unit's sender id, seq and counters
 COUNTER_FIELDS = ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late", "bad_inputs",
-                  "refused_streams", "late_dropped")
+                  "refused_streams", "late_dropped", "probe_skipped")
 
 
 @dataclass

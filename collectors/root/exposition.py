@@ -54,6 +54,8 @@ DELIVERY_HELP = {
     "refused_streams": "Streams refused because a server's cap (--max-ranks, --max-children) was reached "
                        "(whole tree).",
     "late_dropped": "Values ranks logged into a step after closing it, dropped by their agents (whole tree).",
+    "probe_skipped": "Hardware probe values skipped as forged or corrupt (sysfs values negative, huge, not a number, "
+                     "an absurd port state or rate), by the agents' NIC probes (whole tree).",
 }
 
 
