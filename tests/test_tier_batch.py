@@ -48,13 +48,13 @@ def window(job: str = "job", metric: str = "loss", step: int | None = 3, summary
     return msg
 
 
-def judged(svc: CollectorService, batch: forward_pb2.SummaryBatch) -> list[tuple[Key, bytes, list[int]] | str]:
-    return [found if isinstance(found, str) else (found[0], found[1].to_bytes(), list(found[2]))
+def judged(svc: CollectorService, batch: forward_pb2.SummaryBatch) -> list[tuple[Key, bytes, list[int], int] | str]:
+    return [found if isinstance(found, str) else (found[0], found[1].to_bytes(), list(found[2]), found[3])
             for found in svc._parse_all(batch)]
 
 
-def one_by_one(svc: CollectorService, batch: forward_pb2.SummaryBatch) -> list[tuple[Key, bytes, list[int]] | str]:
-    return [found if isinstance(found, str) else (found[0], found[1].to_bytes(), list(found[2]))
+def one_by_one(svc: CollectorService, batch: forward_pb2.SummaryBatch) -> list[tuple[Key, bytes, list[int], int] | str]:
+    return [found if isinstance(found, str) else (found[0], found[1].to_bytes(), list(found[2]), found[3])
             for found in (svc._parse(w) for w in batch.windows)]
 
 

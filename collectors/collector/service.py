@@ -6,7 +6,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import TypeVar, cast
@@ -218,15 +218,10 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             if batch.seq == 0:
                 responses.put(forward_pb2.Ack(seq=0, status=forward_pb2.Ack.RECEIVED))
                 return
-            rejections = []
             now = time.monotonic()
             for job in {found[0].job for found in parsed if not isinstance(found, str)}:
                 self.jobs.touch(job, now)
-            checks = _UnitChecks()
-            for index, (window, found) in enumerate(zip(batch.windows, parsed)):
-                rejection = self._offer(origin, index, window, found, checks)
-                if rejection is not None:
-                    rejections.append(rejection)
+            rejections = self._offer(origin, batch.windows, parsed)
             status = forward_pb2.Ack.REJECTED_OVERLAP if rejections else forward_pb2.Ack.RECEIVED
             responses.put(forward_pb2.Ack(seq=batch.seq, status=status, rejections=rejections))
             node.durability.settle(origin)
@@ -323,7 +318,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             if found is None:
                 out.append(self._parse(window))
                 continue
-            job, attempt, metric, index, width_ms, _, summary, group = found
+            job, attempt, metric, index, width_ms, expected, summary, group = found
             sources = bitmaps[group]
             if (job, group) not in extents:
                 extents[job, group] = _extent_refused(job, sources, self.max_world_size)
@@ -334,7 +329,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             name = names.get((job, attempt))
             if name is None:
                 name = names[job, attempt] = scoped(job, attempt)
-            out.append((Key(name, metric, index, width_ms), summary, sources))
+            out.append((Key(name, metric, index, width_ms), summary, sources, expected))
         return out
 
     def _parse(self, window: forward_pb2.WindowSummary) -> _Parsed | str:
@@ -354,20 +349,46 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                                  f"merges only k={TREE_SHAPE[0]}, max_centroids={TREE_SHAPE[1]}")
         except (ValueError, OverflowError, BadInput) as exc:
             return str(exc)
-        return key, summary, summary._sources
+        return key, summary, summary._sources, window.expected
 
     def forget_job(self, job: str) -> None:
         """A finished job (JobLifecycle): what this service keeps for it goes."""
         self.budget.forget(job)
 
-    def _offer(self, origin: Origin, index: int, window: forward_pb2.WindowSummary, parsed: _Parsed | str,
-               checks: _UnitChecks) -> forward_pb2.Rejection | None:
+    def _offer(self, origin: Origin, windows: Sequence[forward_pb2.WindowSummary],
+               parsed: list[_Parsed | str]) -> list[forward_pb2.Rejection]:
+        """Offer the unit's windows that pass their checks (Node.offer_unit); the rejections, in window order. The
+        windows' messages are read only to name a rejected one (each read of a protobuf sub-message builds an
+        object)."""
+        checks = _UnitChecks([origin])
+        rejections: list[forward_pb2.Rejection] = []
+        offers: list[tuple[Part, int]] = []
+        for index, found in enumerate(parsed):
+            checked = self._check(origin, index, windows, found, checks)
+            if isinstance(checked, forward_pb2.Rejection):
+                rejections.append(checked)
+            else:
+                offers.append(checked)
+        overlaps = [forward_pb2.Rejection(index=part.index, key=windows[part.index].key,
+                                          overlapping_sources=list(overlap or ()),
+                                          reason=f"{len(overlap or ())} of {len(part.sources)} sources already held")
+                    for (part, _), (verdict, overlap) in zip(offers, self.node.offer_unit(origin, offers,
+                                                                                         self.before_offer))
+                    if verdict == "overlap"]
+        if overlaps:
+            rejections = sorted(rejections + overlaps, key=lambda rejection: rejection.index)
+        return rejections
+
+    def _check(self, origin: Origin, index: int, windows: Sequence[forward_pb2.WindowSummary],
+               parsed: _Parsed | str, checks: _UnitChecks) -> tuple[Part, int] | forward_pb2.Rejection:
+        """The part to offer for one window (with its expected world size), or its rejection (bad input, a refused
+        run, sources not covered, the metric budget), counted and logged. Under the node's lock."""
         node = self.node
         if isinstance(parsed, str):
             node.counters["bad_inputs"] += 1
             log.warning("refused window %d of %s: %s", index, origin, parsed)
-            return forward_pb2.Rejection(index=index, key=window.key, reason=parsed)
-        key, summary, sources = parsed
+            return forward_pb2.Rejection(index=index, key=windows[index].key, reason=parsed)
+        key, summary, sources, expected = parsed
         refused = checks.refused.get(key.job)
         if refused is None:
             refused = checks.refused[key.job] = node.runs.refused(origin[0], key.job)
@@ -379,10 +400,11 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 reason = refusal_reason(job, attempt, taken.min(), refused[taken.min()][0])
                 self._run_log.warn("refused window %d of %s: %s", index, origin, reason)
                 if key.job != FLEET_JOB:
-                    return forward_pb2.Rejection(index=index, key=window.key, reason=reason)
+                    return forward_pb2.Rejection(index=index, key=windows[index].key, reason=reason)
                 # the child is to refuse these itself, from the host that named them (RunLedger.refused_above)
                 node.runs.fleet_refused_windows += 1
-                return forward_pb2.Rejection(index=index, key=window.key, reason=reason, refused_sources=list(taken))
+                return forward_pb2.Rejection(index=index, key=windows[index].key, reason=reason,
+                                             refused_sources=list(taken))
         try:
             covered = (key.job, id(sources))  # a unit's windows share their sources' bitmap where equal (_parse_all)
             if covered not in checks.covered:
@@ -399,25 +421,20 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         except BadInput as exc:
             node.counters["bad_inputs"] += 1
             self._cover_log.warn("refused window %d of %s: %s", index, origin, exc)
-            return forward_pb2.Rejection(index=index, key=window.key, reason=str(exc))
-        if self.before_offer is not None:
-            self.before_offer(key)
-        part = Part(key, [origin], sources, index=index, built=summary)
-        verdict, overlap = node.offer(part, window.expected)
-        if verdict != "overlap":
-            return None
-        return forward_pb2.Rejection(index=index, key=window.key, overlapping_sources=list(overlap or ()),
-                                     reason=f"{len(overlap or ())} of {len(part.sources)} sources already held")
+            return forward_pb2.Rejection(index=index, key=windows[index].key, reason=str(exc))
+        return Part(key, checks.origins, sources, index=index, built=summary), expected
 
 
-_Parsed = tuple[Key, Summary, BitMap]  # a window's key, its summary, and the summary's sources
+_Parsed = tuple[Key, Summary, BitMap, int]  # a window's key, its summary, the summary's sources, its expected world
 
 
 @dataclass
 class _UnitChecks:
-    """What `_offer` found once per unit rather than once per window (under the node's lock, for one unit): the
-    sources refused per job, and whether the child covers a job's sources (None, or the refusal)."""
+    """What `_offer` finds once per unit rather than once per window (under the node's lock, for one unit): the
+    sources refused per job, whether the child covers a job's sources (None, or the refusal), and the one origins
+    list the unit's parts share (read only: Part.origins)."""
 
+    origins: list[Origin]
     refused: dict[str, dict[int, tuple[Claim, Claim]]] = field(default_factory=dict)
     covered: dict[tuple[str, int], BadInput | None] = field(default_factory=dict)
 

@@ -195,6 +195,35 @@ class Node:
                 self.durability.release(origin)
         return verdict, overlap
 
+    def offer_unit(self, origin: Origin, offers: list[tuple[Part, int]],
+                   before: Callable[[Key], None] | None = None) -> list[tuple[str, BitMap | None]]:
+        """`offer` of each (part, expected) of one unit from below, every part's origins being [origin]: the origin
+        is held for all of them at once (one refcount update per unit, not one per window), and the holds of parts
+        not accepted are given back after, without an acknowledgement (the caller settles the unit once it has
+        answered it). `before(key)` runs just before each part is offered (the root's reload of a window it let
+        go). Returns each part's verdict and overlap. The caller holds the lock."""
+        if not offers:
+            return []
+        self.durability.hold(origin, len(offers))  # before any offer: a window dropped meanwhile releases its parts
+        offer, windows, counters = self.table.offer, self.table.windows, self.counters
+        unused = 0
+        verdicts = []
+        for part, expected in offers:
+            if before is not None:
+                before(part.key)
+            verdict, overlap = offer(part, expected)
+            if verdict != "accepted":
+                unused += 1
+                if verdict == "duplicate":
+                    counters["duplicates"] += 1
+                    self.attach_duplicate(windows[part.key], part.origins)
+                else:
+                    counters["rejected_overlaps"] += 1
+            verdicts.append((verdict, overlap))
+        if unused:
+            self.durability.unhold(origin, unused)
+        return verdicts
+
     def offer_split(self, part: Part, expected: int, preheld: bool = False,
                     held_too: bool = False) -> tuple[bool, list[tuple[Part, str]]]:
         """Offer `part`; where its window already holds some of its sources, offer it cut per source instead
@@ -227,18 +256,36 @@ class Node:
     def release_all(self, outs: list[OutPart], refused: str | None = None) -> None:
         """The outs are settled: durable upstream, or (`refused` says why) refused or dropped, never to be
         stored, which every sender that fed them is told instead of DURABLE."""
+        if refused is None:  # each origin released once for all its parts (a child's unit fed every window of a step)
+            times: dict[Origin, int] = {}
+            for out in outs:
+                for part in out.constituents:
+                    for origin in part.origins:
+                        times[origin] = times.get(origin, 0) + 1
+                for origin in out.absorbed:
+                    times[origin] = times.get(origin, 0) + 1
+            release = self.durability.release
+            for origin, n in times.items():
+                release(origin, times=n)
+            return
         for out in outs:
             self.release(out.key, out.constituents, out.absorbed, refused)
 
     def release(self, key: Key, parts: list[Part], absorbed: list[Origin], refused: str | None = None) -> None:
         """Release what one window's parts (and the duplicates absorbed into it) held: see release_all."""
-        for part in parts:
-            refusal = None if refused is None else Refusal(key, refused, part.index)
-            for origin in part.origins:
-                self.durability.release(origin, refusal)
+        release = self.durability.release
+        if refused is None:  # the parts of a window mostly come from distinct units: one release each, no refusal
+            for part in parts:
+                for origin in part.origins:
+                    release(origin)
+        else:
+            for part in parts:
+                one = Refusal(key, refused, part.index)
+                for origin in part.origins:
+                    release(origin, one)
         refusal = None if refused is None else Refusal(key, refused)
         for origin in absorbed:
-            self.durability.release(origin, refusal)
+            release(origin, refusal)
 
     # ----------------------------------------------------------- sealing
     def ranks(self, job: str) -> RankView:

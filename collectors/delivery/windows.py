@@ -31,7 +31,7 @@ Origin = tuple[str, int]
 """A unit received from below: (sender id, sequence number)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Part:
     """One accepted piece of a window, kept until durable upstream so it can be resent or split.
 
@@ -255,13 +255,13 @@ class WindowTable:
     def offer(self, part: Part, expected: int) -> tuple[str, BitMap | None]:
         """Accept, absorb or reject one part: returns ("accepted"|"duplicate"|"overlap", overlap)."""
         win = self.window(part.key, expected)
-        overlap = win.sources & part.sources
-        if not overlap:
+        if not win.sources.intersect(part.sources):  # the usual case, without building the (empty) overlap
             win.sources |= part.sources
             win.pending.append(part)
             self._pending.add(part.key)
             self.charge(win, SOURCE_BYTES * len(part.sources))
             return "accepted", None
+        overlap = win.sources & part.sources
         if len(overlap) == len(part.sources):
             return "duplicate", overlap
         return "overlap", overlap
@@ -360,7 +360,7 @@ class WindowTable:
 def merge_parts(parts: list[Part]) -> Summary:
     if len(parts) == 1:
         return parts[0].summary
-    return Summary.merge_all([p.summary for p in parts])
+    return Summary.merge_all([p.summary if p.built is None else p.built for p in parts])
 
 
 @dataclass(frozen=True)
@@ -396,20 +396,34 @@ class Durability:
     def hold(self, origin: Origin, times: int = 1) -> None:
         self._refs[origin] = self._refs.get(origin, 0) + times
 
-    def release(self, origin: Origin, refusal: Refusal | None = None) -> None:
+    def release(self, origin: Origin, refusal: Refusal | None = None, times: int = 1) -> None:
+        """Release `origin` once (or `times` times, as many releases in a row: one refusal noted at most)."""
         held = self._refs.get(origin, 0)
-        if held <= 0:
-            self.unheld_releases += 1
+        if held < times:
+            self.unheld_releases += times - max(held, 0)
             self._unheld_log.warn("durability error: release of %s, which is not held (a double release; "
                                    "%d so far): not acknowledged again", origin, self.unheld_releases)
-            return
+            if held <= 0:
+                return
         if refusal is not None:
             self._refused.setdefault(origin, []).append(refusal)
-        if held > 1:
-            self._refs[origin] = held - 1
+        if held > times:
+            self._refs[origin] = held - times
             return
         del self._refs[origin]
         self._ack(origin, self._refused.pop(origin, []))
+
+    def unhold(self, origin: Origin, times: int) -> None:
+        """Give back holds taken in advance that nothing used (Node.offer_unit): no acknowledgement when the count
+        reaches zero (the caller's `settle` gives it), unless a refusal was noted meanwhile (a window dropped while
+        the unit was offered): then as `release` does."""
+        held = self._refs.get(origin, 0)
+        if held > times:
+            self._refs[origin] = held - times
+        elif origin in self._refused:
+            self.release(origin, times=held)
+        else:
+            self._refs.pop(origin, None)
 
     def settle(self, origin: Origin) -> None:
         """A unit that holds nothing (all duplicates of durable data, or empty): durable now."""

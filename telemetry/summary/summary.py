@@ -256,10 +256,14 @@ class Summary:
         """A new summary of all inputs (none mutated), merged in order of lowest source id."""
         if not summaries:
             return cls()
-        for other in summaries:
-            if not isinstance(other, Summary):
-                raise TypeError(f"cannot merge Summary with {type(other).__name__}")
-        merged = _native.merge_all([s._as_core() for s in summaries])
+        try:
+            cores = [s._as_core() for s in summaries]  # a tier's window merges 64 children: one pass
+        except AttributeError:
+            wrong = next((s for s in summaries if not isinstance(s, Summary)), None)
+            if wrong is None:
+                raise
+            raise TypeError(f"cannot merge Summary with {type(wrong).__name__}") from None
+        merged = _native.merge_all(cores)
         if isinstance(merged, list):
             raise OverlapError(merged)
         return cls._wrap(merged)
