@@ -150,7 +150,7 @@ def test_an_event_sinks_queue_is_delivered_at_shutdown_not_lost():
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from collectors.detectors.events import WebhookSink
+    from collectors.detectors.sinks import WebhookSink
 
     received: list[str] = []
 

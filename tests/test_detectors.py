@@ -21,12 +21,12 @@ import pytest
 from collectors.common.keys import Key
 from collectors.detectors import Context, Detectors, DetectorsConfig, EventLog
 from collectors.detectors.dataloader_stall import DataloaderStallDetector
-from collectors.detectors.events import GrafanaAnnotationSink, WebhookSink, describe
 from collectors.detectors.hang import HangConfig, HangDetector
 from collectors.detectors.hardware import HardwareConfig, HardwareDetector
 from collectors.detectors.loss_spike import LossSpikeConfig, LossSpikeDetector
 from collectors.detectors.mfu_drop import MfuDropDetector
 from collectors.detectors.nonfinite import NonfiniteDetector
+from collectors.detectors.sinks import GrafanaAnnotationSink, WebhookSink, describe
 from collectors.detectors.straggler import StragglerDetector
 from collectors.root.store import Row
 from collectors.sim.model import parse_injection

@@ -86,3 +86,14 @@ def test_the_check_sees_the_imports_it_is_about() -> None:
     assert not _allowed(REPO / "collectors" / "collector" / "server.py")
     assert not _allowed(REPO / "collectors" / "detectors" / "suite.py")
     assert _allowed(REPO / "collectors" / "watch_cli.py") and _allowed(REPO / "collectors" / "demo" / "watch.py")
+
+
+def test_the_event_log_knows_no_destination_the_sinks_module_does():
+    """Event sinks live in collectors/detectors/sinks.py (issue 27): the event log keeps and persists events, and
+    reaches no network itself; the sinks import the log, never the other way round."""
+    events = REPO / "collectors" / "detectors" / "events.py"
+    imported = {name for _, name in _imports(events)}
+    assert not imported & {"urllib", "urllib.request", "queue", "grafana_client", "collectors.detectors.sinks"}, imported
+    tree = ast.parse(events.read_text())
+    classes = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    assert not {name for name in classes if name.endswith("Sink") and name != "CountingSink"}, classes

@@ -2,7 +2,8 @@
 hardware. Each turns finalised windows into events (`events.Event`) kept by an `events.EventLog`."""
 
 from collectors.detectors.base import Context, Detector
-from collectors.detectors.events import KINDS, Event, EventLog, GrafanaAnnotationSink, SinkConfig, WebhookSink
+from collectors.detectors.events import KINDS, Event, EventLog
+from collectors.detectors.sinks import GrafanaAnnotationSink, SinkConfig, WebhookSink
 from collectors.detectors.suite import Detectors, DetectorsConfig
 
 __all__ = ["KINDS", "Context", "Detector", "Detectors", "DetectorsConfig", "Event", "EventLog",

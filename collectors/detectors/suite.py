@@ -26,13 +26,14 @@ from collectors.detectors.base import Context, Detector, from_mapping
 from collectors.detectors.collective_mismatch import CollectiveMismatchConfig, CollectiveMismatchDetector
 from collectors.detectors.crash import CrashConfig, CrashDetector, record_of
 from collectors.detectors.dataloader_stall import DataloaderStallConfig, DataloaderStallDetector
-from collectors.detectors.events import EventLog, SinkConfig
+from collectors.detectors.events import EventLog
 from collectors.detectors.hang import HangConfig, HangDetector
 from collectors.detectors.hardware import HardwareConfig, HardwareDetector
 from collectors.detectors.loss_spike import LossSpikeConfig, LossSpikeDetector
 from collectors.detectors.mfu_drop import MfuDropConfig, MfuDropDetector
 from collectors.detectors.nonfinite import NonfiniteConfig, NonfiniteDetector
 from collectors.detectors.settings import RuntimeSettings
+from collectors.detectors.sinks import SinkConfig
 from collectors.detectors.straggler import StragglerConfig, StragglerDetector
 
 log = logging.getLogger(__name__)

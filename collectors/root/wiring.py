@@ -35,8 +35,9 @@ from collectors.common.fingerprints import FingerprintTable
 from collectors.common.rows import Row
 from collectors.delivery.node import Node, RankView
 from collectors.detectors.base import Context
-from collectors.detectors.events import Event, EventLog, make_sinks
+from collectors.detectors.events import Event, EventLog
 from collectors.detectors.settings import RuntimeSettings, SettingsError
+from collectors.detectors.sinks import make_sinks
 from collectors.detectors.suite import BUILDERS, Detectors, DetectorsConfig
 from collectors.root.adoption import Adoption, LatestAttempts
 from collectors.root.api import MAX_LAST, ApiError
