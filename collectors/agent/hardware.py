@@ -143,6 +143,8 @@ class HardwareSampler:
         self.node = node
         self.registry = registry
         self.gpu = gpu
+        if gpu is not None:  # its event buffer's drops go up the tree with the node's counters
+            node.counter_sources["hardware_events_dropped"] = lambda: gpu.events_dropped
         self.nic = nic
         self.interval_s = float(interval_s)
         self.host_job = host_job(host_id)

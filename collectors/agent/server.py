@@ -101,6 +101,7 @@ class AgentServer:
         self.flusher = FlushLoop("agent-flush", self._flush, config.flush_interval_s)
         slots = StreamSlots(config.max_ranks, "rank", "--max-ranks")
         self.grpc = AioServer("agent", None, ("telemetry.v1.Agent",), self.flusher.healthy)
+        self.node.counter_sources["reply_streams_cut"] = lambda: self.grpc.host.answers_cut
         self.lifecycle = JobLifecycle(config.job_idle_timeout_s)
         self._swept_at = 0.0
         self.freed = FreedMemory()

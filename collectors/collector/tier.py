@@ -68,6 +68,7 @@ class Tier:
         self._swept_at = 0.0
         self.freed = FreedMemory()
         self.grpc = AioServer(role, config.security, ("telemetry.v1.Collector",), self.flusher.healthy)
+        self.node.counter_sources["reply_streams_cut"] = lambda: self.grpc.host.answers_cut
         self.service = CollectorService(self.node, self.grpc.host,
                                         StreamSlots(config.max_children, "child", "--max-children"),
                                         MetricBudget(config.max_metrics_per_job), None, self.lifecycle,

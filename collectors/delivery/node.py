@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 WINDOW_WIRE_BYTES = 96  # a WindowSummary beside its summary: the key (job, metric, index, width), expected, late
 COUNTERS_WIRE_BYTES = 128  # a unit's sender id, seq and counters
 COUNTER_FIELDS = ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late", "bad_inputs",
-                  "refused_streams", "late_dropped", "probe_skipped")
+                  "refused_streams", "late_dropped", "probe_skipped", "forensics_dropped", "hardware_events_dropped",
+                  "reply_streams_cut", "unheld_releases")
 
 
 @dataclass
@@ -122,6 +123,10 @@ class Node:
         self.durability = Durability(
             lambda origin, refused: ack_down(origin, refused=refused) if refused else ack_down(origin))
         self.counters = dict.fromkeys(COUNTER_FIELDS, 0)
+        # Counters kept by the parts that own a bound (the outbox's forensics queues, the server's reply streams,
+        # the GPU probe), read when the subtree's counters are: each part's drops reach the root with the others.
+        self.counter_sources: dict[str, Callable[[], int]] = {
+            "unheld_releases": lambda: self.durability.unheld_releases}
         self.child_counters: dict[str, dict[str, int]] = {}
         self.child_ranks: dict[str, dict[str, RankView]] = {}
         self.runs = RunLedger()  # which process runs each rank, per job (the root's remembers: runs.py)
@@ -417,6 +422,8 @@ class Node:
 
     def subtree_counters(self) -> dict[str, int]:
         total = dict(self.counters)
+        for name, read in self.counter_sources.items():
+            total[name] += read()
         for child in self.child_counters.values():
             for name in COUNTER_FIELDS:
                 total[name] += child.get(name, 0)
@@ -468,6 +475,7 @@ class Upstream:
         self.captures: CaptureQueue[forensics_pb2.Capture] = CaptureQueue()
         self.fingerprints: FingerprintTable | None = None
         self.exits: CaptureQueue[forensics_pb2.RankExit] = CaptureQueue(max_pending=4096)  # how ranks ended
+        node.counter_sources["forensics_dropped"] = lambda: self.captures.dropped + self.exits.dropped
 
     def ship(self, node: Node, windows: list[Window], now: float) -> None:
         """Hand the windows to the outbox, which sends them from its own thread: nothing slow here. Under the

@@ -54,6 +54,13 @@ DELIVERY_HELP = {
     "refused_streams": "Streams refused because a server's cap (--max-ranks, --max-children) was reached "
                        "(whole tree).",
     "late_dropped": "Values ranks logged into a step after closing it, dropped by their agents (whole tree).",
+    "forensics_dropped": "Captures and rank exits dropped because a tier's forensics queue was full (whole tree).",
+    "hardware_events_dropped": "Hardware events (XIDs, lost GPUs) dropped because an agent's GPU probe's event "
+                               "buffer was full (whole tree).",
+    "reply_streams_cut": "Streams cut because the peer read none of its last acknowledgements; it reconnects and "
+                         "resends what is not durable (whole tree).",
+    "unheld_releases": "Durability releases of a unit not held (a double release: a bookkeeping error, logged; "
+                       "never acknowledged a second time; whole tree).",
     "probe_skipped": "Hardware probe values skipped as forged or corrupt (sysfs values negative, huge, not a number, "
                      "an absurd port state or rate), by the agents' NIC probes (whole tree).",
 }

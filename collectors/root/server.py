@@ -75,10 +75,7 @@ class RootServer(Tier):
         self.service.on_fingerprints = self.wiring.on_fingerprints
         self.service.on_exits = self.wiring.on_exits
         self.on_job_finished.append(self.wiring.finished)
-        host = self.grpc.host
-        self.wiring.metrics.registry.register(DeliveryMetrics(lambda: node.durability.unheld_releases,
-                                                              lambda: host.answers_cut,
-                                                              self.wiring.events.sink_counts))
+        self.wiring.metrics.registry.register(DeliveryMetrics(self.wiring.events.sink_counts))
         stats, runs = self.retention.stats, node.runs
         self.wiring.metrics.registry.register(FleetStoreMetrics(
             lambda: (stats.late_rerolled, stats.late_dropped),

@@ -66,7 +66,7 @@ class RankStates(_message.Message):
     def __init__(self, job: _Optional[str] = ..., alive: _Optional[bytes] = ..., stuck: _Optional[bytes] = ..., dead: _Optional[bytes] = ..., world_size: _Optional[int] = ..., host_ranks: _Optional[_Iterable[int]] = ..., hosts: _Optional[_Iterable[str]] = ..., closed: _Optional[bytes] = ..., attempt: _Optional[int] = ..., processes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Counters(_message.Message):
-    __slots__ = ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late", "bad_inputs", "refused_streams", "late_dropped", "probe_skipped")
+    __slots__ = ("sdk_dropped", "dropped_windows", "rejected_overlaps", "duplicates", "resent", "late", "bad_inputs", "refused_streams", "late_dropped", "probe_skipped", "forensics_dropped", "hardware_events_dropped", "reply_streams_cut", "unheld_releases")
     SDK_DROPPED_FIELD_NUMBER: _ClassVar[int]
     DROPPED_WINDOWS_FIELD_NUMBER: _ClassVar[int]
     REJECTED_OVERLAPS_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,10 @@ class Counters(_message.Message):
     REFUSED_STREAMS_FIELD_NUMBER: _ClassVar[int]
     LATE_DROPPED_FIELD_NUMBER: _ClassVar[int]
     PROBE_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    FORENSICS_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    HARDWARE_EVENTS_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    REPLY_STREAMS_CUT_FIELD_NUMBER: _ClassVar[int]
+    UNHELD_RELEASES_FIELD_NUMBER: _ClassVar[int]
     sdk_dropped: int
     dropped_windows: int
     rejected_overlaps: int
@@ -87,7 +91,11 @@ class Counters(_message.Message):
     refused_streams: int
     late_dropped: int
     probe_skipped: int
-    def __init__(self, sdk_dropped: _Optional[int] = ..., dropped_windows: _Optional[int] = ..., rejected_overlaps: _Optional[int] = ..., duplicates: _Optional[int] = ..., resent: _Optional[int] = ..., late: _Optional[int] = ..., bad_inputs: _Optional[int] = ..., refused_streams: _Optional[int] = ..., late_dropped: _Optional[int] = ..., probe_skipped: _Optional[int] = ...) -> None: ...
+    forensics_dropped: int
+    hardware_events_dropped: int
+    reply_streams_cut: int
+    unheld_releases: int
+    def __init__(self, sdk_dropped: _Optional[int] = ..., dropped_windows: _Optional[int] = ..., rejected_overlaps: _Optional[int] = ..., duplicates: _Optional[int] = ..., resent: _Optional[int] = ..., late: _Optional[int] = ..., bad_inputs: _Optional[int] = ..., refused_streams: _Optional[int] = ..., late_dropped: _Optional[int] = ..., probe_skipped: _Optional[int] = ..., forensics_dropped: _Optional[int] = ..., hardware_events_dropped: _Optional[int] = ..., reply_streams_cut: _Optional[int] = ..., unheld_releases: _Optional[int] = ...) -> None: ...
 
 class Rejection(_message.Message):
     __slots__ = ("index", "key", "overlapping_sources", "reason", "refused_sources")
