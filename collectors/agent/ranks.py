@@ -25,6 +25,7 @@ import collections
 import logging
 import signal
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from collectors.agent.exits import ExitWatch
@@ -193,8 +194,21 @@ class RankRegistry:
         self.changed = True
         return info
 
-    def views(self, now: float | None = None) -> dict[str, RankView]:
-        """Refresh every rank's liveness from /proc and heartbeats; the ranks of each job by verdict."""
+    def pids_to_read(self) -> list[int]:
+        """The processes the next `views()` reads in /proc (the caller holds the node's lock): those of ranks not
+        closed, and of dead ones whose exit status is not known yet."""
+        return [info.pid for info in self.ranks.values()
+                if not info.closed and (info.verdict != "dead" or info.exit_status is None)]
+
+    def read_statuses(self, pids: Iterable[int]) -> dict[int, ProcessStatus]:
+        """Each process's /proc status (and exit status, reaped when `reap`), read WITHOUT the node's lock: a
+        flush used to read /proc for every rank while holding it, and the ranks' intake waited meanwhile."""
+        return {pid: _status(pid, self.reap) for pid in set(pids)}
+
+    def views(self, now: float | None = None,
+              statuses: dict[int, ProcessStatus] | None = None) -> dict[str, RankView]:
+        """Refresh every rank's liveness from /proc and heartbeats; the ranks of each job by verdict. `statuses`
+        (from `read_statuses`, taken just before) spares the /proc reads; a rank it lacks is read here."""
         now = time.monotonic() if now is None else now
         views: dict[str, RankView] = {}
         for info in self.ranks.values():
@@ -205,7 +219,7 @@ class RankRegistry:
             if info.closed:
                 view.closed.add(info.rank)
                 continue
-            self._refresh(info, now)
+            self._refresh(info, now, None if statuses is None else statuses.get(info.pid))
             getattr(view, info.verdict).add(info.rank)
         views.update(self.pseudo)
         return views
@@ -259,14 +273,14 @@ class RankRegistry:
         status = _status(info.pid, self.reap)
         return status.alive and not _reused(info, status)
 
-    def _refresh(self, info: RankInfo, now: float) -> None:
+    def _refresh(self, info: RankInfo, now: float, read: ProcessStatus | None = None) -> None:
         if info.verdict == "dead":
             if info.exit_status is None:  # it may still become visible (a zombie not yet reaped)
-                status = _status(info.pid, self.reap)
+                status = read or _status(info.pid, self.reap)
                 if not status.alive and not _reused(info, status) and status.exit_status is not None:
                     self._exited(info, status.exit_status)
             return
-        status = _status(info.pid, self.reap)
+        status = read or _status(info.pid, self.reap)
         if status.alive and _reused(info, status):
             status = ProcessStatus(False, None, None)  # our process is gone; another one has its pid
         info.state = status.state

@@ -152,8 +152,11 @@ class AgentServer:
     def _flush(self) -> None:
         now = time.monotonic()
         forgot = False
+        with self.node.lock:  # which processes to read, if liveness is due: cheap
+            pids = self.registry.pids_to_read() if self.service.liveness_due(now) else None
+        statuses = self.registry.read_statuses(pids) if pids else None  # /proc, without the lock
         with self.node.lock:
-            self.service.seal(now)
+            self.service.seal(now, statuses)
             offer_exits(self.node, self.registry)  # exit statuses seal() just learned of
             if now - self._swept_at >= SWEEP_EVERY_S:
                 self._swept_at = now
@@ -173,8 +176,10 @@ class AgentServer:
             self.registry.forget_job(job)
             log.info("job %s finished (%s): forgotten", job, why)
         if finished:
-            node.forget_jobs({job for job, _ in finished})
-            node.own_ranks = self.registry.views(now)
+            gone = {job for job, _ in finished}
+            node.forget_jobs(gone)
+            # The views of the jobs left as they were (no /proc read under the lock: the next seal refreshes).
+            node.own_ranks = {job: view for job, view in node.own_ranks.items() if job not in gone}
         return bool(finished)
 
     def healthy(self) -> bool:

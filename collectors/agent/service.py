@@ -33,6 +33,7 @@ from collectors.common.validation import (
 from collectors.delivery.lifecycle import JobLifecycle
 from collectors.delivery.node import Node
 from collectors.delivery.windows import Origin, Part, Refusal
+from collectors.probes.process import ProcessStatus
 from collectors.probes.snapshot import process_facts
 from telemetry.names import PROGRESS_METRIC, STEPS_COMPLETED_METRIC
 from telemetry.streams import END
@@ -424,14 +425,20 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
                 if verdict != "accepted":
                     self._dropped_late(piece)
 
-    def seal(self, now: float) -> None:
-        """Move finished steps and heartbeat buckets into the node's window table; caller holds the lock."""
+    def liveness_due(self, now: float) -> bool:
+        """Whether the next seal refreshes the ranks' liveness (reads /proc per rank: not on every flush)."""
+        since = now - self._views_at
+        return since >= LIVENESS_EVERY_S or self.registry.changed or (now < self._watch_until
+                                                                       and since >= WATCH_EVERY_S)
+
+    def seal(self, now: float, statuses: dict[int, ProcessStatus] | None = None) -> None:
+        """Move finished steps and heartbeat buckets into the node's window table; caller holds the lock.
+        `statuses`: the ranks' /proc reads, taken by the caller before the lock (RankRegistry.read_statuses)."""
         node = self.node
         if self.captures is not None:
             self.captures.tick(now)
-        since = now - self._views_at
-        if since >= LIVENESS_EVERY_S or self.registry.changed or (now < self._watch_until and since >= WATCH_EVERY_S):
-            node.own_ranks = self.registry.views(now)  # reads /proc per rank: not on every flush
+        if self.liveness_due(now):
+            node.own_ranks = self.registry.views(now, statuses)
             self._views_at, self.registry.changed = now, False
             self._report_exits()
         views = node.own_ranks

@@ -132,6 +132,8 @@ class Node:
         self.runs = RunLedger()  # which process runs each rank, per job (the root's remembers: runs.py)
         self._own_ranks: dict[str, RankView] = {}
         self.hosts_version = 0  # bumped whenever any rank->host entry this node knows changes
+        self._hosts_cache: dict[str, dict[int, str]] = {}  # hosts(job) as of _hosts_built_at
+        self._hosts_built_at = -1
         self._covered: dict[str, BitMap | None] | None = None  # per job, during one flush (None: all closed)
         self._fleet_masks: dict[tuple[int, tuple[int, int] | None], BitMap] = {}
         self.sink: Sink | None = None
@@ -346,9 +348,18 @@ class Node:
         self.hosts_version += 1
 
     def hosts(self, job: str) -> dict[int, str]:
-        hosts: dict[int, str] = {}
-        for one in self._views(job):
-            hosts.update(one.hosts)
+        """The job's rank->host map, shared and not to be modified: built once per `hosts_version` (every change
+        of any rank->host entry bumps it), not per call. The root's periodic check asks it for every job every
+        check under the lock; rebuilt each time it cost O(ranks) per job (bench/node_lock.py)."""
+        if self._hosts_built_at != self.hosts_version:
+            self._hosts_cache.clear()
+            self._hosts_built_at = self.hosts_version
+        hosts = self._hosts_cache.get(job)
+        if hosts is None:
+            hosts = {}
+            for one in self._views(job):
+                hosts.update(one.hosts)
+            self._hosts_cache[job] = hosts
         return hosts
 
     def processes(self, job: str) -> dict[int, int]:

@@ -212,7 +212,7 @@ class Wiring:
                 live = {job: self.tier.liveness(job) for job in jobs}
                 node = self.tier.node
                 with node.lock:
-                    views = {job: dict(node.ranks(job).hosts) for job in jobs}
+                    views = {job: node.hosts(job) for job in jobs}  # cached per hosts_version, not rebuilt
                     if FLEET_JOB in node.jobs():  # the fleet's device names (collectors/common/fleet.py)
                         views[FLEET_JOB] = node.hosts(FLEET_JOB)
                 with self._hosts_lock:  # only jobs the detectors still hold: one finished since `jobs` was read is gone
