@@ -79,14 +79,14 @@ class _FailingStore(Store):
         self.fail_next = False
         self.before = before
 
-    def save(self, rows: list[Row], jobs: dict[str, int]) -> None:
+    def save(self, rows: list[Row], jobs: dict[str, int], runs: dict | None = None) -> None:
         if self.before is not None:
             before, self.before = self.before, None
             before()
         if self.fail_next:
             self.fail_next = False
             raise OSError(28, "No space left on device")
-        super().save(rows, jobs)
+        super().save(rows, jobs, runs)
 
 
 def test_a_failed_commit_of_a_window_dropped_meanwhile_releases_its_holds(tmp_path) -> None:
@@ -136,11 +136,11 @@ class _LostOnce(Store):
         self.intake = intake
         self.lost = True
 
-    def save(self, rows: list[Row], jobs: dict[str, int]) -> None:
+    def save(self, rows: list[Row], jobs: dict[str, int], runs: dict | None = None) -> None:
         if self.lost:
             self.lost = False
             raise StoreLost("the store's file was deleted")
-        super().save(rows, jobs)
+        super().save(rows, jobs, runs)
 
 
 class _KeyedRow(Row):

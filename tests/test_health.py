@@ -54,7 +54,7 @@ def test_root_whose_store_fails_is_not_serving_and_acknowledges_nothing_durable(
         real_save = root.store.save
         failures = []
 
-        def broken(rows, jobs):
+        def broken(rows, jobs, runs=None):
             failures.append(len(rows))
             raise OSError("database or disk is full")
 

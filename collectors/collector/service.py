@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TypeVar, cast
+from typing import Protocol, TypeVar, cast
 
 import grpc
 from pyroaring import BitMap
 
-from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
+from collectors.common.aioserve import Answers, Host, Parked, StreamSlots, StreamWork, serve_stream
 from collectors.common.attempts import scoped, split
 from collectors.common.fingerprints import ranks_of
 from collectors.common.fleet import FLEET_JOB, extent
@@ -56,10 +57,11 @@ UNKNOWN_INDEX = 2**32 - 1  # a Rejection's index when only its key names the win
 
 
 class CollectorService(forward_pb2_grpc.CollectorServicer):
-    """Accepts child units into a Node; `before_offer` lets the root reload windows it persisted."""
+    """Accepts child units into a Node; `reads` (the root's: collectors/root/reads.py) parks a unit until what it
+    needs from the root's store (windows to reload, run claims to recall) is read, off the node's lock."""
 
     def __init__(self, node: Node, host: Host, slots: StreamSlots, budget: MetricBudget | None = None,
-                 before_offer: Callable[[Key], None] | None = None, jobs: JobLifecycle | None = None,
+                 reads: UnitReads | None = None, jobs: JobLifecycle | None = None,
                  children: ChildLifecycle | None = None, max_world_size: int = DEFAULT_MAX_WORLD_SIZE) -> None:
         self.node = node
         self.max_world_size = max_world_size
@@ -68,7 +70,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         self.jobs = jobs or JobLifecycle()
         self.children = children or ChildLifecycle()
         self.budget = budget or MetricBudget()
-        self.before_offer = before_offer
+        self.reads = reads
         self._links: dict[str, Answers] = {}
         self._links_lock = threading.Lock()
         self._run_log = RateLimitedLog(log)  # a refused second run has every window refused: say so, not each
@@ -171,7 +173,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         with self.node.lock:
             self.children.disconnected(stream.sender, time.monotonic())
 
-    def _one(self, stream: _ChildStream, batch: forward_pb2.SummaryBatch) -> None:
+    def _one(self, stream: _ChildStream, batch: forward_pb2.SummaryBatch) -> Parked | None:
         """One unit from a child, on the pool: parsed before the node's lock is taken, offered under it."""
         check_size(batch)
         if stream.sender is None:
@@ -197,34 +199,49 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         elif batch.sender_id and batch.sender_id != stream.sender:
             raise BadInput("INVALID_ARGUMENT", f"sender_id changed from {shown(stream.sender)} to "
                                                f"{shown(batch.sender_id)} on one stream")
-        self._handle(stream.sender, batch, stream.answers)
+        return self._handle(stream.sender, batch, stream.answers)
 
-    def _handle(self, sender: str, batch: forward_pb2.SummaryBatch, responses: Answers) -> None:
+    def _handle(self, sender: str, batch: forward_pb2.SummaryBatch, responses: Answers) -> Parked | None:
+        """Parse without the node's lock, then take the unit in under it; or, when it needs store reads first
+        (`reads`), park it: its intake then runs on the reads' thread, and the stream waits."""
         node = self.node
-        origin = (sender, batch.seq)
         views = self._states(batch.ranks)
         parsed = self._parse_all(batch)
         with node.lock:
-            node.child_states(sender, views)
-            for revoked in self.coverage.note(sender, views, node.runs.known):
-                # One count and one line per child and job that lost ranks, not per rank (rare: once per claim).
-                node.counters["bad_inputs"] += 1
-                log.warning("%s no longer speaks for %d rank(s) of job %s (e.g. rank %d): it covered them without "
-                            "their process, and %s names the process the run ledger accepted", shown(revoked.child, 64),
-                            len(revoked.ranks), shown(revoked.job, 64), revoked.ranks.min(), shown(sender, 64))
-            node.child_counters[sender] = {name: getattr(batch.counters, name) for name in COUNTER_FIELDS}
-            if batch.captures or batch.fingerprints or batch.exits:
-                self._forensics(sender, batch)
-            if batch.seq == 0:
-                responses.put(forward_pb2.Ack(seq=0, status=forward_pb2.Ack.RECEIVED))
-                return
-            now = time.monotonic()
-            for job in {found[0].job for found in parsed if not isinstance(found, str)}:
-                self.jobs.touch(job, now)
-            rejections = self._offer(origin, batch.windows, parsed)
-            status = forward_pb2.Ack.REJECTED_OVERLAP if rejections else forward_pb2.Ack.RECEIVED
-            responses.put(forward_pb2.Ack(seq=batch.seq, status=status, rejections=rejections))
-            node.durability.settle(origin)
+            if self.reads is not None:
+                ready = self.reads.hold([found[0] for found in parsed if not isinstance(found, str)], views,
+                                        lambda: self._intake(sender, batch, responses, views, parsed))
+                if ready is not None:
+                    return Parked(ready)
+            self._intake(sender, batch, responses, views, parsed)
+        return None
+
+    def _intake(self, sender: str, batch: forward_pb2.SummaryBatch, responses: Answers, views: dict[str, RankView],
+                parsed: list[_Parsed | str]) -> None:
+        """One parsed unit into the node, under its lock (asserted)."""
+        node = self.node
+        origin = (sender, batch.seq)
+        node.assert_locked()
+        node.child_states(sender, views)
+        for revoked in self.coverage.note(sender, views, node.runs.known):
+            # One count and one line per child and job that lost ranks, not per rank (rare: once per claim).
+            node.counters["bad_inputs"] += 1
+            log.warning("%s no longer speaks for %d rank(s) of job %s (e.g. rank %d): it covered them without "
+                        "their process, and %s names the process the run ledger accepted", shown(revoked.child, 64),
+                        len(revoked.ranks), shown(revoked.job, 64), revoked.ranks.min(), shown(sender, 64))
+        node.child_counters[sender] = {name: getattr(batch.counters, name) for name in COUNTER_FIELDS}
+        if batch.captures or batch.fingerprints or batch.exits:
+            self._forensics(sender, batch)
+        if batch.seq == 0:
+            responses.put(forward_pb2.Ack(seq=0, status=forward_pb2.Ack.RECEIVED))
+            return
+        now = time.monotonic()
+        for job in {found[0].job for found in parsed if not isinstance(found, str)}:
+            self.jobs.touch(job, now)
+        rejections = self._offer(origin, batch.windows, parsed)
+        status = forward_pb2.Ack.REJECTED_OVERLAP if rejections else forward_pb2.Ack.RECEIVED
+        responses.put(forward_pb2.Ack(seq=batch.seq, status=status, rejections=rejections))
+        node.durability.settle(origin)
 
     def _forensics(self, sender: str, batch: forward_pb2.SummaryBatch) -> None:
         """A child's captures, rank exits and fingerprints: checked one by one (a bad one is counted and dropped,
@@ -354,6 +371,8 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
     def forget_job(self, job: str) -> None:
         """A finished job (JobLifecycle): what this service keeps for it goes."""
         self.budget.forget(job)
+        if self.reads is not None:
+            self.reads.forget_job(job)
 
     def _offer(self, origin: Origin, windows: Sequence[forward_pb2.WindowSummary],
                parsed: list[_Parsed | str]) -> list[forward_pb2.Rejection]:
@@ -372,8 +391,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         overlaps = [forward_pb2.Rejection(index=part.index, key=windows[part.index].key,
                                           overlapping_sources=list(overlap or ()),
                                           reason=f"{len(overlap or ())} of {len(part.sources)} sources already held")
-                    for (part, _), (verdict, overlap) in zip(offers, self.node.offer_unit(origin, offers,
-                                                                                         self.before_offer))
+                    for (part, _), (verdict, overlap) in zip(offers, self.node.offer_unit(origin, offers))
                     if verdict == "overlap"]
         if overlaps:
             rejections = sorted(rejections + overlaps, key=lambda rejection: rejection.index)
@@ -447,6 +465,18 @@ def _extent_refused(job: str, sources: BitMap, max_world_size: int) -> str | Non
         except BadInput as exc:
             return str(exc)
     return None
+
+
+class UnitReads(Protocol):
+    """What the intake asks of the root's store reads (collectors/root/reads.py `StoreReads`), under the lock."""
+
+    def hold(self, keys: Iterable[Key], jobs: Iterable[str],
+             resume: Callable[[], None]) -> concurrent.futures.Future[None] | None:
+        """None when a unit naming these windows and jobs needs nothing read (the caller takes it in now); else
+        it is held until what it needs is read, `resume` (its intake) then runs under the node's lock, and the
+        future completes after."""
+
+    def forget_job(self, job: str) -> None: ...
 
 
 @dataclass

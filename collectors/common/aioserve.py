@@ -13,10 +13,10 @@ Answers are put from any thread (the pool, the flush thread acknowledging durabi
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -45,7 +45,7 @@ class Host:
         self.loop = asyncio.new_event_loop()
         self.closed = False  # close() was called: run() refuses work the loop would never take
         self.answers_cut = 0  # streams cut because their peer read none of MAX_ANSWERS answers (Answers)
-        self.pool = ThreadPoolExecutor(POOL_WORKERS, thread_name_prefix=f"{name}-work")
+        self.pool = concurrent.futures.ThreadPoolExecutor(POOL_WORKERS, thread_name_prefix=f"{name}-work")
         # Start every worker now, not on demand under load: each new thread brings its own malloc arena, and a
         # service's memory should step up at start, not part-way through its life (the soak saw +3 MiB).
         started = threading.Barrier(POOL_WORKERS + 1)
@@ -169,10 +169,19 @@ class StreamSlots:
 
 
 @dataclass
+class Parked:
+    """A request whose handling waits for something slow (the root's store reads: collectors/root/reads.py):
+    `ready` completes once it is done, without holding a pool thread meanwhile; the stream reads its next request
+    only after (its order kept, and at most one request per stream parked)."""
+
+    ready: concurrent.futures.Future[None]
+
+
+@dataclass
 class StreamWork:
     """What a service does with one stream; each runs on the pool, never on the loop."""
 
-    handle: Callable[[Any], None]  # one request, in order
+    handle: Callable[[Any], Parked | None]  # one request, in order
     ended: Callable[[], None]      # once, however the stream ended
 
 
@@ -232,7 +241,9 @@ async def _read(host: Host, requests: AsyncIterator, answers: Answers, work: Str
     try:
         async for request in messages:
             try:
-                await host.loop.run_in_executor(host.pool, work.handle, request)
+                parked = await host.loop.run_in_executor(host.pool, work.handle, request)
+                if parked is not None:
+                    await asyncio.wrap_future(parked.ready)
             except BadInput:
                 raise
             except Exception as exc:  # a bug, not the peer's fault: logged in full, the peer told tersely

@@ -202,13 +202,12 @@ class Node:
                 self.durability.release(origin)
         return verdict, overlap
 
-    def offer_unit(self, origin: Origin, offers: list[tuple[Part, int]],
-                   before: Callable[[Key], None] | None = None) -> list[tuple[str, BitMap | None]]:
+    def offer_unit(self, origin: Origin, offers: list[tuple[Part, int]]) -> list[tuple[str, BitMap | None]]:
         """`offer` of each (part, expected) of one unit from below, every part's origins being [origin]: the origin
         is held for all of them at once (one refcount update per unit, not one per window), and the holds of parts
         not accepted are given back after, without an acknowledgement (the caller settles the unit once it has
-        answered it). `before(key)` runs just before each part is offered (the root's reload of a window it let
-        go). Returns each part's verdict and overlap. The caller holds the lock."""
+        answered it). Returns each part's verdict and overlap. The caller holds the lock (the root read any window it
+        let go back from its store before: collectors/root/reads.py)."""
         if not offers:
             return []
         self.durability.hold(origin, len(offers))  # before any offer: a window dropped meanwhile releases its parts
@@ -216,8 +215,6 @@ class Node:
         unused = 0
         verdicts = []
         for part, expected in offers:
-            if before is not None:
-                before(part.key)
             verdict, overlap = offer(part, expected)
             if verdict != "accepted":
                 unused += 1

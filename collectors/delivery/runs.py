@@ -109,6 +109,15 @@ class RunLedger:
                 log.exception("could not record the processes of job %s", job)
         return bool(new)
 
+    def needs_recall(self, job: str) -> bool:
+        """`job`'s remembered claims (the root's store) are still to be read before a claim about it is judged:
+        the root reads them off its lock (collectors/root/reads.py) and hands them to `recalled`."""
+        return self._recall is not None and job not in self._runs
+
+    def recalled(self, job: str, claims: dict[int, Claim]) -> None:
+        """The remembered claims of `job`, read without the node's lock: kept unless the job is known already."""
+        self._runs.setdefault(job, dict(claims))
+
     def _fleet_collision(self, sender: str, sources: list[int], conflicts: dict[int, tuple[Claim, Claim]]) -> None:
         """A child names, for some host indexes, another host than the one holding them: one warning per index,
         naming both hosts and the children (racks) each came through, counted."""

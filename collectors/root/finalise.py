@@ -9,13 +9,22 @@ from collections.abc import Callable
 from collectors.common.keys import Key
 from collectors.common.rows import Row
 from collectors.delivery.node import Node
+from collectors.delivery.runs import Claim
 from collectors.delivery.windows import OutPart, Window
-from collectors.root.store import Store, StoreLost
+from collectors.root.store import SECOND_MS, Store, StoreLost
 from telemetry.summary import Summary
 
 log = logging.getLogger(__name__)
 
 PERSISTING = -1  # the in-flight slot of a window whose commit to the store is under way (seqs start at 1)
+# The widths whose windows only the finaliser writes (Retention writes the rollups' other widths): for their series
+# the root knows the highest index the store may hold, so a window above it is new without a read.
+TRACKED_WIDTHS = (0, SECOND_MS)
+Series = tuple[str, str, int]  # (job, metric, width_ms)
+
+
+def series_of(key: Key) -> Series:
+    return key.job, key.metric, key.width_ms
 
 
 class Finaliser:
@@ -29,6 +38,13 @@ class Finaliser:
         self.write_failures = 0   # commits that failed (each retried at the next flush)
         self.files_lost = 0       # times the store's file was found deleted or replaced
         self.writable = True      # the last commit succeeded
+        # Under the node's lock (collectors/root/reads.py reads them): the keys whose commit is under way, the highest
+        # index the store may hold per tracked series (known once read; raised by each commit), the highest index
+        # committed per series whose top is being read meanwhile, and run claims to write with the next commit.
+        self.persisting: dict[Key, int] = {}
+        self.tops: dict[Series, int] = {}
+        self.reading_tops: dict[Series, int] = {}
+        self._claims: dict[str, dict[int, Claim]] = {}
 
     def ship(self, node: Node, windows: list[Window], now: float) -> Callable[[], None] | None:
         """Under the node's lock: merge each window's parts; the commit runs after, without the lock.
@@ -39,7 +55,7 @@ class Finaliser:
         acknowledged durable that is not in the file.
         """
         node.assert_locked()
-        if not windows:
+        if not windows and not self._claims:
             return None
         rows, outs = [], []
         stamp = time.time_ns()
@@ -54,20 +70,47 @@ class Finaliser:
             rows.append(row)
             outs.append(out)
             win.dispatch(PERSISTING, out)
+            self.persisting[win.key] = self.persisting.get(win.key, 0) + 1
         jobs = {job: node.world_size(job) for job in {w.key.job for w in windows}}
         jobs = {j: w for j, w in jobs.items() if w}
-        return lambda: self._commit(node, windows, rows, outs, jobs)
+        claims, self._claims = self._claims, {}
+        return lambda: self._commit(node, windows, rows, outs, jobs, claims)
+
+    def record_claims(self, job: str, claims: dict[int, Claim]) -> None:
+        """RunLedger's `record` at the root, under the node's lock: the claims are written with the next commit
+        (in its transaction), not here, so a claim never waits for the store under the lock."""
+        self._claims.setdefault(job, {}).update(claims)
+
+    def _persisted(self, rows: list[Row], committed: bool) -> None:
+        """Under the node's lock, once a commit ended: its keys are no longer under way, and (committed) each
+        tracked series' top is raised to what the store may now hold."""
+        for row in rows:
+            key = row.key
+            left = self.persisting.get(key, 0) - 1
+            if left > 0:
+                self.persisting[key] = left
+            else:
+                self.persisting.pop(key, None)
+            if not committed or key.width_ms not in TRACKED_WIDTHS:
+                continue
+            series = series_of(key)
+            for tops in (self.tops, self.reading_tops):
+                if series in tops and tops[series] < key.index:
+                    tops[series] = key.index
 
     def _commit(self, node: Node, windows: list[Window], rows: list[Row], outs: list[OutPart],
-                jobs: dict[str, int]) -> None:
+                jobs: dict[str, int], claims: dict[str, dict[int, Claim]]) -> None:
         try:
-            self._save(node, rows, jobs)
+            self._save(node, rows, jobs, claims)
         except BaseException as exc:
             self.write_failures += 1
             if self.writable:
                 self.writable = False
                 self._trouble("failing", f"the root cannot write {self.store.path}: {exc}")
             with node.lock:
+                self._persisted(rows, committed=False)
+                for job, mine in claims.items():  # written with the next commit (the ledger kept them meanwhile)
+                    self._claims[job] = {**mine, **self._claims.get(job, {})}
                 lost = []
                 for win, out in zip(windows, outs):
                     win.settle(PERSISTING)
@@ -90,6 +133,7 @@ class Finaliser:
             self.writable = True
             self._trouble("recovered", f"the root writes {self.store.path} again")
         with node.lock:
+            self._persisted(rows, committed=True)
             for win, row, out in zip(windows, rows, outs):
                 win.settle(PERSISTING)
                 if out.late:
@@ -97,13 +141,14 @@ class Finaliser:
                 if node.table.windows.get(row.key) is win:  # not if the table let it go meanwhile (its budget)
                     self.final[row.key] = row
             node.release_all(outs)
-        for callback in self.on_finalised:
-            callback(rows)
+        if rows:
+            for callback in self.on_finalised:
+                callback(rows)
 
-    def _save(self, node: Node, rows: list[Row], jobs: dict[str, int]) -> None:
+    def _save(self, node: Node, rows: list[Row], jobs: dict[str, int], claims: dict[str, dict[int, Claim]]) -> None:
         """Runs without the node's lock (intake goes on and inserts into `final`): reads `final` under it."""
         try:
-            self.store.save(rows, jobs)
+            self.store.save(rows, jobs, runs=claims)
         except StoreLost as exc:
             # What was acknowledged into the lost file is gone with it; what this root still holds in
             # memory (the windows of the last retain_s) is written again into a fresh file.
@@ -114,7 +159,7 @@ class Finaliser:
             self.store.reopen()
             again = {row.key: row for row in held}
             again.update({row.key: row for row in rows})
-            self.store.save(list(again.values()), jobs)
+            self.store.save(list(again.values()), jobs, runs=claims)
 
     def _trouble(self, kind: str, message: str) -> None:
         (log.info if kind == "recovered" else log.error)("store %s: %s", kind, message)
@@ -124,12 +169,13 @@ class Finaliser:
             except Exception:  # an event log on the same failing disk must not stop the retry
                 log.exception("reporting store trouble failed")
 
-    def reload(self, node: Node, key: Key) -> None:
-        """Before offering a part of a window the root no longer holds in memory, bring it back from disk."""
+    def install(self, node: Node, row: Row) -> None:
+        """Under the node's lock: a window the root no longer held in memory, read back from the store (off the
+        lock: collectors/root/reads.py), before a part of it is offered: settled, with its sources, so that a
+        resend is absorbed as a duplicate and new sources merge into the stored row as a late delta."""
+        node.assert_locked()
+        key = row.key
         if key in node.table.windows:
-            return
-        row = self.store.load(key)
-        if row is None:
             return
         win = node.table.window(key, row.expected)
         win.sources = row.summary.sources

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from collectors.collector.tier import Tier, TierConfig
 from collectors.common.gctune import tune_gc
-from collectors.common.keys import Key
 from collectors.delivery.runs import RunLedger
 from collectors.detectors.suite import DetectorsConfig
 from collectors.root.api import PER_CLIENT_CONNECTIONS, BoundedHTTPServer, RootApi, serve
@@ -30,6 +29,7 @@ from collectors.root.fleet_metrics import FleetStoreMetrics
 from collectors.root.forensics import DEFAULT_MAX_RANKS, DEFAULT_MAX_REQUESTS, forensics_folder
 from collectors.root.host_indexes import HostIndexes
 from collectors.root.hosts import HostsView
+from collectors.root.reads import StoreReads
 from collectors.root.remote_write import RemoteWriteConfig, RemoteWriter, remote_watermark
 from collectors.root.retention import Retention, RetentionConfig
 from collectors.root.store import Store
@@ -62,10 +62,11 @@ class RootServer(Tier):
         self.retention = Retention(self.store, config.retention)  # rollups and deletes, on their own thread
         super().__init__(config, "root", whole_world=True)
         node = self.node
-        node.runs = RunLedger(recall=self.store.load_runs, record=self.store.save_runs)
+        node.runs = RunLedger(recall=self.store.load_runs, record=self.finaliser.record_claims)
         node.sink = self.finaliser
         node.complete = root_complete(node)
-        self.service.before_offer = self._reload
+        self.reads = StoreReads(self.store, self.finaliser, node)  # reloads and recalls off the lock (reads.py)
+        self.service.reads = self.reads
         self.wiring = Wiring(config.detectors, self.store, self.finaliser, self, self.service.route_requests,
                              forensics_folder(self.store.path), config.forensics_max_ranks,
                              config.forensics_max_requests)
@@ -99,12 +100,9 @@ class RootServer(Tier):
         self.api_server: BoundedHTTPServer | None = None
         self.api_address: str | None = None  # HOST:PORT once started (the port bound, if 0 was asked)
 
-    def _reload(self, key: Key) -> None:
-        """Before a part is offered: bring back from the store a window no longer held in memory."""
-        self.finaliser.reload(self.node, key)
-
     def start(self) -> None:
         tune_gc()
+        self.reads.start()
         self.grpc.start()
         self.wiring.start()
         if self.remote_write is not None:
@@ -121,6 +119,7 @@ class RootServer(Tier):
         self.retention.stop()
         self.flusher.stop()
         self.grpc.stop(grace)
+        self.reads.stop()
         if self.api_server is not None:
             self.api_server.shutdown()
         self.wiring.close()

@@ -119,7 +119,14 @@ def _records(rows: list[Row]) -> list[tuple]:
 
 
 class Store:
-    """Thread-safe: one writer connection under a lock; readers open their own."""
+    """Thread-safe: one writer connection under a lock; readers open their own.
+
+    The intake's reads (`load_many`, `load_runs`, `highest_index`: windows to reload, run claims to recall) go
+    through one more connection of the store's own, `_reads` under `_reads_lock`: in WAL mode a reader does not
+    wait for the writer, so a read asked during a slow commit (`--durability power` on a slow disk) is answered
+    from the last committed state at once instead of queueing behind the commit on the writer's lock
+    (docs/delivery.md, "Store reads off the node's lock").
+    """
 
     def __init__(self, path: Path, sync: str = "process") -> None:
         if sync not in SYNC_MODES:
@@ -127,6 +134,7 @@ class Store:
         self.path = Path(path)
         self.sync = sync
         self._lock = threading.Lock()
+        self._reads_lock = threading.Lock()
         self._open()
 
     def _open(self) -> None:
@@ -140,6 +148,10 @@ class Store:
         self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         self._db.executescript(_SCHEMA)
         self._inode = os.stat(self.path).st_ino
+        with self._reads_lock:
+            self._reads = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._reads.execute("PRAGMA query_only=ON")
+            self._reads.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
 
     def check_file(self) -> None:
         """Raise StoreLost if the file this store writes is no longer the one at its path (deleted or
@@ -154,16 +166,19 @@ class Store:
     def reopen(self) -> None:
         """After StoreLost: a fresh file at the path (what was only in the lost file is gone)."""
         with self._lock:
-            try:
-                self._db.close()
-            except sqlite3.Error:
-                pass
+            for db in (self._db, self._reads):
+                try:
+                    db.close()
+                except sqlite3.Error:
+                    pass
             self._open()
 
-    def save(self, rows: list[Row], jobs: dict[str, int]) -> None:
+    def save(self, rows: list[Row], jobs: dict[str, int], runs: dict[str, dict[int, Claim]] | None = None) -> None:
         """Persist rows (replacing earlier versions of the same windows) in one transaction. A 1 s window of a
         minute already rolled up (late data: a part after its deadline, an outbox delivered after a long
-        partition) marks that minute to be rolled up again (collectors/root/retention.py)."""
+        partition) marks that minute to be rolled up again (collectors/root/retention.py). `runs`: run claims
+        (`save_runs`) written in the same transaction, so a claim is in the file before any window it let in is
+        acknowledged durable."""
         records = _records(rows)
         seconds = [row.key for row in rows if row.key.width_ms == SECOND_MS]
         with self._lock:
@@ -183,6 +198,8 @@ class Store:
                     self._db.execute("INSERT INTO jobs VALUES (?,?,strftime('%s','now')*1000000000) "
                                      "ON CONFLICT(job) DO UPDATE SET world_size=max(world_size, excluded.world_size)",
                                      (job, world))
+                for job, claims in (runs or {}).items():
+                    self._db.executemany("INSERT OR IGNORE INTO runs VALUES (?,?,?,?)", _claim_records(job, claims))
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -231,13 +248,12 @@ class Store:
         so that a later run reusing the job's name and attempt is refused even after every tier forgot the job.
         Digests are unsigned 64-bit; SQLite's integers are signed, so they are stored shifted by 2**63."""
         with self._lock:
-            self._db.executemany("INSERT OR IGNORE INTO runs VALUES (?,?,?,?)",
-                                 [(job, rank, claim.process - 2**63, claim.host) for rank, claim in claims.items()])
+            self._db.executemany("INSERT OR IGNORE INTO runs VALUES (?,?,?,?)", _claim_records(job, claims))
 
     def load_runs(self, job: str) -> dict[int, Claim]:
-        """The processes recorded for `job` (RunLedger's recall)."""
-        with self._lock:
-            found = self._db.execute("SELECT rank, process, host FROM runs WHERE job=?", (job,)).fetchall()
+        """The processes recorded for `job` (RunLedger's recall), read on the reader connection."""
+        with self._reads_lock:
+            found = self._reads.execute("SELECT rank, process, host FROM runs WHERE job=?", (job,)).fetchall()
         return {rank: Claim(process + 2**63, host) for rank, process, host in found}
 
     def save_adopted(self, job: str, adopted_ns: int) -> None:
@@ -247,14 +263,28 @@ class Store:
             self._db.execute("INSERT OR IGNORE INTO adopted VALUES (?,?)", (job, adopted_ns))
 
     def load(self, key: Key) -> Row | None:
-        with self._lock:
-            found = self._db.execute(
-                "SELECT expected, summary, late, finalised_ns FROM windows"
-                " WHERE job=? AND metric=? AND width_ms=? AND idx=?",
-                (key.job, key.metric, key.width_ms, key.index)).fetchone()
-        if found is None:
-            return None
-        return Row(key, found[0], Summary.from_bytes(found[1]), found[2], found[3])
+        return self.load_many([key]).get(key)
+
+    def load_many(self, keys: list[Key]) -> dict[Key, Row]:
+        """The stored rows of these windows (those the store holds), read on the reader connection: the last
+        committed state, without waiting for a commit under way. The summaries are decoded after the read."""
+        found = []
+        with self._reads_lock:
+            for key in keys:
+                row = self._reads.execute(
+                    "SELECT expected, summary, late, finalised_ns FROM windows"
+                    " WHERE job=? AND metric=? AND width_ms=? AND idx=?",
+                    (key.job, key.metric, key.width_ms, key.index)).fetchone()
+                if row is not None:
+                    found.append((key, row))
+        return {key: Row(key, row[0], Summary.from_bytes(row[1]), row[2], row[3]) for key, row in found}
+
+    def highest_index(self, job: str, metric: str, width_ms: int) -> int | None:
+        """The highest window index stored for one series, or None (one index lookup on the reader connection)."""
+        with self._reads_lock:
+            found = self._reads.execute("SELECT max(idx) FROM windows WHERE job=? AND metric=? AND width_ms=?",
+                                        (job, metric, width_ms)).fetchone()
+        return None if found is None or found[0] is None else int(found[0])
 
     def reader(self) -> sqlite3.Connection:
         db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
@@ -263,5 +293,11 @@ class Store:
         return db
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._reads_lock:
             self._db.close()
+            self._reads.close()
+
+
+def _claim_records(job: str, claims: dict[int, Claim]) -> list[tuple[str, int, int, str]]:
+    """Digests are unsigned 64-bit; SQLite's integers are signed, so they are stored shifted by 2**63."""
+    return [(job, rank, claim.process - 2**63, claim.host) for rank, claim in claims.items()]
