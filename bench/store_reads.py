@@ -169,7 +169,7 @@ def _slow_commits(hold_s: float) -> Iterator[None]:
     try:
         yield
     finally:
-        Store.save = original  # type: ignore[method-assign]  # restored
+        Store.save = original  # type: ignore[method-assign]  # the real save put back
 
 
 def _root(db: Path, durability: str) -> RootServer:
