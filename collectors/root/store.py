@@ -166,11 +166,12 @@ class Store:
     def reopen(self) -> None:
         """After StoreLost: a fresh file at the path (what was only in the lost file is gone)."""
         with self._lock:
-            for db in (self._db, self._reads):
-                try:
-                    db.close()
-                except sqlite3.Error:
-                    pass
+            with self._reads_lock:  # a read under way finishes first (the reader then reads the fresh file)
+                for db in (self._db, self._reads):
+                    try:
+                        db.close()
+                    except sqlite3.Error:
+                        pass
             self._open()
 
     def save(self, rows: list[Row], jobs: dict[str, int], runs: dict[str, dict[int, Claim]] | None = None) -> None:
