@@ -109,6 +109,10 @@ class RunLedger:
                 log.exception("could not record the processes of job %s", job)
         return bool(new)
 
+    def claims(self, job: str) -> dict[int, Claim]:
+        """The accepted claims of `job` known here (a copy), hosts included."""
+        return dict(self._runs.get(job, {}))
+
     def needs_recall(self, job: str) -> bool:
         """`job`'s remembered claims (the root's store) are still to be read before a claim about it is judged:
         the root reads them off its lock (collectors/root/reads.py) and hands them to `recalled`."""

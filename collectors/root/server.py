@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectors.collector.tier import Tier, TierConfig
+from collectors.common.fleet import FLEET_JOB, MAX_HOST_INDEX
 from collectors.common.gctune import tune_gc
 from collectors.delivery.runs import RunLedger
 from collectors.detectors.suite import DetectorsConfig
@@ -27,7 +28,7 @@ from collectors.root.delivery_metrics import DeliveryMetrics
 from collectors.root.finalise import Finaliser, root_complete
 from collectors.root.fleet_metrics import FleetStoreMetrics
 from collectors.root.forensics import DEFAULT_MAX_RANKS, DEFAULT_MAX_REQUESTS, forensics_folder
-from collectors.root.host_indexes import HostIndexes
+from collectors.root.host_indexes import HostIndexes, ledger_claims
 from collectors.root.hosts import HostsView
 from collectors.root.reads import StoreReads
 from collectors.root.remote_write import RemoteWriteConfig, RemoteWriter, remote_watermark
@@ -85,7 +86,8 @@ class RootServer(Tier):
         self.api.events = self.wiring.events_endpoint  # GET /api/v1/jobs/{job}/events
         self.api.forensics = self.wiring.forensics_endpoint  # GET .../events/{id}/forensics, .../forensics/{rid}
         self.api.ask_forensics = self.wiring.ask_forensics  # POST /api/v1/jobs/{job}/forensics
-        self.host_indexes = HostIndexes(self.store)  # the fleet's host indexes (RegisterHost, docs/fleet.md)
+        # the fleet's host indexes (RegisterHost, docs/fleet.md)
+        self.host_indexes = HostIndexes(self.store, claimed=self._claimed_indexes)
         self.service.register_host = self.host_indexes.register
         self.api.hosts = HostsView(self.store, self.node, self.host_indexes.table).handle  # GET /api/v1/hosts[/{host}]
         self.api.detector_settings = self.wiring.detector_settings  # GET/POST [jobs/{job}/]detectors
@@ -99,6 +101,16 @@ class RootServer(Tier):
             self.on_job_finished.append(self.remote_write.forget)
         self.api_server: BoundedHTTPServer | None = None
         self.api_address: str | None = None  # HOST:PORT once started (the port bound, if 0 was asked)
+
+    def _claimed_indexes(self) -> dict[int, str]:
+        """The host indexes the run ledger saw claimed: those in the store, and those claimed since its last commit
+        (written with the next one: Finaliser.record_claims), from the ledger in memory."""
+        found = ledger_claims(self.store)
+        with self.node.lock:
+            recent = self.node.runs.claims(FLEET_JOB)
+        for source, claim in recent.items():
+            found.setdefault(source & MAX_HOST_INDEX, claim.host.partition(":")[0])
+        return found
 
     def start(self) -> None:
         tune_gc()
