@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
-from collectors.collector.service import CollectorService
+from collectors.collector.service import CollectorService, _ChildStream, _Unit
 from collectors.common.fleet import FLEET_JOB
 from collectors.common.keys import Key
 from collectors.common.validation import MetricBudget
@@ -50,7 +50,7 @@ def window(job: str = "job", metric: str = "loss", step: int | None = 3, summary
 
 def judged(svc: CollectorService, batch: forward_pb2.SummaryBatch) -> list[tuple[Key, bytes, list[int], int] | str]:
     return [found if isinstance(found, str) else (found[0], found[1].to_bytes(), list(found[2]), found[3])
-            for found in svc._parse_all(batch)]
+            for found in svc._parse_all(batch)[0]]
 
 
 def one_by_one(svc: CollectorService, batch: forward_pb2.SummaryBatch) -> list[tuple[Key, bytes, list[int], int] | str]:
@@ -103,7 +103,8 @@ def test_every_window_is_judged_as_the_per_window_path_judges_it() -> None:
 def test_the_native_read_leaves_odd_windows_to_the_per_window_path() -> None:
     """What read_unit takes itself (plain windows) and what it hands back as None (judged in Python)."""
     batch = forward_pb2.SummaryBatch(windows=list(HOSTILE.values()))
-    read, groups = read_unit(batch.SerializeToString(), 2**53, 2**63, WORLD_CAP)
+    read, groups, rest = read_unit(batch.SerializeToString(), 2**53, 2**63, WORLD_CAP)
+    assert rest == b""
     taken = {name for name, found in zip(HOSTILE, read) if found is not None}
     # the sources' extent is judged per group in Python; the rarer odd ones (non-ASCII, before 1970) are left to it
     assert taken == {"plain", "second job, attempt", "bucket", "step 2**53", "fleet job, sparse sources",
@@ -115,7 +116,7 @@ def test_windows_of_equal_sources_share_one_bitmap() -> None:
     svc = service()
     batch = forward_pb2.SummaryBatch(windows=[window(metric=f"m{i}", summary=summary_bytes(range(8), i))
                                               for i in range(5)])
-    parsed = svc._parse_all(batch)
+    parsed, _ = svc._parse_all(batch)
     assert all(not isinstance(p, str) for p in parsed)
     assert len({id(p[2]) for p in parsed if not isinstance(p, str)}) == 1
     assert parsed[0][2] == BitMap(range(8))  # type: ignore[index]  # checked: none is a refusal
@@ -177,9 +178,96 @@ def test_bit_flips_inside_a_unit_are_judged_as_the_per_window_path_judges_them(f
 @given(st.binary(max_size=400))
 def test_random_bytes_never_crash_the_native_read(data: bytes) -> None:
     try:
-        read, groups = read_unit(data, 2**53, 2**63, WORLD_CAP)
+        read, groups, _ = read_unit(data, 2**53, 2**63, WORLD_CAP)
     except ValueError:
         return
     for found in read:
         assert found is None or isinstance(found[6], Summary)
     assert all(isinstance(g, bytes) for g in groups)
+
+
+# ---------------------------------------------------------------- the Forward stream's own deserialiser
+RANKS = forward_pb2.RankStates(job="job", alive=BitMap(range(16)).serialize(), world_size=16)
+FULL_UNIT = forward_pb2.SummaryBatch(
+    sender_id="child", seq=4, ranks=[RANKS], counters=forward_pb2.Counters(duplicates=2, late=1),
+    windows=[window(metric="a"), window(metric="b", bucket=(60_000, 1000), step=None),
+             window(metric="c", summary=summary_bytes(range(8, 16), 2))]).SerializeToString()
+
+
+def _without_windows(batch: forward_pb2.SummaryBatch) -> forward_pb2.SummaryBatch:
+    rest = forward_pb2.SummaryBatch()
+    rest.CopyFrom(batch)
+    del rest.windows[:]
+    return rest
+
+
+def test_a_plain_unit_is_read_natively_and_the_rest_by_protobuf() -> None:
+    svc = service()
+    unit = svc._receive(FULL_UNIT)
+    whole = forward_pb2.SummaryBatch.FromString(FULL_UNIT)
+    assert isinstance(unit, _Unit) and unit.size == len(FULL_UNIT)
+    assert unit.batch == _without_windows(whole)
+    parsed, keys = svc._parse_read(unit.windows, unit.groups)
+    assert [(p[0], p[1].to_bytes(), list(p[2]), p[3]) for p in parsed if not isinstance(p, str)] == \
+        one_by_one(svc, whole)
+    assert [key.to_proto() for key in keys if key is not None] == [w.key for w in whole.windows]
+
+
+def test_a_unit_with_an_odd_window_is_parsed_whole_as_before() -> None:
+    batch = forward_pb2.SummaryBatch.FromString(FULL_UNIT)
+    batch.windows.append(HOSTILE["mean outside [min, max]"])
+    received = service()._receive(batch.SerializeToString())
+    assert isinstance(received, forward_pb2.SummaryBatch) and received == batch
+
+
+def _answers(svc: CollectorService, received: object) -> tuple[list[forward_pb2.Ack], list[str], int]:
+    acks: list[forward_pb2.Ack] = []
+
+    class Answers:
+        def put(self, ack: forward_pb2.Ack) -> None:
+            acks.append(ack)
+
+    stream = _ChildStream(Answers(), None)  # type: ignore[arg-type]  # only put() is called
+    svc._one(stream, forward_pb2.SummaryBatch(sender_id="child", seq=0))
+    svc._one(stream, received)  # type: ignore[arg-type]  # a _Unit or a SummaryBatch, as the stream hands them
+    return acks, sorted(f"{key.metric}:{len(win.sources)}" for key, win in svc.node.table.windows.items()), \
+        svc.node.counters["bad_inputs"]
+
+
+def test_the_unit_path_answers_as_the_parsed_path() -> None:
+    """Through _one: the same acks (rejections included: a window over the metric budget, one a run refusal does
+    not touch), the same windows and counters, whether the unit came natively or parsed whole."""
+    batch = forward_pb2.SummaryBatch.FromString(FULL_UNIT)
+    for i in range(70):  # past the budget of 64 metrics: the last ones are refused by the budget, by index
+        batch.windows.append(window(metric=f"m{i}", summary=summary_bytes(range(8), i)))
+    data = batch.SerializeToString()
+    native, parsed = service(), service()
+    unit = native._receive(data)
+    assert isinstance(unit, _Unit)
+    assert _answers(native, unit) == _answers(parsed, forward_pb2.SummaryBatch.FromString(data))
+    assert _answers(service(), unit)[0][-1].rejections[0].key == batch.windows[64].key  # a, b, c, m0-m60 admitted
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, len(FULL_UNIT) - 1), st.integers(0, 7)), min_size=1, max_size=3))
+def test_bit_flips_in_a_unit_are_refused_by_the_stream_exactly_when_protobuf_refuses_them(
+        flips: list[tuple[int, int]]) -> None:
+    data = _mutated(FULL_UNIT, flips)
+    try:
+        whole = forward_pb2.SummaryBatch.FromString(data)
+    except Exception:  # protobuf's DecodeError: the deserialiser must refuse it too
+        whole = None
+    svc = service()
+    try:
+        received = svc._receive(data)
+    except Exception:  # as above
+        assert whole is None, "a unit protobuf accepts was refused"
+        return
+    assert whole is not None, "a unit protobuf refuses was accepted"
+    if isinstance(received, _Unit):
+        assert received.batch == _without_windows(whole)
+        parsed, _ = svc._parse_read(received.windows, received.groups)
+        assert [p if isinstance(p, str) else (p[0], p[1].to_bytes(), list(p[2]), p[3]) for p in parsed] == \
+            one_by_one(svc, whole)
+    else:
+        assert received == whole

@@ -31,6 +31,7 @@ from collectors.common.validation import (
     check_attempt,
     check_index,
     check_job,
+    check_length,
     check_size,
     check_world,
     shown,
@@ -43,8 +44,8 @@ from collectors.delivery.runs import Claim, refusal_reason
 from collectors.delivery.windows import Origin, Part, Refusal
 from telemetry.summary import Summary
 from telemetry.summary.sketch import DEFAULT_MAX_CENTROIDS
-from telemetry.summary.summary import DEFAULT_K, read_unit
-from telemetry.v1 import forensics_pb2, forward_pb2, forward_pb2_grpc
+from telemetry.summary.summary import DEFAULT_K, UnitWindow, read_unit
+from telemetry.v1 import forensics_pb2, forward_pb2, forward_pb2_grpc, summary_pb2
 
 log = logging.getLogger(__name__)
 
@@ -173,9 +174,40 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         with self.node.lock:
             self.children.disconnected(stream.sender, time.monotonic())
 
-    def _one(self, stream: _ChildStream, batch: forward_pb2.SummaryBatch) -> Parked | None:
+    def add_to_server(self, server: grpc.aio.Server) -> None:
+        """Serve the Collector service on `server` as its generated code does, but for the Forward stream's units,
+        which `_receive` deserialises (whatever RPCs the service has, registered as generated)."""
+        recorder = _Registrations()
+        forward_pb2_grpc.add_CollectorServicer_to_server(self, recorder)
+        handlers = dict(recorder.handlers)
+        handlers["Forward"] = grpc.stream_stream_rpc_method_handler(
+            self.Forward, request_deserializer=self._receive, response_serializer=forward_pb2.Ack.SerializeToString)
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(recorder.service, handlers),))
+        server.add_registered_method_handlers(recorder.service, handlers)
+
+    def _receive(self, data: bytes) -> _Unit | forward_pb2.SummaryBatch:
+        """A unit's bytes, as the Forward stream receives them: its windows read in one native call (`read_unit`:
+        keys checked, summaries decoded with every check of Summary.from_bytes) and the rest of the message parsed by
+        protobuf. A unit with any window that read does not take (odd or bad), or that it cannot read at all, is
+        parsed whole by protobuf as it always was (so bytes protobuf refuses end the stream as before), and its
+        windows are judged one by one (`_parse_all`)."""
+        try:
+            read, groups, rest = read_unit(data, MAX_INDEX, MAX_ATTEMPT, self.max_world_size)
+        except ValueError:
+            return forward_pb2.SummaryBatch.FromString(data)
+        if None in read:
+            return forward_pb2.SummaryBatch.FromString(data)
+        # Every window is plain and valid, so protobuf accepts the unit exactly when it accepts the rest.
+        return _Unit(forward_pb2.SummaryBatch.FromString(rest), cast("list[UnitWindow]", read), groups, len(data))
+
+    def _one(self, stream: _ChildStream, received: _Unit | forward_pb2.SummaryBatch) -> Parked | None:
         """One unit from a child, on the pool: parsed before the node's lock is taken, offered under it."""
-        check_size(batch)
+        if isinstance(received, _Unit):
+            check_length(received.size)
+            batch, unit = received.batch, received
+        else:
+            check_size(received)
+            batch, unit = received, None
         if stream.sender is None:
             sender = batch.sender_id
             if not sender or len(sender) > MAX_SENDER_ID:
@@ -199,26 +231,31 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         elif batch.sender_id and batch.sender_id != stream.sender:
             raise BadInput("INVALID_ARGUMENT", f"sender_id changed from {shown(stream.sender)} to "
                                                f"{shown(batch.sender_id)} on one stream")
-        return self._handle(stream.sender, batch, stream.answers)
+        return self._handle(stream.sender, batch, stream.answers, unit)
 
-    def _handle(self, sender: str, batch: forward_pb2.SummaryBatch, responses: Answers) -> Parked | None:
+    def _handle(self, sender: str, batch: forward_pb2.SummaryBatch, responses: Answers,
+                unit: _Unit | None = None) -> Parked | None:
         """Parse without the node's lock, then take the unit in under it; or, when it needs store reads first
-        (`reads`), park it: its intake then runs on the reads' thread, and the stream waits."""
+        (`reads`), park it: its intake then runs on the reads' thread, and the stream waits. The unit is `batch`,
+        or (from `_receive`) `unit`, whose windows are read already, and `batch` the rest of its message."""
         node = self.node
         views = self._states(batch.ranks)
-        parsed = self._parse_all(batch)
+        if unit is None:
+            parsed, keys = self._parse_all(batch)
+        else:
+            parsed, keys = self._parse_read(unit.windows, unit.groups)
         with node.lock:
             if self.reads is not None:
                 ready = self.reads.hold([found[0] for found in parsed if not isinstance(found, str)], views,
-                                        lambda: self._intake(sender, batch, responses, views, parsed))
+                                        lambda: self._intake(sender, batch, responses, views, parsed, keys))
                 if ready is not None:
                     return Parked(ready)
-            self._intake(sender, batch, responses, views, parsed)
+            self._intake(sender, batch, responses, views, parsed, keys)
         return None
 
     def _intake(self, sender: str, batch: forward_pb2.SummaryBatch, responses: Answers, views: dict[str, RankView],
-                parsed: list[_Parsed | str]) -> None:
-        """One parsed unit into the node, under its lock (asserted)."""
+                parsed: list[_Parsed | str], keys: list[Key | None]) -> None:
+        """One parsed unit into the node, under its lock (asserted). `keys`: those of the windows read natively."""
         node = self.node
         origin = (sender, batch.seq)
         node.assert_locked()
@@ -238,7 +275,13 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         now = time.monotonic()
         for job in {found[0].job for found in parsed if not isinstance(found, str)}:
             self.jobs.touch(job, now)
-        rejections = self._offer(origin, batch.windows, parsed)
+        windows = batch.windows
+
+        def key_of(index: int) -> summary_pb2.WindowKey:
+            key = keys[index]
+            return windows[index].key if key is None else key.to_proto()
+
+        rejections = self._offer(origin, parsed, key_of)
         status = forward_pb2.Ack.REJECTED_OVERLAP if rejections else forward_pb2.Ack.RECEIVED
         responses.put(forward_pb2.Ack(seq=batch.seq, status=status, rejections=rejections))
         node.durability.settle(origin)
@@ -313,41 +356,48 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             views[job] = view
         return views
 
-    def _parse_all(self, batch: forward_pb2.SummaryBatch) -> list[_Parsed | str]:
-        """Each window of the unit: its key, summary and sources, or why it is refused (checked without the node's
-        lock). The plain, valid windows are read in one native call (`read_unit`: the summaries decoded with every
-        check of Summary.from_bytes, one sources bitmap per group of windows with equal sources); any other window is
-        judged by `_parse`, the per-window path, so a bad one is refused in the same words as it always was."""
+    def _parse_all(self, batch: forward_pb2.SummaryBatch) -> tuple[list[_Parsed | str], list[Key | None]]:
+        """Each window of a parsed unit: its key, summary and sources, or why it is refused (checked without the
+        node's lock); and the key of each window read natively. The plain, valid windows are read in one native call
+        (`read_unit` of the unit's bytes); any other is judged by `_parse`, the per-window path, so a bad one is
+        refused in the same words as it always was."""
         windows = batch.windows
         if not windows:
-            return []
+            return [], []
         try:
-            read, groups = read_unit(batch.SerializeToString(), MAX_INDEX, MAX_ATTEMPT, self.max_world_size)
-        except ValueError:  # not expected from upb's own serialisation; the per-window path then judges each
+            read, groups, _ = read_unit(batch.SerializeToString(), MAX_INDEX, MAX_ATTEMPT, self.max_world_size)
+        except ValueError:  # not expected from protobuf's own serialisation; the per-window path then judges each
             read, groups = [], []
         if len(read) != len(windows):
-            return [self._parse(window) for window in windows]
+            return [self._parse(window) for window in windows], [None] * len(windows)
+        return self._parse_read(read, groups, windows)
+
+    def _parse_read(self, read: Sequence[UnitWindow | None], groups: list[bytes],
+                    windows: Sequence[forward_pb2.WindowSummary] = ()) -> tuple[list[_Parsed | str], list[Key | None]]:
+        """`_parse_all` of windows read natively (`read_unit`: one sources bitmap per group); a window read did not
+        take (None) is judged by `_parse` from `windows`."""
         bitmaps = [BitMap.deserialize(group) for group in groups]
         names: dict[tuple[str, int], str] = {}
         extents: dict[tuple[str, int], str | None] = {}  # (job, group): why its sources are refused, if they are
         out: list[_Parsed | str] = []
-        for window, found in zip(windows, read):
+        keys: list[Key | None] = []
+        for position, found in enumerate(read):
             if found is None:
-                out.append(self._parse(window))
+                out.append(self._parse(windows[position]))
+                keys.append(None)
                 continue
             job, attempt, metric, index, width_ms, expected, summary, group = found
+            name = names.get((job, attempt))
+            if name is None:
+                name = names[job, attempt] = scoped(job, attempt)
+            key = Key(name, metric, index, width_ms)
+            keys.append(key)
             sources = bitmaps[group]
             if (job, group) not in extents:
                 extents[job, group] = _extent_refused(job, sources, self.max_world_size)
             refused = extents[job, group]
-            if refused is not None:
-                out.append(refused)
-                continue
-            name = names.get((job, attempt))
-            if name is None:
-                name = names[job, attempt] = scoped(job, attempt)
-            out.append((Key(name, metric, index, width_ms), summary, sources, expected))
-        return out
+            out.append((key, summary, sources, expected) if refused is None else refused)
+        return out, keys
 
     def _parse(self, window: forward_pb2.WindowSummary) -> _Parsed | str:
         """One window's key, summary and sources, or why it is refused (checked without the node's lock)."""
@@ -374,21 +424,20 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         if self.reads is not None:
             self.reads.forget_job(job)
 
-    def _offer(self, origin: Origin, windows: Sequence[forward_pb2.WindowSummary],
-               parsed: list[_Parsed | str]) -> list[forward_pb2.Rejection]:
-        """Offer the unit's windows that pass their checks (Node.offer_unit); the rejections, in window order. The
-        windows' messages are read only to name a rejected one (each read of a protobuf sub-message builds an
-        object)."""
+    def _offer(self, origin: Origin, parsed: list[_Parsed | str],
+               key_of: Callable[[int], summary_pb2.WindowKey]) -> list[forward_pb2.Rejection]:
+        """Offer the unit's windows that pass their checks (Node.offer_unit); the rejections, in window order.
+        `key_of(index)` names a rejected window (only then: each read of a protobuf sub-message builds an object)."""
         checks = _UnitChecks([origin])
         rejections: list[forward_pb2.Rejection] = []
         offers: list[tuple[Part, int]] = []
         for index, found in enumerate(parsed):
-            checked = self._check(origin, index, windows, found, checks)
+            checked = self._check(origin, index, key_of, found, checks)
             if isinstance(checked, forward_pb2.Rejection):
                 rejections.append(checked)
             else:
                 offers.append(checked)
-        overlaps = [forward_pb2.Rejection(index=part.index, key=windows[part.index].key,
+        overlaps = [forward_pb2.Rejection(index=part.index, key=key_of(part.index),
                                           overlapping_sources=list(overlap or ()),
                                           reason=f"{len(overlap or ())} of {len(part.sources)} sources already held")
                     for (part, _), (verdict, overlap) in zip(offers, self.node.offer_unit(origin, offers))
@@ -397,7 +446,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             rejections = sorted(rejections + overlaps, key=lambda rejection: rejection.index)
         return rejections
 
-    def _check(self, origin: Origin, index: int, windows: Sequence[forward_pb2.WindowSummary],
+    def _check(self, origin: Origin, index: int, key_of: Callable[[int], summary_pb2.WindowKey],
                parsed: _Parsed | str, checks: _UnitChecks) -> tuple[Part, int] | forward_pb2.Rejection:
         """The part to offer for one window (with its expected world size), or its rejection (bad input, a refused
         run, sources not covered, the metric budget), counted and logged. Under the node's lock."""
@@ -405,7 +454,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         if isinstance(parsed, str):
             node.counters["bad_inputs"] += 1
             log.warning("refused window %d of %s: %s", index, origin, parsed)
-            return forward_pb2.Rejection(index=index, key=windows[index].key, reason=parsed)
+            return forward_pb2.Rejection(index=index, key=key_of(index), reason=parsed)
         key, summary, sources, expected = parsed
         refused = checks.refused.get(key.job)
         if refused is None:
@@ -418,10 +467,10 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 reason = refusal_reason(job, attempt, taken.min(), refused[taken.min()][0])
                 self._run_log.warn("refused window %d of %s: %s", index, origin, reason)
                 if key.job != FLEET_JOB:
-                    return forward_pb2.Rejection(index=index, key=windows[index].key, reason=reason)
+                    return forward_pb2.Rejection(index=index, key=key_of(index), reason=reason)
                 # the child is to refuse these itself, from the host that named them (RunLedger.refused_above)
                 node.runs.fleet_refused_windows += 1
-                return forward_pb2.Rejection(index=index, key=windows[index].key, reason=reason,
+                return forward_pb2.Rejection(index=index, key=key_of(index), reason=reason,
                                              refused_sources=list(taken))
         try:
             covered = (key.job, id(sources))  # a unit's windows share their sources' bitmap where equal (_parse_all)
@@ -439,7 +488,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         except BadInput as exc:
             node.counters["bad_inputs"] += 1
             self._cover_log.warn("refused window %d of %s: %s", index, origin, exc)
-            return forward_pb2.Rejection(index=index, key=windows[index].key, reason=str(exc))
+            return forward_pb2.Rejection(index=index, key=key_of(index), reason=str(exc))
         return Part(key, checks.origins, sources, index=index, built=summary), expected
 
 
@@ -477,6 +526,30 @@ class UnitReads(Protocol):
         future completes after."""
 
     def forget_job(self, job: str) -> None: ...
+
+
+@dataclass
+class _Unit:
+    """A unit as `CollectorService._receive` hands it over: its windows read natively (every one plain and valid),
+    the rest of its message parsed by protobuf (`batch`, without windows), and its size on the wire."""
+
+    batch: forward_pb2.SummaryBatch
+    windows: list[UnitWindow]
+    groups: list[bytes]
+    size: int
+
+
+class _Registrations:
+    """Stands for a server while the generated code registers the Collector service's handlers on it."""
+
+    service = ""
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: object) -> None:
+        """Registered by `add_to_server` itself, with the handlers taken from `add_registered_method_handlers`."""
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.service, self.handlers = service, handlers
 
 
 @dataclass

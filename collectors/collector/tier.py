@@ -26,7 +26,6 @@ from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, DEFAULT_MA
 from collectors.delivery.lifecycle import DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, ChildLifecycle, JobLifecycle
 from collectors.delivery.node import Node
 from collectors.delivery.windows import DEFAULT_WINDOW_BUDGET_BYTES, Deadlines
-from telemetry.v1 import forward_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +72,7 @@ class Tier:
                                         StreamSlots(config.max_children, "child", "--max-children"),
                                         MetricBudget(config.max_metrics_per_job), None, self.lifecycle,
                                         self.children, config.max_world_size)
-        self.grpc.add(lambda server: forward_pb2_grpc.add_CollectorServicer_to_server(self.service, server))
+        self.grpc.add(self.service.add_to_server)  # units deserialised by the service (CollectorService._receive)
         self.address = self.grpc.bind(config.listen, config.security)
 
     def _ack_down(self, *args: Any, **kwargs: Any) -> None:

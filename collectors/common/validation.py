@@ -89,6 +89,10 @@ class MetricBudget:
 
 
 def check_size(message, limit: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
-    size = message.ByteSize()
+    check_length(message.ByteSize(), limit)
+
+
+def check_length(size: int, limit: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+    """A message of `size` bytes on the wire within the limit (check_size of a parsed one re-encodes it)."""
     if size > limit:
         raise BadInput("RESOURCE_EXHAUSTED", f"message of {size} bytes is larger than the {limit}-byte limit")

@@ -433,11 +433,12 @@ UnitWindow = tuple[str, int, str, int, int, int, Summary, int]
 
 
 def read_unit(data: bytes, max_index: int, max_attempt: int, max_world: int, k: int = DEFAULT_K,
-              max_centroids: int = DEFAULT_MAX_CENTROIDS) -> tuple[list[UnitWindow | None], list[bytes]]:
+              max_centroids: int = DEFAULT_MAX_CENTROIDS) -> tuple[list[UnitWindow | None], list[bytes], bytes]:
     """A tier's intake of a whole unit (the bytes of a telemetry.v1.SummaryBatch) in one native call: per
     WindowSummary, its key's fields, its expected world size and its summary (decoded with every check of
     `from_bytes`), and the index of its sources' group; per group, the sources as portable bytes (the windows of one
-    child's unit mostly share them: one bitmap per group, not per window).
+    child's unit mostly share them: one bitmap per group, not per window); and the message's other fields' bytes (a
+    SummaryBatch without its windows, for protobuf to parse).
 
     A window is None unless it is plain and valid: a job name [A-Za-z0-9_.:-]{1,128}, an ASCII metric, a step or a
     bucket of width > 0, index <= max_index, attempt < max_attempt, expected <= max_world, a summary that decodes,
@@ -446,7 +447,7 @@ def read_unit(data: bytes, max_index: int, max_attempt: int, max_world: int, k: 
     well formed.
     """
     read = _read_unit(data, k, max_centroids, max_index, max_attempt, max_world, Summary)  # the summaries: Summary
-    return cast("tuple[list[UnitWindow | None], list[bytes]]", read)
+    return cast("tuple[list[UnitWindow | None], list[bytes], bytes]", read)
 
 
 def _has(summary: Summary, name: str) -> bool:

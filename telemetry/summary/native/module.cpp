@@ -242,9 +242,10 @@ PyObject* from_arrays_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 // read_unit(data, k, max_centroids, max_index, max_attempt, max_world, wrapper): a tier's whole unit (SummaryBatch
-// bytes) in one call. Returns (windows, group_sources): per WindowSummary, None (the caller's per-window path judges
-// it) or (job, attempt, metric, index, width_ms, expected, summary, group), the summary an instance of `wrapper` (a
-// class with a `_core` slot: Summary) holding the core; per group, its sources as portable bytes.
+// bytes) in one call. Returns (windows, group_sources, rest): per WindowSummary, None (the caller's per-window path
+// judges it) or (job, attempt, metric, index, width_ms, expected, summary, group), the summary an instance of
+// `wrapper` (a class with a `_core` slot: Summary) holding the core; per group, its sources as portable bytes; the
+// message's other fields' bytes.
 PyObject* read_unit_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError, "read_unit takes 7 arguments");
@@ -286,7 +287,7 @@ PyObject* read_unit_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         }
         py::list groups(unit.group_sources.size());
         for (size_t i = 0; i < unit.group_sources.size(); ++i) groups[i] = as_bytes(unit.group_sources[i]);
-        return py::make_tuple(windows, groups).release().ptr();
+        return py::make_tuple(windows, groups, as_bytes(unit.rest)).release().ptr();
     } catch (py::error_already_set& e) {
         e.restore();
     } catch (const std::exception& e) {

@@ -126,10 +126,12 @@ UnitIn read_unit(const uint8_t* data, size_t n, const UnitLimits& limits) {
     std::vector<size_t> firsts;  // per group, its first window
     Reader r(data, n);
     while (!r.done()) {
+        const uint8_t* start = r.data();
         uint32_t field, type;
         r.tag(field, type);
         if (field != 3 || type != LEN) {
             r.skip_field(field, type);
+            out.rest.append(reinterpret_cast<const char*>(start), static_cast<size_t>(r.data() - start));
             continue;
         }
         Reader body = r.sub();

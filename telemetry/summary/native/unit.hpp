@@ -37,9 +37,10 @@ struct WindowIn {
 struct UnitIn {
     std::vector<WindowIn> windows;        // every field-3 WindowSummary, in order
     std::vector<std::string> group_sources;  // per group: its sources, portable roaring bytes
+    std::string rest;  // the message without its windows (every other field's bytes, in order)
 };
 
-// Reads the windows of the SummaryBatch in `data` (the other fields are skipped). Throws WireError when the
+// Reads the windows of the SummaryBatch in `data` (the other fields are copied to `rest`). Throws WireError when the
 // message itself is not well formed (the caller falls back to its per-window path for the whole unit).
 UnitIn read_unit(const uint8_t* data, size_t n, const UnitLimits& limits);
 
