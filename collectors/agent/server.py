@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, DEFAULT_MA
 from collectors.delivery.lifecycle import DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, JobLifecycle
 from collectors.delivery.node import Node, Upstream
 from collectors.delivery.outbox import DEFAULT_OUTBOX_BYTES, Outbox
-from collectors.delivery.windows import DEFAULT_WINDOW_BUDGET_BYTES, Deadlines
+from collectors.delivery.windows import DEFAULT_WINDOW_BUDGET_BYTES, Deadlines, Window
 from telemetry.sdk.env import default_socket
 from telemetry.v1 import ingest_pb2_grpc
 
@@ -88,8 +89,7 @@ class AgentServer:
         node_id = config.node_id or f"agent-{socket.gethostname()}-{os.getpid()}"
         self.node = Node(node_id, Deadlines(config.deadline_floor_s, config.deadline_factor),
                          ack_down=lambda *a, **k: self.service.ack_down(*a, **k), retain_s=config.retain_s,
-                         window_budget_bytes=config.window_budget_bytes)
-        self.node.complete = lambda win: True  # the agent's intake decides when a step is sealed
+                         window_budget_bytes=config.window_budget_bytes, complete=sealed_at_intake)
         self.upstream = Upstream(self.node, lambda on_ack: Outbox(node_id, config.parents, config.parent_security,
                                                                   on_ack, max_bytes=config.outbox_budget_bytes))
         self.node.sink = self.upstream
@@ -196,6 +196,11 @@ class AgentServer:
         self.grpc.stop(grace)
         self.relay.stop()
         self.fault_files.close()
+
+
+def sealed_at_intake(node: Node) -> Callable[[Window], bool]:
+    """The agent's `Completion`: its intake decides when a step is sealed, so a window the node holds is complete."""
+    return lambda win: True
 
 
 def claim_socket(path: Path) -> None:

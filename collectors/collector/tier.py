@@ -17,14 +17,15 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from collectors.collector.service import CollectorService
+from collectors.collector.service import CollectorService, UnitReads
 from collectors.common.aioserve import AioServer, StreamSlots
 from collectors.common.flushloop import FlushLoop
 from collectors.common.memory import FreedMemory
 from collectors.common.transport import Security
 from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, DEFAULT_MAX_WORLD_SIZE, MetricBudget
 from collectors.delivery.lifecycle import DEFAULT_JOB_IDLE_TIMEOUT_S, SWEEP_EVERY_S, ChildLifecycle, JobLifecycle
-from collectors.delivery.node import Node
+from collectors.delivery.node import Completion, Node, Sink
+from collectors.delivery.runs import RunLedger
 from collectors.delivery.windows import DEFAULT_WINDOW_BUDGET_BYTES, Deadlines
 
 log = logging.getLogger(__name__)
@@ -54,12 +55,16 @@ class Tier:
     """The shared parts of a running tier. `role` names its threads and its default node id; with
     `whole_world`, a job counts as finished only once every rank of its world closed (the root's test)."""
 
-    def __init__(self, config: TierConfig, role: str, whole_world: bool = False) -> None:
+    def __init__(self, config: TierConfig, role: str, whole_world: bool = False, *, sink: Sink | None = None,
+                 complete: Completion | None = None, runs: RunLedger | None = None,
+                 reads: Callable[[Node], UnitReads] | None = None) -> None:
+        """`sink`, `complete` and `runs` are the node's (Node's constructor); `reads` makes the service's store reads
+        for the node (the root's StoreReads; none in a collector)."""
         self.whole_world = whole_world
         node_id = config.node_id or f"{role}-{socket.gethostname()}"
         self.node = Node(node_id, Deadlines(config.deadline_floor_s, config.deadline_factor),
                          ack_down=self._ack_down, retain_s=config.retain_s,
-                         window_budget_bytes=config.window_budget_bytes)
+                         window_budget_bytes=config.window_budget_bytes, sink=sink, complete=complete, runs=runs)
         self.flusher = FlushLoop("flush", self._flush, config.flush_interval_s)
         self.lifecycle = JobLifecycle(config.job_idle_timeout_s)
         self.children = ChildLifecycle(config.job_idle_timeout_s)
@@ -70,7 +75,8 @@ class Tier:
         self.node.counter_sources["reply_streams_cut"] = lambda: self.grpc.host.answers_cut
         self.service = CollectorService(self.node, self.grpc.host,
                                         StreamSlots(config.max_children, "child", "--max-children"),
-                                        MetricBudget(config.max_metrics_per_job), None, self.lifecycle,
+                                        MetricBudget(config.max_metrics_per_job),
+                                        None if reads is None else reads(self.node), self.lifecycle,
                                         self.children, config.max_world_size)
         self.grpc.add(self.service.add_to_server)  # units deserialised by the service (CollectorService._receive)
         self.address = self.grpc.bind(config.listen, config.security)

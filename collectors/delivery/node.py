@@ -109,11 +109,21 @@ class Sink(Protocol):
     def forget(self, keys: list[Key]) -> None: ...
 
 
+Completion = Callable[["Node"], Callable[[Window], bool]]
+"""When a tier's windows are complete, made for its node: `root_complete` at the root, every window at once at an
+agent (its intake seals), `Node.covered_complete` (the default) in a collector."""
+
+
 class Node:
-    """Windows + durability for one tier. Callers hold `node.lock` around intake; flush takes it itself."""
+    """Windows + durability for one tier. Callers hold `node.lock` around intake; flush takes it itself.
+
+    Its collaborators come through the constructor (the pytorch/torchft model): `sink`, where sealed windows go
+    (an `Upstream`, the root's `Finaliser`; a sink that needs the node itself, `Upstream`, is given it after),
+    `complete` (a `Completion`) and `runs`, the run ledger (the root's is kept in its store)."""
 
     def __init__(self, node_id: str, deadlines: Deadlines, ack_down: AckDown,
-                 retain_s: float = 300.0, window_budget_bytes: int = DEFAULT_WINDOW_BUDGET_BYTES) -> None:
+                 retain_s: float = 300.0, window_budget_bytes: int = DEFAULT_WINDOW_BUDGET_BYTES, *,
+                 sink: Sink | None = None, complete: Completion | None = None, runs: RunLedger | None = None) -> None:
         self.node_id = node_id
         self.lock = threading.RLock()
         self.table = WindowTable(deadlines, retain_s, window_budget_bytes, on_drop=self._dropped,
@@ -129,15 +139,15 @@ class Node:
             "unheld_releases": lambda: self.durability.unheld_releases}
         self.child_counters: dict[str, dict[str, int]] = {}
         self.child_ranks: dict[str, dict[str, RankView]] = {}
-        self.runs = RunLedger()  # which process runs each rank, per job (the root's remembers: runs.py)
+        self.runs = runs or RunLedger()  # which process runs each rank, per job (the root's remembers: runs.py)
         self._own_ranks: dict[str, RankView] = {}
         self.hosts_version = 0  # bumped whenever any rank->host entry this node knows changes
         self._hosts_cache: dict[str, dict[int, str]] = {}  # hosts(job) as of _hosts_built_at
         self._hosts_built_at = -1
         self._covered: dict[str, BitMap | None] | None = None  # per job, during one flush (None: all closed)
         self._fleet_masks: dict[tuple[int, tuple[int, int] | None], BitMap] = {}
-        self.sink: Sink | None = None
-        self.complete: Callable[[Window], bool] = self.covered_complete
+        self.sink: Sink | None = sink
+        self.complete: Callable[[Window], bool] = self.covered_complete if complete is None else complete(self)
 
     @property
     def own_ranks(self) -> dict[str, RankView]:

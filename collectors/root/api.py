@@ -76,14 +76,22 @@ class ApiError(Exception):
 class RootApi:
     """Answers API requests from the store and the root's live view (`live(job)` gives liveness)."""
 
-    def __init__(self, store: Store, live: Callable[[str], dict[str, object]]) -> None:
+    def __init__(self, store: Store, live: Callable[[str], dict[str, object]], *,
+                 events: Callable[[str, dict[str, list[str]]], object] | None = None,
+                 forensics: Callable[[str, str], object] | None = None,
+                 ask_forensics: Callable[[str, object], object] | None = None,
+                 hosts: Callable[[list[str], dict[str, list[str]]], object] | None = None,
+                 detector_settings: Callable[[str | None, object | None], object] | None = None) -> None:
+        """The routes beyond the store's own, each None when this root serves none (RootServer passes Wiring's
+        and HostsView's): GET /api/v1/jobs/{job}/events, GET .../events/{id}/forensics and .../forensics/{rid},
+        POST /api/v1/jobs/{job}/forensics, GET /api/v1/hosts[/{host}], GET/POST [jobs/{job}/]detectors."""
         self.store = store
         self.live = live
-        self.events: Callable[[str, dict[str, list[str]]], object] | None = None  # set by root.wiring
-        self.forensics: Callable[[str, str], object] | None = None                # set by root.wiring
-        self.ask_forensics: Callable[[str, object], object] | None = None         # set by root.wiring
-        self.hosts: Callable[[list[str], dict[str, list[str]]], object] | None = None  # root/hosts.py HostsView
-        self.detector_settings: Callable[[str | None, object | None], object] | None = None  # set by root.wiring
+        self.events = events
+        self.forensics = forensics
+        self.ask_forensics = ask_forensics
+        self.hosts = hosts
+        self.detector_settings = detector_settings
 
     def jobs(self) -> list[dict[str, object]]:
         """One entry per job (its attempts together): its latest attempt (the last adopted, adoption.py) and that

@@ -56,18 +56,23 @@ class RootConfig(TierConfig):
 
 
 class RootServer(Tier):
-    def __init__(self, config: RootConfig) -> None:
+    """The root, composed from its collaborators through their constructors (the pytorch/torchft model). `store`,
+    `finaliser` and `retention` may be given (a test's store with a slow commit, a finaliser watched by a test);
+    each one not given is built from `config`, and a finaliser or retention given must use the store given."""
+
+    def __init__(self, config: RootConfig, *, store: Store | None = None, finaliser: Finaliser | None = None,
+                 retention: Retention | None = None) -> None:
         self.config = config
-        self.store = Store(config.db, config.durability)
-        self.finaliser = Finaliser(self.store)
-        self.retention = Retention(self.store, config.retention)  # rollups and deletes, on their own thread
-        super().__init__(config, "root", whole_world=True)
+        self.store = store if store is not None else Store(config.db, config.durability)
+        self.finaliser = finaliser if finaliser is not None else Finaliser(self.store)
+        # rollups and deletes, on their own thread
+        self.retention = retention if retention is not None else Retention(self.store, config.retention)
+        super().__init__(config, "root", whole_world=True, sink=self.finaliser, complete=root_complete,
+                         runs=RunLedger(recall=self.store.load_runs, record=self.finaliser.record_claims),
+                         reads=lambda node: StoreReads(self.store, self.finaliser, node))
         node = self.node
-        node.runs = RunLedger(recall=self.store.load_runs, record=self.finaliser.record_claims)
-        node.sink = self.finaliser
-        node.complete = root_complete(node)
-        self.reads = StoreReads(self.store, self.finaliser, node)  # reloads and recalls off the lock (reads.py)
-        self.service.reads = self.reads
+        assert isinstance(self.service.reads, StoreReads)
+        self.reads = self.service.reads  # reloads and recalls off the lock (reads.py); started and stopped here
         self.wiring = Wiring(config.detectors, self.store, self.finaliser, self, self.service.route_requests,
                              forensics_folder(self.store.path), config.forensics_max_ranks,
                              config.forensics_max_requests)
@@ -82,15 +87,13 @@ class RootServer(Tier):
         self.wiring.metrics.registry.register(FleetStoreMetrics(
             lambda: (stats.late_rerolled, stats.late_dropped),
             lambda: (runs.fleet_collisions, runs.fleet_refused_windows)))
-        self.api = RootApi(self.store, self.liveness)
-        self.api.events = self.wiring.events_endpoint  # GET /api/v1/jobs/{job}/events
-        self.api.forensics = self.wiring.forensics_endpoint  # GET .../events/{id}/forensics, .../forensics/{rid}
-        self.api.ask_forensics = self.wiring.ask_forensics  # POST /api/v1/jobs/{job}/forensics
         # the fleet's host indexes (RegisterHost, docs/fleet.md)
         self.host_indexes = HostIndexes(self.store, claimed=self._claimed_indexes)
         self.service.register_host = self.host_indexes.register
-        self.api.hosts = HostsView(self.store, self.node, self.host_indexes.table).handle  # GET /api/v1/hosts[/{host}]
-        self.api.detector_settings = self.wiring.detector_settings  # GET/POST [jobs/{job}/]detectors
+        self.api = RootApi(self.store, self.liveness, events=self.wiring.events_endpoint,
+                           forensics=self.wiring.forensics_endpoint, ask_forensics=self.wiring.ask_forensics,
+                           hosts=HostsView(self.store, self.node, self.host_indexes.table).handle,
+                           detector_settings=self.wiring.detector_settings)
         self.remote_write: RemoteWriter | None = None
         if config.remote_write is not None and config.remote_write.urls:
             self.remote_write = RemoteWriter(config.remote_write, self.store.reader, self.wiring.events.totals,
