@@ -64,6 +64,7 @@ def simulate(argv: list[str]) -> None:
     """`fleet.py --sim FIRST COUNT LAYOUT SYSFS RACKS_JSON RACK_SIZE`: COUNT hosts from index FIRST."""
     from collectors.agent.hardware import HardwareSampler
     from collectors.agent.ranks import RankRegistry
+    from collectors.common.gctune import tune_gc
     from collectors.common.lifetime import die_with_parent
     from collectors.delivery.node import Node, Upstream
     from collectors.delivery.outbox import Outbox
@@ -71,6 +72,7 @@ def simulate(argv: list[str]) -> None:
     from collectors.probes import NicProbe
 
     die_with_parent()
+    tune_gc()  # as `telemetry agent` does (collectors/common/gctune.py)
     first, count, layout, sysfs, racks_json, rack_size = argv
     first, count, rack_size = int(first), int(count), int(rack_size)
     racks = json.loads(racks_json)

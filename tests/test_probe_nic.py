@@ -116,6 +116,32 @@ def test_devices_come_and_go(tmp_path: Path) -> None:
     assert ("mlx5_0/1", "ib.symbol_error_delta") not in s
 
 
+def test_kept_descriptors_read_fresh_values_and_follow_a_recreated_device(tmp_path: Path) -> None:
+    """The probe keeps each file open and re-reads it at offset 0 (as sysfs regenerates it): a value written
+    since is read; a device removed and created again between two samples (a driver reload) is read from its new
+    files, not from the descriptors of the old ones, and its descriptors are closed when it goes."""
+    import shutil
+
+    write_ib(tmp_path, "mlx5_0", 1, {"symbol_error": 4})
+    write_nic(tmp_path, "eth0", {"rx_errors": 1})
+    probe = NicProbe(tmp_path)
+    probe.sample()
+    write_ib(tmp_path, "mlx5_0", 1, {"symbol_error": 9})  # rewritten in place: the kept descriptor sees it
+    assert by_key(probe.sample())[("mlx5_0/1", "ib.symbol_error_delta")] == 5
+    kept = len(probe._fds)
+    assert kept >= 10
+    shutil.rmtree(tmp_path / "class" / "infiniband" / "mlx5_0")
+    write_ib(tmp_path, "mlx5_0", 1, {"symbol_error": 2})  # gone and back within one interval
+    s = by_key(probe.sample())
+    assert s[("mlx5_0/1", "ib.symbol_error_total")] == 2
+    assert len(probe._fds) == kept
+    shutil.rmtree(tmp_path / "class" / "net" / "eth0")
+    probe.sample()
+    assert len(probe._fds) < kept and not any("eth0" in path for path in probe._fds)
+    probe.close()
+    assert not probe._fds
+
+
 def test_virtual_interfaces_are_skipped_by_default(tmp_path: Path) -> None:
     """A healthy host's ifb (traffic shaping), veth, bridges and kernel tunnels are down or meaningless: reading
     them showed "NICs some down" (issue 23). Real NICs, IPoIB and bonds are read."""

@@ -140,6 +140,7 @@ class HardwareSampler:
         self._slots: dict[str, int | None] = {}  # fleet layout: device -> its slot (None: past its kind's slots)
         self._fleet_names: dict[int, str] = {}  # fleet source -> "host:device"
         self._fleet_reporting = BitMap()  # the fleet sources the last sample read
+        self._device_sources: dict[str, int | None] = {}  # NIC / IB device -> its fleet source (None: no slot)
         self.node = node
         self.registry = registry
         self.gpu = gpu
@@ -256,6 +257,7 @@ class HardwareSampler:
             for ev in events:
                 if ev.kind == "xid" and ev.gpu is not None:
                     self._add_gpu(owners, "gpu.xid_code", ev.gpu, float(ev.code), start_ms, now_ns, reporting)
+            fleet_sources, nic_sources = self._device_sources, set()
             for r in nic_readings:
                 if not self.fleet:
                     self._add(self.host_job, r.metric, self._nic_source(r.device), 0, r.value, start_ms, now_ns)
@@ -263,10 +265,15 @@ class HardwareSampler:
                 if self.host_index is None:
                     self.stats.awaiting_index += 1
                     continue
-                src = self._fleet_source(r.device, "ib." if "/" in r.device else "nic.")
+                src = fleet_sources.get(r.device, -1)
+                if src == -1:  # first sight: a slot, or none (counted and logged there)
+                    src = fleet_sources[r.device] = self._fleet_source(r.device, "ib." if "/" in r.device else "nic.")
+                elif src is None:
+                    self.stats.no_slot += 1
                 if src is not None:
-                    reporting.add(src)
+                    nic_sources.add(src)
                     self._add(fleet.FLEET_JOB, r.metric, src, 0, r.value, start_ms, now_ns)
+            reporting.update(nic_sources)
             if self.host_index is not None:
                 self._publish(reporting)
             self._offer_due(start_ms, next_wall_ns)
@@ -314,6 +321,7 @@ class HardwareSampler:
                 return
             self.host_index, self.fleet = index, True
             self._slots.clear()
+            self._device_sources.clear()
             self._fleet_names.clear()
             self._fleet_reporting = BitMap()
 

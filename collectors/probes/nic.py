@@ -20,6 +20,12 @@ second sample of a device on. Devices are rediscovered every sample, so a port
 or NIC that appears later is picked up; one that disappears is forgotten.
 Unreadable files are skipped (logged once per file), never fatal. The sysfs root
 is a parameter so tests run on a generated tree.
+
+Each file is opened once and re-read with ``pread`` at offset 0, which makes sysfs call the attribute's
+``show()`` again (Documentation/filesystems/sysfs.rst): a sample costs one system call per file instead of
+three. A read that fails on a kept descriptor (a device removed under it) is tried once more on a fresh open;
+the descriptors of a device that disappears are closed, and at most MAX_OPEN_FILES are kept (past them a file
+is opened, read and closed as before).
 """
 
 from __future__ import annotations
@@ -70,6 +76,9 @@ def parse_rate_gbps(text: str) -> float | None:
     return float(m.group(1)) * _RATE_SCALE[m.group(2).upper()]
 
 
+MAX_OPEN_FILES = 1024  # descriptors one probe keeps (a host with 2 NICs and 8 IB ports reads 76 files)
+
+
 def _read_text(path: str) -> str:
     # os.open/os.read: a third of the cost of open() for these tiny files.
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -98,7 +107,15 @@ class NicProbe:
         self._log = log
         self._counters = CounterTracker()
         self._seen: set[str] = set()
+        # Per device, its files' paths and the metric names they feed, made once at first sight (a sample reads
+        # ~80 files a host: joining their paths again each second cost as much as reading them).
+        self._excluded: dict[str, bool] = {}
+        self._nic_files: dict[str, tuple[tuple[tuple[str, str], ...], str]] = {}
+        self._ib_files: dict[tuple[str, str], tuple[str, tuple[tuple[str, str], ...], str, str, str]] = {}
         self._unreadable: set[str] = set()
+        self._fds: dict[str, int] = {}  # path -> a descriptor kept open, re-read with pread at 0
+        # device -> its folder's (inode, ctime) when its descriptors were opened
+        self._inodes: dict[str, tuple[int, int]] = {}
         self.skipped = 0  # values read but refused: not integers, negative, past MAX_COUNTER, absurd rates/states
 
     def _list(self, path: str) -> list[str]:
@@ -108,8 +125,23 @@ class NicProbe:
             return []
 
     def _read(self, path: str) -> str | None:
+        fd = self._fds.get(path)
+        if fd is not None:
+            try:
+                return os.pread(fd, 4096, 0).decode("ascii", "replace")
+            except OSError:  # the device went away under the descriptor (or was replaced): open it afresh
+                self._close(path)
         try:
-            return _read_text(path)
+            if len(self._fds) >= MAX_OPEN_FILES:
+                return _read_text(path)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                text = os.read(fd, 4096).decode("ascii", "replace")
+            except OSError:
+                os.close(fd)
+                raise
+            self._fds[path] = fd
+            return text
         except OSError as exc:
             # Some drivers refuse some counters (EINVAL/EOPNOTSUPP); say so once.
             if path not in self._unreadable:
@@ -142,11 +174,14 @@ class NicProbe:
 
     def interfaces(self) -> list[str]:
         """The Ethernet (and IPoIB) interfaces it reads, after ``exclude``."""
-        return [
-            name
-            for name in self._list(self._net)
-            if not any(fnmatch.fnmatchcase(name, pat) for pat in self._exclude)
-        ]
+        names = self._list(self._net)
+        excluded = self._excluded
+        if len(excluded) > 4096:  # interfaces come and go (veth pairs): keep the verdicts bounded
+            excluded.clear()
+        for name in names:
+            if name not in excluded:
+                excluded[name] = any(fnmatch.fnmatchcase(name, pat) for pat in self._exclude)
+        return [name for name in names if not excluded[name]]
 
     def ib_ports(self) -> list[tuple[str, str]]:
         """(HCA, port) pairs, e.g. ("mlx5_0", "1")."""
@@ -156,52 +191,101 @@ class NicProbe:
                 out.append((dev, port))
         return out
 
-    def _emit_counters(self, out: list[Reading], folder: str, names: Iterable[str], prefix: str, device: str) -> None:
-        """Each counter file of `folder` that reads as an integer, as the rate metric prefix + its name."""
-        for counter in names:
-            v = self._read_int(os.path.join(folder, counter))
+    def _emit_counters(self, out: list[Reading], files: Iterable[tuple[str, str]], device: str) -> None:
+        """Each counter file (path, metric) that reads as an integer, as that metric's total and delta."""
+        emit = self._counters.emit
+        for path, metric in files:
+            v = self._read_int(path)
             if v is not None:
-                self._counters.emit(out, prefix + counter, v, None, device)
+                emit(out, metric, v, None, device)
+
+    def _nic_paths(self, ifname: str) -> tuple[tuple[tuple[str, str], ...], str]:
+        files = self._nic_files.get(ifname)
+        if files is None:
+            base = os.path.join(self._net, ifname)
+            stats = os.path.join(base, "statistics")
+            counters = (*((os.path.join(stats, name), "nic." + name) for name in NET_STAT_COUNTERS),
+                        (os.path.join(base, "carrier_changes"), "nic.carrier_changes"))
+            files = self._nic_files[ifname] = (counters, os.path.join(base, "operstate"))
+        return files
+
+    def _ib_paths(self, dev: str, port: str) -> tuple[str, tuple[tuple[str, str], ...], str, str, str]:
+        files = self._ib_files.get((dev, port))
+        if files is None:
+            base = os.path.join(self._ib, dev, "ports", port)
+            folder = os.path.join(base, "counters")
+            files = self._ib_files[(dev, port)] = (
+                f"{dev}/{port}", tuple((os.path.join(folder, name), "ib." + name) for name in IB_COUNTERS),
+                os.path.join(base, "state"), os.path.join(base, "phys_state"), os.path.join(base, "rate"))
+        return files
 
     def sample(self) -> list[Reading]:
         out: list[Reading] = []
         seen: set[str] = set()
-        emit = self._counters.emit
         for ifname in self.interfaces():
-            base = os.path.join(self._net, ifname)
             seen.add(ifname)
-            self._emit_counters(out, os.path.join(base, "statistics"), NET_STAT_COUNTERS, "nic.", ifname)
-            v = self._read_int(os.path.join(base, "carrier_changes"))
-            if v is not None:
-                emit(out, "nic.carrier_changes", v, None, ifname)
-            state = self._read(os.path.join(base, "operstate"))
+            counters, operstate = self._nic_paths(ifname)
+            self._same_device(ifname, os.path.join(self._net, ifname))
+            self._emit_counters(out, counters, ifname)
+            state = self._read(operstate)
             if state is not None:
                 out.append(Reading("nic.up", 1.0 if state.strip() == "up" else 0.0, None, ifname))
         for dev, port in self.ib_ports():
-            device = f"{dev}/{port}"
+            device, counters, state_path, phys_path, rate_path = self._ib_paths(dev, port)
             seen.add(device)
-            base = os.path.join(self._ib, dev, "ports", port)
-            self._emit_counters(out, os.path.join(base, "counters"), IB_COUNTERS, "ib.", device)
-            text = self._read(os.path.join(base, "state"))
-            parsed = self._state(os.path.join(base, "state"), text)
+            self._same_device(device, os.path.dirname(state_path))
+            self._emit_counters(out, counters, device)
+            parsed = self._state(state_path, self._read(state_path))
             if parsed is not None:
                 out.append(Reading("ib.port_state", float(parsed[0]), None, device))
                 out.append(Reading("ib.port_active", 1.0 if parsed[1] == "ACTIVE" else 0.0, None, device))
-            text = self._read(os.path.join(base, "phys_state"))
-            parsed = self._state(os.path.join(base, "phys_state"), text)
+            parsed = self._state(phys_path, self._read(phys_path))
             if parsed is not None:
                 out.append(Reading("ib.phys_state", float(parsed[0]), None, device))
-            text = self._read(os.path.join(base, "rate"))
+            text = self._read(rate_path)
             rate = parse_rate_gbps(text) if text is not None else None
             if rate is not None and not rate <= MAX_RATE_GBPS:
-                self._skip(os.path.join(base, "rate"), f"says {str(rate)[:40]} Gb/s")
+                self._skip(rate_path, f"says {str(rate)[:40]} Gb/s")
                 rate = None
             if rate is not None:
                 out.append(Reading("ib.rate_gbps", rate, None, device))
-        for gone in self._seen - seen:
-            self._counters.forget(gone)
+        for device in self._seen - seen:
+            self._counters.forget(device)
+            self._inodes.pop(device, None)
+            self._close_device(device)
         self._seen = seen
         return out
+
+    def _same_device(self, device: str, folder: str) -> None:
+        """Close the kept descriptors of a device whose folder is another one than when they were opened (a
+        driver reload between two samples; a generated tree rewritten): one stat per device, not per file."""
+        try:
+            st = os.stat(folder)
+            inode = (st.st_ino, st.st_ctime_ns)  # the ctime too: a folder made again may reuse the inode number
+        except OSError:
+            inode = (-1, -1)
+        if self._inodes.get(device, inode) != inode:
+            self._close_device(device)
+        self._inodes[device] = inode
+
+    def _close_device(self, device: str) -> None:
+        if "/" in device:
+            dev, _, port = device.partition("/")
+            files = self._ib_files.pop((dev, port), None)
+            paths = [] if files is None else [*(path for path, _ in files[1]), *files[2:]]
+        else:
+            nic = self._nic_files.pop(device, None)
+            paths = [] if nic is None else [*(path for path, _ in nic[0]), nic[1]]
+        for path in paths:
+            self._close(path)
+
+    def _close(self, path: str) -> None:
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def _state(self, path: str, text: str | None) -> tuple[int, str] | None:
         parsed = parse_port_state(text) if text is not None else None
@@ -214,4 +298,5 @@ class NicProbe:
         return []
 
     def close(self) -> None:
-        pass
+        for path in list(self._fds):
+            self._close(path)
