@@ -32,6 +32,7 @@ import heapq
 import math
 import time
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 from typing import Any, cast
 
 import numpy as np
@@ -203,8 +204,9 @@ class Summary:
             k = min(self.k, n)
             top = np.partition(finite, n - k)[n - k:] if k < n else finite
             bottom = np.partition(finite, k - 1)[:k] if k < n else finite
-            self._top = _keep_top(self._top, [(float(v), source) for v in top], self.k)
-            self._bottom = _keep_bottom(self._bottom, [(float(v), source) for v in bottom], self.k)
+            # tolist(): Python floats in one C call, no numpy scalar per kept value
+            self._top = _keep_top(self._top, list(zip(top.tolist(), repeat(source))), self.k)
+            self._bottom = _keep_bottom(self._bottom, list(zip(bottom.tolist(), repeat(source))), self.k)
         self._sketch.add_many(finite)
 
     @classmethod
