@@ -12,10 +12,12 @@ reads in flight, made deterministic by holding the read (a gate on the store's r
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 import time
 
+from prometheus_client import generate_latest
 from pyroaring import BitMap
 
 from collectors.common.keys import Key
@@ -44,6 +46,12 @@ class Gate:
             return real(*args, **kwargs)
 
         setattr(store, name, gated)
+
+
+def _exported(root) -> dict[str, float]:
+    """The root's store-read figures as its /metrics exposition gives them."""
+    text = generate_latest(root.wiring.metrics.registry).decode()
+    return {name: float(value) for name, value in re.findall(r"^(telemetry_store_read\w*) (\S+)$", text, re.M)}
 
 
 def _no_ack_for(child: RawChild, seconds: float = 0.3) -> bool:
@@ -186,6 +194,11 @@ def test_a_failing_read_keeps_the_unit_parked_and_is_retried(tmp_path):
         assert counters(root)["duplicates"] == 1, "the resend was recognised once the read succeeded"
         row = root.store.load(Key("fail", "loss", 1))
         assert row is not None and (sorted(row.summary.sources), row.late) == ([0], 0)
+        exported = _exported(root)  # on the root's /metrics
+        assert exported["telemetry_store_read_failures_total"] == root.reads.read_failures >= 2
+        assert exported["telemetry_store_reads_parked_units_total"] >= 1
+        assert exported["telemetry_store_reads_windows_total"] >= 1
+        assert exported["telemetry_store_reads_waiting_units"] == 0
     finally:
         failing.clear()
         child.close()
@@ -238,3 +251,34 @@ def test_a_window_let_go_during_its_commit_is_read_after_the_commit(tmp_path):
         win = node.table.windows[key]
         assert list(win.sources) == [0] and win.sealed
         assert finaliser.final[key].summary.count == 1
+
+
+def test_a_child_gone_while_its_unit_waits_resends_it_and_it_is_absorbed_once(tmp_path):
+    """The stream ends while its unit waits for a read: the unit is dropped unjudged (nothing held, nothing
+    acknowledged), the read still lands, and the child's resend after it reconnects is one duplicate, durable."""
+    db = _persisted(tmp_path, window("gone", "loss", 1, {0: 1.0, 1: 2.0}, expected=2))
+    root = make_root(db)
+    gate = Gate(root.store, "load_many")
+    child = RawChild(root.address, "first")
+    try:
+        child.ack()
+        child.batch(window("gone", "loss", 1, {0: 1.0, 1: 2.0}, expected=2), seq=1)
+        assert gate.entered.wait(10)
+        child.close()
+        wait_for(lambda: "first" not in root.service._links, what="the stream's end noticed")
+        gate.opened.set()
+        wait_for(lambda: root.reads.waiting() == 0, what="the batch done")
+        assert counters(root)["duplicates"] == 0, "the unit of the stream that ended was not taken in"
+        child = RawChild(root.address, "first")
+        child.ack()
+        seq = child.batch(window("gone", "loss", 1, {0: 1.0, 1: 2.0}, expected=2), seq=1)
+        child.ack_for(seq, DURABLE)
+        assert counters(root)["duplicates"] == 1
+        row = root.store.load(Key("gone", "loss", 1))
+        assert row is not None and (sorted(row.summary.sources), row.late) == ([0, 1], 0)
+        with root.node.lock:
+            assert not root.node.durability._refs and not root.node.durability.unheld_releases, "nothing left held"
+    finally:
+        gate.opened.set()
+        child.close()
+        stop_all(root)

@@ -129,6 +129,11 @@ class StoreReads:
             self._wake.notify()
         return waiter.ready
 
+    def waiting(self) -> int:
+        """Units parked now (for /metrics: collectors/root/reads_metrics.py)."""
+        with self._wake:
+            return len(self._queue)
+
     # ------------------------------------------------------------ the thread
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="root-reads", daemon=True)

@@ -31,6 +31,7 @@ from collectors.root.forensics import DEFAULT_MAX_RANKS, DEFAULT_MAX_REQUESTS, f
 from collectors.root.host_indexes import HostIndexes, ledger_claims
 from collectors.root.hosts import HostsView
 from collectors.root.reads import StoreReads
+from collectors.root.reads_metrics import StoreReadsMetrics
 from collectors.root.remote_write import RemoteWriteConfig, RemoteWriter, remote_watermark
 from collectors.root.retention import Retention, RetentionConfig
 from collectors.root.store import Store
@@ -82,6 +83,7 @@ class RootServer(Tier):
         self.service.on_fingerprints = self.wiring.on_fingerprints
         self.service.on_exits = self.wiring.on_exits
         self.on_job_finished.append(self.wiring.finished)
+        self.wiring.metrics.registry.register(StoreReadsMetrics(self.reads))
         self.wiring.metrics.registry.register(DeliveryMetrics(self.wiring.events.sink_counts))
         stats, runs = self.retention.stats, node.runs
         self.wiring.metrics.registry.register(FleetStoreMetrics(
