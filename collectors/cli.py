@@ -503,6 +503,10 @@ def sim(ranks: int, ranks_per_node: int, nodes_per_rack: int, ranks_per_process:
     latency = report["latency_ms"]
     console.print(f"{ranks} ranks, {steps} steps: {len(report['metrics']['step_time'])} step_time windows finalised; "
                   f"latency p50 {latency['p50']} ms, p99 {latency['p99']} ms; delivery {report['delivery']}")
+    for event in report["events"]:
+        detail = event.get("detail", {})
+        console.print(f"event {event['kind']}: ranks {event['ranks']} from step {event['step']}, raised at step "
+                      f"{detail.get('detected_step', event['step'])} ({event['status']}): {detail.get('summary', '')}")
     if verify:
         console.print(f"verification: {'OK' if not problems else f'{len(problems)} problems'}")
         for line in problems[:20]:

@@ -28,6 +28,11 @@ ARRIVAL_METRIC = "collective_arrival"
 WAIT_METRIC = "collective_wait"
 WORK_METRIC = "work_time"
 
+#: The per-step metric each rank's agent makes of those two (collectors/agent/wait_share.py): the rank's running
+#: (exponentially weighted) share of its steps spent waiting in collectives; its exact argmin across ranks, merged
+#: up the tree, is the rank that has waited least over its recent steps (the straggler rule's slight lanes).
+WAIT_SHARE_METRIC = "collective_wait_share_ewma"
+
 #: Characters of a collective fingerprint's readable `what` (CollectiveFingerprint.what): the SDK cuts it
 #: to this, every tier refuses a longer one.
 MAX_WHAT = 200

@@ -22,7 +22,7 @@ def test_a_small_run_names_the_slow_rank_and_draws_its_score(tmp_path: Path) -> 
     assert slow["named_rank"] == [slow["slow_rank"]] and slow["delay_steps"] <= 3, slow
     assert slow["false_alarms"] == 0 and clean["false_alarms"] == 0 and clean["named_rank"] is None
     assert slow["max_tracked_ranks"] <= 8
-    ratios = {step: ratio for step, _, _, ratio in slow["trace"]}
+    ratios = {step: ratio for step, _, _, ratio, _ in slow["trace"]}
     assert ratios[39] < 1.0 <= ratios[40 + slow["delay_steps"]], slow["trace"]
     assert (tmp_path / "straggler_scale_64.png").stat().st_size > 10_000
     bad = subprocess.run([*bench, "--steps", "10"], cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -89,7 +89,7 @@ def test_slow_rank_is_named_in_each_shape(tree: dict, shapes_job: dict, shape: s
     # machine meddles), by an event that stays open to the job's end. (An event before the fault is the machine's
     # own noise on a loaded host: counted as a false alarm by bench/detection.py --matrix, not judged here.)
     after = [e for e in found if e["ranks"] == [slow] and e["last_step"] >= STEPS - 3
-             and e["detail"]["signal"] == "collective_wait"]
+             and e["detail"]["signal"] in ("collective_wait", "collective_wait_share_ewma")]
     assert after, found
     event = after[0]
     named_at = max(event["detail"]["detected_step"], event["step"])

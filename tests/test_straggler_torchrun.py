@@ -78,7 +78,8 @@ def test_slow_rank_is_named_with_its_wait(tree: dict, where: str) -> None:
     assert event["ranks"] == [SLOW_RANK], event
     # Judged on collective_wait (issue 24): the slow rank waits least, the others ~0.3 s a step longer. A rank
     # ~5x slower: named within the 2x bound (3 steps), or a step or two later when the scheduler meddles.
-    assert event["detail"]["signal"] == "collective_wait", event
+    # (its detail is the latest update's: the per-step waits or the agents' running shares of them)
+    assert event["detail"]["signal"] in ("collective_wait", "collective_wait_share_ewma"), event
     assert SLOW_FROM <= event["detail"]["detected_step"] <= SLOW_FROM + 5, event
     assert 0.2 < event["detail"]["wait_s_total"] / event["detail"]["steps"] < 0.6, event
 

@@ -18,6 +18,7 @@ from collectors.agent.exits import FaultFiles, check_words, exit_record, watch_p
 from collectors.agent.intake import OpenBeat, OpenStep, RankValues, beat_key
 from collectors.agent.peercred import PeerCheck
 from collectors.agent.ranks import RankInfo, RankRegistry
+from collectors.agent.wait_share import WaitShares
 from collectors.common.aioserve import Answers, Host, StreamSlots, StreamWork, serve_stream
 from collectors.common.attempts import split
 from collectors.common.keys import Key
@@ -35,7 +36,7 @@ from collectors.delivery.node import Node
 from collectors.delivery.windows import Origin, Part, Refusal
 from collectors.probes.process import ProcessStatus
 from collectors.probes.snapshot import process_facts
-from telemetry.names import PROGRESS_METRIC, STEPS_COMPLETED_METRIC
+from telemetry.names import PROGRESS_METRIC, STEPS_COMPLETED_METRIC, WAIT_SHARE_METRIC
 from telemetry.streams import END
 from telemetry.v1 import forensics_pb2, ingest_pb2, ingest_pb2_grpc
 
@@ -78,6 +79,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         self.fault_files = fault_files
         self.on_exit = on_exit
         self._watch_until = 0.0  # a stream ended: look for dead processes at every flush until then
+        self.wait_shares = WaitShares()  # each rank's running wait share, sealed with its steps (wait_share.py)
 
     # ------------------------------------------------------------ acks down
     def ack_down(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None,
@@ -316,6 +318,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             del self.steps[key]
             log.warning("job %s was given up with step %d still open; its values there are dropped", job, key[1])
         self._open_per_job.pop(job, None)
+        self.wait_shares.forget(job)
         if self.fault_files is not None:
             for (rank_job, _), info in self.registry.ranks.items():
                 if rank_job == job and info.exits is not None:
@@ -417,6 +420,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         node = self.node
         open_step = self.steps.pop(key)
         self._open_per_job[open_step.job] -= 1
+        self.wait_shares.add_to(open_step, node.durability.hold, self._admits_wait_share)
         for part, expected in open_step.parts():
             # A rank that logs into a step after its contribution was sealed must not take the
             # other ranks' late values down with it: offer rank by rank then (its own piece is refused).
@@ -424,6 +428,13 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
             for piece, verdict in offered:
                 if verdict != "accepted":
                     self._dropped_late(piece)
+
+    def _admits_wait_share(self, job: str) -> bool:
+        try:
+            self.budget.admit(job, WAIT_SHARE_METRIC)
+        except BadInput:
+            return False
+        return True
 
     def liveness_due(self, now: float) -> bool:
         """Whether the next seal refreshes the ranks' liveness (reads /proc per rank: not on every flush)."""

@@ -48,7 +48,7 @@ from collectors.detectors.base import Baseline, distinct, event_time, fnum, p50
 from collectors.detectors.streak import StreakDetector, StreakState
 from collectors.detectors.wait_score import WaitScore
 from telemetry.names import ARRIVAL_METRIC as ARRIVAL
-from telemetry.names import WAIT_METRIC
+from telemetry.names import WAIT_METRIC, WAIT_SHARE_METRIC
 from telemetry.summary import Summary
 
 
@@ -58,6 +58,12 @@ class StragglerConfig:
     metric: str = "step_time"
     arrival_metric: str = ARRIVAL
     wait_metric: str = WAIT_METRIC
+    # Each rank's running wait share, kept by its agent (collectors/agent/wait_share.py): the slow and persistence
+    # lanes judge its exact argmin when the job has it (slight stragglers among many ranks: wait_score.py)
+    wait_share_metric: str = WAIT_SHARE_METRIC
+    wait_share_drift: float = 0.05   # the slow lane's least reference on the running shares
+    wait_share_margin: float = 0.01  # ... and at least this over the job's own level of them
+    wait_share_recovered: float = 0.75  # an event's rank whose running-share gap fell under this x its peak recovers
     # The CUSUM lanes of wait_score.py: reference (evidence per step below it is noise) and threshold (shares of
     # a step lost to the rank, summed) of the fast lane (severe stragglers) and of the slow one (slight ones).
     wait_fast_drift: float = 0.15
@@ -98,6 +104,12 @@ class _State(StreakState):
     step_scales: dict[int, float] = field(default_factory=dict)  # the last few steps' step_time p50, by step
     waits: bool = False       # the job logs collective_wait: judge that only
     score: WaitScore | None = None  # the waits' CUSUM per candidate rank
+    shares: bool = False      # the job has running wait shares (its agents make them): they judge slight ranks
+    share_warm: int = 0       # running-share steps seen (the first `wait_warmup` are start-up)
+    share_last: int = -1      # the last running-share step judged
+    raw_held: int = -1        # the last step whose per-step waits named or held the event's rank
+    share_peak: float = 0.0   # the event's highest running-share gap (a recovered rank's falls from it)
+    share_gap: float = 0.0    # the latest running-share gap judged
 
 
 @dataclass
@@ -120,7 +132,8 @@ class StragglerDetector(StreakDetector[_State]):
                  config: StragglerConfig | None = None) -> None:
         self.config = config or StragglerConfig()
         super().__init__(events, context, self.config.baseline_steps)
-        self.metrics = frozenset({self.config.metric, self.config.arrival_metric, self.config.wait_metric})
+        self.metrics = frozenset({self.config.metric, self.config.arrival_metric, self.config.wait_metric,
+                                  self.config.wait_share_metric})
         self._recent: dict[str, deque[frozenset[int]]] = {}  # job -> ranks late on each of its last steps
 
     def new_state(self) -> _State:
@@ -133,6 +146,9 @@ class StragglerDetector(StreakDetector[_State]):
         state = self.state(job)
         if row.key.metric == c.wait_metric:
             self._waits(row, state)
+            return
+        if row.key.metric == c.wait_share_metric:
+            self._shares(row, state)
             return
         arrival = row.key.metric == c.arrival_metric
         if state.waits:
@@ -228,11 +244,7 @@ class StragglerDetector(StreakDetector[_State]):
             return
         if len(s.sources) < row.expected:
             return  # a rank without its wait could be the slow one
-        if state.score is None:
-            state.score = WaitScore(((c.wait_fast_drift, c.wait_fast_threshold), (c.wait_drift, c.wait_threshold)),
-                                    c.wait_cap, c.wait_track, c.wait_min_gap_s, background=c.wait_background,
-                                    reference=c.wait_reference)
-        score, median = state.score, p50(s)
+        score, median = self._score(state), p50(s)
         gap = max(0.0, median - s.min)
         scale = self._wait_scale(state, step, s) if state.step_scale > 0 else 0.0
         if state.warm < c.wait_warmup:
@@ -244,6 +256,19 @@ class StragglerDetector(StreakDetector[_State]):
         if not scale > 0:
             return
         x = score.update(step, s.argmin, gap, scale)
+        slowdown = scale / max(scale - gap, 1e-9)
+        figures = {"p50_s": fnum(median), "min_s": fnum(s.min), "step_s": fnum(scale)}
+        if state.shares:
+            # The running shares open, hold and close the event (_shares); a step's own waits open it when the
+            # fast lane names the rank that waits least now (a severe straggler, before the averages move), and
+            # add what the others waited for it.
+            open_now = self.is_open(job)
+            rank = state.streak_rank if open_now else (score.named() or (-1, 0.0))[0]
+            if rank != s.argmin or not (open_now or score.ratio(rank) >= 1.0):
+                return
+            state.raw_held = step
+            self._judged(row, state, rank, score.ratio(rank), x, gap, slowdown, figures, count=True)
+            return
         if self.is_open(job):
             # Hysteresis: an open event holds while its rank is still the least-waiting one and its score stays
             # above half a threshold (a slight straggler's score hovers around it: the event must not open and
@@ -256,32 +281,99 @@ class StragglerDetector(StreakDetector[_State]):
             if named is not None and named[0] != s.argmin:
                 named = None  # opened on a step where the rank makes the others wait, not on its past score
         if named is None:
-            was_open = self.is_open(job)
-            self.normal(job, state, step, c.wait_clear_steps)
-            if was_open and not self.is_open(job):
-                score.forget(state.streak_rank)
+            self._normal(job, state, step, counts=True)
             return
-        rank, value = named
+        self._judged(row, state, named[0], named[1], x, gap, slowdown, figures, count=True)
+
+    def _score(self, state: _State) -> WaitScore:
+        if state.score is None:
+            c = self.config
+            state.score = WaitScore(((c.wait_fast_drift, c.wait_fast_threshold), (c.wait_drift, c.wait_threshold)),
+                                    c.wait_cap, c.wait_track, c.wait_min_gap_s, background=c.wait_background,
+                                    reference=c.wait_reference, running_drifts=(c.wait_share_drift,),
+                                    running_margin=c.wait_share_margin)
+        return state.score
+
+    def _shares(self, row: Row, state: _State) -> None:
+        """One step of the running wait shares (collectors/agent/wait_share.py): their exact argmin - the rank
+        that waited least over its recent steps - and p50 - min into the slow and persistence lanes; the event
+        opens when a lane names the rank that has the lowest share now, holds while it keeps it (and half a
+        threshold), and closes after `wait_clear_steps` steps without (not counting steps whose own waits still
+        held it)."""
+        c, job, step, s = self.config, row.key.job, row.key.index, row.summary
+        state.shares = True
+        if step <= state.share_last or s.count < 2 or not math.isfinite(s.min) or s.argmin is None:
+            return
+        if len(s.sources) < row.expected:
+            return  # a rank without its share could be the slow one
+        score, median = self._score(state), p50(s)
+        x = median - s.min
+        if state.share_warm < c.wait_warmup:
+            state.share_warm += 1
+            score.observe_running(x)
+            return
+        state.share_last = step
+        x = score.update_running(step, s.argmin, x)
+        state.share_gap = x
+        if self.is_open(job):
+            # Held while the rank keeps the lowest running share, half a threshold, and its gap has not fallen
+            # under `wait_share_recovered` of the event's highest: a rank that recovered keeps the lowest average
+            # for ~15 steps while it rejoins the others', its gap falling by 1/8 a step.
+            held = score.ratio(state.streak_rank)
+            least = s.argmin == state.streak_rank
+            if least:
+                state.share_peak = max(state.share_peak, x)
+            named = ((state.streak_rank, held) if held >= 0.5 and least
+                     and x >= c.wait_share_recovered * state.share_peak else None)
+        else:
+            named = score.named()
+            if named is not None and named[0] != s.argmin:
+                named = None
+            state.share_peak = x if named is not None else 0.0
+        if named is None:
+            self._normal(job, state, step, counts=state.raw_held < step - 1)
+            return
+        figures = {"p50_share": fnum(median, 4), "min_share": fnum(s.min, 4)}
+        self._judged(row, state, named[0], named[1], x, None, 1.0 / max(1.0 - x, 1e-9), figures, count=False)
+
+    def _normal(self, job: str, state: _State, step: int, counts: bool) -> None:
+        was_open = self.is_open(job)
+        self.normal(job, state, step, self.config.wait_clear_steps, counts=counts)
+        if was_open and not self.is_open(job) and state.score is not None:
+            state.score.forget(state.streak_rank, state.share_gap if state.shares else None)
+
+    def _judged(self, row: Row, state: _State, rank: int, value: float, x: float, gap: float | None,
+                slowdown: float, figures: dict, count: bool) -> None:
+        """Open or update the job's event naming `rank` (score `value`, this step's evidence `x`): `gap` is what
+        the median rank waited for it this step (per-step waits; None on the running shares), counted into the
+        event's totals when `count`."""
+        c, job, step, s = self.config, row.key.job, row.key.index, row.summary
+        score = self._score(state)
         since = score.since(rank)
         if self.over(state, step if since is None else since, event_time(row)):
             state.streak_rank = rank
             if not self.is_open(job):
                 state.wait_s_total = state.wait_rank_s_total = 0.0
                 state.steps = 0
-        wait_rank_s = max(0.0, s.sum - s.count * s.min) if s.argmin == rank else 0.0
-        wait_s = gap if s.argmin == rank else 0.0
-        state.wait_s_total += wait_s
-        state.wait_rank_s_total += wait_rank_s
-        state.steps += int(s.argmin == rank)  # the steps it made the others wait (the totals' count)
+        least = s.argmin == rank
+        wait_s = gap if gap is not None and least else 0.0
+        wait_rank_s = max(0.0, s.sum - s.count * s.min) if gap is not None and least else 0.0
+        if count:
+            state.wait_s_total += wait_s
+            state.wait_rank_s_total += wait_rank_s
+            state.steps += int(least)  # the steps it made the others wait (the totals' count)
         open_event = self.events.get_open(self.kind, job)
-        slowdown = scale / max(scale - gap, 1e-9) if s.argmin == rank else None
+        if gap is None:
+            summary = (f"rank {rank} makes the others wait: its running share of steps spent waiting in "
+                       f"collectives is {x:.0%} of a step under the median rank's; evidence {value:.2f}x the "
+                       "threshold")
+        else:
+            summary = (f"rank {rank} makes the others wait: the median rank waited {wait_s:.3g} s longer in "
+                       f"collectives this step ({x:.0%} of the step); evidence {value:.2f}x the threshold")
         detail = {
-            "summary": (f"rank {rank} makes the others wait: the median rank waited {wait_s:.3g} s longer in "
-                        f"collectives this step ({x:.0%} of the step); evidence {value:.2f}x the threshold"),
-            "signal": c.wait_metric, "score": fnum(value, 4), "threshold": 1.0,
+            "summary": summary, "signal": row.key.metric, "score": fnum(value, 4), "threshold": 1.0,
             "evidence": fnum(x, 4), "least_waiting_rank": s.argmin,
-            "slowdown": fnum(slowdown, 3) if slowdown is not None else None,
-            "p50_s": fnum(median), "min_s": fnum(s.min), "step_s": fnum(scale),
+            "slowdown": fnum(slowdown, 3) if least else None, **figures,
             "bottom": [[fnum(v), r] for v, r in s.bottom(c.top)],
             "wait_s": fnum(wait_s), "wait_rank_s": fnum(wait_rank_s),
             "wait_s_total": fnum(state.wait_s_total), "wait_rank_s_total": fnum(state.wait_rank_s_total),

@@ -44,10 +44,20 @@ when a new rank needs a place), and the last `window` steps' least-waiting rank,
 nothing per rank of the job is kept. A rank's score starts at the step it left zero (`since`): the event's
 step, the CUSUM's estimate of the onset (for the persistence lane: where its run of least-waiting steps
 began).
+
+**The running share** (issue 24 item 2). At 16,384 ranks a slight straggler is not the least-waiting rank of
+most steps (the slowest of 16,383 noisy ranks competes with it), and the root keeps no per-rank history. Each
+rank's agent keeps its running wait share instead (collectors/agent/wait_share.py, the metric
+`collective_wait_share_ewma`), whose exact argmin the tree merges: the rank that waited least over its recent
+steps, and by how much less than the median rank (`x` = p50 - min, already a share of a step). When the job
+has it (`update_running`), the slow and persistence lanes take their evidence from it (its own job level, as
+above) and the fast lane keeps the per-step one (a 2x rank is named in 2-3 steps, before a running average
+could move); without it every lane takes the per-step evidence, as before.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -99,7 +109,8 @@ class WaitScore:
     def __init__(self, lanes: tuple[tuple[float, float], ...] = ((0.15, 0.8), (0.08, 1.5)), cap: float = 2.0,
                  track: int = 8, min_gap_s: float = 0.002, window: int = 60, share: float = 0.6,
                  min_evidence: float = 0.04, background: int = 64, reference: float = 0.12,
-                 max_raise: float = 0.2) -> None:
+                 max_raise: float = 0.2, running_drifts: tuple[float, ...] | None = None,
+                 running_margin: float = 0.01) -> None:
         self.lanes = [Lane(drift, threshold, cap, track) for drift, threshold in lanes]
         self.drifts = [drift for drift, _ in lanes]
         # The job's own evidence level: the last `background` steps' evidence whose least-waiting rank was not
@@ -113,6 +124,18 @@ class WaitScore:
         # of each of the last `window` steps and its evidence (O(window), whatever the world).
         self.window, self.share, self.min_evidence = window, share, min_evidence
         self.recent: deque[tuple[int, int, float]] = deque(maxlen=window)  # (step, least-waiting rank, x)
+        # The running shares' own evidence level, once the job has them (update_running): the slow and the
+        # persistence lanes judge those, the fast lane the per-step evidence.
+        self.running = False
+        # The slow lanes' references on the running shares (their noise is the averaged one: lower), by default
+        # the per-step ones.
+        self.running_drifts = list(running_drifts) if running_drifts is not None else self.drifts[1:]
+        self.running_margin = running_margin
+        # A rank whose event closed while its running share is still the lowest (it recovered; its average takes
+        # ~15 steps to rejoin the others'): no evidence of it counts while its gap keeps falling.
+        self.quiet: tuple[int, float] | None = None  # (rank, the lowest gap seen since)
+        self.running_background: deque[float] = deque(maxlen=background)
+        self.running_level = reference
 
     def evidence(self, gap_s: float, step_s: float) -> float:
         """The share of the step the median rank lost to the least-waiting one (0 when the gap is no evidence)."""
@@ -121,10 +144,31 @@ class WaitScore:
 
     def observe(self, x: float) -> None:
         """A step's evidence into the job's own level only (start-up steps, not judged, still show it)."""
-        if self.background.maxlen:
-            self.background.append(x)
-            if len(self.background) >= min(8, self.background.maxlen):
-                self.level = min(statistics.median(self.background), self.reference + self.max_raise)
+        self.level = self._level(self.background, x, self.level)
+
+    def observe_running(self, x: float) -> None:
+        """A step's running-share evidence into its own level only (start-up steps); the job has them now."""
+        self._switch()
+        self.running_level = self._level(self.running_background, x, self.running_level)
+
+    def _level(self, background: deque[float], x: float, level: float) -> float:
+        if not background.maxlen:
+            return level
+        background.append(x)
+        if len(background) < min(8, background.maxlen):
+            return level
+        return min(statistics.median(background), self.reference + self.max_raise)
+
+    def _switch(self) -> None:
+        """The job has running shares from now on: the slow and persistence lanes start again on them (what
+        the per-step evidence put there is not the same figure)."""
+        if self.running:
+            return
+        self.running = True
+        for lane in self.lanes[1:]:
+            lane.scores.clear()
+            lane.since.clear()
+        self.recent.clear()
 
     def update(self, step: int, least: int, gap_s: float, step_s: float) -> float:
         """One step's evidence: `least` waited least, the median rank `gap_s` more, in a step of `step_s`.
@@ -133,8 +177,35 @@ class WaitScore:
         if self.ratio(least) < 1.0:
             self.observe(x)
         raised = max(0.0, self.level - self.reference)
-        for lane, drift in zip(self.lanes, self.drifts):
+        lanes = self.lanes[:1] if self.running else self.lanes  # running shares feed the others
+        for lane, drift in zip(lanes, self.drifts):
             lane.drift = drift + raised
+            lane.update(step, least, x)
+        if not self.running:
+            self.recent.append((step, least, x))
+        return x
+
+    def update_running(self, step: int, least: int, x: float) -> float:
+        """One step of the running shares: `least` has the lowest (exact), `x` = p50 - min of them, a share of a
+        step (clipped to [0, 1]). Feeds the slow and persistence lanes (the fast one keeps the per-step
+        evidence); returns the x used."""
+        self._switch()
+        x = min(max(x, 0.0), 1.0) if math.isfinite(x) else 0.0
+        if self.quiet is not None:
+            rank, lowest = self.quiet
+            if least == rank and x <= lowest + self.running_margin:
+                self.quiet = (rank, min(lowest, x))
+                x = 0.0  # its average still falling back to the others': no evidence
+            else:
+                self.quiet = None  # another rank has the lowest share, or this one's gap grows again
+        if self.ratio(least) < 1.0:
+            self.running_level = self._level(self.running_background, x, self.running_level)
+        # Averaged, the shares' evidence is steady: the lowest clean running share lies at about the job's level
+        # step after step (its spread is the averaged noise's). So the reference is the level itself plus a
+        # margin, never under the lane's own.
+        floor = self.running_level + self.running_margin
+        for lane, drift in zip(self.lanes[1:], self.running_drifts):
+            lane.drift = max(drift, floor)
             lane.update(step, least, x)
         self.recent.append((step, least, x))
         return x
@@ -153,8 +224,12 @@ class WaitScore:
         recent = sum(r == rank for _, r, _ in tail) / len(tail)
         return min(len(mine) / (self.share * self.window), recent / self.share)
 
-    def forget(self, rank: int) -> None:
-        """Drop a rank's evidence (its event closed: it recovered; a stale score must not name it again)."""
+    def forget(self, rank: int, share_gap: float | None = None) -> None:
+        """Drop a rank's evidence (its event closed: it recovered; a stale score must not name it again); with
+        `share_gap`, its running share's gap when it closed, its running evidence is not counted while that
+        gap keeps falling (`quiet`)."""
+        if share_gap is not None:
+            self.quiet = (rank, share_gap)
         for lane in self.lanes:
             lane.scores.pop(rank, None)
             lane.since.pop(rank, None)
