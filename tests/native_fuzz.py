@@ -7,7 +7,8 @@ queries, and merge with an ordinary summary. Anything but ValueError is a failur
 
 A quarter of the cases go to the native ingest instead (`ingest`): random lengths, NaN/+-Inf, huge and tiny
 values, sources in and out of [0, 2**32), and buffers of the wrong type, shape or layout handed to
-`_native.from_arrays` directly; the same invariant.
+`_native.from_arrays` directly; the same invariant. A fifth of the rest go to a tier's native read of a whole unit
+(`unit`: `read_unit` of a damaged SummaryBatch of damaged summaries).
 
 Run as a script (what the AddressSanitizer test does), it loads the extension given by --module in place of
 the installed one, then runs --cases seeded cases:
@@ -156,6 +157,40 @@ def ingest(rng: random.Random) -> bool:
     return check(parsed.to_bytes())
 
 
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def unit(rng: random.Random, bases: list[bytes]) -> bool:
+    """One case of a tier's unit read natively (`read_unit`, CollectorService._receive): a SummaryBatch of a few
+    windows (keys of steps and buckets, (damaged) summaries, expected sizes) and other fields, then damaged as a
+    whole. Refused with ValueError, or every window it takes is usable (as `check`). Returns whether any was taken."""
+    from telemetry.summary.summary import read_unit
+
+    windows = []
+    for _ in range(rng.randint(0, 4)):
+        key = _field(1, b"job") + _field(2, rng.choice([b"loss", b"m.1", b"\xff"]))
+        key += (_varint(3 << 3) + _varint(rng.choice([0, 7, 2**53, 2**64 - 1])) if rng.random() < 0.7 else
+                _field(4, _varint(1 << 3) + _varint(rng.randrange(2**40)) + _varint(2 << 3) + _varint(1000)))
+        summary = rng.choice(bases)
+        if rng.random() < 0.5:
+            summary = mutate(rng, summary)
+        windows.append(_field(3, _field(1, key) + _field(2, summary) + _varint(3 << 3) + _varint(rng.randrange(9000))))
+    data = _field(1, b"child") + _varint(2 << 3) + _varint(5) + b"".join(windows) + _field(4, b"\x0a\x03job")
+    for _ in range(rng.randint(0, 2)):
+        data = mutate(rng, data)
+    try:
+        read, groups, rest = read_unit(data, 2**53, 2**63, 4096, k=3)
+    except ValueError:
+        return False
+    assert isinstance(rest, bytes) and all(isinstance(group, bytes) for group in groups)
+    taken = [found for found in read if found is not None]
+    for found in taken:
+        assert 0 <= found[7] < len(groups)
+        check(found[6].to_bytes())
+    return bool(taken)
+
+
 def run(cases: int, seed: int) -> tuple[int, int]:
     """Seeded random cases (no hypothesis: the sanitizer run wants plain speed). (cases, accepted)."""
     rng = random.Random(seed)
@@ -164,6 +199,9 @@ def run(cases: int, seed: int) -> tuple[int, int]:
     for _ in range(cases):
         if rng.random() < 0.25:
             accepted += ingest(rng)
+            continue
+        if rng.random() < 0.2:
+            accepted += unit(rng, bases)
             continue
         data = rng.choice(bases)
         for _ in range(rng.randint(1, 3)):
