@@ -63,6 +63,7 @@ IB_METRIC = "ib.symbol_error_delta"
 def simulate(argv: list[str]) -> None:
     """`fleet.py --sim FIRST COUNT LAYOUT SYSFS RACKS_JSON RACK_SIZE`: COUNT hosts from index FIRST."""
     from collectors.agent.hardware import HardwareSampler
+    from collectors.agent.host_index import HostIndexRegistration
     from collectors.agent.ranks import RankRegistry
     from collectors.common.gctune import tune_gc
     from collectors.common.lifetime import die_with_parent
@@ -86,10 +87,14 @@ def simulate(argv: list[str]) -> None:
                                                                                           on_ack))
         node.sink = upstream
         registry = RankRegistry()
+        tree = layout == "fleet:tree"  # the index handed out by the tree (--host-index auto), not i
         sampler = HardwareSampler(node, registry, host_id=f"host-{i:05d}", nic=NicProbe(Path(sysfs) / f"h{i}"),
-                                  host_index=i if layout == "fleet" else None)
+                                  host_index=i if layout == "fleet" else None, awaiting_index=tree)
         hosts.append((node, upstream, registry, sampler))
         upstream.outbox.start()
+        if tree:
+            HostIndexRegistration([parent], None, f"host-{i:05d}", f"sim-machine-{i:05d}", None,
+                                  sampler.set_host_index).start()
     stop = threading.Event()
 
     def sample_loop() -> None:
@@ -190,10 +195,14 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
         sysfs = work / "sys"
         for start in range(0, hosts, args.hosts_per_process):
             count = min(args.hosts_per_process, hosts - start)
-            sim = Proc(f"hosts{start}", [sys.executable, __file__, "--sim", str(start), str(count), layout, str(sysfs),
-                                         json.dumps(racks), str(args.rack_size)], where).start(timeout=300)
+            sim_layout = "fleet:tree" if layout == "fleet" and args.indexes == "tree" else layout
+            sim = Proc(f"hosts{start}", [sys.executable, __file__, "--sim", str(start), str(count), sim_layout,
+                                         str(sysfs), json.dumps(racks), str(args.rack_size)], where).start(timeout=300)
             procs.append(sim)
         api = f"127.0.0.1:{api_port}"
+        registered: dict[str, Any] = {}
+        if layout == "fleet" and args.indexes == "tree":
+            registered = _registered(api, hosts, time.monotonic(), args.warmup * 4)
         time.sleep(args.warmup)
         pid, port = root.popen.pid, int(root.ready["address"].rsplit(":", 1)[1])
         tiers = {p.name: p.popen.pid for p in procs if p.name != "root"}
@@ -225,12 +234,28 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
             "late_per_s": round((late1 - late0) / wall, 2),
             "load_average": round(os.getloadavg()[0], 1),
         }
+        if registered:
+            result["host_indexes"] = registered
         if link_down:
             result["link_down"] = _link_down(api, sysfs, hosts, args)
         return result
     finally:
         for proc in reversed(procs):
             stop_process(proc.popen)
+
+
+def _registered(api: str, hosts: int, started: float, timeout: float) -> dict[str, Any]:
+    """--indexes tree: until the root has handed every host its index (docs/fleet.md "Host indexes"): how long
+    that took from the last host process's start, and whether the indexes are distinct and 0..hosts-1."""
+    table: list[dict[str, Any]] = []
+    while time.monotonic() - started < timeout:
+        table = _get(api, "/api/v1/hosts")["host_indexes"]
+        if len(table) >= hosts:
+            break
+        time.sleep(0.2)
+    indexes = sorted(held["index"] for held in table)
+    return {"registered": len(table), "all_after_s": round(time.monotonic() - started, 2) if len(table) >= hosts
+            else None, "distinct": len(set(indexes)) == len(indexes), "dense": indexes == list(range(len(indexes)))}
 
 
 def _link_down(api: str, sysfs: Path, hosts: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -387,6 +412,8 @@ def report(result: dict[str, Any]) -> None:
         if "_ratio_" in key:
             print(f"{key}: {value}")
     for r in result["runs"]:
+        if "host_indexes" in r:
+            print(f"host indexes handed out by the tree ({r['hosts']} hosts): {r['host_indexes']}")
         if "link_down" in r:
             print(f"link down: {r['link_down']}")
     week = result.get("week")
@@ -407,6 +434,10 @@ def main(argv: list[str]) -> int:
                    help="which layouts to run (both by default: the naive one is the baseline)")
     p.add_argument("--rack-size", type=int, default=64)
     p.add_argument("--hosts-per-process", type=int, default=128)
+    p.add_argument("--indexes", choices=["fixed", "tree"], default="fixed",
+                   help="fleet layout: host i is --host-index i (fixed), or each host asks the tree for its index "
+                        "at start (tree: --host-index auto, docs/fleet.md 'Host indexes'; the time until all have one "
+                        "is reported)")
     p.add_argument("--seconds", type=float, default=30.0, help="measured seconds per run")
     p.add_argument("--warmup", type=float, default=15.0)
     p.add_argument("--link-timeout", type=float, default=20.0)
