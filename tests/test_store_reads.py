@@ -282,3 +282,36 @@ def test_a_child_gone_while_its_unit_waits_resends_it_and_it_is_absorbed_once(tm
         gate.opened.set()
         child.close()
         stop_all(root)
+
+
+def test_a_unit_whose_read_cannot_be_installed_ends_its_stream_and_its_resend_is_absorbed(tmp_path):
+    """A bug while installing what was read must not leave the unit waiting for ever (its stream would hang): the
+    stream ends with INTERNAL, the child reconnects and resends, and the resend is judged afresh."""
+    db = _persisted(tmp_path, window("bug", "loss", 1, {0: 1.0}, expected=1))
+    root = make_root(db)
+    real = root.finaliser.install
+    broken = threading.Event()
+    broken.set()
+
+    def install(node, row):
+        if broken.is_set():
+            raise RuntimeError("injected")
+        real(node, row)
+
+    root.finaliser.install = install
+    child = RawChild(root.address, "first")
+    try:
+        child.ack()
+        child.batch(window("bug", "loss", 1, {0: 1.0}, expected=1), seq=1)
+        assert child.ack() is None and child.error is not None and child.error.code().name == "INTERNAL"
+        broken.clear()
+        child.close()
+        wait_for(lambda: "first" not in root.service._links, what="the stream's end noticed")
+        child = RawChild(root.address, "first")
+        child.ack()
+        child.ack_for(child.batch(window("bug", "loss", 1, {0: 1.0}, expected=1), seq=1), DURABLE)
+        assert counters(root)["duplicates"] == 1
+    finally:
+        broken.clear()
+        child.close()
+        stop_all(root)

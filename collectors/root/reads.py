@@ -203,16 +203,22 @@ class StoreReads:
             raise
         results: list[tuple[_Waiter, BaseException | None]] = []
         with node.lock:
-            for one, top in tops.items():
-                raised = fin.reading_tops.pop(one, -1)
-                fin.tops[one] = max(top, raised)
-            for job, found in claims.items():
-                node.runs.recalled(job, found)
-            for row in rows.values():
-                fin.install(node, row)
+            failed: BaseException | None = None
+            try:
+                for one in series:
+                    fin.tops[one] = max(tops[one], fin.reading_tops.pop(one, -1))
+                for job, found in claims.items():
+                    node.runs.recalled(job, found)
+                for row in rows.values():
+                    fin.install(node, row)
+            except Exception as exc:  # a bug: the batch's units end their streams (logged there; the children resend)
+                failed = exc
             for waiter in batch:
                 if not waiter.ready.set_running_or_notify_cancel():
                     continue  # its stream went away: the child resends it
+                if failed is not None:
+                    results.append((waiter, failed))
+                    continue
                 try:
                     waiter.resume()
                 except BaseException as exc:  # handed to the stream (logged there, the stream ended)
