@@ -62,3 +62,38 @@ def test_a_jobs_host_map_is_built_once_per_change_of_the_hosts():
     assert node.hosts("k") == {0: "me"} and node.hosts("j") == {2: "c", 3: "e"}
     node.forget_jobs({"j"})
     assert node.hosts("j") == {}
+
+
+def test_the_root_judges_fingerprints_and_exits_without_its_nodes_lock(tmp_path, monkeypatch):
+    """A verdict on fingerprints or exits may open an event, a SQLite write: the intake hands them over under the
+    node's lock (CollectorService.on_fingerprints / on_exits), and they are judged on the judging thread, in order,
+    without it (they were judged right there, under the lock)."""
+    from pyroaring import BitMap as Bits
+
+    from helpers_tree import wait_for
+    from telemetry.v1 import forensics_pb2
+
+    root = make_root(tmp_path / "root.db")
+    try:
+        judged: list[tuple[str, str, bool]] = []
+        detectors = root.wiring.detectors
+
+        def watch(kind: str, real: Any) -> Any:
+            def call(job: str, found: Any) -> None:
+                judged.append((kind, job, cast(Any, root.node.lock)._is_owned()))
+                real(job, found)
+            return call
+        monkeypatch.setattr(detectors, "on_fingerprints", watch("fingerprints", detectors.on_fingerprints))
+        monkeypatch.setattr(detectors, "on_exits", watch("exits", detectors.on_exits))
+        what = "all_reduce in=Float[4] out=Float[4] pg=default_pg"
+        prints = forensics_pb2.JobFingerprints(job="j", seqs=[forensics_pb2.MergedFingerprint(
+            seq=1, min_hash=1, min_what=what, min_ranks=Bits([0]).serialize(), max_hash=2, max_what=what,
+            max_ranks=Bits([1]).serialize())])
+        with root.node.lock:  # as the service hands them over
+            root.wiring.on_fingerprints([prints])
+            root.wiring.on_exits([forensics_pb2.RankExit(job="j", rank=0, cause="exit_code", why="exit code 1")])
+        wait_for(lambda: len(judged) == 2, 10, what="both judged")
+        assert [(kind, job) for kind, job, _ in judged] == [("fingerprints", "j"), ("exits", "j")], "in order"
+        assert not any(held for _, _, held in judged), judged
+    finally:
+        stop_all(root)

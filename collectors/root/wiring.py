@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import threading
 from collections.abc import Callable
 from dataclasses import asdict
+from functools import partial
 from http import HTTPStatus
 from pathlib import Path
 from typing import Protocol
@@ -61,6 +63,7 @@ from telemetry.v1 import forensics_pb2
 log = logging.getLogger(__name__)
 
 Route = Callable[[], tuple[str, bytes]]
+MAX_JUDGING = 65_536  # fingerprints and exits waiting for the judging thread; past it they are judged at once
 ROOT_JOB = "_root"  # the job name of the root's own events (its store failing); no rank may use it
 
 
@@ -90,6 +93,9 @@ class Wiring:
         self._hosts_lock = threading.Lock()  # the periodic check must not put back the hosts of a forgotten job
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
+        # Fingerprints and exits from the tree, judged on a thread of their own (_judge), not under the node's lock.
+        self._judging: queue.Queue[Callable[[], None] | None] = queue.Queue(MAX_JUDGING)
+        self._judge_thread: threading.Thread | None = None
         self.events = EventLog(store.path, make_sinks(config.sinks))
         node = tier.node
         context = Context(hosts_of=lambda job: self.hosts.get(job, {}), latest_step_of=self.latest.get,
@@ -152,19 +158,45 @@ class Wiring:
                 log.exception("root consumer %s failed", consumer)
 
     def on_fingerprints(self, found: list[forensics_pb2.JobFingerprints]) -> None:
-        """CollectorService.on_fingerprints: merged here, judged by the collective mismatch detector. Under the
-        node's lock (the detectors' lock may be taken inside it: the flush thread's order)."""
+        """CollectorService.on_fingerprints, under the node's lock: merged here, judged by the collective mismatch
+        detector on the judging thread (`_judge`)."""
         for job_fingerprints in found:
             changed = self.fingerprints.merge(job_fingerprints)
-            self.detectors.on_fingerprints(scoped(job_fingerprints.job, job_fingerprints.attempt), changed)
+            if changed:
+                self._to_judge(partial(self.detectors.on_fingerprints,
+                                       scoped(job_fingerprints.job, job_fingerprints.attempt), changed))
 
     def on_exits(self, exits: list[forensics_pb2.RankExit]) -> None:
-        """CollectorService.on_exits: accounts of ranks' ends, to the crash detector (under the node's lock)."""
+        """CollectorService.on_exits, under the node's lock: accounts of ranks' ends, to the crash detector on the
+        judging thread (`_judge`)."""
         by_job: dict[str, list[forensics_pb2.RankExit]] = {}
         for record in exits:
             by_job.setdefault(scoped(record.job, record.attempt), []).append(record)
         for job, found in by_job.items():
-            self.detectors.on_exits(job, found)
+            self._to_judge(partial(self.detectors.on_exits, job, found))
+
+    def _to_judge(self, judge: Callable[[], None]) -> None:
+        """Queue a verdict for the judging thread; judged here, as it used to be, before the thread runs, after it
+        stopped, or while MAX_JUDGING wait (bounded memory, nothing lost; order kept in all but the last case)."""
+        if self._judge_thread is not None and not self.stop.is_set():
+            try:
+                self._judging.put_nowait(judge)
+                return
+            except queue.Full:
+                pass
+        judge()
+
+    def _judge(self) -> None:
+        """Judge fingerprints and exits in the order they came, without the node's lock: a verdict may open an
+        event, and an event is a SQLite write (EventLog) that the tree's intake used to wait for (issue 27)."""
+        while True:
+            judge = self._judging.get()
+            if judge is None:
+                return
+            try:
+                judge()
+            except Exception:
+                log.exception("judging fingerprints or exits failed")
 
     def _crash_forensics(self, action: str, event: Event) -> None:
         """EventLog sink (under the detectors' lock): a crash event's accounts, kept as its forensics."""
@@ -203,6 +235,8 @@ class Wiring:
         self.forensics.start()
         self.thread = threading.Thread(target=self._loop, name="detectors", daemon=True)
         self.thread.start()
+        self._judge_thread = threading.Thread(target=self._judge, name="judging", daemon=True)
+        self._judge_thread.start()
 
     def _loop(self) -> None:
         interval = max(0.05, self.config.hang.check_interval_s)
@@ -227,6 +261,12 @@ class Wiring:
         """Stop the periodic check and the forensics worker, then close the event log (call after the flush loop
         has stopped)."""
         self.stop.set()
+        if self._judge_thread is not None:  # what is queued is judged first: its events are in the table
+            try:
+                self._judging.put(None, timeout=timeout)
+            except queue.Full:  # the thread is stuck judging: it is a daemon, and the stop goes on
+                log.warning("the judging thread did not take its stop within %.1f s", timeout)
+            self._judge_thread.join(timeout)
         if self.thread is not None:
             self.thread.join(timeout)
             self.forensics.close(timeout)
