@@ -137,6 +137,7 @@ def _serve(signals: StopSignals, make: Callable[[], Any], describe: Callable[[An
     from collectors.common.sdnotify import Notifier, WatchdogPinger
     from collectors.common.transport import CannotListen
     notifier = Notifier()
+    signals.hold()  # a signal before here ended the process at once; from here the server has things to close
     try:
         server = make()
         if signals.received is None:
