@@ -226,7 +226,7 @@ def test_cli_agent_without_nvml_logs_one_line(tmp_path):
         stop_all(root)
 
 
-def test_cli_agent_options_and_the_example_config_reach_the_agent(monkeypatch):
+def test_cli_agent_options_and_the_example_config_reach_the_agent(monkeypatch, tmp_path):
     from collectors import cli
     seen = {}
 
@@ -250,6 +250,16 @@ def test_cli_agent_options_and_the_example_config_reach_the_agent(monkeypatch):
     config = seen["config"]
     assert (config.gpu_probe, config.nic_probe, config.probe_interval_s, config.sysfs_root, config.nic_exclude,
             config.nvlink_every, config.host_id) == (False, False, 0.5, "/tmp/s", ("eth9",), 4, "sim-node-3")
+    # The host index, from the command line or the config file: "auto" (the tree hands one out) or a number.
+    for args, want in ((["--host-index", "auto"], (None, True)), (["--host-index", "7"], (7, False)), ([], (None, False))):
+        result = CliRunner().invoke(cli.main, ["agent", "--parent", "x:1", *args])
+        assert result.exit_code == 0, result.output
+        assert (seen["config"].host_index, seen["config"].host_index_auto) == want
+    config_file = tmp_path / "agent.toml"
+    config_file.write_text('parents = ["x:1"]\nhost_index = "auto"\n')
+    result = CliRunner().invoke(cli.main, ["agent", "--config", str(config_file)])
+    assert result.exit_code == 0, result.output
+    assert seen["config"].host_index_auto is True
 
 
 # ---------------------------------------------------------------- the sampler on its own
