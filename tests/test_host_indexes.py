@@ -82,16 +82,19 @@ def test_the_tree_hands_out_host_indexes_remembers_them_and_refuses_collisions(t
         wait_for(named, WAIT, interval=0.2, what="every host's devices under its index")
 
         # The root restarts (same file, same address): it remembers. An agent restarts: the same index again.
+        # A new host that starts while the root is down asks again until it answers, and gets a new index, never
+        # one handed out before.
         root.stop()
         agents["node-b"].stop()
         procs.remove(root)
+        agents["node-d"] = _agent(work, address, "node-d", "machine-node-d", "--host-index", "auto")
+        procs.append(agents["node-d"])
+        wait_for(lambda: "no parent answered" in _log(work, agents["node-d"]), WAIT, interval=0.2,
+                 what="node-d told the root is not there yet")
         root = _root(work, listen, api)
         procs.append(root)
         agents["node-b"] = _agent(work, address, "node-b", "machine-node-b", "--host-index", "auto")
         procs.append(agents["node-b"])
-        # A new host after the restart gets a new index, never one handed out before.
-        agents["node-d"] = _agent(work, address, "node-d", "machine-node-d", "--host-index", "auto")
-        procs.append(agents["node-d"])
         second = _handed_out(api, 4)
         assert {host: second[host] for host in first} == first and second["node-d"] == 3, second
         wait_for(lambda: "as before" in _log(work, agents["node-b"]), WAIT, interval=0.2,
