@@ -11,7 +11,8 @@ Two scenarios against a real RootServer on loopback gRPC, driven by hand-made ch
   is the probe's intake latency: from its send to its RECEIVED ack.
 * restart: a store holding `--windows` persisted windows (built once, cached under --cache), a root started
   on a copy of it, and a child resending them all (units of 500 windows, all sent at once, as an outbox resends
-  what it retains): the time until every one is acknowledged DURABLE (each a duplicate: counted, and checked),
+  what it retains; `--resenders N`: N children, each its share, as racks after a root restart): the time until
+  every one is acknowledged DURABLE (each a duplicate: counted, and checked),
   and meanwhile the probe's intake latency.
 
 Prints a table and writes store_reads.json under --out. Compare two revisions with bench/ab.py.
@@ -233,7 +234,7 @@ def _build_store(path: Path, windows: int) -> None:
     done.write_text(str(windows))
 
 
-def restart(directory: Path, cache: Path, windows: int, durability: str) -> dict[str, Any]:
+def restart(directory: Path, cache: Path, windows: int, durability: str, resenders: int = 1) -> dict[str, Any]:
     cache.mkdir(parents=True, exist_ok=True)
     built = cache / f"restart-{windows}.db"
     started = time.perf_counter()
@@ -242,30 +243,36 @@ def restart(directory: Path, cache: Path, windows: int, durability: str) -> dict
     db = directory / "restart.db"
     shutil.copyfile(built, db)
     root = _root(db, durability)
-    resend, probe = Child(root.address, "resender"), Probe(root.address)
+    children = [Child(root.address, f"resender{n}") for n in range(resenders)]
+    probe = Probe(root.address)
     summary = _summary(RESEND_RANKS).to_proto()
-    units = [[forward_pb2.WindowSummary(key=Key(RESEND_JOB, f"m{i % 100}", i // 100).to_proto(), summary=summary,
-                                        expected=RESEND_RANKS) for i in range(at, min(at + RESEND_UNIT, windows))]
-             for at in range(0, windows, RESEND_UNIT)]
+    # each resender holds its share of the metrics (a rack's), resent in units of RESEND_UNIT windows
+    shares = [[i for i in range(windows) if i % 100 % resenders == n] for n in range(resenders)]
+    units = [[[forward_pb2.WindowSummary(key=Key(RESEND_JOB, f"m{i % 100}", i // 100).to_proto(), summary=summary,
+                                         expected=RESEND_RANKS) for i in share[at:at + RESEND_UNIT]]
+              for at in range(0, len(share), RESEND_UNIT)] for share in shares]
     states = [_states(RESEND_JOB, RESEND_RANKS, processes=False)]
     try:
         probe.start()
         time.sleep(0.5)  # the probe's own baseline first
         start = time.perf_counter()
-        seqs = [resend.send(unit, states) for unit in units]
-        _wait(lambda: all(s in resend.durable for s in seqs), 600, "every resent unit durable")
+        seqs = [[child.send(unit, states) for unit in mine] for child, mine in zip(children, units)]
+        _wait(lambda: all(s in child.durable for child, mine in zip(children, seqs) for s in mine), 600,
+              "every resent unit durable")
         end = time.perf_counter()
         probe.stop()
         _wait(lambda: all(s in probe.child.received for _, s in probe.seqs), 60, "the probe's last acks")
         duplicates = root.node.counters["duplicates"]
-        return {"windows": windows, "units": len(units), "resend_durable_s": round(end - start, 3),
-                "resend_received_last_s": round(max(resend.received[s] for s in seqs) - start, 3),
+        last = max(child.received[s] for child, mine in zip(children, seqs) for s in mine)
+        return {"windows": windows, "resenders": resenders, "units": sum(len(mine) for mine in units),
+                "resend_durable_s": round(end - start, 3), "resend_received_last_s": round(last - start, 3),
                 "duplicates": duplicates, "all_duplicates": duplicates == windows,
                 "probe_received_during": _figures(probe.child.latencies_ms(probe.between(start, end))),
                 "store_build_s": round(build_s, 2)}
     finally:
         probe.child.close()
-        resend.close()
+        for child in children:
+            child.close()
         root.stop(0)
 
 
@@ -275,6 +282,8 @@ def main() -> None:
     p.add_argument("--hold-ms", type=float, default=200.0, help="how long each commit holds the writer first")
     p.add_argument("--busy-windows", type=int, default=50, help="windows per busy unit (every 20 ms)")
     p.add_argument("--windows", type=int, default=100_000, help="windows persisted and resent after the restart")
+    p.add_argument("--resenders", type=int, default=1, help="children resending the windows after the restart, "
+                   "each its share of the metrics, all at once (racks after a root restart)")
     p.add_argument("--durability", default="process", choices=["process", "power"])
     p.add_argument("--skip", choices=["slow", "restart"], action="append", default=[])
     p.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "store_reads_cache",
@@ -288,7 +297,7 @@ def main() -> None:
                                                 args.durability)
             print("slow commit:", json.dumps(result["slow_commit"]))
         if "restart" not in args.skip:
-            result["restart"] = restart(Path(tmp), args.cache, args.windows, args.durability)
+            result["restart"] = restart(Path(tmp), args.cache, args.windows, args.durability, args.resenders)
             print("restart:", json.dumps(result["restart"]))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "store_reads.json").write_text(json.dumps(result, indent=1))
