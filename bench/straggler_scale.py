@@ -99,7 +99,7 @@ def one_run(ranks: int, steps: int, factor: float, seed: int, per_agent: int = 8
     return {"factor": factor, "ranks": ranks, "steps": steps, "shares": shares, "slow_rank": slow if factor > 1 else None,
             "named_rank": named["ranks"] if named else None,
             "delay_steps": named["detail"]["detected_step"] - ONSET if named else None,
-            "signal": named["detail"]["signal"] if named else None,
+            "opened_on": named["detail"].get("opened_on") if named else None,
             "false_alarms": len(events) - (1 if named else 0),
             "max_tracked_ranks": tracked, "seconds": round(time.perf_counter() - started, 1), "trace": trace}
 
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         run = one_run(args.ranks, args.steps, factor, args.seed, args.ranks_per_agent, args.agents_per_rack,
                       not args.no_shares)
         print(f"{args.ranks} ranks, factor {factor:g}: named {run['named_rank']} (truth {run['slow_rank']}) "
-              f"{run['delay_steps']} steps after the onset (on {run['signal']}); false alarms {run['false_alarms']}; "
+              f"{run['delay_steps']} steps after the onset (opened on {run['opened_on']}); false alarms {run['false_alarms']}; "
               f"candidates kept <= {run['max_tracked_ranks']} ({run['seconds']} s)", flush=True)
         runs.append(run)
     result = {"benchmark": "straggler_scale", "complete": True, "machine": machine_facts(), "config": vars(args)

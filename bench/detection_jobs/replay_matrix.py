@@ -34,6 +34,7 @@ from bench.detection_jobs.replay import clocked_log
 from collectors.common.keys import Key
 from collectors.common.rows import Row
 from collectors.detectors.straggler import StragglerConfig, StragglerDetector
+from telemetry.names import WAIT_SHARE_METRIC
 from telemetry.summary import Summary
 
 
@@ -49,6 +50,9 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     detector = StragglerDetector(events, config=StragglerConfig(**settings))
     finalised = dict((step, ns) for step, ns in run["finalised"])
     world, job = run["world"], run["job"]
+    # The agents' running wait shares, where the run recorded them (runs from before them have none: the rule
+    # then judges the per-step waits alone, as the live root did)
+    shares = {step: (least, low, p50) for step, least, low, p50, *_ in run.get("shares", [])}
     for step, least, low, p50, _count, step_p50, *_ in run["waits"]:
         if step_p50 is None or step not in finalised:
             continue
@@ -58,6 +62,11 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
         waits[least] = low
         detector.observe(_row(job, "step_time", step, [step_p50] * world, ns))
         detector.observe(_row(job, "collective_wait", step, waits, ns))
+        if step in shares:
+            share_least, share_low, share_p50 = shares[step]
+            values = [share_p50] * world
+            values[share_least] = share_low
+            detector.observe(_row(job, WAIT_SHARE_METRIC, step, values, ns))
     stored = events.query(job, limit=10_000)
     events.close()
     return {**run, "events": [{**e, "seen": seen[e["id"]]} for e in stored]}

@@ -63,6 +63,8 @@ class StragglerConfig:
     wait_share_metric: str = WAIT_SHARE_METRIC
     wait_share_drift: float = 0.05   # the slow lane's least reference on the running shares
     wait_share_margin: float = 0.01  # ... and at least this over the job's own level of them
+    wait_share_spread_k: float = 2.0  # ... and this many times their own spread (median absolute deviation)
+    wait_share_settle: int = 16     # running-share steps of start-up at least (the averages settle: weight 1/8)
     wait_share_recovered: float = 0.75  # an event's rank whose running-share gap fell under this x its peak recovers
     # The CUSUM lanes of wait_score.py: reference (evidence per step below it is noise) and threshold (shares of
     # a step lost to the rank, summed) of the fast lane (severe stragglers) and of the slow one (slight ones).
@@ -291,7 +293,7 @@ class StragglerDetector(StreakDetector[_State]):
             state.score = WaitScore(((c.wait_fast_drift, c.wait_fast_threshold), (c.wait_drift, c.wait_threshold)),
                                     c.wait_cap, c.wait_track, c.wait_min_gap_s, background=c.wait_background,
                                     reference=c.wait_reference, running_drifts=(c.wait_share_drift,),
-                                    running_margin=c.wait_share_margin)
+                                    running_margin=c.wait_share_margin, running_spread_k=c.wait_share_spread_k)
         return state.score
 
     def _shares(self, row: Row, state: _State) -> None:
@@ -308,9 +310,16 @@ class StragglerDetector(StreakDetector[_State]):
             return  # a rank without its share could be the slow one
         score, median = self._score(state), p50(s)
         x = median - s.min
-        if state.share_warm < c.wait_warmup:
+        # Start-up: the job's first `wait_warmup` steps, and at least the averages' own settling (each rank's
+        # average starts at its first step's share, so the first steps' gaps are the noise of one step, not of
+        # ~15); the last 8 of them give the level its first samples.
+        warmup = max(c.wait_warmup, c.wait_share_settle)
+        if state.share_warm < warmup:
             state.share_warm += 1
-            score.observe_running(x)
+            if state.share_warm > warmup - 8:
+                score.observe_running(x)
+            else:
+                score.observe_running_start()
             return
         state.share_last = step
         x = score.update_running(step, s.argmin, x)
@@ -378,6 +387,8 @@ class StragglerDetector(StreakDetector[_State]):
             "wait_s": fnum(wait_s), "wait_rank_s": fnum(wait_rank_s),
             "wait_s_total": fnum(state.wait_s_total), "wait_rank_s_total": fnum(state.wait_rank_s_total),
             "steps": state.steps, "detected_step": open_event.detail.get("detected_step") if open_event else step,
+            # the signal whose step opened the event (`signal` is the latest update's)
+            "opened_on": open_event.detail.get("opened_on") if open_event else row.key.metric,
         }
         self.raise_streak(job, state, step, open_event, ranks=[rank], detail=detail, severity=c.severity)
 
