@@ -285,19 +285,15 @@ class Node:
         for out in outs:
             self.release(out.key, out.constituents, out.absorbed, refused)
 
-    def release(self, key: Key, parts: list[Part], absorbed: list[Origin], refused: str | None = None) -> None:
-        """Release what one window's parts (and the duplicates absorbed into it) held: see release_all."""
+    def release(self, key: Key, parts: list[Part], absorbed: list[Origin], refused: str) -> None:
+        """Release what one refused or dropped window's parts (and the duplicates absorbed into it) held, telling
+        every sender why (`refused`); settled windows are released in bulk by release_all."""
         release = self.durability.release
-        if refused is None:  # the parts of a window mostly come from distinct units: one release each, no refusal
-            for part in parts:
-                for origin in part.origins:
-                    release(origin)
-        else:
-            for part in parts:
-                one = Refusal(key, refused, part.index)
-                for origin in part.origins:
-                    release(origin, one)
-        refusal = None if refused is None else Refusal(key, refused)
+        for part in parts:
+            one = Refusal(key, refused, part.index)
+            for origin in part.origins:
+                release(origin, one)
+        refusal = Refusal(key, refused)
         for origin in absorbed:
             release(origin, refusal)
 

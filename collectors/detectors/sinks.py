@@ -78,12 +78,6 @@ class QueuedSink:
             time.sleep(0.01)
         return not self.queue.unfinished_tasks
 
-    def stop(self) -> None:
-        try:
-            self.queue.put_nowait(None)
-        except queue.Full:
-            pass
-
     def shutdown(self, timeout: float = 2.0) -> bool:
         """Deliver what is queued, then stop the thread, within `timeout`: True if everything queued went out.
         What is still queued at the deadline is counted as dropped (a slow endpoint never holds a stop longer)."""

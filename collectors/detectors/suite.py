@@ -136,14 +136,6 @@ class Detectors:
         return [d for d in self.shared.values() if d is not None]
 
     @property
-    def hang(self) -> HangDetector | None:
-        return self.shared.get("hang")  # type: ignore[return-value]  # BUILDERS["hang"] is HangDetector
-
-    @property
-    def mismatch(self) -> CollectiveMismatchDetector | None:
-        return self.shared.get("collective_mismatch")  # type: ignore[return-value]  # built from its class
-
-    @property
     def crash(self) -> CrashDetector | None:
         return self.shared.get("crash")  # type: ignore[return-value]  # never overridden (settings.py)
 

@@ -349,7 +349,7 @@ class DetectorErrors(Declared):
         add(families["telemetry_detector_errors"], [], self.errors())
 
 
-class StoreStatus(Collector):
+class StoreStatus(Declared):
     """The root's SQLite store: writable, failed commits, files lost, bytes on disk (`store()` -> writable,
     write_failures, files_lost and, where known, bytes)."""
 
@@ -365,9 +365,6 @@ class StoreStatus(Collector):
 
     def __init__(self, store: Callable[[], dict[str, int]]) -> None:
         self.store = store
-
-    def describe(self) -> Iterable[Family]:
-        return [spec.family() for spec in self.SPECS]
 
     def collect(self) -> Iterable[Family]:
         status = self.store()

@@ -40,14 +40,12 @@ class HostIndexes:
     """The root's table of host indexes. `claimed` maps the host indexes the tree's run ledger saw claimed (agents
     given --host-index that never registered) to the host claiming each: never handed to another host."""
 
-    def __init__(self, store: Store, claimed: Callable[[], dict[int, str]] | None = None) -> None:
+    def __init__(self, store: Store, claimed: Callable[[], dict[int, str]]) -> None:
         self.store = store
-        self.claimed = claimed if claimed is not None else lambda: ledger_claims(store)
+        self.claimed = claimed
         self._lock = threading.Lock()
         self._by_index: dict[int, tuple[str, str, bool]] = {}  # index -> (host, machine id, explicit)
         self._by_host: dict[str, int] = {}  # host -> its latest index
-        self.assigned = 0  # new indexes handed out since start
-        self.refused = 0  # registrations refused since start
         with store.transaction() as db:
             db.execute(_TABLE)
             found = db.execute("SELECT idx, host, machine_id, explicit FROM host_indexes "
@@ -98,7 +96,6 @@ class HostIndexes:
             if index > MAX_HOST_INDEX:
                 return self._refuse(host, f"every host index (0..{MAX_HOST_INDEX}) is taken")
             self._record(index, host, machine_id, False)
-            self.assigned += 1
         log.info("host %s is fleet host index %d (handed out by the root)", host, index)
         return forward_pb2.HostAssignment(index=index, known=False)
 
@@ -113,7 +110,6 @@ class HostIndexes:
         self._by_host[host] = index
 
     def _refuse(self, host: str, reason: str) -> forward_pb2.HostAssignment:
-        self.refused += 1
         log.warning("host index registration of %r refused: %s", host[:64], reason)
         return forward_pb2.HostAssignment(refused=reason)
 
