@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from collectors.common.rows import Row
@@ -116,12 +117,25 @@ class Snapshot:
 
 
 class JobFigures:
-    """Feed it finalised rows (`observe`), read it per scrape (`snapshot`). Thread-safe."""
+    """Feed it finalised rows (`observe`), read it per scrape (`snapshot`, or one `scrape()` shared by every
+    collector of an exposition). Thread-safe."""
 
     def __init__(self, jobs: Callable[[], Iterable[str]] | None = None) -> None:
         self.known_jobs = jobs  # jobs whose ranks registered (the tree's liveness), before any window
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}
+        self._scrape = threading.local()  # the snapshot this thread's exposition reads, while one is rendered
+
+    @contextmanager
+    def scrape(self) -> Iterator[None]:
+        """One snapshot for a whole exposition: every collector's `snapshot()` on this thread returns it, so the
+        families agree with each other and the tree's lock (`known_jobs`) is taken once per scrape, not per
+        collector."""
+        self._scrape.snapshot = self.snapshot()
+        try:
+            yield
+        finally:
+            self._scrape.snapshot = None
 
     def observe(self, rows: Iterable[Row]) -> None:
         rows = list(rows)
@@ -195,6 +209,9 @@ class JobFigures:
     def snapshot(self) -> Snapshot:
         """Every job as of now; a registered job without windows is taken in (empty), so it is exported from its
         ranks' registration on, not its first window."""
+        pinned = getattr(self._scrape, "snapshot", None)
+        if pinned is not None:
+            return pinned
         registered = [j for j in (self.known_jobs() if self.known_jobs is not None else ())
                       if not j.startswith(HOST_JOB_PREFIX)]
         with self._lock:

@@ -67,4 +67,5 @@ class RootMetrics:
     def render(self) -> tuple[str, bytes]:
         """(content type, body) for GET /metrics: the classic text format 0.0.4, which every Prometheus
         reads (our names never need the 1.0.0 format's escaping)."""
-        return CONTENT_TYPE_PLAIN_0_0_4, generate_latest(self.registry)
+        with self.figures.scrape():
+            return CONTENT_TYPE_PLAIN_0_0_4, generate_latest(self.registry)
