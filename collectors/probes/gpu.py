@@ -225,11 +225,15 @@ class _Gpu:
     handle: Any
     disabled: set[str] = field(default_factory=set)
     nvlinks: tuple[int, ...] = ()
-    lost: bool = False
     retry: dict[str, _Retry] = field(default_factory=dict)  # fields failing transiently ("*": the lost GPU)
     errors: dict[str, int] = field(default_factory=dict)  # failed NVML calls per field, for the probe's life
     xid_registered: bool = False
     xid_count: int = 0
+
+    @property
+    def lost(self) -> bool:
+        """NVML said the GPU is lost, and it has not answered since (its retry is kept under "*")."""
+        return "*" in self.retry
     xid_last: int | None = None
 
 
@@ -565,8 +569,7 @@ class GpuProbe:
         previous = g.retry.get(key)
         failures = 1 if previous is None else previous.failures + 1
         g.retry[key] = _Retry(failures, now + min(RETRY_MAX_S, RETRY_FIRST_S * 2.0 ** (failures - 1)))
-        if lost and not g.lost:
-            g.lost = True
+        if lost and previous is None:
             self._log.error(
                 "GPU probe: %s (%s) is lost (%s); no readings from it until NVML answers again (tried from %.0f s "
                 "on, backing off to %.0f s)", g.info.device, g.info.uuid, exc, RETRY_FIRST_S, RETRY_MAX_S
@@ -590,7 +593,6 @@ class GpuProbe:
     def _found_again(self, g: _Gpu) -> None:
         """A lost GPU answered: sample it again (its counters start afresh: it may have been reset)."""
         failures = g.retry.pop("*").failures
-        g.lost = False
         self._counters.forget(g.info.device)
         self._log.warning("GPU probe: %s (%s) answers again after %d failed tr%s", g.info.device, g.info.uuid,
                           failures, "y" if failures == 1 else "ies")
