@@ -22,7 +22,7 @@ from collectors.agent.wait_share import ALPHA, WaitShares
 from collectors.common.keys import Key
 from collectors.common.rows import Row
 from collectors.detectors import EventLog
-from collectors.detectors.straggler import StragglerDetector
+from collectors.detectors.straggler import StragglerConfig, StragglerDetector
 from collectors.sim.model import parse_injection
 from collectors.sim.orchestrate import SimConfig, Simulation
 from telemetry.names import WAIT_METRIC, WAIT_SHARE_METRIC, WORK_METRIC
@@ -170,3 +170,35 @@ def test_the_running_share_goes_through_real_agents_and_the_root_and_names_the_r
         assert 15 <= stragglers[0]["detail"]["detected_step"] <= 15 + 35, stragglers[0]
     finally:
         sim.cleanup()
+
+
+def test_a_blip_named_while_the_shares_settle_closes_and_the_real_straggler_is_named_in_time() -> None:
+    """A rank held back for two steps just after a short warm-up (3 CPU ranks on 2 shared cores: the demo's
+    --train job, wait_warmup 3) opens an event on the fast lane while the running shares are still settling
+    (their first 16 steps). It must close on the per-step waits as it would without shares, so that the rank
+    slow from step 10 is named within the fast lane's bound. Seen on a fresh-clone CI run: the blip's event
+    could only close once the shares had settled, and the real straggler was named after its slow stretch."""
+    rng = np.random.default_rng(1)
+    world, sources = 3, np.arange(3, dtype=np.int64)
+    log = EventLog(None)
+    det = StragglerDetector(log, config=StragglerConfig(wait_warmup=3))
+    running: np.ndarray | None = None
+    for step in range(30):
+        compute = 0.1 * np.exp(0.02 * rng.standard_normal(world))
+        if step in (3, 4):
+            compute[2] *= 3.0   # descheduled for two steps
+        if 10 <= step <= 22:
+            compute[1] *= 2.0   # the straggler
+        wait = compute.max() - compute + 0.002
+        wall = compute.max() + 0.004
+        share = wait / wall
+        running = share if running is None else running + ALPHA * (share - running)
+        for metric, values in (("step_time", np.full(world, wall)), (WAIT_METRIC, wait), (WAIT_SHARE_METRIC, running)):
+            summary = Summary.from_arrays(values.astype(np.float64), sources, time.time_ns())
+            det.observe(Row(Key(JOB, metric, step, 0), world, summary, 0, time.time_ns()))
+    events = log.query(JOB)
+    named = [e for e in events if e["ranks"] == [1]]
+    assert named, events
+    assert 10 <= named[0]["detail"]["detected_step"] <= 10 + 3, named[0]["detail"]
+    blips = [e for e in events if e["ranks"] == [2]]
+    assert all(e["status"] == "closed" and e["last_step"] <= 10 for e in blips), blips

@@ -260,10 +260,11 @@ class StragglerDetector(StreakDetector[_State]):
         x = score.update(step, s.argmin, gap, scale)
         slowdown = scale / max(scale - gap, 1e-9)
         figures = {"p50_s": fnum(median), "min_s": fnum(s.min), "step_s": fnum(scale)}
-        if state.shares:
+        if self._shares_judge(state):
             # The running shares open, hold and close the event (_shares); a step's own waits open it when the
             # fast lane names the rank that waits least now (a severe straggler, before the averages move), and
-            # add what the others waited for it.
+            # add what the others waited for it. Until the shares have settled, the per-step waits below hold
+            # and close an event as they do without shares: one opened on a blip must not stay open until then.
             open_now = self.is_open(job)
             rank = state.streak_rank if open_now else (score.named() or (-1, 0.0))[0]
             if rank != s.argmin or not (open_now or score.ratio(rank) >= 1.0):
@@ -278,6 +279,8 @@ class StragglerDetector(StreakDetector[_State]):
             # `wait_clear_steps` of them in a row close it (a recovered rank's score takes long to decay).
             held = score.ratio(state.streak_rank)
             named = (state.streak_rank, held) if held >= 0.5 and s.argmin == state.streak_rank else None
+            if named is None:
+                named = self._hand_over(job, state, step, s.argmin)
         else:
             named = score.named()
             if named is not None and named[0] != s.argmin:
@@ -286,6 +289,16 @@ class StragglerDetector(StreakDetector[_State]):
             self._normal(job, state, step, counts=True)
             return
         self._judged(row, state, named[0], named[1], x, gap, slowdown, figures, count=True)
+
+    def _share_warmup(self) -> int:
+        """Running-share steps of start-up: the job's first `wait_warmup` steps, and at least the averages' own
+        settling (each rank's average starts at its first step's share: the first steps' gaps are the noise of
+        one step, not of ~15)."""
+        return max(self.config.wait_warmup, self.config.wait_share_settle)
+
+    def _shares_judge(self, state: _State) -> bool:
+        """The job's running shares have settled: they, not the per-step waits, hold and close its event."""
+        return state.shares and state.share_warm >= self._share_warmup()
 
     def _score(self, state: _State) -> WaitScore:
         if state.score is None:
@@ -310,10 +323,8 @@ class StragglerDetector(StreakDetector[_State]):
             return  # a rank without its share could be the slow one
         score, median = self._score(state), p50(s)
         x = median - s.min
-        # Start-up: the job's first `wait_warmup` steps, and at least the averages' own settling (each rank's
-        # average starts at its first step's share, so the first steps' gaps are the noise of one step, not of
-        # ~15); the last 8 of them give the level its first samples.
-        warmup = max(c.wait_warmup, c.wait_share_settle)
+        # Start-up (_share_warmup): the last 8 of its steps give the level its first samples.
+        warmup = self._share_warmup()
         if state.share_warm < warmup:
             state.share_warm += 1
             if state.share_warm > warmup - 8:
@@ -344,6 +355,19 @@ class StragglerDetector(StreakDetector[_State]):
             return
         figures = {"p50_share": fnum(median, 4), "min_share": fnum(s.min, 4)}
         self._judged(row, state, named[0], named[1], x, None, 1.0 / max(1.0 - x, 1e-9), figures, count=False)
+
+    def _hand_over(self, job: str, state: _State, step: int, least: int) -> tuple[int, float] | None:
+        """The open event's rank no longer makes the others wait and the rank that waits least now is named on
+        its own score: the event was about the wrong rank (a blip) or the culprit changed. Its event closes at
+        once - waiting `wait_clear_steps` would hold the new culprit's event back by as many steps - and the
+        new rank is named."""
+        named = self._score(state).named()
+        if named is None or named[0] != least or named[0] == state.streak_rank:
+            return None
+        self.clear(job, step=step)
+        self._score(state).forget(state.streak_rank)
+        state.streak, state.start, state.clean = 0, None, 0
+        return named
 
     def _normal(self, job: str, state: _State, step: int, counts: bool) -> None:
         was_open = self.is_open(job)
