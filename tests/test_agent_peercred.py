@@ -110,13 +110,16 @@ os.setgroups([])  # everything imported as root (the interpreter is not readable
 os.setgid(int(sys.argv[2]))
 os.setuid(int(sys.argv[2]))
 hello = ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(job="peer", rank=3, world_size=4, host="h", pid=os.getpid()))
-with grpc.insecure_channel(sys.argv[1]) as channel:
-    call = ingest_pb2_grpc.AgentStub(channel).Stream(iter([hello]), timeout=10)
-    try:
-        print("REGISTERED" if next(call).status == ingest_pb2.RankAck.REGISTERED else "OTHER")
-    except grpc.RpcError as error:
-        print(error.code().name, error.details())
-    call.cancel()
+channel = grpc.insecure_channel(sys.argv[1])
+call = ingest_pb2_grpc.AgentStub(channel).Stream(iter([hello]), timeout=10)
+try:
+    print("REGISTERED" if next(call).status == ingest_pb2.RankAck.REGISTERED else "OTHER", flush=True)
+except grpc.RpcError as error:
+    print(error.code().name, error.details(), flush=True)
+# The answer is all the test needs. grpc's teardown of a bidirectional stream (cancel, channel close, its threads
+# at interpreter exit) once hung for 30 s after the answer on a loaded CI machine: the process ends here instead,
+# as a rank killed mid-stream would (the agent sees its stream end).
+os._exit(0)
 """
 
 
