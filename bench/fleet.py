@@ -62,7 +62,7 @@ IB_METRIC = "ib.symbol_error_delta"
 
 def simulate(argv: list[str]) -> None:
     """`fleet.py --sim FIRST COUNT LAYOUT SYSFS RACKS_JSON RACK_SIZE`: COUNT hosts from index FIRST."""
-    from collectors.agent.hardware import HardwareSampler
+    from collectors.agent.hardware import HardwareSampler, next_sample_ns
     from collectors.agent.host_index import HostIndexRegistration
     from collectors.agent.ranks import RankRegistry
     from collectors.common.gctune import tune_gc
@@ -98,16 +98,15 @@ def simulate(argv: list[str]) -> None:
     stop = threading.Event()
 
     def sample_loop() -> None:
-        next_t = time.monotonic()
-        while not stop.is_set():
+        while not stop.is_set():  # as HardwareSampler._run: at the same point of every second as a real agent
+            at_ns = next_sample_ns(time.time_ns(), 1.0)
+            time.sleep(max(0.0, (at_ns - time.time_ns()) / 1e9))
             for node, _, registry, sampler in hosts:
-                sampler.sample_once()
+                sampler.sample_once(next_wall_ns=at_ns + 1_000_000_000)
                 if registry.changed:
                     with node.lock:
                         node.own_ranks = registry.views()
                         registry.changed = False
-            next_t += 1.0
-            time.sleep(max(0.0, next_t - time.monotonic()))
 
     def flush_loop() -> None:
         while not stop.is_set():

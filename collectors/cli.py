@@ -20,6 +20,7 @@ EARLY_SIGNALS = early(sys.argv)  # before click, grpc and numpy are imported: a 
 
 import click  # noqa: E402  (after EARLY_SIGNALS, which must come first)
 
+from collectors.common.fleet import DEFAULT_FLEET_GRACE_S  # noqa: E402  (after EARLY_SIGNALS, which must come first)
 from collectors.common.lifetime import die_with_parent  # noqa: E402  (after EARLY_SIGNALS, which must come first)
 from collectors.remote_write_cli import remote_write_config, remote_write_options  # noqa: E402  (after EARLY_SIGNALS too)
 
@@ -373,6 +374,10 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
 @click.option("--deadline-floor", type=float, default=None,
               help="Seconds a window may wait for slow children [default: 3 (collector), 4 (root)].")
 @with_options(window_options(deadline_factor=4.0))
+@click.option("--fleet-grace", type=click.FloatRange(min=0.0), default=DEFAULT_FLEET_GRACE_S, show_default=True,
+              help="Seconds after a fleet second (hosts' hardware, docs/fleet.md) ended that this tier passes it on "
+                   "without the hosts not in yet (twice that above a rack); their readings follow as late deltas, "
+                   "merged exactly.")
 @click.option("--max-children", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Child streams (agents, collectors) served at once; one more is refused with "
                    "RESOURCE_EXHAUSTED (and counted).")
@@ -389,7 +394,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               api: str, api_token: str | None, api_token_file: str | None, api_client_connections: int,
               deadline_floor: float | None,
               deadline_factor: float, max_metrics: int, window_budget_mb: int, outbox_budget_mb: int,
-              retention: tuple[str, ...],
+              fleet_grace: float, retention: tuple[str, ...],
               durability: str, max_world_size: int, job_idle_timeout: float, max_children: int,
               detectors_config: str | None, verbose: int, **remote_write: Any) -> None:
     """Run a collector (rack or cluster tier); with no --parent it is the root (store, API)."""
@@ -431,7 +436,8 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
             deadline_floor_s=4.0 if deadline_floor is None else deadline_floor, deadline_factor=deadline_factor,
             max_metrics_per_job=max_metrics, max_children=max_children, job_idle_timeout_s=job_idle_timeout,
             max_world_size=max_world_size, durability=durability, detectors=detectors,
-            window_budget_bytes=window_budget_mb << 20, remote_write=remote, retention=lifecycle)
+            window_budget_bytes=window_budget_mb << 20, remote_write=remote, retention=lifecycle,
+            fleet_grace_s=fleet_grace)
         _serve(signals, lambda: RootServer(root),
                lambda server: {"role": "root", "id": server.node.node_id, "address": server.address,
                                "api": server.api_address})
@@ -442,7 +448,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
         parent_security=parent_security, deadline_floor_s=3.0 if deadline_floor is None else deadline_floor,
         deadline_factor=deadline_factor, max_metrics_per_job=max_metrics, max_children=max_children,
         job_idle_timeout_s=job_idle_timeout, max_world_size=max_world_size, window_budget_bytes=window_budget_mb << 20,
-        outbox_budget_bytes=outbox_budget_mb << 20)
+        outbox_budget_bytes=outbox_budget_mb << 20, fleet_grace_s=fleet_grace)
     _serve(signals, lambda: CollectorServer(config),
            lambda server: {"role": "collector", "id": server.node.node_id, "address": server.address, "api": None})
 

@@ -8,6 +8,7 @@ rack collector and root on loopback.
 
 from __future__ import annotations
 
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -379,3 +380,122 @@ def test_hardware_rising_total_is_the_hosts_own():
     events = _events(log)
     assert events["ib_link_downed@host-0"]["detail"]["total"] == 2.0
     assert events["ib_link_downed@host-3"]["detail"]["total"] == 5.0
+
+
+def test_hardware_a_seconds_late_readings_are_judged_once_never_twice():
+    """A second judged without a late host, then again with its readings merged in (the stored row rewritten): the
+    late host's link down is named, with its own increase as the total; the hosts judged before are not judged
+    again (host 0's increase counted once, not twice), and a rewrite that brings nothing new changes nothing."""
+    log, det = _fleet_detector()
+    det.observe(_fleet_row("ib.link_downed_delta", 500, {(0, 64): 2.0, (3, 64): 1.0}))
+    det.observe(_fleet_row("ib.link_downed_delta", 501, {(0, 64): 0.0, (3, 64): 0.0}))
+    det.observe(_fleet_row("ib.link_downed_delta", 500, {(0, 64): 2.0, (3, 64): 1.0, (1, 65): 4.0}))
+    events = _events(log)
+    assert set(events) == {"ib_link_downed@host-0", "ib_link_downed@host-3", "ib_link_downed@host-1"}
+    assert events["ib_link_downed@host-1"]["detail"]["device"] == "mlx5_1/1"
+    assert events["ib_link_downed@host-1"]["detail"]["total"] == 4.0
+    assert events["ib_link_downed@host-0"]["detail"]["total"] == 2.0
+    before = log.query(None)
+    det.observe(_fleet_row("ib.link_downed_delta", 500, {(0, 64): 2.0, (3, 64): 1.0, (1, 65): 4.0}))
+    assert log.query(None) == before
+
+
+class _SimHost:
+    """One host's real hardware path in this process (as bench/fleet.py's simulator): its NicProbe on a generated
+    sysfs tree, HardwareSampler, Node, Upstream and Outbox to its rack, sampled and flushed when the test says, so
+    that a host can be made late on purpose."""
+
+    def __init__(self, index: int, sysfs: Path, rack: str) -> None:
+        from collectors.agent.hardware import HardwareSampler
+        from collectors.agent.ranks import RankRegistry
+        from collectors.delivery.node import Node, Upstream
+        from collectors.delivery.outbox import Outbox
+        from collectors.delivery.windows import Deadlines
+        from collectors.probes import NicProbe
+
+        self.name = f"node-{index}"
+        self.node = Node(f"agent-{self.name}", Deadlines(0.5, 3.0), ack_down=lambda *a, **k: None)
+        self.node.complete = lambda win: True
+        self.node.sink = upstream = Upstream(self.node, lambda on_ack: Outbox(f"agent-{self.name}", [rack], None,
+                                                                             on_ack))
+        self.registry = RankRegistry()
+        self.sampler = HardwareSampler(self.node, self.registry, host_id=self.name, nic=NicProbe(sysfs),
+                                       host_index=index)
+        self.outbox = upstream.outbox
+        self.outbox.start()
+
+    def sample(self, second_ms: int) -> None:
+        self.sampler.sample_once(now_ns=(second_ms + 500) * 1_000_000, next_wall_ns=(second_ms + 1500) * 1_000_000)
+        with self.node.lock:
+            if self.registry.changed:
+                self.node.own_ranks = self.registry.views()
+                self.registry.changed = False
+
+    def flush(self) -> None:
+        self.node.flush()
+
+    def stop(self) -> None:
+        self.outbox.close(0.5)
+
+
+def _next_second(after_ms: int) -> int:
+    """The start (ms) of the current wall-clock second, once it is later than `after_ms` and 0.4 s of it is left."""
+    while time.time() % 1 > 0.6 or time.time() * 1000 < after_ms + 1000:
+        time.sleep(0.02)
+    return int(time.time()) * 1000
+
+
+def test_a_fleet_second_is_passed_on_without_a_late_host_whose_readings_are_merged_exactly_after(tmp_path):
+    """Issue 28: a tier passes a fleet second on `fleet_grace_s` after it ended without a host not in yet (the racks
+    above it once every rack sent its part), instead of holding it until its deadline (10 s here); the late host's
+    readings follow as a late delta, merged into the stored window exactly, and a link down among them is still
+    named (the detector judges a second's late sources)."""
+    trees = []
+    for h in range(3):
+        trees.append(tmp_path / f"sys{h}")
+        write_host(trees[-1], nics=2, hcas=4)
+    root = make_root(tmp_path / "root.db", deadline_floor_s=10.0)
+    racks = [make_collector([root.address], f"rack{r}", deadline_floor_s=10.0) for r in range(2)]
+    hosts = [_SimHost(h, trees[h], racks[0 if h < 2 else 1].address) for h in range(3)]
+    try:
+        second = 0
+        for _ in range(2):  # the tiers learn which hosts each child covers
+            second = _next_second(second)
+            for host in hosts:
+                host.sample(second)
+                host.flush()
+            _complete(root, "ib.port_active")
+        set_ib(trees[1], "mlx5_2", 1, active=False, link_downed=1)
+        second = _next_second(second)
+        for host in hosts:
+            host.sample(second)
+        hosts[0].flush()
+        hosts[2].flush()  # node-1, under rack0 with node-0, is late
+
+        def stored() -> tuple[dict, Summary] | None:
+            return next(((row, s) for row, s in _fleet_windows(root, "ib.link_downed_delta")
+                         if row["idx"] == second), None)
+        row, early = wait_for(stored, 6.0, what="the fleet second stored without its late host")
+        assert {fleet.host_index_of(src) for src in early.sources} == {0, 2}
+        assert row["late"] == 0
+        hosts[1].flush()
+
+        def merged() -> tuple[dict, Summary] | None:
+            found = stored()
+            return found if found and len(found[1].sources) == 12 else None
+        row, whole = wait_for(merged, WAIT, what="the late host's readings merged into the stored second")
+        assert row["late"] >= 1
+        assert whole.count == 12 and whole.sum == 1.0 and whole.max == 1.0
+        assert fleet.host_index_of(whole.argmax) == 1
+        assert whole.sources == early.sources | BitMap(fleet.source(1, 64 + p) for p in range(4))
+
+        def named():
+            status, body = api_get(root.api_address, f"/api/v1/jobs/{fleet.FLEET_JOB}/events?kind=hardware")
+            found = [e for e in body.get("events", []) if e["detail"].get("rule") == "ib_link_downed"]
+            return found[0] if status == 200 and found else None
+        event = wait_for(named, WAIT, what="the late host's link down named")
+        assert event["detail"]["host"] == "node-1" and event["detail"]["device"] == "mlx5_2/1"
+    finally:
+        for host in hosts:
+            host.stop()
+        stop_all(*racks, root)

@@ -69,10 +69,22 @@ log = logging.getLogger(__name__)
 
 WIDTH_MS = HEARTBEAT_WIDTH_MS  # hardware windows are the same 1 s buckets as heartbeats
 DEFAULT_PROBE_INTERVAL_S = 1.0
+SAMPLE_PHASE = 0.7  # where in its interval (its second) every host samples: next_sample_ns
 DEFAULT_NIC_EXCLUDE = VIRTUAL_NICS
 NIC_FALLBACK_BASE = 1 << 24  # NIC source ids when an interface's ifindex cannot be read
 _JOB_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
 _INDEX = re.compile(r"(?:cuda:)?(\d+)")
+
+
+def next_sample_ns(now_ns: int, interval_s: float) -> int:
+    """The wall time of the next sample after `now_ns`: every `interval_s`, SAMPLE_PHASE of the way into it (of the
+    second, for intervals past one). Every host samples a second at the same point of it, late in the second, so that
+    a fleet second is complete at each tier right after it ends, and a reading waits little for its bucket's end (the
+    link down named within 2 s at the root, docs/fleet.md). A sample that ran long is followed by the next due one,
+    never by a burst."""
+    period_ns = max(1, round(interval_s * 1e9))
+    offset_ns = round(SAMPLE_PHASE * min(interval_s, 1.0) * 1e9)
+    return ((now_ns - offset_ns) // period_ns + 1) * period_ns + offset_ns
 
 
 def host_job(host_id: str) -> str:
@@ -218,15 +230,12 @@ class HardwareSampler:
                     log.exception("closing the %s probe failed", probe.name)
 
     def _run(self) -> None:
-        next_t = time.monotonic()
-        while not self._stop.wait(max(0.0, next_t - time.monotonic())):
-            started = time.monotonic()
-            next_t += self.interval_s
-            if next_t <= started:  # fell behind (a slow sample, a suspended VM): skip, do not burst
-                next_t = started + self.interval_s
-            next_wall_ns = time.time_ns() + int((next_t - time.monotonic()) * 1e9)
+        while True:
+            at_ns = next_sample_ns(time.time_ns(), self.interval_s)
+            if self._stop.wait(max(0.0, (at_ns - time.time_ns()) / 1e9)):
+                return
             try:
-                self.sample_once(next_wall_ns=next_wall_ns)
+                self.sample_once(next_wall_ns=next_sample_ns(at_ns, self.interval_s))
             except Exception:  # a bug here must not stop the sampling for good
                 log.exception("hardware sample failed")
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from collectors.collector.service import CollectorService, UnitReads
 from collectors.common.aioserve import AioServer, StreamSlots
+from collectors.common.fleet import DEFAULT_FLEET_GRACE_S
 from collectors.common.flushloop import FlushLoop
 from collectors.common.memory import FreedMemory
 from collectors.common.transport import Security
@@ -49,6 +50,9 @@ class TierConfig:
     max_children: int = DEFAULT_MAX_CHILDREN  # concurrent child streams; past it refused (RESOURCE_EXHAUSTED)
     job_idle_timeout_s: float = DEFAULT_JOB_IDLE_TIMEOUT_S  # jobs idle and children gone this long are forgotten
     max_world_size: int = DEFAULT_MAX_WORLD_SIZE  # windows or rank states beyond it are refused
+    # A fleet second is passed on this long after it ended without the hosts not in yet (Node._fleet_passed; twice
+    # as long above a rack); None: it waits for every host until its deadline (--fleet-grace)
+    fleet_grace_s: float | None = DEFAULT_FLEET_GRACE_S
 
 
 class Tier:
@@ -64,7 +68,8 @@ class Tier:
         node_id = config.node_id or f"{role}-{socket.gethostname()}"
         self.node = Node(node_id, Deadlines(config.deadline_floor_s, config.deadline_factor),
                          ack_down=self._ack_down, retain_s=config.retain_s,
-                         window_budget_bytes=config.window_budget_bytes, sink=sink, complete=complete, runs=runs)
+                         window_budget_bytes=config.window_budget_bytes, sink=sink, complete=complete, runs=runs,
+                         fleet_grace_s=config.fleet_grace_s)
         self.flusher = FlushLoop("flush", self._flush, config.flush_interval_s)
         self.lifecycle = JobLifecycle(config.job_idle_timeout_s)
         self.children = ChildLifecycle(config.job_idle_timeout_s)

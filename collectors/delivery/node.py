@@ -19,7 +19,7 @@ from pyroaring import BitMap
 
 from collectors.common.attempts import split
 from collectors.common.fingerprints import FingerprintTable
-from collectors.common.fleet import FLEET_JOB, family_mask, family_of
+from collectors.common.fleet import FLEET_JOB, family_mask, family_of, host_index_of
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from collectors.delivery.forensics import CaptureQueue
@@ -123,8 +123,12 @@ class Node:
 
     def __init__(self, node_id: str, deadlines: Deadlines, ack_down: AckDown,
                  retain_s: float = 300.0, window_budget_bytes: int = DEFAULT_WINDOW_BUDGET_BYTES, *,
-                 sink: Sink | None = None, complete: Completion | None = None, runs: RunLedger | None = None) -> None:
+                 sink: Sink | None = None, complete: Completion | None = None, runs: RunLedger | None = None,
+                 fleet_grace_s: float | None = None) -> None:
         self.node_id = node_id
+        # The fleet's seconds are passed on without waiting for late hosts (covered_complete): this long after the
+        # bucket's end (twice as long above a rack); None waits for every host until the deadline.
+        self.fleet_grace_s = fleet_grace_s
         self.lock = threading.RLock()
         self.table = WindowTable(deadlines, retain_s, window_budget_bytes, on_drop=self._dropped,
                                  on_evict=self._evicted)
@@ -146,6 +150,8 @@ class Node:
         self._hosts_built_at = -1
         self._covered: dict[str, BitMap | None] | None = None  # per job, during one flush (None: all closed)
         self._fleet_masks: dict[tuple[int, tuple[int, int] | None], BitMap] = {}
+        self._fleet_children: dict[tuple[int, int] | None, set[str]] | None = None  # per device kind, in one flush
+        self._fleet_hosts_below = (-1, True)  # (hosts_version, every child that reports fleet sources is one host)
         self.sink: Sink | None = sink
         self.complete: Callable[[Window], bool] = self.covered_complete if complete is None else complete(self)
 
@@ -403,8 +409,48 @@ class Node:
         if covered is None:
             return bool(win.sources)
         if job == FLEET_JOB and covered:
-            covered = self._fleet_family(covered, win.key.metric)
+            family = self._fleet_family(covered, win.key.metric)
+            if family.issubset(win.sources):
+                return True
+            return self.fleet_grace_s is not None and self._fleet_passed(win)
         return bool(covered) and covered.issubset(win.sources)
+
+    def _fleet_passed(self, win: Window) -> bool:
+        """A fleet second is passed on without its late hosts (issue 28: a link down named within 2 s however many
+        hosts): once every child that covers the metric's devices has sent its part (a rack that passed the second
+        on without a late host of its own has sent its part), or, whatever is missing, `fleet_grace_s` after the
+        bucket's end at a tier whose children are hosts, twice that above (a rack's part, sent at its own cut-off,
+        still comes in time). A part that comes after travels up as a late delta and is merged into the stored
+        window exactly (Finaliser.ship)."""
+        children, hosts_below = self._fleet_children_of(win.key.metric)
+        if children:
+            senders = {origin[0] for part in win.pending for origin in part.origins}
+            if children <= senders:
+                return True
+        assert self.fleet_grace_s is not None
+        grace_ms = self.fleet_grace_s * (1000 if hosts_below else 2000)
+        return time.time() * 1000 >= win.key.index + win.key.width_ms + grace_ms
+
+    def _fleet_children_of(self, metric: str) -> tuple[set[str], bool]:
+        """The children whose fleet sources include devices of `metric`'s kind (once per flush and device kind), and
+        whether every child is one host (a rack's children are agents; once per change of the hosts known here)."""
+        slots = family_of(metric)
+        cache = self._fleet_children
+        children = cache.get(slots) if cache is not None else None
+        if children is None:
+            children = set()
+            for child, per_job in self.child_ranks.items():
+                view = per_job.get(FLEET_JOB)
+                if view is not None and family_mask(view.covered, metric):
+                    children.add(child)
+            if cache is not None:
+                cache[slots] = children
+        version, hosts_below = self._fleet_hosts_below
+        if version != self.hosts_version:
+            hosts_below = all(len({host_index_of(src) for src in per_job[FLEET_JOB].covered}) <= 1
+                              for per_job in self.child_ranks.values() if FLEET_JOB in per_job)
+            self._fleet_hosts_below = (self.hosts_version, hosts_below)
+        return children, hosts_below
 
     def _fleet_family(self, covered: BitMap, metric: str) -> BitMap:
         """The fleet's sources that report `metric` (its device kind's: collectors/common/fleet.py), kept until
@@ -421,11 +467,11 @@ class Node:
     def flush(self, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
         with self.lock:
-            self._covered = {}
+            self._covered, self._fleet_children = {}, {}
             try:
                 due = self.table.due(now, self.complete)
             finally:
-                self._covered = None
+                self._covered = self._fleet_children = None
             assert self.sink is not None, "node has no sink"
             after = self.sink.ship(self, due, now)
             gone = self.table.expire(now)

@@ -105,6 +105,7 @@ class HardwareConfig:
         return [replace(r, **self.overrides.get(r.name, {})) for r in rules]
 
 
+LATE_SECONDS = 30  # a second's late readings (a host passed over, then merged in) are judged up to this long after
 MAX_STREAKS = 4096  # sources over a threshold tracked per (job, rule); past it the longest-silent is dropped
 
 
@@ -134,6 +135,8 @@ class _State:
     faults are told apart and one source's flapping can neither hold up nor break another's streak."""
 
     last_bucket: int = -1
+    # the sources each recent second reported when it was judged (LATE_SECONDS back): a late delta's new sources
+    seen: dict[int, BitMap] = field(default_factory=dict)
     seen_up: BitMap = field(default_factory=BitMap)  # `below` rules: sources seen at/above the threshold
     streaks: dict[int, _Streak] = field(default_factory=dict)
     groups: dict[str, _Group] = field(default_factory=dict)
@@ -210,9 +213,16 @@ class HardwareDetector(Detector):
     def _apply(self, rule: Rule, row: Row) -> None:
         job, bucket, s = row.key.job, row.key.index, row.summary
         state = self._state.setdefault((job, rule.name), _State())
-        if bucket <= state.last_bucket or not s.count:
+        if not s.count:
+            return
+        if bucket <= state.last_bucket:
+            self._apply_late(rule, row, state)
             return
         state.last_bucket = bucket
+        state.seen[bucket] = s.sources
+        horizon = bucket - LATE_SECONDS * max(1, row.key.width_ms)
+        for old in [b for b in state.seen if b < horizon]:
+            del state.seen[old]
         over, sums, complete = _over(rule, s, state.seen_up)
         # Each source's own streak: over extends it (or starts one); reported and known not over ends it; not
         # reported (or not listed while the list is incomplete) neither breaks nor extends it (heartbeat-borne
@@ -229,24 +239,8 @@ class HardwareDetector(Detector):
         if len(state.streaks) > MAX_STREAKS:
             for src in sorted(state.streaks, key=lambda r: state.streaks[r].last_over_ms)[:-MAX_STREAKS]:
                 del state.streaks[src]
-        group_of = self._group_of(job)  # "" for a job's ranks (one event), else the host
-        by_group: dict[str, list[int]] = {}
-        for src in sorted(over, key=lambda r: over[r], reverse=rule.mode != "below"):
-            by_group.setdefault(group_of(src), []).append(src)
-        width = max(1, row.key.width_ms)
-        for name, srcs in by_group.items():
-            group = state.groups.setdefault(name, _Group())
-            group.last_over_ms = bucket
-            # sustained for `sustain` seconds of bucket time by one source of the group
-            lasted = max((bucket - state.streaks[r].start_ms) // width + 1 for r in srcs)
-            if lasted < rule.sustain and not group.targets:
-                continue
-            if not group.targets:
-                group.start_ms = min(state.streaks[r].start_ms for r in srcs
-                                     if (bucket - state.streaks[r].start_ms) // width + 1 >= rule.sustain)
-            # a rising counter's increase: the job's whole window, or (one host's event) that host's readings
-            total = s.sum if not name else sum(sums[r] for r in srcs)
-            self._raise_group(rule, row, name, srcs[: self.config.top], over, total, state, group)
+        by_group = self._raise_over(rule, row, state, over, sums, whole=True)
+        group_of = self._group_of(job)
         still = {group_of(src) for src in state.streaks}
         for name in [n for n in state.groups if n not in by_group and n not in still]:
             group = state.groups[name]
@@ -254,6 +248,55 @@ class HardwareDetector(Detector):
                 for target_job, key in sorted(group.targets):
                     self.events.clear(self.kind, target_job, key, step=self.context.latest_step_of(target_job))
                 del state.groups[name]
+
+    def _apply_late(self, rule: Rule, row: Row, state: _State) -> None:
+        """A second judged before, again with readings that came late (a tier passed the fleet's second on without
+        a late host: Node._fleet_passed; the root merged them in, Finaliser.ship): only the sources it did not hold
+        when judged are judged now, each over one starting (or extending back) its streak; nothing is cleared, and
+        a counter's increase counts only their readings. Seconds older than LATE_SECONDS are not judged again."""
+        bucket, s, width = row.key.index, row.summary, max(1, row.key.width_ms)
+        if bucket < state.last_bucket - LATE_SECONDS * width:
+            return
+        before = state.seen.get(bucket)
+        state.seen[bucket] = s.sources
+        new = s.sources - before if before is not None else s.sources
+        if not new:
+            return
+        over, sums, _ = _over(rule, s, state.seen_up)
+        over = {src: value for src, value in over.items() if src in new}
+        for src in over:
+            streak = state.streaks.get(src)
+            if streak is None:
+                state.streaks[src] = _Streak(bucket, bucket)
+            elif streak.start_ms == bucket + width:
+                streak.start_ms, streak.buckets = bucket, streak.buckets + 1
+        self._raise_over(rule, row, state, over, sums, whole=False)
+
+    def _raise_over(self, rule: Rule, row: Row, state: _State, over: dict[int, float], sums: dict[int, float],
+                    whole: bool) -> dict[str, list[int]]:
+        """Raise (or update) the event of each group with a source over that held for `sustain` seconds; returns the
+        sources over by group. `whole`: the second's readings are all new (its total is the window's sum)."""
+        bucket, s = row.key.index, row.summary
+        group_of = self._group_of(row.key.job)  # "" for a job's ranks (one event), else the host
+        by_group: dict[str, list[int]] = {}
+        for src in sorted(over, key=lambda r: over[r], reverse=rule.mode != "below"):
+            by_group.setdefault(group_of(src), []).append(src)
+        width = max(1, row.key.width_ms)
+        for name, srcs in by_group.items():
+            group = state.groups.setdefault(name, _Group())
+            group.last_over_ms = max(bucket, group.last_over_ms or bucket)
+            # sustained for `sustain` seconds of bucket time by one source of the group
+            lasted = max((state.streaks[r].last_over_ms - state.streaks[r].start_ms) // width + 1 for r in srcs)
+            if lasted < rule.sustain and not group.targets:
+                continue
+            if not group.targets:
+                group.start_ms = min(state.streaks[r].start_ms for r in srcs
+                                     if (state.streaks[r].last_over_ms - state.streaks[r].start_ms) // width + 1
+                                     >= rule.sustain)
+            # a rising counter's increase: the job's whole window, or (one host's event) that host's readings
+            total = s.sum if not name and whole else sum(sums[r] for r in srcs)
+            self._raise_group(rule, row, name, srcs[: self.config.top], over, total, state, group)
+        return by_group
 
     def _raise_group(self, rule: Rule, row: Row, name: str, sources: list[int], over: dict[int, float],
                      total: float, state: _State, group: _Group) -> None:
