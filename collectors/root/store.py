@@ -149,9 +149,7 @@ class Store:
         self._db.executescript(_SCHEMA)
         self._inode = os.stat(self.path).st_ino
         with self._reads_lock:
-            self._reads = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            self._reads.execute("PRAGMA query_only=ON")
-            self._reads.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            self._reads = self.reader()
 
     def check_file(self) -> None:
         """Raise StoreLost if the file this store writes is no longer the one at its path (deleted or
@@ -167,7 +165,7 @@ class Store:
         """After StoreLost: a fresh file at the path (what was only in the lost file is gone)."""
         with self._lock:
             with self._reads_lock:  # a read under way finishes first (the reader then reads the fresh file)
-                for db in (self._db, self._reads):
+                for db in (self._reads, self._db):  # the writer last (see close)
                     try:
                         db.close()
                     except sqlite3.Error:
@@ -288,15 +286,19 @@ class Store:
         return None if found is None or found[0] is None else int(found[0])
 
     def reader(self) -> sqlite3.Connection:
+        """A read-only connection (rows as sqlite3.Row, by index or name; SELECTs open no transaction): the caller's
+        own to close, or the store's `_reads`."""
         db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
         db.row_factory = sqlite3.Row
         db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         return db
 
     def close(self) -> None:
+        """The reader first: the last connection to close checkpoints the write-ahead log into the file (a copy of
+        the file alone then holds everything), and a read-only one cannot."""
         with self._lock, self._reads_lock:
-            self._db.close()
             self._reads.close()
+            self._db.close()
 
 
 def _claim_records(job: str, claims: dict[int, Claim]) -> list[tuple[str, int, int, str]]:
