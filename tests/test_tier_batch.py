@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
+from collectors.collector import service as service_module
 from collectors.collector.service import CollectorService, _ChildStream, _Unit
 from collectors.common.fleet import FLEET_JOB
 from collectors.common.keys import Key
@@ -216,8 +217,14 @@ def test_a_plain_unit_is_read_natively_and_the_rest_by_protobuf() -> None:
 def test_a_unit_with_an_odd_window_is_parsed_whole_as_before() -> None:
     batch = forward_pb2.SummaryBatch.FromString(FULL_UNIT)
     batch.windows.append(HOSTILE["mean outside [min, max]"])
-    received = service()._receive(batch.SerializeToString())
-    assert isinstance(received, forward_pb2.SummaryBatch) and received == batch
+    svc = service()
+    received = svc._receive(batch.SerializeToString())
+    assert received.batch == batch and received.size == batch.ByteSize()
+    assert received.windows[-1] is None and None not in received.windows[:-1]
+    # the windows read took are not read again; the odd one is judged by the per-window path
+    parsed, _ = svc._parse_read(received.windows, received.groups, received.batch.windows)
+    assert [p if isinstance(p, str) else (p[0], p[1].to_bytes(), list(p[2]), p[3]) for p in parsed] == \
+        one_by_one(svc, batch)
 
 
 def _answers(svc: CollectorService, received: object) -> tuple[list[forward_pb2.Ack], list[str], int]:
@@ -248,6 +255,25 @@ def test_the_unit_path_answers_as_the_parsed_path() -> None:
     assert _answers(service(), unit)[0][-1].rejections[0].key == batch.windows[64].key  # a, b, c, m0-m60 admitted
 
 
+def test_a_unit_with_an_odd_window_is_read_natively_once_and_answered_as_parsed(monkeypatch) -> None:
+    """The fallback path takes the windows read did take from that one read, not from a second one of protobuf's
+    re-serialisation; the acks, windows and counters are those of the parsed path."""
+    batch = forward_pb2.SummaryBatch.FromString(FULL_UNIT)
+    batch.windows.insert(1, HOSTILE["mean outside [min, max]"])
+    expected = _answers(service(), forward_pb2.SummaryBatch.FromString(batch.SerializeToString()))
+    calls: list[int] = []
+
+    def counted(data: bytes, *args: int) -> object:
+        calls.append(len(data))
+        return read_unit(data, *args)
+
+    monkeypatch.setattr(service_module, "read_unit", counted)
+    svc = service()
+    answered = _answers(svc, svc._receive(batch.SerializeToString()))
+    assert calls == [len(batch.SerializeToString())]
+    assert answered == expected and expected[2] == 1  # the odd window refused, counted once
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(0, len(FULL_UNIT) - 1), st.integers(0, 7)), min_size=1, max_size=3))
 def test_bit_flips_in_a_unit_are_refused_by_the_stream_exactly_when_protobuf_refuses_them(
@@ -264,10 +290,8 @@ def test_bit_flips_in_a_unit_are_refused_by_the_stream_exactly_when_protobuf_ref
         assert whole is None, "a unit protobuf accepts was refused"
         return
     assert whole is not None, "a unit protobuf refuses was accepted"
-    if isinstance(received, _Unit):
-        assert received.batch == _without_windows(whole)
-        parsed, _ = svc._parse_read(received.windows, received.groups)
-        assert [p if isinstance(p, str) else (p[0], p[1].to_bytes(), list(p[2]), p[3]) for p in parsed] == \
-            one_by_one(svc, whole)
-    else:
-        assert received == whole
+    # parsed whole where a window read did not take (or the unit did not read at all), else without its windows
+    assert received.batch == (whole if None in received.windows else _without_windows(whole))
+    parsed, _ = svc._parse_read(received.windows, received.groups, received.batch.windows)
+    assert [p if isinstance(p, str) else (p[0], p[1].to_bytes(), list(p[2]), p[3]) for p in parsed] == \
+        one_by_one(svc, whole)

@@ -185,20 +185,23 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(recorder.service, handlers),))
         server.add_registered_method_handlers(recorder.service, handlers)
 
-    def _receive(self, data: bytes) -> _Unit | forward_pb2.SummaryBatch:
+    def _receive(self, data: bytes) -> _Unit:
         """A unit's bytes, as the Forward stream receives them: its windows read in one native call (`read_unit`:
         keys checked, summaries decoded with every check of Summary.from_bytes) and the rest of the message parsed by
         protobuf. A unit with any window that read does not take (odd or bad), or that it cannot read at all, is
-        parsed whole by protobuf as it always was (so bytes protobuf refuses end the stream as before), and its
-        windows are judged one by one (`_parse_all`)."""
+        parsed whole by protobuf as it always was (so bytes protobuf refuses end the stream as before), and the
+        windows read did not take are judged one by one (`_parse_read`); the unit is read natively once, not again
+        after protobuf's re-serialisation."""
         try:
             read, groups, rest = read_unit(data, MAX_INDEX, MAX_ATTEMPT, self.max_world_size)
         except ValueError:
-            return forward_pb2.SummaryBatch.FromString(data)
+            whole = forward_pb2.SummaryBatch.FromString(data)
+            return _Unit(whole, [None] * len(whole.windows), [], whole.ByteSize())
         if None in read:
-            return forward_pb2.SummaryBatch.FromString(data)
+            whole = forward_pb2.SummaryBatch.FromString(data)
+            return _Unit(whole, read, groups, whole.ByteSize())
         # Every window is plain and valid, so protobuf accepts the unit exactly when it accepts the rest.
-        return _Unit(forward_pb2.SummaryBatch.FromString(rest), cast("list[UnitWindow]", read), groups, len(data))
+        return _Unit(forward_pb2.SummaryBatch.FromString(rest), read, groups, len(data))
 
     def _one(self, stream: _ChildStream, received: _Unit | forward_pb2.SummaryBatch) -> Parked | None:
         """One unit from a child, on the pool: parsed before the node's lock is taken, offered under it."""
@@ -237,13 +240,14 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 unit: _Unit | None = None) -> Parked | None:
         """Parse without the node's lock, then take the unit in under it; or, when it needs store reads first
         (`reads`), park it: its intake then runs on the reads' thread, and the stream waits. The unit is `batch`,
-        or (from `_receive`) `unit`, whose windows are read already, and `batch` the rest of its message."""
+        or (from `_receive`) `unit`, whose windows are read already, and `batch` the rest of its message (or the
+        whole of it, where a window read did not take)."""
         node = self.node
         views = self._states(batch.ranks)
         if unit is None:
             parsed, keys = self._parse_all(batch)
         else:
-            parsed, keys = self._parse_read(unit.windows, unit.groups)
+            parsed, keys = self._parse_read(unit.windows, unit.groups, batch.windows)
         with node.lock:
             if self.reads is not None:
                 ready = self.reads.hold([found[0] for found in parsed if not isinstance(found, str)], views,
@@ -530,11 +534,13 @@ class UnitReads(Protocol):
 
 @dataclass
 class _Unit:
-    """A unit as `CollectorService._receive` hands it over: its windows read natively (every one plain and valid),
-    the rest of its message parsed by protobuf (`batch`, without windows), and its size on the wire."""
+    """A unit as `CollectorService._receive` hands it over: its windows as read natively, the rest of its message
+    parsed by protobuf (`batch`, without windows where every window read took; else the whole message, whose windows
+    `_parse` judges where read gave None), and its size on the wire (where parsed whole, as protobuf encodes it:
+    `check_size`)."""
 
     batch: forward_pb2.SummaryBatch
-    windows: list[UnitWindow]
+    windows: list[UnitWindow | None]
     groups: list[bytes]
     size: int
 
