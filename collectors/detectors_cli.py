@@ -18,7 +18,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from collectors.forensics_cli import _call
+from collectors.forensics_cli import _call, root_option, token_option
 from collectors.watch_cli import _api_url
 
 
@@ -77,10 +77,6 @@ def _print(answer: dict[str, Any], job: str | None, as_json: bool) -> None:
         _show(answer, job)
 
 
-root_option = click.option("--root", required=True, metavar="HOST:PORT", envvar="TELEMETRY_ROOT_API",
-                           help="The root's HTTP API address [env: TELEMETRY_ROOT_API].")
-token_option = click.option("--token", envvar="TELEMETRY_API_TOKEN",
-                            help="The root API's bearer token, if it has one [env: TELEMETRY_API_TOKEN].")
 job_option = click.option("--job", help="One job (every attempt of it) [default: every job].")
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print the API's JSON answer (with every option in force, under `effective`).")

@@ -22,6 +22,12 @@ from collectors.watch_cli import _api_url
 
 FR_SHOWN = 8  # newest flight-recorder entries printed per rank
 
+# The options of every command that asks the root's HTTP API (`telemetry forensics`, `telemetry detectors`).
+root_option = click.option("--root", required=True, metavar="HOST:PORT", envvar="TELEMETRY_ROOT_API",
+                           help="The root's HTTP API address [env: TELEMETRY_ROOT_API].")
+token_option = click.option("--token", envvar="TELEMETRY_API_TOKEN",
+                            help="The root API's bearer token, if it has one [env: TELEMETRY_API_TOKEN].")
+
 
 def _call(url: str, token: str | None, body: dict | None = None) -> Any:
     request = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
@@ -75,9 +81,8 @@ def show(console: Console, answer: dict) -> None:
 
 
 @click.command("forensics")
-@click.option("--root", required=True, metavar="HOST:PORT", envvar="TELEMETRY_ROOT_API",
-              help="The root's HTTP API address [env: TELEMETRY_ROOT_API].")
-@click.option("--token", envvar="TELEMETRY_API_TOKEN", help="The root API's bearer token [env: TELEMETRY_API_TOKEN].")
+@root_option
+@token_option
 @click.argument("job")
 @click.argument("event_id", required=False, type=click.IntRange(min=0))
 @click.option("--ranks", help="Ask for captures of these ranks now (comma-separated) instead of reading an event's.")
