@@ -65,7 +65,7 @@ class Numbered(Protocol):
     def seq(self) -> int: ...
 
     @property
-    def message(self) -> Message: ...
+    def message(self) -> Message | bytes: ...  # bytes: serialised already (the stream's serialiser passes them on)
 
 
 U = TypeVar("U", bound=Numbered)

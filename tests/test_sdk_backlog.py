@@ -32,7 +32,7 @@ def _sender(bound: int, pending: list[list[ingest_pb2.RankStepBatch]]) -> Sender
 
 
 def _kept_bytes(sender: Sender) -> int:
-    return sum(kept.message.ByteSize() for kept in sender._kept._units.values())
+    return sum(len(kept.message) for kept in sender._kept._units.values())
 
 
 @pytest.mark.parametrize("shape", [
@@ -56,7 +56,7 @@ def test_the_backlog_keeps_at_most_its_bytes_and_counts_every_value_it_drops(sha
         assert sender._kept.weight == kept, "the bound's running weight is the kept batches' wire bytes"
     assert _kept_bytes(sender) > bound - one_batch, "the bound is used, not left mostly empty"
     kept_values = sum(len(m.values) for kept in sender._kept._units.values()
-                      for s in kept.message.batch.steps for m in s.metrics)
+                      for s in ingest_pb2.RankMessage.FromString(kept.message).batch.steps for m in s.metrics)
     assert kept_values + sender.dropped_values == logged, "every value logged is kept or counted dropped"
     assert sender._beat().dropped == sender.dropped_values, "the heartbeat reports the drops"
 

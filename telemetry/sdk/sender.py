@@ -29,7 +29,7 @@ from telemetry.ratelog import RateLimitedLog
 from telemetry.retaining import RetainingStream, Unreachable, read_acks, wait_ready
 from telemetry.sdk.address import why_unreachable
 from telemetry.streams import END, rpc_code, until_end
-from telemetry.v1 import forensics_pb2, ingest_pb2, ingest_pb2_grpc
+from telemetry.v1 import forensics_pb2, ingest_pb2
 
 log = logging.getLogger("telemetry.sdk")
 LATE_WARN_EVERY_S = 10.0
@@ -58,13 +58,22 @@ bytes on the wire and about as much in memory), more when names are long and val
 @dataclass
 class Kept:
     seq: int
-    message: ingest_pb2.RankMessage
+    message: bytes  # the batch's RankMessage, serialised once: what the bound weighs and what goes on the stream
     values: int  # what a drop counts (dropped_values)
-    nbytes: int  # what the bound weighs: the batch's wire size (RankMessage.ByteSize)
 
 
 def _nbytes(kept: Kept) -> int:
-    return kept.nbytes
+    return len(kept.message)
+
+
+AGENT_STREAM = f"/{ingest_pb2.DESCRIPTOR.services_by_name['Agent'].full_name}/Stream"  # as ingest_pb2_grpc names it
+
+
+def _wire(message: ingest_pb2.RankMessage | bytes) -> bytes:
+    """The stream's request serialiser: a batch goes as the bytes it was weighed by (upb's ByteSize() encodes a
+    message as SerializeToString() does, so the generated stub's serialiser would encode each batch a second time);
+    any other message (hello, heartbeat, capture, last words, bye) as protobuf encodes it."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
 
 
 class Sender:
@@ -202,7 +211,8 @@ class Sender:
         channel = shared_channel(self.address)
         if not wait_ready(channel, CONNECT_TIMEOUT_S, self._stop):
             raise Unreachable("agent not reachable")
-        stub = ingest_pb2_grpc.AgentStub(channel)
+        stream = channel.stream_stream(AGENT_STREAM, request_serializer=_wire,  # AgentStub.Stream's, but for _wire
+                                       response_deserializer=ingest_pb2.RankAck.FromString)
         ident = self.identity
         hello = ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(
             job=ident.job, rank=ident.rank, world_size=ident.world_size, local_rank=ident.local_rank,
@@ -210,7 +220,7 @@ class Sender:
             incarnation=self.incarnation, attempt=ident.attempt))
         outgoing = self._kept.open([hello])  # then every kept batch, in order, then each new one
         try:
-            call = stub.Stream(until_end(outgoing))
+            call = stream(until_end(outgoing))
             reader = threading.Thread(target=self._read_acks, args=(call, outgoing), daemon=True)
             reader.start()
             last_beat = 0.0
@@ -292,9 +302,8 @@ class Sender:
         ident = self.identity
 
         def batch(seq: int) -> Kept:
-            message = ingest_pb2.RankMessage(batch=ingest_pb2.RankBatch(
-                job=ident.job, rank=ident.rank, seq=seq, steps=steps))
-            return Kept(seq, message, values, message.ByteSize())
+            return Kept(seq, ingest_pb2.RankMessage(batch=ingest_pb2.RankBatch(
+                job=ident.job, rank=ident.rank, seq=seq, steps=steps)).SerializeToString(), values)
 
         _, dropped = self._kept.add(batch, self.max_backlog_bytes)
         if dropped:
