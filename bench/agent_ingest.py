@@ -21,7 +21,6 @@ agent's CPU seconds (from /proc) per million values.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import queue
@@ -35,6 +34,7 @@ from pathlib import Path
 import grpc
 
 # bench/ is this script's folder (first on sys.path): its neighbours import as they are
+from harness import write_json
 from machine import REPO, cpu_model
 from procstat import cpu_seconds
 
@@ -145,9 +145,7 @@ def main() -> int:
                   f"{result['agent_cpu_s_per_million_values']} s per million values", flush=True)
     out = {"benchmark": "agent_ingest", "target_values_per_s": 200_000, "machine": {
         "nproc": os.cpu_count(), "python": platform.python_version(), "cpu": cpu_model()}, "results": results}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(out, indent=1))
-    print(f"wrote {args.json}")
+    write_json(args.json, out, indent=1)
     return 0
 
 

@@ -71,6 +71,13 @@ def run_in_workdir(name: str, workdir: Path | None, run: Callable[[Path], dict[s
     return result
 
 
+def write_json(path: Path, result: dict[str, Any], indent: int = 2) -> None:
+    """A short bench's last words: its figures written to `path` as JSON (the folder made if need be), and where."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=indent) + "\n")
+    print(f"wrote {path}")
+
+
 def write_result(out: Path, name: str, result: dict[str, Any], what: str,
                  report: Callable[[dict[str, Any]], None] | None = None) -> int:
     """Write `result` to OUT/NAME.json; an incomplete one is said on stderr (exit status 1), a complete one is

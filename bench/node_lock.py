@@ -14,7 +14,6 @@ way and the new way interleaved, so both see the same machine):
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pyroaring import BitMap
 from collectors.agent.ranks import RankRegistry
 from collectors.delivery.node import Node, RankView
 from collectors.delivery.windows import Deadlines
+from harness import write_json  # bench/'s own module: on sys.path when run as a script
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "node_lock.json"
 
@@ -112,9 +112,7 @@ def main() -> None:
     print(f"agent, {args.agent_ranks} ranks: lock held per liveness refresh {live['held_old_ms']:.2f} ms -> "
           f"{live['held_new_ms']:.2f} ms (median of {args.rounds}); /proc read before the lock "
           f"{live['read_unlocked_ms']:.2f} ms")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    write_json(args.json, out)
 
 
 if __name__ == "__main__":

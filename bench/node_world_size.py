@@ -8,7 +8,6 @@ union with their host maps, `Node.ranks(job).world_size`, asked per commit and p
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import timeit
 from pathlib import Path
@@ -19,6 +18,7 @@ from pyroaring import BitMap
 
 from collectors.delivery.node import Node, RankView
 from collectors.delivery.windows import Deadlines
+from harness import write_json  # bench/'s own module: on sys.path when run as a script
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "node_world_size.json"
 
@@ -46,9 +46,7 @@ def main() -> None:
     print(f"{args.ranks} ranks in {args.racks} racks, us per call (best of 5): ranks().world_size "
           f"{figures['ranks_us']:.1f}, states().world_size {figures['states_us']:.1f}, "
           f"world_size() {figures['world_size_us']:.2f}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    write_json(args.json, out)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ from rich.table import Table
 from tdigest import TDigest as PyTDigest
 
 from distributions import draw, rank_error  # bench/distributions.py
+from harness import write_json
 from machine import cpu_model  # bench/machine.py
 from telemetry import Summary
 from telemetry.v1 import summary_pb2
@@ -594,9 +595,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             result["ratios"]["merge32_ours_over_tdigest"]) >= 100,
     }
     print_report(result)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
-    console.print(f"wrote {args.json}")
+    write_json(args.json, result)
     return 0
 
 

@@ -12,7 +12,6 @@ will live on. Prints a table and writes store_sync.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 # bench/ is this script's folder (first on sys.path): its neighbours import as they are
+from harness import write_json
 from machine import REPO, cpu_model, git_head
 
 sys.path.insert(0, str(REPO))  # the checkout: when run as a script only bench/ is on sys.path
@@ -91,9 +91,7 @@ def main() -> None:
         print(f"  --durability {mode:8s} ({SYNC_MODES[mode]:6s}): {rate:8,.0f} commits/s, "
               f"{1000 / rate:6.2f} ms per commit")
     print(f"  power costs {result['power_over_process_time']:.2f}x the time of process per commit")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "store_sync.json").write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out / 'store_sync.json'}")
+    write_json(args.out / "store_sync.json", result, indent=1)
 
 
 if __name__ == "__main__":
