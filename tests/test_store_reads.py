@@ -16,6 +16,8 @@ import re
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from prometheus_client import generate_latest
 from pyroaring import BitMap
@@ -48,6 +50,20 @@ class Gate:
         setattr(store, name, gated)
 
 
+@contextmanager
+def held(root, read: str, *children: RawChild) -> Iterator[Gate]:
+    """The root's store read `read` held (a Gate) while the test runs; after it, whatever it did, the gate opened,
+    the children closed and the root stopped."""
+    gate = Gate(root.store, read)
+    try:
+        yield gate
+    finally:
+        gate.opened.set()
+        for child in children:
+            child.close()
+        stop_all(root)
+
+
 def _exported(root) -> dict[str, float]:
     """The root's store-read figures as its /metrics exposition gives them."""
     text = generate_latest(root.wiring.metrics.registry).decode()
@@ -77,9 +93,8 @@ def _persisted(tmp_path, *windows: forward_pb2.WindowSummary):
 def test_a_reload_in_flight_holds_new_parts_of_the_same_window_until_it_is_installed(tmp_path):
     db = _persisted(tmp_path, window("re", "loss", 1, {0: 1.0, 1: 2.0}, expected=4))
     root = make_root(db)
-    gate = Gate(root.store, "load_many")
     resender, other = RawChild(root.address, "first"), RawChild(root.address, "other")
-    try:
+    with held(root, "load_many", resender, other) as gate:
         resender.ack(), other.ack()
         resent = resender.batch(window("re", "loss", 1, {0: 1.0, 1: 2.0}, expected=4), seq=1)
         assert gate.entered.wait(10), "the resent window is read from the store"
@@ -93,10 +108,6 @@ def test_a_reload_in_flight_holds_new_parts_of_the_same_window_until_it_is_insta
                        and found, what="the late delta merged into the stored row")
         assert (sorted(row.summary.sources), row.late, row.summary.min) == ([0, 1, 2], 1, 0.5)
         assert counters(root)["duplicates"] == 1
-    finally:
-        gate.opened.set()
-        resender.close(), other.close()
-        stop_all(root)
 
 
 def _claiming(child: RawChild, job: str, step: int, process: int) -> int:
@@ -127,9 +138,8 @@ def test_a_recall_in_flight_judges_two_claims_of_one_rank_after_it(tmp_path):
     child.close()
     root.stop(0)
     root = make_root(db)  # a restarted root: the claim is in its store only
-    gate = Gate(root.store, "load_runs")
     impostor, original = RawChild(root.address, "rack-b"), RawChild(root.address, "rack-a")
-    try:
+    with held(root, "load_runs", impostor, original) as gate:
         impostor.ack(), original.ack()
         refused = _claiming(impostor, "run", 2, second_run)  # first to arrive, but a second run
         assert gate.entered.wait(10), "the job's claims are recalled from the store"
@@ -139,17 +149,12 @@ def test_a_recall_in_flight_judges_two_claims_of_one_rank_after_it(tmp_path):
         assert _verdict(impostor, refused) == -1, "the second run's window is refused"
         assert _verdict(original, accepted) == RECEIVED
         original.ack_for(accepted, DURABLE)
-    finally:
-        gate.opened.set()
-        impostor.close(), original.close()
-        stop_all(root)
 
 
 def test_claims_waiting_on_one_recall_are_judged_in_arrival_order(tmp_path):
     root = make_root(tmp_path / "root.db")
-    gate = Gate(root.store, "load_runs")
     one, two = RawChild(root.address, "rack-a"), RawChild(root.address, "rack-b")
-    try:
+    with held(root, "load_runs", one, two) as gate:
         one.ack(), two.ack()
         first = _claiming(one, "fresh", 1, 0xAAAA)
         assert gate.entered.wait(10)
@@ -161,10 +166,6 @@ def test_claims_waiting_on_one_recall_are_judged_in_arrival_order(tmp_path):
         one.ack_for(first, DURABLE)
         # ... and the accepted claim is in the store (written with the commit), for a root restarted later
         assert {rank: c.process for rank, c in root.store.load_runs("fresh").items()} == {0: 0xAAAA}
-    finally:
-        gate.opened.set()
-        one.close(), two.close()
-        stop_all(root)
 
 
 def test_a_failing_read_keeps_the_unit_parked_and_is_retried(tmp_path):
@@ -211,9 +212,8 @@ def test_the_nodes_lock_is_free_while_a_read_is_in_flight(tmp_path):
     fresh = RawChild(root.address, "fresh")
     fresh.ack()
     fresh.ack_for(fresh.batch(window("new", "loss", 1, {0: 1.0}, expected=1)), DURABLE)  # its series is known now
-    gate = Gate(root.store, "load_many")
     resender = RawChild(root.address, "first")
-    try:
+    with held(root, "load_many", fresh, resender) as gate:
         resender.ack()
         resent = resender.batch(window("old", "loss", 1, {0: 1.0}, expected=1), seq=1)
         assert gate.entered.wait(10)
@@ -222,10 +222,6 @@ def test_the_nodes_lock_is_free_while_a_read_is_in_flight(tmp_path):
         assert not gate.opened.is_set() and resender.acks.empty()
         gate.opened.set()
         resender.ack_for(resent, DURABLE)
-    finally:
-        gate.opened.set()
-        fresh.close(), resender.close()
-        stop_all(root)
 
 
 def test_a_window_let_go_during_its_commit_is_read_after_the_commit(tmp_path):
