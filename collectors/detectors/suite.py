@@ -126,15 +126,14 @@ class Detectors:
         self.own: dict[str, dict[str, Detector | None]] = {}   # job name -> section -> its own instance
         self.own_config: dict[str, DetectorsConfig] = {}
         self.seen: set[str] = set()  # the jobs (scoped names) rows were routed for
+        # What each finalised row is dispatched to, built by _rebuild (not per row): the shared instances
+        # switched on, and for each job with an override of its own, its instances
+        self.detectors: list[Detector] = []
+        self._dispatch: dict[str, list[Detector]] = {}
         with self.lock:
             self._rebuild()
 
     # ----------------------------------------------------------------- instances
-    @property
-    def detectors(self) -> list[Detector]:
-        """The shared instances switched on (those of every job without overrides), in dispatch order."""
-        return [d for d in self.shared.values() if d is not None]
-
     @property
     def crash(self) -> CrashDetector | None:
         return self.shared.get("crash")  # type: ignore[return-value]  # never overridden (settings.py)
@@ -153,11 +152,8 @@ class Detectors:
         return own[section] if own is not None and section in own else self.shared[section]
 
     def _instances(self, job: str) -> list[Detector]:
-        own = self.own.get(split(job)[0])
-        if own is None:
-            return self.detectors
-        found = [own[s] if s in own else self.shared[s] for s in BUILDERS]
-        return [d for d in found if d is not None]
+        """The instances switched on for `job` (scoped name), in dispatch order (lists built by _rebuild)."""
+        return self._dispatch.get(split(job)[0], self.detectors)
 
     def _distinct(self, section: str) -> list[Any]:
         found = [self.shared[section], *(own[section] for own in self.own.values() if section in own)]
@@ -194,6 +190,9 @@ class Detectors:
                 else:
                     own[job][section] = self._build(section, wanted, job)
         self.config, self.shared, self.own, self.own_config = config, shared, own, own_config
+        self.detectors = [d for d in shared.values() if d is not None]
+        self._dispatch = {job: [d for d in (mine[s] if s in mine else shared[s] for s in BUILDERS) if d is not None]
+                          for job, mine in own.items()}
         for (job, section), old_instance in before.items():
             new_instance = self.instance(job, section)
             if new_instance is old_instance:
