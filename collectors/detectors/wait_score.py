@@ -160,26 +160,33 @@ class WaitScore:
     def observe_running(self, x: float) -> None:
         """A step's running-share evidence into its own level only (start-up steps); the job has them now."""
         self._switch()
-        self.running_level = self._level(self.running_background, x, self.running_level)
-        self._spread()
+        self._observe_running(x)
 
     def observe_running_start(self) -> None:
         """A start-up step of the running shares that does not count towards their level: the job has them."""
         self._switch()
 
-    def _spread(self) -> None:
-        """The running shares' evidence spread over the background: its median absolute deviation."""
-        if len(self.running_background) >= min(8, self.running_background.maxlen or 0) > 0:
-            level = statistics.median(self.running_background)
-            self.running_spread = statistics.median(abs(v - level) for v in self.running_background)
+    def _observe_running(self, x: float) -> None:
+        """A running-share step's evidence into their level and its spread (the median absolute deviation),
+        both from the one median of the background."""
+        median = self._median(self.running_background, x)
+        if median is not None:
+            self.running_level = min(median, self.reference + self.max_raise)
+            self.running_spread = statistics.median(abs(v - median) for v in self.running_background)
 
     def _level(self, background: deque[float], x: float, level: float) -> float:
+        median = self._median(background, x)
+        return level if median is None else min(median, self.reference + self.max_raise)
+
+    @staticmethod
+    def _median(background: deque[float], x: float) -> float | None:
+        """`x` into the background; its median once it holds 8 steps (None before, or when it keeps none)."""
         if not background.maxlen:
-            return level
+            return None
         background.append(x)
         if len(background) < min(8, background.maxlen):
-            return level
-        return min(statistics.median(background), self.reference + self.max_raise)
+            return None
+        return statistics.median(background)
 
     def _switch(self) -> None:
         """The job has running shares from now on: the slow and persistence lanes start again on them (what
@@ -220,8 +227,7 @@ class WaitScore:
                 self.quiet = None  # another rank has the lowest share, or this one's gap grows again
         if self.ratio(least) < self.running_quiet_ratio and not self._holds_lowest(least):
             # (a rank on its way up the lanes is left out: a straggler's ramp must not lift the bar it climbs)
-            self.running_level = self._level(self.running_background, x, self.running_level)
-            self._spread()
+            self._observe_running(x)
         # Averaged, the shares' evidence is steady: the lowest clean running share lies at about the job's level
         # step after step, within its own spread (the averaged noise's, and the scheduler's bursts on a loaded
         # host). So the reference is the level plus `running_spread_k` times that spread (at least the margin),
