@@ -144,6 +144,18 @@ def test_captures_and_requests_with_hostile_fields_are_refused() -> None:
         request_ranks(request, 1024)
     with pytest.raises(BadInput, match="malformed"):
         request_ranks(forensics_pb2.CaptureRequest(request_id="r", job="j", ranks=b"\x01\x02garbage"), 1024)
+    # the names a request and its captures share are refused by both, in the same words
+    for field, value in (("request_id", ""), ("request_id", "x" * 65), ("job", "a b"), ("attempt", 2**63)):
+        asked = forensics_pb2.CaptureRequest(request_id="r", job="j", ranks=BitMap([1]).serialize())
+        answer = forensics_pb2.Capture()
+        answer.CopyFrom(good)
+        setattr(asked, field, value), setattr(answer, field, value)
+        with pytest.raises(BadInput) as refused_request:
+            request_ranks(asked, 16)
+        with pytest.raises(BadInput) as refused_capture:
+            check_capture(answer, 16)
+        assert str(refused_request.value).replace("capture request attempt", "capture attempt") == \
+            str(refused_capture.value), field
 
 
 def test_the_capture_queue_is_bounded_and_fills_units_by_bytes() -> None:

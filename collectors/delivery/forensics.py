@@ -28,13 +28,18 @@ EXIT_CAUSES = ("exception", "fatal_signal", "terminated", "exit_code", "exited",
 EXIT_TEXT_BYTES = 64 * 1024       # a RankExit's traceback and stacks, each
 
 
+def _check_names(message: forensics_pb2.Capture | forensics_pb2.CaptureRequest, what: str) -> None:
+    """The job, attempt and request id that a capture and the request it answers both carry (BadInput)."""
+    check_job(message.job)
+    check_attempt(message.attempt, f"{what} attempt")
+    if not message.request_id or len(message.request_id) > MAX_REQUEST_ID:
+        raise BadInput("INVALID_ARGUMENT", f"capture request_id {shown(message.request_id)} must be 1 to "
+                                           f"{MAX_REQUEST_ID} characters")
+
+
 def check_capture(capture: forensics_pb2.Capture, max_world_size: int) -> None:
     """Refuse (BadInput) a capture no honest agent sends: an unknown source, a field past its bound."""
-    check_job(capture.job)
-    check_attempt(capture.attempt, "capture attempt")
-    if not capture.request_id or len(capture.request_id) > MAX_REQUEST_ID:
-        raise BadInput("INVALID_ARGUMENT", f"capture request_id {shown(capture.request_id)} must be 1 to "
-                                           f"{MAX_REQUEST_ID} characters")
+    _check_names(capture, "capture")
     check_world(capture.rank + 1, max_world_size, f"capture of rank {capture.rank}")
     if capture.source not in SOURCES:
         raise BadInput("INVALID_ARGUMENT", f"capture source {shown(capture.source)} is not one of {SOURCES}")
@@ -46,11 +51,7 @@ def check_capture(capture: forensics_pb2.Capture, max_world_size: int) -> None:
 
 def request_ranks(request: forensics_pb2.CaptureRequest, max_world_size: int) -> BitMap:
     """The ranks a request names, checked (BadInput when malformed or too many)."""
-    check_job(request.job)
-    check_attempt(request.attempt, "capture request attempt")
-    if not request.request_id or len(request.request_id) > MAX_REQUEST_ID:
-        raise BadInput("INVALID_ARGUMENT", f"capture request_id {shown(request.request_id)} must be 1 to "
-                                           f"{MAX_REQUEST_ID} characters")
+    _check_names(request, "capture request")
     try:
         ranks = BitMap.deserialize(request.ranks) if request.ranks else BitMap()
     except (ValueError, OverflowError) as exc:
