@@ -237,3 +237,24 @@ def test_durations_and_merge_over_time() -> None:
     b.add(3.0, 5)  # the same source a second later: a merge over ranks would refuse it, one over time may not
     merged = merge_over_time([a, b])
     assert (merged.count, merged.max, merged.argmax, list(merged.sources)) == (2, 3.0, 5, [5])
+
+
+def test_a_save_or_transaction_that_fails_midway_leaves_the_store_as_it_was(tmp_path) -> None:
+    """Store.save and Store.transaction share one commit-or-roll-back: an exception inside either (here a claim
+    that cannot be stored, and one raised in the caller's block) leaves no row of it behind, and raises on."""
+    store = Store(tmp_path / "root.db")
+    summary = Summary.from_arrays([1.0], [0], time_ns=1)
+    try:
+        kept = Row(Key("job", "loss", 1), 1, summary, False, 0)
+        store.save([kept], {"job": 1})
+        with pytest.raises(AttributeError):  # a claim without a process: fails after the windows were inserted
+            store.save([Row(Key("job", "loss", 2), 1, summary, False, 0)], {"job": 1}, {"job": {0: None}})
+        with pytest.raises(RuntimeError, match="caller"):
+            with store.transaction() as db:
+                Store.save_in(db, [Row(Key("job", "loss", 3), 1, summary, False, 0)])
+                raise RuntimeError("the caller's block failed")
+        assert [step for step in (1, 2, 3) if store.load(Key("job", "loss", step)) is not None] == [1]
+        store.save([Row(Key("job", "loss", 4), 1, summary, False, 0)], {})  # the writer is usable after both
+        assert store.load(Key("job", "loss", 4)) is not None
+    finally:
+        store.close()

@@ -182,40 +182,40 @@ class Store:
         seconds = [row.key for row in rows if row.key.width_ms == SECOND_MS]
         with self._lock:
             self.check_file()
-            self._db.execute("BEGIN")
-            try:
-                self._db.executemany(INSERT_WINDOW, records)
+            with self._committed() as db:
+                db.executemany(INSERT_WINDOW, records)
                 if seconds:
-                    found = self._db.execute("SELECT value FROM meta WHERE name=?",
-                                             (rolled_mark(MINUTE_MS),)).fetchone()
+                    found = db.execute("SELECT value FROM meta WHERE name=?", (rolled_mark(MINUTE_MS),)).fetchone()
                     if found is not None:
-                        self._db.executemany(
+                        db.executemany(
                             "INSERT OR IGNORE INTO late_rollups VALUES (?,?,?,?)",
                             [(k.job, k.metric, k.index - k.index % MINUTE_MS, MINUTE_MS) for k in seconds
                              if k.index < found[0]])
                 for job, world in jobs.items():
-                    self._db.execute("INSERT INTO jobs VALUES (?,?,strftime('%s','now')*1000000000) "
-                                     "ON CONFLICT(job) DO UPDATE SET world_size=max(world_size, excluded.world_size)",
-                                     (job, world))
+                    db.execute("INSERT INTO jobs VALUES (?,?,strftime('%s','now')*1000000000) "
+                               "ON CONFLICT(job) DO UPDATE SET world_size=max(world_size, excluded.world_size)",
+                               (job, world))
                 for job, claims in (runs or {}).items():
-                    self._db.executemany("INSERT OR IGNORE INTO runs VALUES (?,?,?,?)", _claim_records(job, claims))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+                    db.executemany("INSERT OR IGNORE INTO runs VALUES (?,?,?,?)", _claim_records(job, claims))
 
     # ------------------------------------------------------------ lifecycle (collectors/root/retention.py)
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """The writer connection in one transaction, under the store's lock (keep it short: intake waits)."""
-        with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                yield self._db
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self._lock, self._committed() as db:
+            yield db
+
+    @contextmanager
+    def _committed(self) -> Iterator[sqlite3.Connection]:
+        """The writer connection in one transaction: committed at the end, rolled back on any exception (a failed
+        COMMIT included) and the exception raised on. The caller holds the store's lock."""
+        self._db.execute("BEGIN")
+        try:
+            yield self._db
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     @staticmethod
     def save_in(db: sqlite3.Connection, rows: list[Row]) -> None:
