@@ -246,10 +246,7 @@ class Run:
     def _collectives(self) -> Any:
         """The ArrivalClock once torch.distributed is initialised (the collective progress reader joins the
         heartbeat then too); None before, and for good when turned off or unreadable. Never imports torch."""
-        if not self._collectives_wanted:
-            return None
-        dist = sys.modules.get("torch.distributed")
-        if dist is None or not dist.is_available() or not dist.is_initialized():
+        if not self._collectives_wanted or not _dist_initialised():
             return None
         with self._collectives_lock:
             if self._clock is None and self._collectives_wanted:
@@ -273,10 +270,7 @@ class Run:
     def _wait_timer(self) -> Any:
         """The process's CollectiveTimer once torch.distributed is initialised (installed then: its entry points
         and DDP are wrapped); None before, and for good when collectives are turned off. Never imports torch."""
-        if not self._waits_wanted:
-            return None
-        dist = sys.modules.get("torch.distributed")
-        if dist is None or not dist.is_available() or not dist.is_initialized():
+        if not self._waits_wanted or not _dist_initialised():
             return None
         try:
             from telemetry.torch.waits import timer
@@ -458,6 +452,12 @@ def _switch(given: bool | None, env: str) -> bool:
     if given is not None:
         return bool(given)
     return os.environ.get(env, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _dist_initialised() -> bool:
+    """Whether torch.distributed is imported, available and initialised (never imports torch)."""
+    dist = sys.modules.get("torch.distributed")
+    return dist is not None and dist.is_available() and dist.is_initialized()
 
 
 def _check_step(step: int) -> None:
