@@ -33,14 +33,14 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
+def _libc(name: str, argtypes: list[type], restype: type) -> Callable[..., int] | None:
+    """glibc's function `name`, typed; None without it (musl, macOS)."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
+        function = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
     except (OSError, AttributeError):
         return None
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return trim
+    function.argtypes, function.restype = argtypes, restype
+    return function
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
@@ -53,12 +53,9 @@ def fix_thresholds(threshold: int = FIXED_THRESHOLD) -> bool:
     global _fixed
     if _fixed:
         return True
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = _libc("mallopt", [ctypes.c_int, ctypes.c_int], ctypes.c_int)
+    if mallopt is None:
         return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     _fixed = bool(mallopt(M_MMAP_THRESHOLD, threshold)) and bool(mallopt(M_TRIM_THRESHOLD, threshold))
     return _fixed
 
@@ -70,7 +67,7 @@ class FreedMemory:
         fix_thresholds()
         self.min_interval_s = min_interval_s
         self.trims = 0
-        self._trim = _malloc_trim()
+        self._trim = _libc("malloc_trim", [ctypes.c_size_t], ctypes.c_int)
         self._last = float("-inf")
 
     def release(self, now: float) -> bool:
