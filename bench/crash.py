@@ -40,7 +40,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from harness import BenchError, apply_quick, failure, parser, run_in_workdir, write_result
+from harness import BenchError, Progress, apply_quick, failure, parser, run_in_workdir, write_result
 from machine import REPO, machine_facts
 
 sys.path.insert(0, str(REPO))
@@ -57,8 +57,7 @@ EXPECTED = {"raise": ("exception", "CUDA out of memory"), "loader": ("exception"
 QUICK = {"rounds": 1, "exit_runs": 3}
 
 
-def progress(text: str, start: float = time.monotonic()) -> None:
-    print(f"[{time.monotonic() - start:7.1f} s] {text}", file=sys.stderr, flush=True)
+progress = Progress()  # made at import, as the bench starts
 
 
 def api_get(api: str, path: str) -> Any:

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 # bench/ is this script's folder (first on sys.path): its neighbours import as they are
-from harness import BenchError, apply_quick, failure, parser, run_in_workdir, write_result
+from harness import BenchError, Progress, apply_quick, failure, parser, run_in_workdir, write_result
 from machine import REPO, machine_facts
 
 sys.path.insert(0, str(REPO))  # the checkout: when run as a script only bench/ is on sys.path
@@ -67,16 +67,6 @@ TRAIN = REPO / "bench" / "detection_jobs" / "train.py"
 SHAPES = REPO / "bench" / "detection_jobs" / "shapes.py"
 FAULTS = ("slow_rank", "loader_stuck", "nan", "bad_batch", "slow_loader")
 QUICK = {"models": "mlp", "clean_seeds": 1, "fault_seeds": 1, "faults": "nan,bad_batch", "mlp_steps": 200}
-
-
-class Progress:
-    """Progress lines on stderr (stdout keeps the table), each with the seconds since the bench started."""
-
-    def __init__(self) -> None:
-        self.start = time.monotonic()
-
-    def __call__(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.start:7.1f} s] {text}", file=sys.stderr, flush=True)
 
 
 @dataclass

@@ -27,6 +27,17 @@ def failure(exc: BaseException) -> str:
     return "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
 
 
+class Progress:
+    """Progress lines on stderr (stdout keeps the table), each with the seconds since it was made (the bench's
+    start)."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+
+    def __call__(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.start:7.1f} s] {text}", file=sys.stderr, flush=True)
+
+
 def parser(doc: str | None, name: str, quick: dict[str, Any], writes: str | None = None) -> argparse.ArgumentParser:
     """A bench's argument parser with its `--out` (for NAME.json, or what `writes` says) and `--quick` (the `quick`
     preset) options."""

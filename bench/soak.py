@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 # bench/ is this script's folder (first on sys.path): its neighbours import as they are
-from harness import BenchError, apply_quick, failure, parser, run_in_workdir, write_result
+from harness import BenchError, Progress, apply_quick, failure, parser, run_in_workdir, write_result
 from machine import machine_facts
 from procstat import cpu_seconds, status
 
@@ -296,16 +296,6 @@ def idle_cpu(services: dict[str, Service], seconds: float) -> dict[str, float]:
         service.check()
         out[name] = round((proc_figures(service.pid)["cpu_s"] - before[name]) / elapsed * 100, 2)
     return out
-
-
-class Progress:
-    """Progress lines on stderr (stdout keeps the table), each with the seconds since the bench started."""
-
-    def __init__(self) -> None:
-        self.start = time.monotonic()
-
-    def __call__(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.start:7.1f} s] {text}", file=sys.stderr, flush=True)
 
 
 def describe(s: dict[str, Any]) -> str:
