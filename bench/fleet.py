@@ -107,16 +107,9 @@ def simulate(argv: list[str]) -> None:
                     with node.lock:
                         node.own_ranks = registry.views()
                         registry.changed = False
+                node.flush()  # as a real agent's flush loop, woken by the sample (AgentServer): nothing else is due
 
-    def flush_loop() -> None:
-        while not stop.is_set():
-            for node, *_ in hosts:
-                node.flush()
-            time.sleep(0.05)
-
-    threads = [threading.Thread(target=sample_loop, daemon=True), threading.Thread(target=flush_loop, daemon=True)]
-    for thread in threads:
-        thread.start()
+    threading.Thread(target=sample_loop, daemon=True).start()
     print(json.dumps({"ready": True, "role": "hosts", "hosts": count}), flush=True)
     try:
         while True:  # until SIGTERM (the bench), or the bench's death (PDEATHSIG, armed above)

@@ -100,6 +100,10 @@ class Captures:
                 self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agent-capture")
             self._pool.submit(self._from_outside, key, asked)
 
+    def next_deadline(self) -> float | None:
+        """The earliest answer deadline of the ranks asked (when `tick` has work), or None."""
+        return min((asked.deadline for asked in self._asked.values()), default=None)
+
     def forget_job(self, job: str) -> None:
         for key in [k for k in self._asked if k[1] == job]:
             del self._asked[key]

@@ -46,7 +46,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,6 +166,7 @@ class HardwareSampler:
         self._floor_ms = 0  # no bucket may start before this one (the last one offered ended here)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.on_sampled: Callable[[], None] = lambda: None  # after each sample (AgentServer: wakes its flush loop)
         self._uuids: dict[str, int] = {}
         if gpu is not None:
             for info in gpu.gpus:
@@ -238,6 +239,7 @@ class HardwareSampler:
                 self.sample_once(next_wall_ns=next_sample_ns(at_ns, self.interval_s))
             except Exception:  # a bug here must not stop the sampling for good
                 log.exception("hardware sample failed")
+            self.on_sampled()
 
     # ------------------------------------------------------------ one sample
     def sample_once(self, now_ns: int | None = None, next_wall_ns: int | None = None) -> int:

@@ -68,8 +68,13 @@ class OpenBeat:
                         np.array(ranks, dtype=np.int64), min(times), max(times), {rank: [] for rank in ranks})
         return [(Part(self.key, [], BitMap(ranks), raw=raw), self.world_size)]
 
+    @property
+    def due_ns(self) -> int:
+        """When this second's beats go on: its end and a grace for beats on their way."""
+        return (self.key.index + self.key.width_ms) * 1_000_000 + int(HEARTBEAT_GRACE_S * 1e9)
+
     def due(self, now_ns: int) -> bool:
-        return now_ns >= (self.key.index + self.key.width_ms) * 1_000_000 + HEARTBEAT_GRACE_S * 1e9
+        return now_ns >= self.due_ns
 
 
 def beat_key(job: str, metric: str, time_ns: int) -> Key:

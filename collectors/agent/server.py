@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from collectors.agent.captures import DEFAULT_ANSWER_TIMEOUT_S, Captures
 from collectors.agent.exits import FaultFiles
@@ -34,6 +34,7 @@ from telemetry.sdk.env import default_socket
 from telemetry.v1 import ingest_pb2_grpc
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_MAX_RANKS = 512
 
@@ -109,7 +110,7 @@ class AgentServer:
         claim_socket(self.socket_path)
         # Ranks connect to the relay, which reads each connection's SO_PEERCRED; grpc listens behind it.
         self.relay = PeerRelay(self.socket_path)
-        self.captures = Captures(self.registry, self.upstream.captures.put, self.node.lock,
+        self.captures = Captures(self.registry, self._woken(self.upstream.captures.put), self.node.lock,
                                  answer_timeout_s=config.capture_timeout_s)
         self.upstream.fingerprints = FingerprintTable()
         self.fault_files = FaultFiles()  # where the ranks' faulthandler writes (collectors/agent/exits.py)
@@ -117,7 +118,8 @@ class AgentServer:
                                     self.grpc.host, slots, self.lifecycle,
                                     PeerCheck(self.relay, default_uids(config.allowed_uids)),
                                     captures=self.captures, fingerprints=self.upstream.fingerprints,
-                                    fault_files=self.fault_files, on_exit=self.upstream.exits.put)
+                                    fault_files=self.fault_files, on_exit=self.upstream.exits.put,
+                                    on_work=self.flusher.wake)
         self.upstream.outbox.on_requests = self.service.request_captures
         self.grpc.add(lambda server: ingest_pb2_grpc.add_AgentServicer_to_server(self.service, server))
         self.grpc.bind(self.relay.grpc_address)
@@ -141,6 +143,7 @@ class AgentServer:
                 xid_wait_ms=config.xid_wait_ms, host_index=config.host_index,
                 awaiting_index=config.host_index_auto and config.host_index is None)
             if self.hardware is not None:
+                self.hardware.on_sampled = self.flusher.wake
                 self.hardware.start()
             if self.hardware is not None and (config.host_index_auto or config.host_index is not None):
                 machine_id = config.machine_id if config.machine_id is not None else read_machine_id()
@@ -149,7 +152,17 @@ class AgentServer:
                                                           self.hardware.set_host_index)
                 self.registration.start()
 
-    def _flush(self) -> None:
+    def _woken(self, put: Callable[[T], None]) -> Callable[[T], None]:
+        """`put`, then wake the flush loop: what was put goes up with the next flush."""
+        def put_and_wake(item: T) -> None:
+            put(item)
+            self.flusher.wake()
+        return put_and_wake
+
+    def _flush(self) -> float:
+        """One flush; returns when the next is due (FlushLoop) unless something wakes it before: a rank's message
+        (AgentService.on_work), a hardware sample (HardwareSampler.on_sampled), a capture taken. An agent with
+        no ranks flushes once a second (its liveness unit) and on each sample, not 50 times a second."""
         now = time.monotonic()
         forgot = False
         with self.node.lock:  # which processes to read, if liveness is due: cheap
@@ -164,6 +177,15 @@ class AgentServer:
         if forgot:
             self.freed.release(now)
         self.node.flush()
+        with self.node.lock:
+            due = self.service.next_due(now)
+            jobs = bool(self.registry.jobs())
+        times = [self.upstream.next_liveness()]
+        if due is not None:
+            times.append(due)
+        if jobs:
+            times.append(self._swept_at + SWEEP_EVERY_S)
+        return min(times)
 
     def _sweep(self, now: float) -> bool:
         """Forget the jobs that finished (every local rank closed, or idle); caller holds the node's lock.

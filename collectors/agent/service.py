@@ -56,8 +56,10 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
                  slots: StreamSlots, lifecycle: JobLifecycle, peers: PeerCheck | None = None,
                  captures: Captures | None = None, fingerprints: Any = None,
                  fault_files: FaultFiles | None = None,
-                 on_exit: Callable[[forensics_pb2.RankExit], None] | None = None) -> None:
+                 on_exit: Callable[[forensics_pb2.RankExit], None] | None = None,
+                 on_work: Callable[[], None] = lambda: None) -> None:
         self.node = node
+        self.on_work = on_work  # something came that the next flush may have to act on (AgentServer: its wake)
         self.host = host
         self.slots = slots
         self.lifecycle = lifecycle
@@ -117,7 +119,16 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
 
     def _start(self, answers: Answers, peer: str) -> StreamWork:
         stream = _RankStream(answers, peer)
-        return StreamWork(lambda message: self._one(stream, message), lambda: self._ended(stream))
+        def one(message: ingest_pb2.RankMessage) -> None:
+            try:
+                self._one(stream, message)
+            finally:
+                self.on_work()
+
+        def ended() -> None:
+            self._ended(stream)
+            self.on_work()
+        return StreamWork(one, ended)
 
     def _count(self, name: str) -> None:
         with self.node.lock:
@@ -175,6 +186,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
                 except BadInput as exc:
                     self.node.counters["bad_inputs"] += 1
                     log.warning("refused a capture request from the parent: %s", exc)
+        self.on_work()
 
     def _capture(self, stream: _RankStream, capture: forensics_pb2.RankCapture) -> None:
         """A rank's answer to a capture; its /proc facts are read before the node's lock is taken."""
@@ -441,6 +453,26 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
         since = now - self._views_at
         return since >= LIVENESS_EVERY_S or self.registry.changed or (now < self._watch_until
                                                                        and since >= WATCH_EVERY_S)
+
+    def next_due(self, now: float) -> float | None:
+        """When (monotonic) the next seal has something to do that no message will announce: the ranks' liveness
+        (while there are ranks), a step's deadline, a heartbeat second's end, a capture's answer timeout. None:
+        nothing (an agent with no ranks). Caller holds the lock."""
+        times = []
+        if self.registry.ranks:
+            times.append(self._views_at + LIVENESS_EVERY_S)
+        if now < self._watch_until:
+            times.append(min(self._views_at + WATCH_EVERY_S, self._watch_until))
+        if self.steps:
+            times.append(min(open_step.deadline for open_step in self.steps.values()))
+        if self.beats:
+            due_ns = min(open_beat.due_ns for open_beat in self.beats.values())
+            times.append(now + (due_ns - time.time_ns()) / 1e9)
+        if self.captures is not None:
+            deadline = self.captures.next_deadline()
+            if deadline is not None:
+                times.append(deadline)
+        return min(times) if times else None
 
     def seal(self, now: float, statuses: dict[int, ProcessStatus] | None = None) -> None:
         """Move finished steps and heartbeat buckets into the node's window table; caller holds the lock.

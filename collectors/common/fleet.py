@@ -29,7 +29,7 @@ from telemetry.names import FLEET_JOB
 
 __all__ = ["FLEET_JOB", "DEFAULT_FLEET_GRACE_S",
            "SLOT_BITS", "HOST_BITS", "MAX_HOST_INDEX", "FAMILIES", "source", "host_index_of", "slot_of",
-           "family_of", "family_mask", "extent", "host_claim", "index_from_registry", "split_name"]
+           "family_of", "family_mask", "family_mask_of", "extent", "host_claim", "index_from_registry", "split_name"]
 
 SLOT_BITS = 8
 HOST_BITS = 32 - SLOT_BITS
@@ -62,15 +62,26 @@ def family_of(metric: str) -> tuple[int, int] | None:
     return None
 
 
+def _slots_mask(lo: int, hi: int) -> BitMap:
+    mask = BitMap()
+    mask.add_range(lo << HOST_BITS, hi << HOST_BITS)
+    return mask
+
+
+_MASKS = {slots: _slots_mask(*slots) for slots in FAMILIES.values()}  # every source of each device kind
+
+
+def family_mask_of(slots: tuple[int, int]) -> BitMap:
+    """Every source of the device kind of these slots (shared: not to be modified)."""
+    return _MASKS[slots]
+
+
 def family_mask(covered: BitMap, metric: str) -> BitMap:
     """The sources of `covered` whose device kind reports `metric` (all of them for a metric of no kind)."""
     slots = family_of(metric)
     if slots is None:
         return covered
-    lo, hi = slots
-    mask = BitMap()
-    mask.add_range(lo << HOST_BITS, hi << HOST_BITS)
-    return covered & mask
+    return covered & _MASKS[slots]
 
 
 def extent(job: str, sources: BitMap) -> int:

@@ -19,7 +19,7 @@ from pyroaring import BitMap
 
 from collectors.common.attempts import split
 from collectors.common.fingerprints import FingerprintTable
-from collectors.common.fleet import FLEET_JOB, family_mask, family_of, host_index_of
+from collectors.common.fleet import FAMILIES, FLEET_JOB, family_mask, family_mask_of, family_of, host_index_of
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from collectors.delivery.forensics import CaptureQueue
@@ -93,6 +93,19 @@ class RankView:
                    {rank: process for rank, process in zip(msg.host_ranks, msg.processes) if process})
 
 
+def _fleet_kinds(covered: BitMap) -> set[tuple[int, int]]:
+    """The device kinds (FAMILIES' slot ranges) that have sources in `covered`."""
+    return {slots for slots in FAMILIES.values() if covered.intersect(family_mask_of(slots))}
+
+
+def _one_host(covered: BitMap) -> bool:
+    """Whether every source of `covered` is a device of one host."""
+    if not covered:
+        return True
+    host = host_index_of(covered.min())
+    return host_index_of(covered.max()) == host and all(host_index_of(src) == host for src in covered)
+
+
 class AckDown(Protocol):
     """Tell a sender below about one of its units: durable (or settled with the windows in `refused` never
     to be stored), or window `index` rejected for `overlap`."""
@@ -150,8 +163,9 @@ class Node:
         self._hosts_built_at = -1
         self._covered: dict[str, BitMap | None] | None = None  # per job, during one flush (None: all closed)
         self._fleet_masks: dict[tuple[int, tuple[int, int] | None], BitMap] = {}
-        self._fleet_children: dict[tuple[int, int] | None, set[str]] | None = None  # per device kind, in one flush
-        self._fleet_hosts_below = (-1, True)  # (hosts_version, every child that reports fleet sources is one host)
+        # During one flush, per device kind: the children that report it, and whether every child is one host
+        self._fleet_children: dict[tuple[int, int] | None, tuple[set[str], bool]] | None = None
+        self._fleet_views: dict[str, tuple[RankView, set[tuple[int, int]], bool]] = {}  # child: its view judged
         self.sink: Sink | None = sink
         self.complete: Callable[[Window], bool] = self.covered_complete if complete is None else complete(self)
 
@@ -432,25 +446,33 @@ class Node:
         return time.time() * 1000 >= win.key.index + win.key.width_ms + grace_ms
 
     def _fleet_children_of(self, metric: str) -> tuple[set[str], bool]:
-        """The children whose fleet sources include devices of `metric`'s kind (once per flush and device kind), and
-        whether every child is one host (a rack's children are agents; once per change of the hosts known here)."""
+        """The children whose fleet sources include devices of `metric`'s kind, and whether every child is one host
+        (a rack's children are agents): once per flush and device kind, each child's view judged once (a child's
+        views are replaced by each of its units)."""
         slots = family_of(metric)
         cache = self._fleet_children
-        children = cache.get(slots) if cache is not None else None
-        if children is None:
-            children = set()
+        found = cache.get(slots) if cache is not None else None
+        if found is None:
+            children: set[str] = set()
+            hosts_below = True
+            judged = self._fleet_views
             for child, per_job in self.child_ranks.items():
                 view = per_job.get(FLEET_JOB)
-                if view is not None and family_mask(view.covered, metric):
+                if view is None:
+                    continue
+                seen = judged.get(child)
+                if seen is None or seen[0] is not view:
+                    seen = judged[child] = (view, _fleet_kinds(view.covered), _one_host(view.covered))
+                if slots in seen[1]:
                     children.add(child)
+                hosts_below = hosts_below and seen[2]
+            if len(judged) > len(self.child_ranks):
+                for gone in judged.keys() - self.child_ranks.keys():
+                    del judged[gone]
+            found = (children, hosts_below)
             if cache is not None:
-                cache[slots] = children
-        version, hosts_below = self._fleet_hosts_below
-        if version != self.hosts_version:
-            hosts_below = all(len({host_index_of(src) for src in per_job[FLEET_JOB].covered}) <= 1
-                              for per_job in self.child_ranks.values() if FLEET_JOB in per_job)
-            self._fleet_hosts_below = (self.hosts_version, hosts_below)
-        return children, hosts_below
+                cache[slots] = found
+        return found
 
     def _fleet_family(self, covered: BitMap, metric: str) -> BitMap:
         """The fleet's sources that report `metric` (its device kind's: collectors/common/fleet.py), kept until
@@ -549,6 +571,10 @@ class Upstream:
             parts.append((win, out))
         if parts or self.captures or self.exits or now - self._last_sent >= self.liveness_every_s:
             self._send(node, parts, now)
+
+    def next_liveness(self) -> float:
+        """When (monotonic) `ship` sends a unit even with nothing else to send (the parent's sign of life)."""
+        return self._last_sent + self.liveness_every_s
 
     def forget(self, keys: list[Key]) -> None:
         """Nothing to do: units are retained by the outbox until durable."""

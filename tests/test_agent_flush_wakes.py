@@ -1,0 +1,65 @@
+"""The agent's flush loop wakes when something is due (issue 28), not 50 times a second: an idle agent flushes once
+a second or so (its liveness unit, each hardware sample), while a sample's windows, a rank's closed step and a step
+whose deadline passed with nothing arriving still leave at once. A real root and agent on loopback and a Unix socket,
+the SDK in this process."""
+
+from __future__ import annotations
+
+import time
+
+import telemetry
+from collectors.common import fleet
+from collectors.sim.sysfs import write_host
+from helpers_tree import make_agent, make_root, steps, stop_all, wait_for
+
+WAIT = 30.0
+
+
+def _fleet_seconds(root) -> int:
+    with root.store.reader() as db:
+        return db.execute("SELECT count(*) FROM windows WHERE job=? AND metric='ib.port_active'",
+                          (fleet.FLEET_JOB,)).fetchone()[0]
+
+
+def test_an_idle_agent_flushes_when_something_is_due_not_every_tick(tmp_path):
+    """flush_interval 10 ms (the tests' agents): a polling loop flushed ~100 times a second; this one flushes for its
+    liveness unit and its hardware samples (about 2 a second), and each sample's fleet windows still reach the
+    root every second."""
+    write_host(tmp_path / "sys", nics=2, hcas=2)
+    root = make_root(tmp_path / "root.db")
+    agent = make_agent([root.address], tmp_path / "a.sock", "agent-idle", nic_probe=True,
+                       sysfs_root=tmp_path / "sys", host_id="idle-0", host_index=0)
+    try:
+        wait_for(lambda: _fleet_seconds(root) >= 1, WAIT, what="the first fleet second at the root")
+        flushes, seconds, started = agent.flusher.flushes, _fleet_seconds(root), time.monotonic()
+        time.sleep(3.0)
+        took = time.monotonic() - started
+        flushed = agent.flusher.flushes - flushes
+        assert flushed <= 5 * took, f"{flushed} flushes in {took:.1f} s"
+        wait_for(lambda: _fleet_seconds(root) >= seconds + 2, WAIT, what="fleet seconds still flowing")
+    finally:
+        stop_all(agent, root)
+
+
+def test_a_ranks_steps_still_leave_at_once_and_an_unclosed_step_at_its_deadline(tmp_path):
+    """Two ranks: a step both close goes up when the second closes it (the message wakes the loop); a step one rank
+    never closes, with nothing arriving after, is sealed at its deadline (the loop sleeps until then, not forever)."""
+    root = make_root(tmp_path / "root.db")
+    agent = make_agent([root.address], tmp_path / "a.sock", "agent-ranks", deadline_floor_s=1.0,
+                       gpu_probe=False, nic_probe=False)
+    runs = [telemetry.init(job="wk", rank=r, world_size=2, agent=f"unix:{agent.socket_path}") for r in range(2)]
+    try:
+        for run in runs:
+            run.log(0, loss=1.0)
+            run.end_step(0)
+        wait_for(lambda: steps(root.api_address, "wk", "loss"), WAIT, what="the closed step at the root")
+        runs[0].log(1, loss=2.0)
+        runs[0].end_step(1)
+        runs[1].log(1, loss=3.0)  # rank 1 never closes step 1 and sends nothing more
+        sealed = wait_for(lambda: [s for s in steps(root.api_address, "wk", "loss") if s["step"] == 1], WAIT,
+                          what="the unclosed step sealed at its deadline")
+        assert sealed[0]["count"] == 2
+    finally:
+        for run in runs:
+            run.close(2.0)
+        stop_all(agent, root)
