@@ -64,17 +64,17 @@ config_option = click.option("--config", type=click.Path(dir_okay=False), callba
 
 
 class _HostIndex(click.ParamType):
-    """--host-index: 'auto' (the tree hands one out) or an index 0..2^24-1."""
+    """--host-index: 'auto' (the tree hands one out), 'off' (the per-host layout) or an index 0..2^24-1."""
 
-    name = "auto|N"
+    name = "auto|off|N"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
-        if isinstance(value, int) or value == "auto":
+        if isinstance(value, int) or value in ("auto", "off"):
             return value
         try:
             index = int(value)
         except (TypeError, ValueError):
-            self.fail(f"{value!r} is neither 'auto' nor a host index", param, ctx)
+            self.fail(f"{value!r} is neither 'auto', 'off' nor a host index", param, ctx)
         if not 0 <= index < 1 << 24:
             self.fail(f"{index} is outside 0..{(1 << 24) - 1}", param, ctx)
         return index
@@ -274,11 +274,13 @@ def with_options(options):
               help="Read the NVLink error counters on every Nth sample only.")
 @click.option("--host-id", default="", help="Name of this host's hardware pseudo-job _host:NAME "
               "[default: the hostname]. Give each agent its own when several share one machine (simulations).")
-@click.option("--host-index", type=_HostIndex(), default=None, metavar="auto|N",
+@click.option("--host-index", type=_HostIndex(), default=None, metavar="auto|off|N",
               help="This host's index in the fleet (docs/fleet.md): its NIC, IB and rank-less GPU readings go to "
-                   "the fleet-wide windows (job _fleet) merged across hosts, not to _host:NAME. 'auto': the tree "
-                   "hands one out and remembers it (keyed by --host-id and /etc/machine-id); N: this one "
-                   "(0..16777215), refused by the tree when another host holds it.")
+                   "the fleet-wide windows (job _fleet) merged across hosts. 'auto' (the default, unless "
+                   "--host-registry is given): the tree hands one out and remembers it (keyed by --host-id and "
+                   "/etc/machine-id); N: this one (0..16777215), refused by the tree when another host holds it; "
+                   "'off': the per-host layout, the host's own pseudo-job _host:NAME (one window per host at the "
+                   "root: for a few hosts only).")
 @click.option("--machine-id", default=None, help="This machine's stable id, by which the tree tells two hosts "
               "of one name apart (--host-index auto) [default: /etc/machine-id].")
 @click.option("--host-registry", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -310,12 +312,13 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
     _plaintext_token(parent_token, bool(parent_ca), [*parents, *fallbacks], "sent to the parent",
                      allow_insecure_token)
     security = _security(parent_cert, parent_key, parent_ca, parent_token, parent_server_name)
-    auto = host_index == "auto"
-    if auto:
+    if host_registry is not None and host_index is not None:
+        raise click.UsageError("--host-index and --host-registry are alternatives: give one")
+    # No --host-index: 'auto', as deployed (docs/fleet.md), unless --host-registry gives the index.
+    auto = host_index == "auto" or (host_index is None and host_registry is None)
+    if host_index in ("auto", "off"):
         host_index = None
     if host_registry is not None:
-        if host_index is not None or auto:
-            raise click.UsageError("--host-index and --host-registry are alternatives: give one")
         import socket
 
         from collectors.common.fleet import index_from_registry

@@ -250,16 +250,28 @@ def test_cli_agent_options_and_the_example_config_reach_the_agent(monkeypatch, t
     config = seen["config"]
     assert (config.gpu_probe, config.nic_probe, config.probe_interval_s, config.sysfs_root, config.nic_exclude,
             config.nvlink_every, config.host_id) == (False, False, 0.5, "/tmp/s", ("eth9",), 4, "sim-node-3")
-    # The host index, from the command line or the config file: "auto" (the tree hands one out) or a number.
-    for args, want in ((["--host-index", "auto"], (None, True)), (["--host-index", "7"], (7, False)), ([], (None, False))):
+    # The host index, from the command line or the config file: "auto" (the tree hands one out; the default), a
+    # number, or "off" (the per-host layout, _host:NAME).
+    for args, want in ((["--host-index", "auto"], (None, True)), (["--host-index", "7"], (7, False)),
+                       ([], (None, True)), (["--host-index", "off"], (None, False))):
         result = CliRunner().invoke(cli.main, ["agent", "--parent", "x:1", *args])
         assert result.exit_code == 0, result.output
         assert (seen["config"].host_index, seen["config"].host_index_auto) == want
     config_file = tmp_path / "agent.toml"
-    config_file.write_text('parents = ["x:1"]\nhost_index = "auto"\n')
+    config_file.write_text('parents = ["x:1"]\nhost_index = "off"\n')
     result = CliRunner().invoke(cli.main, ["agent", "--config", str(config_file)])
     assert result.exit_code == 0, result.output
-    assert seen["config"].host_index_auto is True
+    assert seen["config"].host_index_auto is False and seen["config"].host_index is None
+    registry = tmp_path / "hosts.txt"
+    registry.write_text("sim-node-2\nsim-node-3\n")
+    result = CliRunner().invoke(cli.main, ["agent", "--parent", "x:1", "--host-id", "sim-node-3", "--host-registry",
+                                           str(registry)])
+    assert result.exit_code == 0, result.output
+    assert (seen["config"].host_index, seen["config"].host_index_auto) == (1, False)
+    for given in ("auto", "off", "2"):
+        result = CliRunner().invoke(cli.main, ["agent", "--parent", "x:1", "--host-registry", str(registry),
+                                               "--host-index", given])
+        assert result.exit_code != 0 and "alternatives" in result.output
 
 
 # ---------------------------------------------------------------- the sampler on its own

@@ -99,7 +99,7 @@ def hardware_options(tmp_path: Path) -> dict[int, list[str]]:
     machine's own NICs are virtual, excluded by default): agent 0 is host 0 of the fleet (job `_fleet`), agent 1
     has no index (the per-host layout, job `_host:sim-host-b`). No GPU probe: the ranks report their GPUs."""
     options = {}
-    for agent, extra in ((0, ["--host-id", "sim-host-a", "--host-index", "0"]), (1, ["--host-id", "sim-host-b"])):
+    for agent, extra in ((0, ["--host-id", "sim-host-a", "--host-index", "0"]), (1, ["--host-id", "sim-host-b", "--host-index", "off"])):
         sysfs = tmp_path / f"sysfs{agent}"
         write_host(sysfs, nics=2, hcas=2)
         options[agent] = ["--no-gpu-probe", "--nic-probe", "--sysfs-root", str(sysfs), *extra]
