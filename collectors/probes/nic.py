@@ -79,13 +79,21 @@ def parse_rate_gbps(text: str) -> float | None:
 MAX_OPEN_FILES = 1024  # descriptors one probe keeps (a host with 2 NICs and 8 IB ports reads 76 files)
 
 
-def _read_text(path: str) -> str:
-    # os.open/os.read: a third of the cost of open() for these tiny files.
+def _open_and_read(path: str) -> tuple[int, str]:
+    """The file opened and read once: its descriptor (left open: the caller keeps or closes it) and its text.
+    os.open/os.read: a third of the cost of open() for these tiny files."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return os.read(fd, 4096).decode("ascii", "replace")
-    finally:
+        return fd, os.read(fd, 4096).decode("ascii", "replace")
+    except OSError:
         os.close(fd)
+        raise
+
+
+def _read_text(path: str) -> str:
+    fd, text = _open_and_read(path)
+    os.close(fd)
+    return text
 
 
 class NicProbe:
@@ -134,12 +142,7 @@ class NicProbe:
         try:
             if len(self._fds) >= MAX_OPEN_FILES:
                 return _read_text(path)
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                text = os.read(fd, 4096).decode("ascii", "replace")
-            except OSError:
-                os.close(fd)
-                raise
+            fd, text = _open_and_read(path)
             self._fds[path] = fd
             return text
         except OSError as exc:
