@@ -400,6 +400,28 @@ def test_hardware_a_seconds_late_readings_are_judged_once_never_twice():
     assert log.query(None) == before
 
 
+def test_a_devices_fleet_source_is_kept_once_per_device_and_past_its_kinds_slots_skipped_and_counted():
+    """One cache of device -> fleet source for GPUs, NICs and IB ports (HardwareSampler._fleet_source): a kind's
+    slots in order of first sight, the same source on every later look, and a device past its kind's slots (48
+    NICs, 16 GPUs) skipped and counted each time it reports; a new host index starts the devices afresh."""
+    from collectors.agent.hardware import HardwareSampler
+    from collectors.agent.ranks import RankRegistry
+    from collectors.delivery.node import Node
+    from collectors.delivery.windows import Deadlines
+    sampler = HardwareSampler(Node("t", Deadlines(), ack_down=lambda *a, **k: None), RankRegistry(), host_id="h",
+                              host_index=3)
+    nics = [sampler._fleet_source(f"eth{i}", "nic.") for i in range(49)]
+    assert nics[:48] == [fleet.source(3, 16 + i) for i in range(48)] and nics[48] is None
+    assert sampler._fleet_source("eth0", "nic.") == fleet.source(3, 16)
+    assert sampler._fleet_source("mlx5_0/1", "ib.") == fleet.source(3, 64)
+    assert sampler._fleet_source("gpu2", "gpu.", 2) == fleet.source(3, 2)
+    assert sampler._fleet_source("gpu16", "gpu.", 16) is None
+    assert sampler._fleet_source("eth48", "nic.") is None
+    assert sampler.stats.no_slot == 3
+    sampler.set_host_index(5)
+    assert sampler._fleet_source("mlx5_0/1", "ib.") == fleet.source(5, 64)
+
+
 class _SimHost:
     """One host's real hardware path in this process (as bench/fleet.py's simulator): its NicProbe on a generated
     sysfs tree, HardwareSampler, Node, Upstream and Outbox to its rack, sampled and flushed when the test says, so

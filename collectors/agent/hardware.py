@@ -149,10 +149,10 @@ class HardwareSampler:
         # readings are then not sent until it came (set_host_index), never to _host:<host>.
         self.fleet = host_index is not None or awaiting_index
         self.host_name = host_id
-        self._slots: dict[str, int | None] = {}  # fleet layout: device -> its slot (None: past its kind's slots)
+        # fleet layout: device (a GPU's "gpuN", a NIC, an IB port) -> its fleet source (None: past its kind's slots)
+        self._sources: dict[str, int | None] = {}
         self._fleet_names: dict[int, str] = {}  # fleet source -> "host:device"
         self._fleet_reporting = BitMap()  # the fleet sources the last sample read
-        self._device_sources: dict[str, int | None] = {}  # NIC / IB device -> its fleet source (None: no slot)
         self.node = node
         self.registry = registry
         self.gpu = gpu
@@ -268,7 +268,7 @@ class HardwareSampler:
             for ev in events:
                 if ev.kind == "xid" and ev.gpu is not None:
                     self._add_gpu(owners, "gpu.xid_code", ev.gpu, float(ev.code), start_ms, now_ns, reporting)
-            fleet_sources, nic_sources = self._device_sources, set()
+            fleet_sources, nic_sources = self._sources, set()
             for r in nic_readings:
                 if not self.fleet:
                     self._add(self.host_job, r.metric, self._nic_source(r.device), 0, r.value, start_ms, now_ns)
@@ -276,11 +276,9 @@ class HardwareSampler:
                 if self.host_index is None:
                     self.stats.awaiting_index += 1
                     continue
-                src = fleet_sources.get(r.device, -1)
-                if src == -1:  # first sight: a slot, or none (counted and logged there)
-                    src = fleet_sources[r.device] = self._fleet_source(r.device, "ib." if "/" in r.device else "nic.")
-                elif src is None:
-                    self.stats.no_slot += 1
+                src = fleet_sources.get(r.device, -1)  # the usual case: a device seen before, no call
+                if src is None or src == -1:
+                    src = self._fleet_source(r.device, "ib." if "/" in r.device else "nic.")
                 if src is not None:
                     nic_sources.add(src)
                     self._add(fleet.FLEET_JOB, r.metric, src, 0, r.value, start_ms, now_ns)
@@ -331,24 +329,24 @@ class HardwareSampler:
             if index == self.host_index:
                 return
             self.host_index, self.fleet = index, True
-            self._slots.clear()
-            self._device_sources.clear()
+            self._sources.clear()
             self._fleet_names.clear()
             self._fleet_reporting = BitMap()
 
     def _fleet_source(self, device: str, kind: str, gpu_index: int | None = None) -> int | None:
-        """The fleet source of one of this host's devices: its slot is its kind's next free one, in order of
-        first sight (a GPU's: its NVML index); None (skipped, counted, logged once) past its kind's slots."""
-        slot = self._slots.get(device, -1)
-        if slot == -1:
+        """The fleet source of one of this host's devices, kept per device (the one cache, GPUs and NICs alike): its
+        slot is its kind's next free one, in order of first sight (a GPU's: its NVML index); None (skipped,
+        counted each time, logged once) past its kind's slots."""
+        src = self._sources.get(device, -1)
+        if src == -1:
             lo, hi = fleet.FAMILIES[kind]
             if gpu_index is not None:
                 slot = lo + gpu_index if lo + gpu_index < hi else None
             else:
-                used = sum(1 for name, s in self._slots.items() if s is not None and lo <= s < hi)
+                used = sum(1 for s in self._sources.values() if s is not None and lo <= fleet.slot_of(s) < hi)
                 slot = lo + used if lo + used < hi else None
-            self._slots[device] = slot
             if slot is None:
+                src = None
                 log.warning("%s: no fleet slot left for %s devices (%d); its readings are skipped", device,
                             kind.rstrip("."), hi - lo)
             else:
@@ -356,10 +354,10 @@ class HardwareSampler:
                 self._fleet_names[src] = f"{self.host_name}:{device}"
                 log.info("%s is source %d (host %d, slot %d) of the fleet's %s* windows", device, src,
                          self.host_index, slot, kind)
-        if slot is None:
+            self._sources[device] = src
+        if src is None:
             self.stats.no_slot += 1
-            return None
-        return fleet.source(self.host_index or 0, slot)
+        return src
 
     def _publish(self, reporting: BitMap) -> None:
         """The fleet's view of this host (caller holds the lock): the sources that report, their names and the
