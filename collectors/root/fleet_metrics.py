@@ -8,36 +8,30 @@ fleet windows refused for it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-from prometheus_client.core import CounterMetricFamily
-from prometheus_client.registry import Collector
+from collectors.root.exposition import Declared, Family, Spec
 
-REROLLED = ("telemetry_store_late_rerolled", "Rollups (1 min, 1 h) made again because late data reached their "
-            "members after they were rolled up.")
-DROPPED = ("telemetry_store_late_dropped", "Raw 1 s (or 1 min) windows that came later than their period's raw "
-           "retention: deleted, never rolled up (docs/fleet.md, Retention).")
-COLLISIONS = ("telemetry_fleet_index_collisions", "Fleet host indexes a child named for another host than the one "
-              "holding them at the root (one per child and index; docs/fleet.md, Bad input).")
-REFUSED = ("telemetry_fleet_refused_windows", "Fleet windows the root refused because they held sources of a host "
-           "index another host holds.")
+REROLLED = Spec("telemetry_store_late_rerolled", "Rollups (1 min, 1 h) made again because late data reached their "
+                "members after they were rolled up.", (), counter=True)
+DROPPED = Spec("telemetry_store_late_dropped", "Raw 1 s (or 1 min) windows that came later than their period's raw "
+               "retention: deleted, never rolled up (docs/fleet.md, Retention).", (), counter=True)
+COLLISIONS = Spec("telemetry_fleet_index_collisions", "Fleet host indexes a child named for another host than the "
+                  "one holding them at the root (one per child and index; docs/fleet.md, Bad input).", (),
+                  counter=True)
+REFUSED = Spec("telemetry_fleet_refused_windows", "Fleet windows the root refused because they held sources of a "
+               "host index another host holds.", (), counter=True)
 
 
-class FleetStoreMetrics(Collector):
+class FleetStoreMetrics(Declared):
     """Reads the counters each scrape: `late()` -> (rerolled, dropped), `collisions()` -> (seen, refused windows)."""
+
+    SPECS = (REROLLED, DROPPED, COLLISIONS, REFUSED)
 
     def __init__(self, late: Callable[[], tuple[int, int]], collisions: Callable[[], tuple[int, int]]) -> None:
         self.late = late
         self.collisions = collisions
 
-    def describe(self) -> Iterable[CounterMetricFamily]:
-        return [CounterMetricFamily(*spec) for spec in (REROLLED, DROPPED, COLLISIONS, REFUSED)]
-
-    def collect(self) -> Iterable[CounterMetricFamily]:
-        values = (*self.late(), *self.collisions())
-        families = []
-        for spec, value in zip((REROLLED, DROPPED, COLLISIONS, REFUSED), values):
-            family = CounterMetricFamily(*spec)
-            family.add_metric([], value)
-            families.append(family)
-        return families
+    def fill(self, families: dict[str, Family]) -> None:
+        for spec, value in zip(self.SPECS, (*self.late(), *self.collisions())):
+            families[spec.name].add_metric([], value)
