@@ -111,7 +111,7 @@ def test_the_agents_average_is_what_the_scale_tests_compute() -> None:
         assert got == pytest.approx(list(running), rel=1e-12)
 
 
-@pytest.mark.parametrize(("factor", "within"), [(2.0, 3), (1.2, 30), (1.1, 100)])
+@pytest.mark.parametrize(("factor", "within"), [(2.0, 3), (1.5, 5), (1.2, 30), (1.1, 100)])
 def test_a_slight_straggler_among_16384_noisy_ranks_is_named(factor: float, within: int) -> None:
     """The issue's bound at its severity, at 16,384 ranks: with the per-step waits alone a 1.2x rank was not named
     in 120 steps (bench/straggler_scale.py, before the running share: score 0.67 of the threshold)."""
@@ -200,5 +200,5 @@ def test_a_blip_named_while_the_shares_settle_closes_and_the_real_straggler_is_n
     named = [e for e in events if e["ranks"] == [1]]
     assert named, events
     assert 10 <= named[0]["detail"]["detected_step"] <= 10 + 3, named[0]["detail"]
-    blips = [e for e in events if e["ranks"] == [2]]
-    assert all(e["status"] == "closed" and e["last_step"] <= 10 for e in blips), blips
+    # The blip itself is no straggler: two steps held back, however far, open no event (wait_fast_steps)
+    assert [e["ranks"] for e in events] == [[1]], events

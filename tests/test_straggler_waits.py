@@ -190,8 +190,8 @@ def test_a_job_that_waits_a_lot_when_nobody_is_slow_raises_the_bar_not_an_alarm(
     rng = np.random.default_rng(seed)
     clean = _turns(rng, 4, 1010)
     score = WaitScore()
-    for x in (x for _, _, x in clean[:10]):  # start-up: the level only (StragglerDetector's wait_warmup)
-        score.observe(x)
+    for _, least, x in clean[:10]:  # start-up: the level only (StragglerDetector's wait_warmup)
+        score.observe(x, least)
     clean = clean[10:]
     assert all(score.update(step, least, x, 1.0) is not None and score.named() is None for step, least, x in clean)
     fixed = WaitScore(background=0)
@@ -199,8 +199,8 @@ def test_a_job_that_waits_a_lot_when_nobody_is_slow_raises_the_bar_not_an_alarm(
                for step, least, x in clean), "the fixed references call this clean job a straggler"
     slow = _turns(np.random.default_rng(seed), 4, 120, slow=2, onset=100, extra=0.35)
     score = WaitScore()
-    for x in (x for _, _, x in slow[:10]):
-        score.observe(x)
+    for _, least, x in slow[:10]:
+        score.observe(x, least)
     slow = slow[10:]
     named_at = next(step for step, least, x in slow if score.update(step, least, x, 1.0) is not None
                     and score.named() is not None)

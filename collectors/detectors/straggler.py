@@ -70,6 +70,7 @@ class StragglerConfig:
     # a step lost to the rank, summed) of the fast lane (severe stragglers) and of the slow one (slight ones).
     wait_fast_drift: float = 0.15
     wait_fast_threshold: float = 0.8
+    wait_fast_steps: int = 3       # ... and names a rank only once it waited least this many steps in a row
     wait_drift: float = 0.08
     wait_threshold: float = 1.5
     wait_cap: float = 2.0          # a score's ceiling, in thresholds: bounds how long the event takes to close
@@ -252,7 +253,7 @@ class StragglerDetector(StreakDetector[_State]):
         if state.warm < c.wait_warmup:
             state.warm += 1
             if scale > 0:
-                score.observe(score.evidence(gap, scale))  # not judged; the job's level all the same
+                score.observe(score.evidence(gap, scale), s.argmin)  # not judged; the job's level all the same
             return
         state.last_step = step
         if not scale > 0:
@@ -306,7 +307,8 @@ class StragglerDetector(StreakDetector[_State]):
             state.score = WaitScore(((c.wait_fast_drift, c.wait_fast_threshold), (c.wait_drift, c.wait_threshold)),
                                     c.wait_cap, c.wait_track, c.wait_min_gap_s, background=c.wait_background,
                                     reference=c.wait_reference, running_drifts=(c.wait_share_drift,),
-                                    running_margin=c.wait_share_margin, running_spread_k=c.wait_share_spread_k)
+                                    running_margin=c.wait_share_margin, running_spread_k=c.wait_share_spread_k,
+                                    fast_steps=c.wait_fast_steps)
         return state.score
 
     def _shares(self, row: Row, state: _State) -> None:

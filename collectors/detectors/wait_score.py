@@ -17,8 +17,8 @@ apart with a delay that shrinks with the severity:
 A noise rank climbs by its gap on the steps it is least-waiting and falls by the others' gaps on the steps
 it is not: on a clean job its score drifts down. A straggler climbs every step by about its own slowdown.
 The fast lane (drift 0.15, threshold 0.8) names a 2x rank in ~3 steps and a 1.5x one in ~4-5, and ignores a
-rank held back by 20-30 % for tens of steps, or by 2x for two (what the oversubscribed bench machine does to
-clean jobs);
+rank held back by 20-30 % for tens of steps, or by any factor for two (what the oversubscribed bench machine
+does to clean jobs: it names a rank only once it waited least `fast_steps` = 3 steps in a row);
 the slow lane (0.08, 1.5) names a 1.2x rank in ~15-25 steps. A third, the persistence lane, names a rank
 that waited least on `share` (60 %) of the last `window` (60) steps with a mean evidence of at least
 `min_evidence` (0.04): a 1.1x rank, under the slow lane's reference, in ~40-80 steps. A gap under
@@ -31,7 +31,9 @@ host: the median clean step's evidence 0.25-0.35 there, 0.02-0.12 in the other s
 otherwise climb the lanes on every burst of the scheduler's. So every lane's reference is raised by how far
 the median evidence of the job's last `background` steps lies above `reference` (0.12, the highest
 clean median measured outside the tensor-parallel shape): steps whose least-waiting rank is named
-(ratio >= 1) are left out, so a straggler does not raise the bar it is judged by. The raise is at most
+(ratio >= 1) are left out, so a straggler does not raise the bar it is judged by, and so are steps of a job
+whose other least-waiting ranks of the last 8 steps are all different (a large world's noise, spread over
+ranks: `observe`). The raise is at most
 `max_raise` (0.2, about the tensor-parallel level measured: a short job's start-up steps, the noisiest,
 must not lift it further and delay a 2x rank). A 2x rank in such a job still adds ~0.5-0.7 a step (named
 in 2-3 steps); a burst of one rank held back by ~1.5x for 4-5 steps no longer names it. What it cannot
@@ -116,7 +118,8 @@ class WaitScore:
                  track: int = 8, min_gap_s: float = 0.002, window: int = 60, share: float = 0.6,
                  min_evidence: float = 0.04, background: int = 64, reference: float = 0.12,
                  max_raise: float = 0.2, running_drifts: tuple[float, ...] | None = None,
-                 running_margin: float = 0.01, running_spread_k: float = 3.0) -> None:
+                 running_margin: float = 0.01, running_spread_k: float = 3.0, fast_steps: int = 3,
+                 spread_window: int = 8) -> None:
         self.lanes = [Lane(drift, threshold, cap, track) for drift, threshold in lanes]
         self.drifts = [drift for drift, _ in lanes]
         # The job's own evidence level: the last `background` steps' evidence whose least-waiting rank was not
@@ -147,14 +150,32 @@ class WaitScore:
         self.quiet: tuple[int, float] | None = None  # (rank, the lowest gap seen since)
         self.running_background: deque[float] = deque(maxlen=background)
         self.running_level = reference
+        # The fast lane names a rank only once it waited least on each of the last `fast_steps` steps in a row
+        # (`run`: the rank of the current run of least-waiting steps and its length), whatever its score.
+        self.fast_steps = fast_steps
+        self.run: tuple[int, int] = (-1, 0)
+        # The last `spread_window` steps' least-waiting ranks, for the level (observe)
+        self.leasts: deque[int] = deque(maxlen=spread_window)
 
     def evidence(self, gap_s: float, step_s: float) -> float:
         """The share of the step the median rank lost to the least-waiting one (0 when the gap is no evidence)."""
         x = gap_s / step_s if step_s > 0 and gap_s >= self.min_gap_s else 0.0
         return min(max(x, 0.0), 1.0)
 
-    def observe(self, x: float) -> None:
-        """A step's evidence into the job's own level only (start-up steps, not judged, still show it)."""
+    def observe(self, x: float, least: int) -> None:
+        """A step's evidence (its least-waiting rank `least`) into the job's own level only (start-up steps, not
+        judged, still show it).
+
+        Not when the other ranks that waited least over the last `spread_window` steps (5 or more) are all
+        different ranks: the job's noise is spread over many ranks (a large world: the slowest of thousands of
+        noisy ranks is a different one each step), no lane climbs on it, and it must not raise the references;
+        and in such a job a rank that waits least again is a candidate, not the job's level (at 16,384 ranks a
+        1.5x rank's own first steps were the level's only samples: its bar rose with it and it was named in 7
+        steps instead of 4). A small job (five ranks or fewer) always has repeats: its level is as before."""
+        others = [r for r in self.leasts if r != least]
+        self.leasts.append(least)
+        if len(others) >= 5 and len(set(others)) == len(others):
+            return
         self.level = self._level(self.background, x, self.level)
 
     def observe_running(self, x: float) -> None:
@@ -203,7 +224,10 @@ class WaitScore:
         Returns the evidence `x` used (0 when the gap is no evidence)."""
         x = self.evidence(gap_s, step_s)
         if self.ratio(least) < 1.0:
-            self.observe(x)
+            self.observe(x, least)
+        else:
+            self.leasts.append(least)
+        self.run = (least, self.run[1] + 1 if self.run[0] == least else 1)
         raised = max(0.0, self.level - self.reference)
         lanes = self.lanes[:1] if self.running else self.lanes  # running shares feed the others
         for lane, drift in zip(lanes, self.drifts):
@@ -318,6 +342,16 @@ class WaitScore:
         return rank, self.ratio(rank)
 
     def named(self) -> tuple[int, float] | None:
-        """The leader when its ratio reached 1."""
+        """The leader when its ratio reached 1. Named on the fast lane alone only once it waited least on each of
+        the last `fast_steps` steps in a row: a rank the scheduler holds back for one or two steps, however far
+        (3 CPU ranks on 2 shared cores: 2-3x for two steps), is not a straggler, and the bound on a 2x one is 3
+        steps."""
         lead = self.leader()
-        return lead if lead is not None and lead[1] >= 1.0 else None
+        if lead is None or lead[1] < 1.0:
+            return None
+        rank = lead[0]
+        if self.run[1] < self.fast_steps or self.run[0] != rank:
+            slow = [lane.scores.get(rank, 0.0) / lane.threshold for lane in self.lanes[1:]]
+            if max([*slow, self._persistence(rank), self._persistence(rank, running=True)]) < 1.0:
+                return None
+        return lead
