@@ -98,9 +98,15 @@ def simulate(argv: list[str]) -> None:
     stop = threading.Event()
 
     def sample_loop() -> None:
-        while not stop.is_set():  # as HardwareSampler._run: at the same point of every second as a real agent
-            at_ns = next_sample_ns(time.time_ns(), 1.0)
-            time.sleep(max(0.0, (at_ns - time.time_ns()) / 1e9))
+        # As HardwareSampler._run: every host's sample of a second done by the point of it a real agent samples
+        # at. A real host takes ~1 ms to sample itself; here one thread samples COUNT hosts in turn, so the round
+        # starts as long before that point as the last round took (at most 0.5 s), not after it, where its last
+        # hosts would sample into the next second on a loaded machine.
+        round_ns = 0
+        while not stop.is_set():
+            at_ns = next_sample_ns(time.time_ns() + round_ns, 1.0)
+            time.sleep(max(0.0, (at_ns - min(round_ns, 500_000_000) - time.time_ns()) / 1e9))
+            started_ns = time.time_ns()
             for node, _, registry, sampler in hosts:
                 sampler.sample_once(next_wall_ns=at_ns + 1_000_000_000)
                 if registry.changed:
@@ -108,6 +114,7 @@ def simulate(argv: list[str]) -> None:
                         node.own_ranks = registry.views()
                         registry.changed = False
                 node.flush()  # as a real agent's flush loop, woken by the sample (AgentServer): nothing else is due
+            round_ns = time.time_ns() - started_ns
 
     threading.Thread(target=sample_loop, daemon=True).start()
     print(json.dumps({"ready": True, "role": "hosts", "hosts": count}), flush=True)
