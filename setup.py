@@ -32,10 +32,10 @@ class BuildNative(build_ext):
 native = Pybind11Extension(
     "telemetry.summary._native",
     sources=[f"{NATIVE}/module.cpp", f"{NATIVE}/core.cpp", f"{NATIVE}/ingest.cpp", f"{NATIVE}/unit.cpp",
-             f"{NATIVE}/croaring/roaring.c"],
+             f"{NATIVE}/table.cpp", f"{NATIVE}/croaring/roaring.c"],
     include_dirs=[NATIVE],
     depends=[f"{NATIVE}/{h}"
-             for h in ("core.hpp", "fsum.hpp", "ingest.hpp", "tdigest.hpp", "unit.hpp", "wire.hpp",
+             for h in ("core.hpp", "fsum.hpp", "ingest.hpp", "table.hpp", "tdigest.hpp", "unit.hpp", "wire.hpp",
                        "croaring/roaring.h")],
     cxx_std=17,
     extra_compile_args=list(OPT),  # a copy: pybind11 appends its C++ flags to it

@@ -51,7 +51,7 @@ def child_collector(cfg: dict) -> None:
         # A unit read natively (CollectorService._receive) comes with its size on the wire and its windows read; a
         # unit parsed whole is measured by re-encoding it (ByteSize: part of this wrapper's cost, not the tier's).
         size = batch.ByteSize() if unit is None else unit.size
-        windows = len(batch.windows) if unit is None else len(unit.windows)
+        windows = len(batch.windows) if unit is None else len(unit.read)
         stats["batches"] += 1
         stats["bytes"] += size
         if windows:
@@ -62,7 +62,7 @@ def child_collector(cfg: dict) -> None:
             stats["hosts_listed"] += len(states.hosts)
         return handle(sender, batch, responses, unit)
 
-    handled = timed(counted, lambda sender, batch, responses, unit=None: bool(unit.windows if unit else batch.windows))
+    handled = timed(counted, lambda sender, batch, responses, unit=None: bool(len(unit.read) if unit else batch.windows))
     server.service._handle = handled  # type: ignore[method-assign]  # the bench wraps it here to time it
     table = server.node.table
     table.due = timed(table.due, lambda now, complete: bool(table._pending))  # type: ignore[method-assign]  # wrapped to time it

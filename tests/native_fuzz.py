@@ -167,16 +167,19 @@ def unit(rng: random.Random, bases: list[bytes]) -> bool:
     whole. Refused with ValueError, or every window it takes is usable (as `check`). Returns whether any was taken."""
     from telemetry.summary.summary import read_unit
 
-    windows = []
+    windows, plain = [], []  # plain: the same windows with their summaries undamaged (for the table)
     for _ in range(rng.randint(0, 4)):
         key = _field(1, b"job") + _field(2, rng.choice([b"loss", b"m.1", b"\xff"]))
         key += (_varint(3 << 3) + _varint(rng.choice([0, 7, 2**53, 2**64 - 1])) if rng.random() < 0.7 else
                 _field(4, _varint(1 << 3) + _varint(rng.randrange(2**40)) + _varint(2 << 3) + _varint(1000)))
-        summary = rng.choice(bases)
+        summary = base = rng.choice(bases)
         if rng.random() < 0.5:
             summary = mutate(rng, summary)
-        windows.append(_field(3, _field(1, key) + _field(2, summary) + _varint(3 << 3) + _varint(rng.randrange(9000))))
+        expected = _varint(3 << 3) + _varint(rng.randrange(9000))
+        windows.append(_field(3, _field(1, key) + _field(2, summary) + expected))
+        plain.append(_field(3, _field(1, key) + _field(2, base) + expected))
     data = _field(1, b"child") + _varint(2 << 3) + _varint(5) + b"".join(windows) + _field(4, b"\x0a\x03job")
+    table(rng, b"".join(plain))
     for _ in range(rng.randint(0, 2)):
         data = mutate(rng, data)
     try:
@@ -188,7 +191,40 @@ def unit(rng: random.Random, bases: list[bytes]) -> bool:
     for found in taken:
         assert 0 <= found[7] < len(groups)
         check(found[6].to_bytes())
+    table(rng, data)
     return bool(taken)
+
+
+_TABLE: list[object] = []  # one collector's native window table, kept across the cases of a run
+
+
+def table(rng: random.Random, data: bytes) -> None:
+    """The same unit placed in a collector's native window table (`_native.Windows`, held across cases: windows
+    accumulate, repeat, overlap), then some windows taken, merged, put back, emptied and forgotten at random."""
+    from telemetry.summary import _native
+    from telemetry.summary.summary import read_native_unit
+
+    if not _TABLE:
+        _TABLE.append(_native.Windows())
+    windows = _TABLE[0]
+    assert isinstance(windows, _native.Windows)
+    native = read_native_unit(data, 2**53, 2**63, 4096, k=3)
+    if not native.all_fast:
+        return
+    created, became, refused, accepted, _ = windows.offer_unit(native, rng.randrange(2**40))
+    assert accepted + len(refused) == len(native)
+    slots = sorted({slot for _, slot in created} | set(became) | {r[1] for r in refused})
+    for slot in slots:
+        if rng.random() < 0.5:
+            continue
+        batch = windows.take(slot)
+        if len(batch):
+            check(batch.merged().encode())
+            assert len(batch.refs()) == len(batch.entries()) == len(batch)
+        if rng.random() < 0.3:
+            windows.restore(slot, batch)
+        elif rng.random() < 0.5:
+            windows.remove(slot)
 
 
 def run(cases: int, seed: int) -> tuple[int, int]:

@@ -7,6 +7,7 @@ alone, with the reason it always had, and the rest of the unit goes in.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
@@ -19,14 +20,15 @@ from collectors.common.validation import MetricBudget
 from collectors.delivery.node import Node
 from collectors.delivery.windows import Deadlines
 from telemetry import Summary
-from telemetry.summary.summary import read_unit
+from telemetry.summary.summary import read_native_unit, read_unit, unit_windows
 from telemetry.v1 import forward_pb2, summary_pb2
 
 WORLD_CAP = 4096
 
 
-def service() -> CollectorService:
-    node = Node("rack", Deadlines(120.0), ack_down=lambda *a, **k: None)
+def service(native: bool = False) -> CollectorService:
+    """A rack's service; `native`: its windows held natively, as a CollectorServer's are."""
+    node = Node("rack", Deadlines(120.0), ack_down=lambda *a, **k: None, native=native)
     return CollectorService(node, None, None, MetricBudget(64), max_world_size=WORLD_CAP)  # type: ignore[arg-type]  # host and slots: no stream here
 
 
@@ -208,7 +210,7 @@ def test_a_plain_unit_is_read_natively_and_the_rest_by_protobuf() -> None:
     whole = forward_pb2.SummaryBatch.FromString(FULL_UNIT)
     assert isinstance(unit, _Unit) and unit.size == len(FULL_UNIT)
     assert unit.batch == _without_windows(whole)
-    parsed, keys = svc._parse_read(unit.windows, unit.groups)
+    parsed, keys = svc._parse_read(unit_windows(unit.read), unit.groups)
     assert [(p[0], p[1].to_bytes(), list(p[2]), p[3]) for p in parsed if not isinstance(p, str)] == \
         one_by_one(svc, whole)
     assert [key.to_proto() for key in keys if key is not None] == [w.key for w in whole.windows]
@@ -237,22 +239,26 @@ def _answers(svc: CollectorService, received: object) -> tuple[list[forward_pb2.
     stream = _ChildStream(Answers(), None)  # type: ignore[arg-type]  # only put() is called
     svc._one(stream, forward_pb2.SummaryBatch(sender_id="child", seq=0))
     svc._one(stream, received)  # type: ignore[arg-type]  # a _Unit or a SummaryBatch, as the stream hands them
-    return acks, sorted(f"{key.metric}:{len(win.sources)}" for key, win in svc.node.table.windows.items()), \
+    table = svc.node.table
+    return acks, sorted(f"{key.metric}:{len(table.sources(win))}" for key, win in table.windows.items()), \
         svc.node.counters["bad_inputs"]
 
 
-def test_the_unit_path_answers_as_the_parsed_path() -> None:
+@pytest.mark.parametrize("table", ["python", "native"])
+def test_the_unit_path_answers_as_the_parsed_path(table: str) -> None:
     """Through _one: the same acks (rejections included: a window over the metric budget, one a run refusal does
-    not touch), the same windows and counters, whether the unit came natively or parsed whole."""
+    not touch), the same windows and counters, whether the unit came natively or parsed whole, into a window table
+    in Python (the root's) or held natively (a collector's)."""
     batch = forward_pb2.SummaryBatch.FromString(FULL_UNIT)
     for i in range(70):  # past the budget of 64 metrics: the last ones are refused by the budget, by index
         batch.windows.append(window(metric=f"m{i}", summary=summary_bytes(range(8), i)))
     data = batch.SerializeToString()
-    native, parsed = service(), service()
+    native, parsed = service(table == "native"), service()
     unit = native._receive(data)
     assert isinstance(unit, _Unit)
     assert _answers(native, unit) == _answers(parsed, forward_pb2.SummaryBatch.FromString(data))
-    assert _answers(service(), unit)[0][-1].rejections[0].key == batch.windows[64].key  # a, b, c, m0-m60 admitted
+    again = service(table == "native")
+    assert _answers(again, again._receive(data))[0][-1].rejections[0].key == batch.windows[64].key  # a, b, c, m0-m60
 
 
 def test_a_unit_with_an_odd_window_is_read_natively_once_and_answered_as_parsed(monkeypatch) -> None:
@@ -265,9 +271,9 @@ def test_a_unit_with_an_odd_window_is_read_natively_once_and_answered_as_parsed(
 
     def counted(data: bytes, *args: int) -> object:
         calls.append(len(data))
-        return read_unit(data, *args)
+        return read_native_unit(data, *args)
 
-    monkeypatch.setattr(service_module, "read_unit", counted)
+    monkeypatch.setattr(service_module, "read_native_unit", counted)
     svc = service()
     answered = _answers(svc, svc._receive(batch.SerializeToString()))
     assert calls == [len(batch.SerializeToString())]
@@ -291,7 +297,8 @@ def test_bit_flips_in_a_unit_are_refused_by_the_stream_exactly_when_protobuf_ref
         return
     assert whole is not None, "a unit protobuf refuses was accepted"
     # parsed whole where a window read did not take (or the unit did not read at all), else without its windows
-    assert received.batch == (whole if None in received.windows else _without_windows(whole))
-    parsed, _ = svc._parse_read(received.windows, received.groups, received.batch.windows)
+    windows = received.windows if received.read is None else unit_windows(received.read)
+    assert received.batch == (whole if received.read is None else _without_windows(whole))
+    parsed, _ = svc._parse_read(windows, received.groups, received.batch.windows)
     assert [p if isinstance(p, str) else (p[0], p[1].to_bytes(), list(p[2]), p[3]) for p in parsed] == \
         one_by_one(svc, whole)

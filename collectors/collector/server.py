@@ -34,7 +34,7 @@ class CollectorServer(Tier):
         if not config.parents:
             raise ValueError("a collector needs a parent address (the root, which has none, is a RootServer)")
         self.config = config
-        super().__init__(config, "collector")
+        super().__init__(config, "collector", native=True)  # children's parts held natively (windows.py)
         node_id = self.node.node_id
         self.upstream = Upstream(self.node, lambda on_ack: Outbox(node_id, config.parents, config.parent_security,
                                                                   on_ack, max_bytes=config.outbox_budget_bytes))

@@ -42,9 +42,9 @@ from collectors.delivery.lifecycle import ChildLifecycle, JobLifecycle
 from collectors.delivery.node import COUNTER_FIELDS, Node, RankView
 from collectors.delivery.runs import Claim, refusal_reason
 from collectors.delivery.windows import Origin, Part, Refusal
-from telemetry.summary import Summary
+from telemetry.summary import Summary, _native
 from telemetry.summary.sketch import DEFAULT_MAX_CENTROIDS
-from telemetry.summary.summary import DEFAULT_K, UnitWindow, read_unit
+from telemetry.summary.summary import DEFAULT_K, UnitWindow, read_native_unit, read_unit, unit_windows
 from telemetry.v1 import forensics_pb2, forward_pb2, forward_pb2_grpc, summary_pb2
 
 log = logging.getLogger(__name__)
@@ -193,15 +193,15 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         windows read did not take are judged one by one (`_parse_read`); the unit is read natively once, not again
         after protobuf's re-serialisation."""
         try:
-            read, groups, rest = read_unit(data, MAX_INDEX, MAX_ATTEMPT, self.max_world_size)
+            unit = read_native_unit(data, MAX_INDEX, MAX_ATTEMPT, self.max_world_size)
         except ValueError:
             whole = forward_pb2.SummaryBatch.FromString(data)
             return _Unit(whole, [None] * len(whole.windows), [], whole.ByteSize())
-        if None in read:
+        if not unit.all_fast:
             whole = forward_pb2.SummaryBatch.FromString(data)
-            return _Unit(whole, read, groups, whole.ByteSize())
+            return _Unit(whole, unit_windows(unit), unit.groups(), whole.ByteSize())
         # Every window is plain and valid, so protobuf accepts the unit exactly when it accepts the rest.
-        return _Unit(forward_pb2.SummaryBatch.FromString(rest), read, groups, len(data))
+        return _Unit(forward_pb2.SummaryBatch.FromString(unit.rest()), [], unit.groups(), len(data), unit)
 
     def _one(self, stream: _ChildStream, received: _Unit | forward_pb2.SummaryBatch) -> Parked | None:
         """One unit from a child, on the pool: parsed before the node's lock is taken, offered under it."""
@@ -244,22 +244,31 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         whole of it, where a window read did not take)."""
         node = self.node
         views = self._states(batch.ranks)
+        native: _NativeRead | None = None
+        parsed: list[_Parsed | str] = []
+        keys: list[Key | None] = []
         if unit is None:
             parsed, keys = self._parse_all(batch)
+        elif unit.read is not None and node.table.native is not None:
+            native = _NativeRead.of(unit.read, unit.groups, self.max_world_size)  # taken as read (_intake)
         else:
-            parsed, keys = self._parse_read(unit.windows, unit.groups, batch.windows)
+            windows = unit.windows if unit.read is None else unit_windows(unit.read)
+            parsed, keys = self._parse_read(windows, unit.groups, batch.windows)
         with node.lock:
             if self.reads is not None:
+                assert native is None, "a tier with store reads (the root) holds its windows in Python"
                 ready = self.reads.hold([found[0] for found in parsed if not isinstance(found, str)], views,
                                         lambda: self._intake(sender, batch, responses, views, parsed, keys))
                 if ready is not None:
                     return Parked(ready)
-            self._intake(sender, batch, responses, views, parsed, keys)
+            self._intake(sender, batch, responses, views, parsed, keys, native)
         return None
 
     def _intake(self, sender: str, batch: forward_pb2.SummaryBatch, responses: Answers, views: dict[str, RankView],
-                parsed: list[_Parsed | str], keys: list[Key | None]) -> None:
-        """One parsed unit into the node, under its lock (asserted). `keys`: those of the windows read natively."""
+                parsed: list[_Parsed | str], keys: list[Key | None], native: _NativeRead | None = None) -> None:
+        """One parsed unit into the node, under its lock (asserted). `keys`: those of the windows read natively.
+        `native`: a unit read for the node's native table (then `parsed` is empty), offered in one call when every
+        window passes the checks made once per job and sources; else judged window by window, as `parsed`."""
         node = self.node
         origin = (sender, batch.seq)
         node.assert_locked()
@@ -276,16 +285,23 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         if batch.seq == 0:
             responses.put(forward_pb2.Ack(seq=0, status=forward_pb2.Ack.RECEIVED))
             return
+        if native is not None and not self._fast(origin, native):
+            parsed, keys = self._parse_read(unit_windows(native.unit), native.groups)  # judged window by window
+            native = None
         now = time.monotonic()
-        for job in {found[0].job for found in parsed if not isinstance(found, str)}:
+        for job in native.jobs if native is not None else {found[0].job for found in parsed
+                                                           if not isinstance(found, str)}:
             self.jobs.touch(job, now)
-        windows = batch.windows
+        if native is not None:
+            rejections = self._offer_read(origin, native.unit)
+        else:
+            windows = batch.windows
 
-        def key_of(index: int) -> summary_pb2.WindowKey:
-            key = keys[index]
-            return windows[index].key if key is None else key.to_proto()
+            def key_of(index: int) -> summary_pb2.WindowKey:
+                key = keys[index]
+                return windows[index].key if key is None else key.to_proto()
 
-        rejections = self._offer(origin, parsed, key_of)
+            rejections = self._offer(origin, parsed, key_of)
         status = forward_pb2.Ack.REJECTED_OVERLAP if rejections else forward_pb2.Ack.RECEIVED
         responses.put(forward_pb2.Ack(seq=batch.seq, status=status, rejections=rejections))
         node.durability.settle(origin)
@@ -402,6 +418,35 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             refused = extents[job, group]
             out.append((key, summary, sources, expected) if refused is None else refused)
         return out, keys
+
+    def _fast(self, origin: Origin, read: _NativeRead) -> bool:
+        """Whether every window of a native unit passes `_check` (under the node's lock), judged once per job and
+        sources and per job's metric names: no source beyond the world cap, none of a refused run, every source
+        covered by the child, every metric admitted by the budget already. Else the unit is judged window by window,
+        so that each refusal is made, counted and worded as it always was."""
+        node, sender = self.node, origin[0]
+        for job, sources, extent_refused in read.combos:
+            if extent_refused is not None:
+                return False
+            refused = node.runs.refused(sender, job)
+            if refused and sources.intersect(BitMap(refused)):
+                return False
+            if self.coverage.uncovered(sender, job, sources):
+                return False
+        unit = read.unit
+        return all(self.budget.admitted(job, unit.metrics(name, attempt))
+                   for job, (name, attempt) in read.jobs.items())
+
+    def _offer_read(self, origin: Origin, unit: _native.Unit) -> list[forward_pb2.Rejection]:
+        """A unit that passed `_fast`, offered in one call (Node.offer_read); the rejections of its overlaps."""
+        rejections = []
+        for pos, verdict, overlap, sources in self.node.offer_read(origin, unit):
+            if verdict == "overlap":
+                job, attempt, metric, index, width_ms, _ = unit.key(pos)
+                rejections.append(forward_pb2.Rejection(
+                    index=pos, key=Key(scoped(job, attempt), metric, index, width_ms).to_proto(),
+                    overlapping_sources=list(overlap), reason=f"{len(overlap)} of {sources} sources already held"))
+        return rejections
 
     def _parse(self, window: forward_pb2.WindowSummary) -> _Parsed | str:
         """One window's key, summary and sources, or why it is refused (checked without the node's lock)."""
@@ -537,12 +582,36 @@ class _Unit:
     """A unit as `CollectorService._receive` hands it over: its windows as read natively, the rest of its message
     parsed by protobuf (`batch`, without windows where every window read took; else the whole message, whose windows
     `_parse` judges where read gave None), and its size on the wire (where parsed whole, as protobuf encodes it:
-    `check_size`)."""
+    `check_size`). Where every window read took, `read` holds them natively (a collector's table takes them as
+    they are: `_NativeRead`) and `windows` is empty."""
 
     batch: forward_pb2.SummaryBatch
     windows: list[UnitWindow | None]
     groups: list[bytes]
     size: int
+    read: _native.Unit | None = None
+
+
+@dataclass
+class _NativeRead:
+    """A unit for a native table, with what `_fast` judges once per unit (made without the node's lock): per job
+    and sources group, the job's scoped name, the sources and why they are refused by the world cap (or None); and
+    each job's (name, attempt) by its scoped name."""
+
+    unit: _native.Unit
+    groups: list[bytes]
+    combos: list[tuple[str, BitMap, str | None]]
+    jobs: dict[str, tuple[str, int]]
+
+    @classmethod
+    def of(cls, unit: _native.Unit, groups: list[bytes], max_world_size: int) -> _NativeRead:
+        bitmaps = [BitMap.deserialize(group) for group in groups]
+        combos, jobs = [], {}
+        for name, attempt, group in unit.combos():
+            job = scoped(name, attempt)
+            combos.append((job, bitmaps[group], _extent_refused(name, bitmaps[group], max_world_size)))
+            jobs[job] = (name, attempt)
+        return cls(unit, groups, combos, jobs)
 
 
 class _Registrations:

@@ -61,15 +61,15 @@ class Tier:
 
     def __init__(self, config: TierConfig, role: str, whole_world: bool = False, *, sink: Sink | None = None,
                  complete: Completion | None = None, runs: RunLedger | None = None,
-                 reads: Callable[[Node], UnitReads] | None = None) -> None:
-        """`sink`, `complete` and `runs` are the node's (Node's constructor); `reads` makes the service's store reads
-        for the node (the root's StoreReads; none in a collector)."""
+                 reads: Callable[[Node], UnitReads] | None = None, native: bool = False) -> None:
+        """`sink`, `complete`, `runs` and `native` are the node's (Node's constructor); `reads` makes the service's
+        store reads for the node (the root's StoreReads; none in a collector)."""
         self.whole_world = whole_world
         node_id = config.node_id or f"{role}-{socket.gethostname()}"
         self.node = Node(node_id, Deadlines(config.deadline_floor_s, config.deadline_factor),
                          ack_down=self._ack_down, retain_s=config.retain_s,
                          window_budget_bytes=config.window_budget_bytes, sink=sink, complete=complete, runs=runs,
-                         fleet_grace_s=config.fleet_grace_s)
+                         fleet_grace_s=config.fleet_grace_s, native=native)
         self.flusher = FlushLoop("flush", self._flush, config.flush_interval_s)
         self.lifecycle = JobLifecycle(config.job_idle_timeout_s)
         self.children = ChildLifecycle(config.job_idle_timeout_s)

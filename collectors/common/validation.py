@@ -67,6 +67,11 @@ class MetricBudget:
         if names is None or metric not in names:  # a name already admitted costs a set lookup: once per window
             self.admit_all(job, (metric,))
 
+    def admitted(self, job: str, metrics: Iterable[str]) -> bool:
+        """Whether every one of these names is admitted already (then `admit` of each would change nothing)."""
+        names = self._names.get(job)
+        return names is not None and names.issuperset(metrics)
+
     def admit_all(self, job: str, metrics: Iterable[str]) -> None:
         """Admit every name or none: a refused batch charges nothing (300 names in one log() call must not
         use up the job's budget and lock its real metrics out)."""

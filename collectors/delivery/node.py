@@ -36,6 +36,7 @@ from collectors.delivery.windows import (
     Window,
     WindowTable,
 )
+from telemetry.summary import _native
 from telemetry.v1 import forensics_pb2, forward_pb2, summary_pb2
 
 log = logging.getLogger(__name__)
@@ -132,23 +133,23 @@ class Node:
 
     Its collaborators come through the constructor (the pytorch/torchft model): `sink`, where sealed windows go
     (an `Upstream`, the root's `Finaliser`; a sink that needs the node itself, `Upstream`, is given it after),
-    `complete` (a `Completion`) and `runs`, the run ledger (the root's is kept in its store)."""
+    `complete` (a `Completion`) and `runs`, the run ledger (the root's is kept in its store). With `native`, the
+    windows' parts are held natively (a collector's: WindowTable's `native`, fed by `offer_read`)."""
 
     def __init__(self, node_id: str, deadlines: Deadlines, ack_down: AckDown,
                  retain_s: float = 300.0, window_budget_bytes: int = DEFAULT_WINDOW_BUDGET_BYTES, *,
                  sink: Sink | None = None, complete: Completion | None = None, runs: RunLedger | None = None,
-                 fleet_grace_s: float | None = None) -> None:
+                 fleet_grace_s: float | None = None, native: bool = False) -> None:
         self.node_id = node_id
         # The fleet's seconds are passed on without waiting for late hosts (covered_complete): this long after the
         # bucket's end (twice as long above a rack); None waits for every host until the deadline.
         self.fleet_grace_s = fleet_grace_s
         self.lock = threading.RLock()
         self.table = WindowTable(deadlines, retain_s, window_budget_bytes, on_drop=self._dropped,
-                                 on_evict=self._evicted)
+                                 on_evict=self._evicted, native=native)
         self._drop_log = RateLimitedLog(log)
         self.ack_down = ack_down
-        self.durability = Durability(
-            lambda origin, refused: ack_down(origin, refused=refused) if refused else ack_down(origin))
+        self.durability = Durability(self._acked)
         self.counters = dict.fromkeys(COUNTER_FIELDS, 0)
         # Counters kept by the parts that own a bound (the outbox's forensics queues, the server's reply streams,
         # the GPU probe), read when the subtree's counters are: each part's drops reach the root with the others.
@@ -168,6 +169,14 @@ class Node:
         self._fleet_views: dict[str, tuple[RankView, set[tuple[int, int]], bool]] = {}  # child: its view judged
         self.sink: Sink | None = sink
         self.complete: Callable[[Window], bool] = self.covered_complete if complete is None else complete(self)
+
+    def _acked(self, origin: Origin, refused: list[Refusal]) -> None:
+        """An origin's last hold released: nothing here refers to it any more; tell its sender."""
+        self.table.forget_origin(origin)
+        if refused:
+            self.ack_down(origin, refused=refused)
+        else:
+            self.ack_down(origin)
 
     @property
     def own_ranks(self) -> dict[str, RankView]:
@@ -258,6 +267,28 @@ class Node:
             self.durability.unhold(origin, unused)
         return verdicts
 
+    def offer_read(self, origin: Origin, unit: _native.Unit) -> list[tuple[int, str, BitMap, int]]:
+        """`offer_unit` of a unit read natively (every window read fast and passed its checks), into the native
+        table in one call: the origin held once per window, the holds of windows not accepted given back after.
+        Returns the windows not accepted: (position, "duplicate"|"overlap", overlap, how many sources the part has).
+        The caller holds the lock."""
+        if not len(unit):
+            return []
+        self.durability.hold(origin, len(unit))  # before any offer: a window dropped meanwhile releases its parts
+        refused = self.table.offer_read(origin, unit)
+        out = []
+        for pos, win, verdict, overlap, sources in refused:
+            if verdict == "duplicate":
+                self.counters["duplicates"] += 1
+                if win is not None:
+                    self.attach_duplicate(win, [origin])
+            else:
+                self.counters["rejected_overlaps"] += 1
+            out.append((pos, verdict, overlap, sources))
+        if refused:
+            self.durability.unhold(origin, len(refused))
+        return out
+
     def offer_split(self, part: Part, expected: int, preheld: bool = False,
                     held_too: bool = False) -> tuple[bool, list[tuple[Part, str]]]:
         """Offer `part`; where its window already holds some of its sources, offer it cut per source instead
@@ -298,21 +329,29 @@ class Node:
                         times[origin] = times.get(origin, 0) + 1
                 for origin in out.absorbed:
                     times[origin] = times.get(origin, 0) + 1
+            batches = [out.batch for out in outs if out.batch is not None]
+            if batches:  # parts held natively: counted there, one pass over every window's parts
+                for origin, n in self.table.origin_counts(batches):
+                    times[origin] = times.get(origin, 0) + n
             release = self.durability.release
             for origin, n in times.items():
                 release(origin, times=n)
             return
         for out in outs:
-            self.release(out.key, out.constituents, out.absorbed, refused)
+            self.release(out.key, out.constituents, out.absorbed, refused, out.batch)
 
-    def release(self, key: Key, parts: list[Part], absorbed: list[Origin], refused: str) -> None:
-        """Release what one refused or dropped window's parts (and the duplicates absorbed into it) held, telling
-        every sender why (`refused`); settled windows are released in bulk by release_all."""
+    def release(self, key: Key, parts: list[Part], absorbed: list[Origin], refused: str,
+                batch: _native.Batch | None = None) -> None:
+        """Release what one refused or dropped window's parts (those held natively: `batch`) and the duplicates
+        absorbed into it held, telling every sender why (`refused`); settled windows are released in bulk by
+        release_all."""
         release = self.durability.release
         for part in parts:
             one = Refusal(key, refused, part.index)
             for origin in part.origins:
                 release(origin, one)
+        for origin, index in self.table.refs(batch) if batch is not None else ():
+            release(origin, Refusal(key, refused, index))
         refusal = Refusal(key, refused)
         for origin in absorbed:
             release(origin, refusal)
@@ -420,14 +459,15 @@ class Node:
                 covered = None
             if cache is not None:
                 cache[job] = covered
+        sources = self.table.sources(win)
         if covered is None:
-            return bool(win.sources)
+            return bool(sources)
         if job == FLEET_JOB and covered:
             family = self._fleet_family(covered, win.key.metric)
-            if family.issubset(win.sources):
+            if family.issubset(sources):
                 return True
             return self.fleet_grace_s is not None and self._fleet_passed(win)
-        return bool(covered) and covered.issubset(win.sources)
+        return bool(covered) and covered.issubset(sources)
 
     def _fleet_passed(self, win: Window) -> bool:
         """A fleet second is passed on without its late hosts (issue 28: a link down named within 2 s however many
@@ -438,7 +478,7 @@ class Node:
         window exactly (Finaliser.ship)."""
         children, hosts_below = self._fleet_children_of(win.key.metric)
         if children:
-            senders = {origin[0] for part in win.pending for origin in part.origins}
+            senders = self.table.senders(win)
             if children <= senders:
                 return True
         assert self.fleet_grace_s is not None
@@ -525,14 +565,15 @@ class Node:
         (run.close() is not True). Units in flight upstream release their own holds when acknowledged."""
         if self.sink is not None:
             self.sink.forget([win.key])
-        if not (win.pending or win.absorbed):
+        if not (win.has_pending or win.absorbed):
             return
         self.counters["dropped_windows"] += 1
         self._drop_log.warn("window table over its budget (%d bytes) with nothing settled to forget: dropped %s "
                             "unstored (dropped_windows)", self.table.max_bytes, win.key)
-        pending, absorbed = win.drop_pending()
+        pending, absorbed, batch = win.drop_pending()
         self.release(win.key, pending, absorbed,
-                     refused=f"dropped at {self.node_id}: its window table was over its budget (dropped_windows)")
+                     refused=f"dropped at {self.node_id}: its window table was over its budget (dropped_windows)",
+                     batch=batch)
 
 
 class Upstream:
@@ -664,7 +705,7 @@ class Upstream:
         assert out is not None
         outs[rejection.index] = None
         win = node.table.settle(out.key, unit.seq)
-        constituents = out.constituents
+        held = constituents = node.table.parts_of(out)
         if len(constituents) == 1:
             constituents = constituents[0].split() or constituents  # an agent's raw part splits per rank
         if len(constituents) > 1 and win is not None:
@@ -675,9 +716,9 @@ class Upstream:
             return
         # One constituent that still overlaps partly: its own sender must split it.
         overlap = BitMap(rejection.overlapping_sources)
-        for part in out.constituents:
+        for part in held:
             if win is not None:
-                win.sources -= part.sources
+                node.table.remove_sources(win, part.sources)
             for origin in part.origins:
                 node.ack_down(origin, part.index, overlap & part.sources)
         node.release_all([out])

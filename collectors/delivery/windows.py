@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from pyroaring import BitMap
 
+from collectors.common.attempts import scoped, split
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from telemetry.names import FLEET_JOB
-from telemetry.summary import Summary
+from telemetry.summary import Summary, _native
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class OutPart:
     summary: Summary
     constituents: list[Part]
     absorbed: list[Origin] = field(default_factory=list)
+    batch: _native.Batch | None = None  # a collector's: the children's parts held natively (NativeWindows)
 
 
 @dataclass
@@ -116,17 +118,35 @@ class Window:
     forwarded: bool = False  # anything sent up already: what follows is a late delta
     late_at: float = 0.0  # a fleet window's late parts go on at this time, together (WindowTable.due)
     cost: int = 0  # bytes this window is charged against its table's budget (WindowTable.charge)
+    # A collector's window is held natively (NativeWindows): its parts, sources and expected world live in slot
+    # `slot` of `native`, `pending` stays empty, and `sources` is a copy read when asked (WindowTable.sources).
+    native: _native.Windows | None = None
+    slot: int = -1
+    sources_version: int = -1  # the native sources' version `sources` was read at
+    dropped: _native.Batch | None = None  # what a native window held pending when its table let it go
+
+    @property
+    def has_pending(self) -> bool:
+        """Parts accepted and not yet taken."""
+        if self.native is not None:
+            return self.native.pending(self.slot) > 0 or bool(self.pending)
+        return bool(self.pending) or self.dropped is not None
 
     @property
     def settled(self) -> bool:
         """Sealed, and nothing pending, in flight or waiting on durability: forgetting it loses nothing."""
-        return self.sealed and not (self.pending or self.inflight or self.absorbed)
+        return self.sealed and not (self.has_pending or self.inflight or self.absorbed)
 
     def take(self, late: bool) -> OutPart:
         """What the window holds pending, merged into one OutPart for its sink (the parent's outbox, or the
         root's store), with the parts and absorbed duplicates it is to release once settled; the window holds
         nothing pending after. The caller `dispatch`es it under the sink's id for it."""
-        out = OutPart(self.key, self.expected, late, merge_parts(self.pending), self.pending, self.absorbed)
+        if self.native is not None:
+            self.expected = self.native.expected(self.slot)
+            batch = self.native.take(self.slot)
+            out = OutPart(self.key, self.expected, late, Summary._wrap(batch.merged()), [], self.absorbed, batch)
+        else:
+            out = OutPart(self.key, self.expected, late, merge_parts(self.pending), self.pending, self.absorbed)
         self.pending, self.absorbed = [], []
         return out
 
@@ -143,6 +163,8 @@ class Window:
     def restore(self, out: OutPart) -> None:
         """A dispatch that failed before it settled anything (a commit): its parts and duplicates are pending
         again, ahead of what arrived since."""
+        if out.batch is not None and self.native is not None:
+            self.native.restore(self.slot, out.batch)
         self.pending = out.constituents + self.pending
         self.absorbed = out.absorbed + self.absorbed
 
@@ -150,17 +172,20 @@ class Window:
         """A duplicate of what the window holds: it is durable once everything open now is. Attaches `origins`
         to each open thing (pending, each dispatch in flight) and returns how many that is (the holds the
         caller takes for each origin)."""
-        if self.pending:
+        pending = self.has_pending
+        if pending:
             self.absorbed.extend(origins)
         for out in self.inflight.values():
             out.absorbed.extend(origins)
-        return len(self.inflight) + (1 if self.pending else 0)
+        return len(self.inflight) + (1 if pending else 0)
 
-    def drop_pending(self) -> tuple[list[Part], list[Origin]]:
-        """Let go of what is pending (the table dropped the window): the parts and duplicates to release."""
+    def drop_pending(self) -> tuple[list[Part], list[Origin], _native.Batch | None]:
+        """Let go of what is pending (the table dropped the window): the parts, duplicates and natively held parts
+        to release."""
         pending, absorbed = self.pending, self.absorbed
-        self.pending, self.absorbed = [], []
-        return pending, absorbed
+        batch = self.native.take(self.slot) if self.native is not None else self.dropped
+        self.pending, self.absorbed, self.dropped = [], [], None
+        return pending, absorbed, batch
 
 
 @dataclass
@@ -201,6 +226,8 @@ class Deadlines:
         return statistics.median(intervals) if intervals else 0.0
 
 
+ACCEPTED, DUPLICATE = 0, 1  # _native.Windows' verdicts (2: an overlap)
+
 WINDOW_BYTES = 3072
 """What one window costs a tier, roughly, before its sources: the Window and its dict entry, and at the root the
 finalised Row with its sketch (Finaliser.final). Measured: 60 hosts' hardware held 450,000 windows in ~1.5 GB
@@ -219,11 +246,16 @@ class WindowTable:
     drop); only when no settled window is left does the oldest unsettled window go, and only one that held data
     not yet handed on (pending parts or absorbed duplicates) is a loss (`on_drop`). A window whose data is in
     flight (in the outbox, or being committed) releases its holds when that settles, as an expired one does.
+
+    With `native` (a collector's table) each window's parts, sources and expected world are held natively
+    (`_native.Windows`, telemetry/summary/native/table.hpp): a child's unit read natively is placed in one call
+    (`offer_read`), with no Python object per child window; the Window keeps its lifecycle. Parts are made only
+    where one is needed by itself (a rejection from above: `parts_of`); there, units are named by an id.
     """
 
     def __init__(self, deadlines: Deadlines, retain_s: float = 300.0,
                  max_bytes: int = DEFAULT_WINDOW_BUDGET_BYTES, on_drop: Callable[[Window], None] | None = None,
-                 on_evict: Callable[[list[Key]], None] | None = None) -> None:
+                 on_evict: Callable[[list[Key]], None] | None = None, native: bool = False) -> None:
         if max_bytes < WINDOW_BYTES:
             raise ValueError(f"a window budget of {max_bytes} bytes holds no window (one costs ~{WINDOW_BYTES})")
         self.deadlines = deadlines
@@ -236,14 +268,27 @@ class WindowTable:
         self._on_evict = on_evict
         self._pending: set[Key] = set()  # windows with parts not yet shipped
         self._settling: deque[Key] = deque()  # sealed windows, oldest first, for expiry
+        self.native = _native.Windows() if native else None
+        self._by_slot: dict[int, Window] = {}  # native windows by slot
+        # Units with parts held natively, by the id the native table knows them by (forgotten once acknowledged).
+        self._origin_ids: dict[Origin, int] = {}
+        self._origins: dict[int, Origin] = {}
+        self._next_origin = 0
 
     def window(self, key: Key, expected: int, now: float | None = None) -> Window:
         win = self.windows.get(key)
         if win is None:
             now = time.monotonic() if now is None else now
             win = Window(key, expected, now, self.deadlines.for_window(key, now, time.time_ns()))
+            if self.native is not None:
+                job, attempt = split(key.job)
+                win.native = self.native
+                win.slot, _ = self.native.slot(job, attempt, key.metric, key.index, key.width_ms, expected)
+                self._by_slot[win.slot] = win
             self.windows[key] = win
             self.charge(win, WINDOW_BYTES)
+        elif win.native is not None:
+            win.native.expect(win.slot, expected)
         elif expected > win.expected:
             win.expected = expected
         return win
@@ -258,6 +303,8 @@ class WindowTable:
     def offer(self, part: Part, expected: int) -> tuple[str, BitMap | None]:
         """Accept, absorb or reject one part: returns ("accepted"|"duplicate"|"overlap", overlap)."""
         win = self.window(part.key, expected)
+        if win.native is not None:
+            return self._offer_native(win, part)
         if not win.sources.intersect(part.sources):  # the usual case, without building the (empty) overlap
             win.sources |= part.sources
             win.pending.append(part)
@@ -269,12 +316,119 @@ class WindowTable:
             return "duplicate", overlap
         return "overlap", overlap
 
+    def _offer_native(self, win: Window, part: Part) -> tuple[str, BitMap | None]:
+        """`offer` into a native window: the part's summary is copied there (a part read by the per-window path)."""
+        assert win.native is not None and len(part.origins) == 1, "a collector's part comes from one unit"
+        origin, new_id = self._origin_id(part.origins[0])
+        verdict, overlap, became_pending, added = win.native.offer_core(win.slot, part.summary._as_core(), origin,
+                                                                        part.index)
+        if verdict == ACCEPTED:
+            if became_pending:
+                self._pending.add(win.key)
+            self.bytes += SOURCE_BYTES * added  # charged to the window natively (`_remove` gives it back)
+            if self.bytes > self.max_bytes:
+                self._make_room(win.key)
+            return "accepted", None
+        if new_id:
+            self.forget_origin(part.origins[0])
+        return ("duplicate" if verdict == DUPLICATE else "overlap"), BitMap(overlap)
+
+    def offer_read(self, origin: Origin, unit: _native.Unit) -> list[tuple[int, Window | None, str, BitMap, int]]:
+        """Every window of a unit read natively (each read fast, each passed its checks) offered in one native call.
+        Returns the windows not accepted: (position, window, "duplicate"|"overlap", overlap, how many sources the
+        part has); the window is None only if the table let it go to stay in budget meanwhile."""
+        native = self.native
+        assert native is not None, "offer_read needs a native table"
+        origin_id, new_id = self._origin_id(origin)
+        created, became_pending, refused, accepted, added = native.offer_unit(unit, origin_id)
+        if not accepted and new_id:
+            self.forget_origin(origin)
+        nbytes = SOURCE_BYTES * added
+        if created:
+            now, wall_ns = time.monotonic(), time.time_ns()
+            for pos, slot in created:
+                job, attempt, metric, index, width_ms, expected = unit.key(pos)
+                key = Key(scoped(job, attempt), metric, index, width_ms)
+                win = Window(key, expected, now, self.deadlines.for_window(key, now, wall_ns), native=native,
+                             slot=slot, cost=WINDOW_BYTES)
+                self.windows[key] = win
+                self._by_slot[slot] = win
+                nbytes += WINDOW_BYTES
+        by_slot = self._by_slot
+        self._pending.update(by_slot[slot].key for slot in became_pending)
+        out = [(pos, by_slot.get(slot), "duplicate" if verdict == DUPLICATE else "overlap", BitMap(overlap), n)
+               for pos, slot, verdict, overlap, n in refused]
+        self.bytes += nbytes
+        if self.bytes > self.max_bytes:
+            self._make_room(None)
+        return out
+
+    def sources(self, win: Window) -> BitMap:
+        """The sources a window holds (a native window's read from its table when they changed since last asked)."""
+        if win.native is not None:
+            version = win.native.version(win.slot)
+            if version != win.sources_version:
+                win.sources = BitMap.deserialize(win.native.sources(win.slot))
+                win.sources_version = version
+        return win.sources
+
+    def remove_sources(self, win: Window, sources: BitMap) -> None:
+        """The window no longer holds these sources (a part its own sender is to split and resend)."""
+        if win.native is not None:
+            win.native.remove_sources(win.slot, sources.serialize())
+        else:
+            win.sources -= sources
+
+    def _origin_id(self, origin: Origin) -> tuple[int, bool]:
+        """The id the native table knows a unit by, and whether it is new."""
+        found = self._origin_ids.get(origin)
+        if found is not None:
+            return found, False
+        found = self._origin_ids[origin] = self._next_origin
+        self._origins[found] = origin
+        self._next_origin += 1
+        return found, True
+
+    def forget_origin(self, origin: Origin) -> None:
+        """A unit acknowledged (or none of it accepted): nothing held here refers to it any more."""
+        found = self._origin_ids.pop(origin, None)
+        if found is not None:
+            del self._origins[found]
+
+    def senders(self, win: Window) -> set[str]:
+        """Who sent the parts a window holds pending."""
+        senders = {origin[0] for part in win.pending for origin in part.origins}
+        if win.native is not None:
+            origins = self._origins
+            senders.update(origins[ref][0] for ref in win.native.pending_origins(win.slot))
+        return senders
+
+    def refs(self, batch: _native.Batch) -> list[tuple[Origin, int]]:
+        """(origin, index in its unit) of each part of a native batch."""
+        origins = self._origins
+        return [(origins[ref], index) for ref, index in batch.refs()]
+
+    def origin_counts(self, batches: list[_native.Batch]) -> list[tuple[Origin, int]]:
+        """How many parts of these native batches each origin has."""
+        origins = self._origins
+        return [(origins[ref], n) for ref, n in _native.origin_counts(batches)]
+
+    def parts_of(self, out: OutPart) -> list[Part]:
+        """An OutPart's constituents as Parts (a native batch's made one by one: a rejection from above)."""
+        if out.batch is None:
+            return out.constituents
+        origins, parts = self._origins, []
+        for ref, index, core in out.batch.entries():
+            summary = Summary._wrap(core)
+            parts.append(Part(out.key, [origins[ref]], summary._sources, index, built=summary))
+        return parts
+
     def due(self, now: float, complete: Callable[[Window], bool]) -> list[Window]:
         """Windows with pending parts that must go now: newly complete, past deadline, or already sealed (late)."""
         out = []
         for key in list(self._pending):
             win = self.windows.get(key)
-            if win is None or not win.pending:
+            if win is None or not win.has_pending:
                 self._pending.discard(key)
                 continue
             if win.sealed and key.job == FLEET_JOB:
@@ -303,7 +457,7 @@ class WindowTable:
 
     def mark_pending(self, win: Window) -> None:
         """Parts were put back into a window (a resend); ship it at the next flush."""
-        if win.pending:
+        if win.has_pending:
             self._pending.add(win.key)
 
     def expire(self, now: float) -> list[Window]:
@@ -318,7 +472,7 @@ class WindowTable:
             if now - win.sealed_at <= self.retain_s:
                 break
             self._settling.popleft()
-            if win.pending or win.inflight or win.absorbed:
+            if win.has_pending or win.inflight or win.absorbed:
                 self._settling.append(key)  # not settled yet: look again later
                 continue
             gone.append(self._remove(key))
@@ -334,12 +488,20 @@ class WindowTable:
         return gone
 
     def _remove(self, key: Key) -> Window:
+        """Forget a window (a native one's parts were taken first: it is settled, or dropped by the caller)."""
         win = self.windows.pop(key)
         self.bytes -= win.cost
         self._pending.discard(key)
+        if win.native is not None:
+            self.bytes -= SOURCE_BYTES * win.native.charged(win.slot)
+            del self._by_slot[win.slot]
+            if win.has_pending:  # the table drops it (`_make_room`): on_drop releases what it held
+                win.dropped = win.native.take(win.slot)
+            win.native.remove(win.slot)
+            win.native = None
         return win
 
-    def _make_room(self, keep: Key) -> None:
+    def _make_room(self, keep: Key | None) -> None:
         """Down to 90% of the budget (so that the work is paid once per many windows, not once per window):
         settled windows first, oldest sealed first; then, only if that is not enough, the oldest others."""
         target = self.max_bytes * 9 // 10

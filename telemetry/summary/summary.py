@@ -448,8 +448,21 @@ def read_unit(data: bytes, max_index: int, max_attempt: int, max_world: int, k: 
     so a bad window is refused in the same words as without this path. ValueError if the message itself is not
     well formed.
     """
-    read = _read_unit(data, k, max_centroids, max_index, max_attempt, max_world, Summary)  # the summaries: Summary
-    return cast("tuple[list[UnitWindow | None], list[bytes], bytes]", read)
+    unit = read_native_unit(data, max_index, max_attempt, max_world, k, max_centroids)
+    return unit_windows(unit), unit.groups(), unit.rest()
+
+
+def read_native_unit(data: bytes, max_index: int, max_attempt: int, max_world: int, k: int = DEFAULT_K,
+                     max_centroids: int = DEFAULT_MAX_CENTROIDS) -> _native.Unit:
+    """`read_unit`, its windows left in native form (`_native.Unit`): a collector's table takes their cores as they
+    are (collectors/delivery/windows.py), with no Python object per window; `unit_windows` makes them what
+    `read_unit` returns. ValueError if the message itself is not well formed."""
+    return _read_unit(data, k, max_centroids, max_index, max_attempt, max_world)
+
+
+def unit_windows(unit: _native.Unit) -> list[UnitWindow | None]:
+    """A native unit's windows as `read_unit` returns them (taking their cores: once per unit)."""
+    return cast("list[UnitWindow | None]", unit.windows(Summary))
 
 
 def _has(summary: Summary, name: str) -> bool:

@@ -3,8 +3,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <tuple>
+#include <unordered_map>
+
 #include "core.hpp"
 #include "ingest.hpp"
+#include "table.hpp"
 #include "unit.hpp"
 
 namespace py = pybind11;
@@ -30,16 +35,6 @@ py::bytes as_bytes(const std::string& s) { return py::bytes(s.data(), s.size());
 py::list pair_list(const std::vector<Pair>& pairs) {
     py::list out(pairs.size());
     for (size_t i = 0; i < pairs.size(); ++i) out[i] = py::make_tuple(pairs[i].first, pairs[i].second);
-    return out;
-}
-
-std::vector<Pair> to_pairs(const py::list& items) {
-    std::vector<Pair> out;
-    out.reserve(items.size());
-    for (py::handle item : items) {
-        auto t = py::reinterpret_borrow<py::tuple>(item);
-        out.emplace_back(t[0].cast<double>(), t[1].cast<uint32_t>());
-    }
     return out;
 }
 
@@ -146,10 +141,10 @@ std::vector<Pair> as_pairs(PyObject* list) {
     return out;
 }
 
-// The fast-call entry points' common end: the Core that `make` returns, or its exception as a Python error
+// The fast-call entry points' common end: what `make` returns (a Core, a Unit), or its exception as a Python error
 // (ValueError, unless Python's own error is already set).
 template <class F>
-PyObject* core_or_error(F&& make) {
+PyObject* result_or_error(F&& make) {
     try {
         return py::cast(make()).release().ptr();
     } catch (py::error_already_set& e) {
@@ -169,7 +164,7 @@ PyObject* build(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "build takes 18 arguments");
         return nullptr;
     }
-    return core_or_error([&] {
+    return result_or_error([&] {
         Core c;
         c.k = as_u32(args[0]);
         c.count = as_u64(args[1]);
@@ -203,7 +198,7 @@ PyObject* decode_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "decode takes 1 argument");
         return nullptr;
     }
-    return core_or_error([&] { return with_buffer(args[0], [](const uint8_t* p, size_t n) { return decode(p, n); }); });
+    return result_or_error([&] { return with_buffer(args[0], [](const uint8_t* p, size_t n) { return decode(p, n); }); });
 }
 
 // A contiguous buffer of 8-byte items (float64 or int64, as Summary.from_arrays hands them over): pointer, count.
@@ -221,7 +216,7 @@ PyObject* from_arrays_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "from_arrays takes 6 arguments");
         return nullptr;
     }
-    return core_or_error([&] {
+    return result_or_error([&] {
         py::buffer_info values = py::reinterpret_borrow<py::buffer>(args[0]).request();
         py::buffer_info sources = py::reinterpret_borrow<py::buffer>(args[1]).request();
         if (values.format != "d") throw py::value_error("values must be float64");
@@ -241,59 +236,110 @@ PyObject* from_arrays_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     });
 }
 
-// read_unit(data, k, max_centroids, max_index, max_attempt, max_world, wrapper): a tier's whole unit (SummaryBatch
-// bytes) in one call. Returns (windows, group_sources, rest): per WindowSummary, None (the caller's per-window path
-// judges it) or (job, attempt, metric, index, width_ms, expected, summary, group), the summary an instance of
-// `wrapper` (a class with a `_core` slot: Summary) holding the core; per group, its sources as portable bytes; the
-// message's other fields' bytes.
+// A unit read by read_unit, for Python: its windows' cores stay here until a table takes them (Windows.offer_unit)
+// or the per-window path asks for them as summaries (`windows`).
+struct Unit {
+    UnitIn in;
+    bool all_fast = true;
+    bool consumed = false;
+
+    UnitIn& take() {
+        if (consumed) throw std::invalid_argument("this unit's windows were taken already");
+        consumed = true;
+        return in;
+    }
+};
+
+// read_unit(data, k, max_centroids, max_index, max_attempt, max_world): a tier's whole unit (SummaryBatch bytes) in
+// one call, as a Unit.
 PyObject* read_unit_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "read_unit takes 7 arguments");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "read_unit takes 6 arguments");
         return nullptr;
     }
-    if (!PyType_Check(args[6])) {
-        PyErr_SetString(PyExc_TypeError, "read_unit's wrapper must be a class");
-        return nullptr;
-    }
-    try {
-        auto* wrapper = reinterpret_cast<PyTypeObject*>(args[6]);
-        py::str core_slot("_core");
+    return result_or_error([&] {
         UnitLimits limits;
         limits.k = as_u32(args[1]);
         limits.max_centroids = as_u32(args[2]);
         limits.max_index = as_u64(args[3]);
         limits.max_attempt = as_u64(args[4]);
         limits.max_world = as_u64(args[5]);
-        UnitIn unit = with_buffer(args[0], [&](const uint8_t* p, size_t n) { return read_unit(p, n, limits); });
-        py::list windows(unit.windows.size());
-        py::object job;  // one str per run of windows of one job (a unit's windows are mostly one job's)
-        std::string job_text;
-        for (size_t i = 0; i < unit.windows.size(); ++i) {
-            WindowIn& w = unit.windows[i];
-            if (!w.fast) {
-                windows[i] = py::none();
-                continue;
-            }
-            if (!job || w.job != job_text) {
-                job = py::str(w.job);
-                job_text = w.job;
-            }
-            py::object summary = py::reinterpret_steal<py::object>(wrapper->tp_alloc(wrapper, 0));
-            if (!summary) throw py::error_already_set();
-            if (PyObject_SetAttr(summary.ptr(), core_slot.ptr(), py::cast(std::move(w.core)).ptr()) < 0)
-                throw py::error_already_set();
-            windows[i] = py::make_tuple(job, w.attempt, py::str(w.metric), w.index, w.width_ms, w.expected, summary,
-                                        w.group);
+        Unit unit;
+        unit.in = with_buffer(args[0], [&](const uint8_t* p, size_t n) { return read_unit(p, n, limits); });
+        for (const WindowIn& w : unit.in.windows) unit.all_fast = unit.all_fast && w.fast;
+        return unit;
+    });
+}
+
+// Unit.windows(wrapper): per WindowSummary, None (the caller's per-window path judges it) or (job, attempt, metric,
+// index, width_ms, expected, summary, group), the summary an instance of `wrapper` (a class with a `_core` slot:
+// Summary) holding the core. Takes the cores.
+py::list unit_windows(Unit& unit, py::handle wrapper_type) {
+    if (!PyType_Check(wrapper_type.ptr())) throw py::type_error("the wrapper must be a class");
+    auto* wrapper = reinterpret_cast<PyTypeObject*>(wrapper_type.ptr());
+    UnitIn& in = unit.take();
+    py::str core_slot("_core");
+    py::list windows(in.windows.size());
+    py::object job;  // one str per run of windows of one job (a unit's windows are mostly one job's)
+    std::string job_text;
+    for (size_t i = 0; i < in.windows.size(); ++i) {
+        WindowIn& w = in.windows[i];
+        if (!w.fast) {
+            windows[i] = py::none();
+            continue;
         }
-        py::list groups(unit.group_sources.size());
-        for (size_t i = 0; i < unit.group_sources.size(); ++i) groups[i] = as_bytes(unit.group_sources[i]);
-        return py::make_tuple(windows, groups, as_bytes(unit.rest)).release().ptr();
-    } catch (py::error_already_set& e) {
-        e.restore();
-    } catch (const std::exception& e) {
-        PyErr_SetString(PyExc_ValueError, e.what());
+        if (!job || w.job != job_text) {
+            job = py::str(w.job);
+            job_text = w.job;
+        }
+        py::object summary = py::reinterpret_steal<py::object>(wrapper->tp_alloc(wrapper, 0));
+        if (!summary) throw py::error_already_set();
+        if (PyObject_SetAttr(summary.ptr(), core_slot.ptr(), py::cast(std::move(w.core)).ptr()) < 0)
+            throw py::error_already_set();
+        windows[i] = py::make_tuple(job, w.attempt, py::str(w.metric), w.index, w.width_ms, w.expected, summary,
+                                    w.group);
     }
-    return nullptr;
+    return windows;
+}
+
+// Unit.combos(): the distinct (job, attempt, group) of its windows, in order of first appearance.
+py::list unit_combos(const Unit& unit) {
+    py::list out;
+    std::vector<std::tuple<const std::string*, uint64_t, size_t>> seen;
+    for (const WindowIn& w : unit.in.windows) {
+        if (!w.fast) continue;
+        bool known = false;
+        for (auto& [job, attempt, group] : seen)
+            if (group == w.group && attempt == w.attempt && *job == w.job) {
+                known = true;
+                break;
+            }
+        if (known) continue;
+        seen.emplace_back(&w.job, w.attempt, w.group);
+        out.append(py::make_tuple(w.job, w.attempt, w.group));
+    }
+    return out;
+}
+
+// Unit.metrics(job, attempt): the metric names of that job's windows, in order.
+py::list unit_metrics(const Unit& unit, const std::string& job, uint64_t attempt) {
+    py::list out;
+    for (const WindowIn& w : unit.in.windows)
+        if (w.fast && w.attempt == attempt && w.job == job) out.append(py::str(w.metric));
+    return out;
+}
+
+const WindowIn& unit_window(const Unit& unit, size_t pos) {
+    if (pos >= unit.in.windows.size() || !unit.in.windows[pos].fast) throw py::index_error("no such window read");
+    return unit.in.windows[pos];
+}
+
+py::tuple refused_tuple(const Refused& r) {
+    return py::make_tuple(r.pos, r.slot, static_cast<int>(r.verdict), r.overlap, r.sources);
+}
+
+py::bytes sources_of(const Windows& table, uint32_t slot) {
+    return as_bytes(serialize_bitmap(const_cast<roaring_bitmap_t*>(table.at(slot).sources.get()), false));
 }
 
 PyMethodDef FAST[] = {
@@ -333,6 +379,92 @@ PYBIND11_MODULE(_native, m) {
                 as_bytes(serialize_bitmap(c.nonfinite_sources.get(), false)), c.first_ns, c.last_ns);
         }, "(k, count, sum, mean, m2, min, argmin, max, argmax, top, bottom, sources, nonfinite_count, "
            "nonfinite_sources, first_ns, last_ns); bitmaps as portable bytes.");
+
+    py::class_<Unit>(m, "Unit")
+        .def_readonly("all_fast", &Unit::all_fast)
+        .def("__len__", [](const Unit& u) { return u.in.windows.size(); })
+        .def("groups", [](const Unit& u) {
+            py::list out;
+            for (const std::string& g : u.in.group_sources) out.append(as_bytes(g));
+            return out;
+        })
+        .def("rest", [](const Unit& u) { return as_bytes(u.in.rest); })
+        .def("windows", &unit_windows)
+        .def("combos", &unit_combos)
+        .def("metrics", &unit_metrics)
+        .def("key", [](const Unit& u, size_t pos) {
+            const WindowIn& w = unit_window(u, pos);
+            return py::make_tuple(w.job, w.attempt, w.metric, w.index, w.width_ms, w.expected);
+        }, "(job, attempt, metric, index, width_ms, expected) of a window read fast.");
+
+    py::class_<Batch>(m, "Batch")
+        .def("__len__", [](const Batch& b) { return b.entries.size(); })
+        .def("merged", &merge_batch, "The merge of the entries' cores (a new Core).")
+        .def("refs", [](const Batch& b) {
+            py::list out(b.entries.size());
+            for (size_t i = 0; i < b.entries.size(); ++i) out[i] = py::make_tuple(b.entries[i].origin, b.entries[i].index);
+            return out;
+        }, "(origin, index) of each entry.")
+        .def("entries", [](Batch& b) {
+            py::list out(b.entries.size());
+            for (size_t i = 0; i < b.entries.size(); ++i)
+                out[i] = py::make_tuple(b.entries[i].origin, b.entries[i].index, clone(b.entries[i].core));
+            return out;
+        }, "(origin, index, a copy of the core) of each entry.");
+
+    m.def("origin_counts", [](const py::sequence& batches) {
+        std::unordered_map<uint64_t, uint64_t> counts;
+        std::vector<uint64_t> order;
+        for (py::handle item : batches) {
+            const Batch& b = item.cast<const Batch&>();
+            for (const Entry& e : b.entries)
+                if (counts[e.origin]++ == 0) order.push_back(e.origin);
+        }
+        py::list out(order.size());
+        for (size_t i = 0; i < order.size(); ++i) out[i] = py::make_tuple(order[i], counts[order[i]]);
+        return out;
+    }, "(origin, entries) over the batches, each origin once, in order of first appearance.");
+
+    py::class_<Windows>(m, "Windows")
+        .def(py::init<>())
+        .def("__len__", &Windows::size)
+        .def("offer_unit", [](Windows& t, Unit& u, uint64_t origin) {
+            if (!u.all_fast) throw py::value_error("offer_unit takes only units whose every window was read fast");
+            UnitOffer o = t.offer_unit(u.take(), origin);
+            py::list refused(o.refused.size());
+            for (size_t i = 0; i < o.refused.size(); ++i) refused[i] = refused_tuple(o.refused[i]);
+            return py::make_tuple(o.created, o.became_pending, refused, o.accepted, o.added_sources);
+        }, "(created [(pos, slot)], became_pending [slot], refused [(pos, slot, verdict, overlap, part's sources)], "
+           "accepted, added_sources)")
+        .def("slot", [](Windows& t, const std::string& job, uint64_t attempt, const std::string& metric,
+                        uint64_t index, uint32_t width_ms, uint32_t expected) {
+            return t.slot_of(window_key(job, attempt, metric, index, width_ms), expected);
+        }, "(slot, created) of a window; its expected world raised to at least `expected`.")
+        .def("expect", &Windows::expect)
+        .def("offer_core", [](Windows& t, uint32_t slot, const Core& core, uint64_t origin, uint32_t index) {
+            bool became = false;
+            uint64_t added = 0;
+            Refused r = t.offer_core(slot, core, origin, index, became, added);
+            return py::make_tuple(static_cast<int>(r.verdict), r.overlap, became, added);
+        }, "(verdict, overlap, became_pending, added_sources); the core is copied.")
+        .def("expected", [](const Windows& t, uint32_t slot) { return t.at(slot).expected; })
+        .def("pending", [](const Windows& t, uint32_t slot) { return t.at(slot).pending.size(); })
+        .def("pending_origins", [](const Windows& t, uint32_t slot) {
+            std::vector<uint64_t> out;
+            for (const Entry& e : t.at(slot).pending)
+                if (std::find(out.begin(), out.end(), e.origin) == out.end()) out.push_back(e.origin);
+            return out;
+        }, "The units the window's pending parts came in (their ids), each once.")
+        .def("version", [](const Windows& t, uint32_t slot) { return t.at(slot).version; })
+        .def("charged", [](const Windows& t, uint32_t slot) { return t.at(slot).charged; })
+        .def("sources", &sources_of, "The window's sources, portable roaring bytes.")
+        .def("remove_sources", [](Windows& t, uint32_t slot, py::handle data) {
+            Bitmap sources = trusted_bitmap(data);
+            t.remove_sources(slot, sources.get());
+        })
+        .def("take", &Windows::take)
+        .def("restore", &Windows::restore)
+        .def("remove", &Windows::remove);
 
     m.def("merge_all", &merge_all_py);
     m.def("merge_over_time", &merge_over_time_py);

@@ -1,0 +1,184 @@
+// Windows: see table.hpp.
+#include "table.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+namespace treemetry {
+
+using namespace roaring::api;
+
+namespace {
+
+void put(std::string& out, uint64_t v, size_t bytes) {
+    for (size_t i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+std::vector<uint32_t> members(const roaring_bitmap_t* r) {
+    std::vector<uint32_t> out(roaring_bitmap_get_cardinality(r));
+    roaring_bitmap_to_uint32_array(r, out.data());
+    return out;
+}
+
+}  // namespace
+
+std::string window_key(const std::string& job, uint64_t attempt, const std::string& metric, uint64_t index,
+                       uint32_t width_ms) {
+    std::string key;
+    key.reserve(job.size() + metric.size() + 32);
+    put(key, job.size(), 4);  // length-prefixed: no job and metric can run into each other
+    key += job;
+    put(key, attempt, 8);
+    put(key, index, 8);
+    put(key, width_ms, 4);
+    key += metric;
+    return key;
+}
+
+const Slot& Windows::at(uint32_t slot) const {
+    if (slot >= slots_.size() || !slots_[slot].used) throw std::out_of_range("no window in slot " + std::to_string(slot));
+    return slots_[slot];
+}
+
+Slot& Windows::at(uint32_t slot) {
+    return const_cast<Slot&>(static_cast<const Windows*>(this)->at(slot));
+}
+
+uint32_t Windows::create(const std::string& key, uint32_t expected) {
+    uint32_t slot;
+    if (!free_.empty()) {
+        slot = free_.back();
+        free_.pop_back();
+    } else {
+        if (slots_.size() >= UINT32_MAX) throw std::length_error("too many windows");
+        slot = static_cast<uint32_t>(slots_.size());
+        slots_.emplace_back();
+    }
+    Slot& s = slots_[slot];
+    s.key = key;
+    s.used = true;
+    s.expected = expected;
+    index_.emplace(key, slot);
+    return slot;
+}
+
+std::pair<uint32_t, bool> Windows::slot_of(const std::string& key, uint32_t expected) {
+    auto found = index_.find(key);
+    if (found != index_.end()) {
+        expect(found->second, expected);
+        return {found->second, false};
+    }
+    return {create(key, expected), true};
+}
+
+void Windows::expect(uint32_t slot, uint32_t expected) {
+    Slot& s = at(slot);
+    if (expected > s.expected) s.expected = expected;
+}
+
+Refused Windows::offer_core(uint32_t slot, const Core& core, uint64_t origin, uint32_t index, bool& became_pending,
+                            uint64_t& added) {
+    Slot& s = at(slot);
+    Refused verdict;
+    verdict.slot = slot;
+    became_pending = false;
+    added = 0;
+    const roaring_bitmap_t* sources = core.sources.get();
+    if (!roaring_bitmap_intersect(s.sources.get(), sources)) {
+        roaring_bitmap_or_inplace(s.sources.get(), sources);
+        added = roaring_bitmap_get_cardinality(sources);
+        s.charged += added;
+        ++s.version;
+        became_pending = s.pending.empty();
+        s.pending.push_back(Entry{Core(core), origin, index});
+        verdict.verdict = ACCEPTED;
+        return verdict;
+    }
+    Bitmap overlap(roaring_bitmap_and(s.sources.get(), sources));
+    verdict.verdict =
+        roaring_bitmap_get_cardinality(overlap.get()) == roaring_bitmap_get_cardinality(sources) ? DUPLICATE : OVERLAP;
+    verdict.overlap = members(overlap.get());
+    verdict.sources = roaring_bitmap_get_cardinality(sources);
+    return verdict;
+}
+
+UnitOffer Windows::offer_unit(UnitIn& unit, uint64_t origin) {
+    UnitOffer out;
+    for (size_t pos = 0; pos < unit.windows.size(); ++pos) {
+        WindowIn& w = unit.windows[pos];
+        if (!w.fast) throw std::invalid_argument("offer_unit takes only units whose every window was read fast");
+        auto [slot, created] = slot_of(window_key(w.job, w.attempt, w.metric, w.index, w.width_ms), w.expected);
+        if (created) out.created.emplace_back(pos, slot);
+        Slot& s = slots_[slot];
+        const roaring_bitmap_t* sources = w.core.sources.get();
+        if (!roaring_bitmap_intersect(s.sources.get(), sources)) {
+            roaring_bitmap_or_inplace(s.sources.get(), sources);
+            uint64_t n = roaring_bitmap_get_cardinality(sources);
+            s.charged += n;
+            out.added_sources += n;
+            ++s.version;
+            if (s.pending.empty()) out.became_pending.push_back(slot);
+            s.pending.push_back(Entry{std::move(w.core), origin, static_cast<uint32_t>(pos)});
+            ++out.accepted;
+            continue;
+        }
+        Bitmap overlap(roaring_bitmap_and(s.sources.get(), sources));
+        Refused r;
+        r.pos = pos;
+        r.slot = slot;
+        r.verdict = roaring_bitmap_get_cardinality(overlap.get()) == roaring_bitmap_get_cardinality(sources)
+                        ? DUPLICATE
+                        : OVERLAP;
+        r.overlap = members(overlap.get());
+        r.sources = roaring_bitmap_get_cardinality(sources);
+        out.refused.push_back(std::move(r));
+    }
+    return out;
+}
+
+Batch Windows::take(uint32_t slot) {
+    Batch out;
+    out.entries.swap(at(slot).pending);
+    return out;
+}
+
+void Windows::restore(uint32_t slot, Batch& batch) {
+    Slot& s = at(slot);
+    std::vector<Entry> entries;
+    entries.reserve(batch.entries.size() + s.pending.size());
+    for (Entry& e : batch.entries) entries.push_back(std::move(e));
+    for (Entry& e : s.pending) entries.push_back(std::move(e));
+    batch.entries.clear();
+    s.pending.swap(entries);
+}
+
+void Windows::remove(uint32_t slot) {
+    Slot& s = at(slot);
+    index_.erase(s.key);
+    s = Slot();
+    free_.push_back(slot);
+}
+
+void Windows::remove_sources(uint32_t slot, const roaring_bitmap_t* sources) {
+    Slot& s = at(slot);
+    roaring_bitmap_andnot_inplace(s.sources.get(), sources);
+    ++s.version;
+}
+
+Core merge_batch(Batch& batch) {
+    if (batch.entries.empty()) throw std::invalid_argument("a window with nothing to merge");
+    if (batch.entries.size() == 1) return clone(batch.entries[0].core);
+    std::vector<Core*> cores;
+    std::vector<const roaring_bitmap_t*> bitmaps;
+    cores.reserve(batch.entries.size());
+    bitmaps.reserve(batch.entries.size());
+    for (Entry& e : batch.entries) {
+        check_compatible(batch.entries[0].core, e.core);
+        cores.push_back(&e.core);
+        bitmaps.push_back(e.core.sources.get());
+    }
+    Bitmap union_ = union_of(bitmaps);
+    return merge_all(cores, union_.get());
+}
+
+}  // namespace treemetry

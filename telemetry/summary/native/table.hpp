@@ -1,0 +1,95 @@
+// A collector's pending windows held natively (issue 29, docs/scale.md "One tier alone"): per window, the union of
+// the sources it accepted and the children's cores waiting to be merged, so that a child's unit is placed in one
+// call and no Python object is made per child window. The Python WindowTable (collectors/delivery/windows.py) keeps
+// one Window per window (its lifecycle, deadlines, what is in flight) and a slot number into this table.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core.hpp"
+#include "unit.hpp"
+
+namespace treemetry {
+
+// One child's part of one window: its core, the unit it came in (an id the Python table maps to (sender, seq)) and
+// its position in that unit (to reject it back down by index).
+struct Entry {
+    Core core;
+    uint64_t origin = 0;
+    uint32_t index = 0;
+};
+
+// What a window handed on (take) or let go (drop): its entries, until they are settled.
+struct Batch {
+    std::vector<Entry> entries;
+};
+
+struct Slot {
+    std::string key;
+    Bitmap sources = empty_bitmap();
+    std::vector<Entry> pending;
+    uint64_t charged = 0;  // sources accepted over the window's life (what its table charges it, per source)
+    uint64_t version = 0;  // bumped whenever `sources` changes
+    uint32_t expected = 0;
+    bool used = false;
+};
+
+enum Verdict : int { ACCEPTED = 0, DUPLICATE = 1, OVERLAP = 2 };
+
+// A window of a unit not accepted: its position, slot, verdict and the sources it shares with the window.
+struct Refused {
+    size_t pos = 0;
+    uint32_t slot = 0;
+    Verdict verdict = OVERLAP;
+    std::vector<uint32_t> overlap;
+    uint64_t sources = 0;  // how many sources the part has
+};
+
+struct UnitOffer {
+    std::vector<std::pair<size_t, uint32_t>> created;  // (position in the unit, slot): windows new to the table
+    std::vector<uint32_t> became_pending;              // slots that held nothing pending before this unit
+    std::vector<Refused> refused;
+    size_t accepted = 0;
+    uint64_t added_sources = 0;
+};
+
+// The key of a window in the table: job (as on the wire), attempt, metric, index, width.
+std::string window_key(const std::string& job, uint64_t attempt, const std::string& metric, uint64_t index,
+                       uint32_t width_ms);
+
+class Windows {
+public:
+    // Every window of `unit` (each read fast: keys and summaries checked) offered in order: accepted (its core moved
+    // into the window) when its sources are disjoint from the window's, else refused as a duplicate (all held) or an
+    // overlap. The unit's cores are consumed (its keys stay).
+    UnitOffer offer_unit(UnitIn& unit, uint64_t origin);
+    // The slot of a window (created when new, `expected` raised to at least the one given): (slot, created).
+    std::pair<uint32_t, bool> slot_of(const std::string& key, uint32_t expected);
+    void expect(uint32_t slot, uint32_t expected);
+    // One part offered alone (a window read by the per-window path): the verdict and overlap; the core is copied.
+    Refused offer_core(uint32_t slot, const Core& core, uint64_t origin, uint32_t index, bool& became_pending,
+                       uint64_t& added);
+    Batch take(uint32_t slot);           // the pending entries, the window holding none after
+    void restore(uint32_t slot, Batch& batch);  // entries pending again, ahead of those that arrived since
+    void remove(uint32_t slot);          // forget the window (its key may come again as a new window)
+    void remove_sources(uint32_t slot, const roaring_bitmap_t* sources);
+
+    const Slot& at(uint32_t slot) const;
+    Slot& at(uint32_t slot);
+    size_t size() const { return index_.size(); }
+
+private:
+    uint32_t create(const std::string& key, uint32_t expected);
+    std::unordered_map<std::string, uint32_t> index_;
+    std::vector<Slot> slots_;
+    std::vector<uint32_t> free_;
+};
+
+// A window's merge of its entries' cores (Summary.merge_all: disjoint by construction); a copy when there is one.
+Core merge_batch(Batch& batch);
+
+}  // namespace treemetry

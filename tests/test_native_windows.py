@@ -1,0 +1,191 @@
+"""A collector's windows held natively (issue 29: `_native.Windows`, WindowTable(native=True), Node.offer_read) against
+the same tier with its windows in Python, driven through the same events: children's units (new, resent, partly
+overlapping, with bad windows), flushes, and the parent's answers (durable, an overlap to split, a refusal, a unit
+dropped by the outbox), with a window budget small enough to drop windows. Both must answer every child alike (the
+same acks, rejections and refusals: exactly once each), send the same windows up and count the same."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyroaring import BitMap
+
+from collectors.collector.service import CollectorService, _ChildStream
+from collectors.common.validation import MetricBudget
+from collectors.delivery.node import Node, Upstream
+from collectors.delivery.outbox import Unit
+from collectors.delivery.windows import WINDOW_BYTES, Deadlines
+from telemetry import Summary
+from telemetry.v1 import forward_pb2, summary_pb2
+
+CHILDREN, METRICS, STEPS = 3, 3, 3
+HALVES = [range(0, 8), range(0, 4), range(4, 8), range(2, 6)]  # a child's sources in a window: all, or a part
+
+
+class _Answers:
+    def __init__(self) -> None:
+        self.acks: list[bytes] = []
+
+    def put(self, ack: forward_pb2.Ack) -> None:
+        self.acks.append(ack.SerializeToString())
+
+
+class _Outbox:
+    def __init__(self) -> None:
+        self.units: list[Unit] = []
+        self.seq = 0
+        self.resent = 0
+        self.connections = 1
+        self.on_drop = None
+
+    def submit(self, message: forward_pb2.SummaryBatch, payload: object, nbytes: int | None = None) -> Unit:
+        self.seq += 1
+        self.units.append(Unit(self.seq, message, payload, nbytes or 0))
+        return self.units[-1]
+
+    def forget(self, seq: int) -> None:
+        self.units = [unit for unit in self.units if unit.seq != seq]
+
+
+class Rack:
+    """A rack's service, node and Upstream, driven by hand; its parent is a stub outbox."""
+
+    def __init__(self, native: bool, budget_windows: int) -> None:
+        self.node = Node("rack", Deadlines(600.0), ack_down=lambda *a, **k: self.service.ack_down(*a, **k),
+                         window_budget_bytes=budget_windows * WINDOW_BYTES, native=native)
+        self.outbox = _Outbox()
+        self.upstream = Upstream(self.node, lambda on_ack: self.outbox)  # type: ignore[arg-type,return-value]  # a stub outbox
+        self.node.sink = self.upstream
+        self.service = CollectorService(self.node, None, None, MetricBudget(64))  # type: ignore[arg-type]  # no host or stream slots here
+        self.service.budget.admit_all("job", [f"m{m}" for m in range(METRICS)])  # else each first unit goes one by one
+        self.sent: list[list[bytes]] = []  # each unit sent up: its windows, by key
+        self.streams = {}
+        for c in range(CHILDREN):
+            stream = _ChildStream(_Answers(), None)  # type: ignore[arg-type]  # only put() is called
+            self.service._links[f"c{c}"] = stream.answers
+            stream.sender = f"c{c}"
+            self.streams[c] = stream
+
+    def receive(self, child: int, data: bytes) -> None:
+        self.service._one(self.streams[child], self.service._receive(data))
+
+    def flush(self, late: bool) -> None:
+        before = len(self.outbox.units)
+        self.node.flush(time.monotonic() + (10_000.0 if late else 0.0))
+        for unit in self.outbox.units[before:]:
+            self.sent.append(sorted(w.SerializeToString() for w in unit.message.windows))
+
+    def answer(self, kind: int, pick: int) -> None:
+        """The parent's answer to its oldest unit: durable; an overlap to split (of the window `pick` in key order:
+        the unit durable at a later answer); a refusal of that window, and the rest durable; or the outbox dropping
+        the unit."""
+        if not self.outbox.units:
+            return
+        unit = self.outbox.units[0]
+        windows = list(unit.message.windows)
+        ack = forward_pb2.Ack(seq=unit.seq, status=forward_pb2.Ack.DURABLE)
+        if windows and kind in (1, 2):
+            index = sorted(range(len(windows)), key=lambda i: windows[i].key.SerializeToString())[pick % len(windows)]
+            sources = BitMap.deserialize(windows[index].summary.sources)
+            if kind == 1:
+                ack.status = forward_pb2.Ack.REJECTED_OVERLAP
+                ack.rejections.add(index=index, overlapping_sources=[sources.min()], reason="held above")
+            else:
+                ack.rejections.add(index=index, key=windows[index].key, reason="refused above")
+        if kind == 3:
+            self.outbox.forget(unit.seq)
+            self.upstream._on_drop(unit)
+            return
+        self.upstream._on_ack(unit, ack)  # after an overlap the unit stays held: the parent says DURABLE later
+        self.sent.append([])
+
+    def state(self) -> tuple[object, ...]:
+        node = self.node
+        # Each child's acks by seq (a stable sort: one unit's answers in the order sent; between units, the order in
+        # which a settle releases them is no contract)
+        acks = {c: sorted(s.answers.acks, key=lambda a: forward_pb2.Ack.FromString(a).seq)
+                for c, s in self.streams.items()}
+        return (acks, node.subtree_counters(),
+                node.durability.outstanding(), self.sent,
+                sorted((key, list(node.table.sources(win))) for key, win in node.table.windows.items()))
+
+
+def unit_bytes(child: int, seq: int, step: int, metrics: list[tuple[int, int]], bad: bool) -> bytes:
+    """Child `child`'s unit `seq`: per (metric, half), that metric's window of `step` from those of its ranks."""
+    windows = []
+    for metric, half in metrics:
+        ranks = np.array([child * 8 + r for r in HALVES[half]], dtype=np.int64)
+        values = np.random.default_rng([child, step, metric]).lognormal(0, 1, 8)[list(HALVES[half])]
+        summary = Summary.from_arrays(values, ranks, time_ns=step + 1)
+        key = summary_pb2.WindowKey(job="job", metric=f"m{metric}", step=step)
+        windows.append(forward_pb2.WindowSummary(key=key, summary=summary.to_proto(), expected=CHILDREN * 8))
+    if bad and windows:
+        windows[-1].summary.mean = 1e9  # outside [min, max]: refused alone, by index
+    states = forward_pb2.RankStates(job="job", alive=BitMap(range(child * 8, child * 8 + 8)).serialize(),
+                                    world_size=CHILDREN * 8)
+    return forward_pb2.SummaryBatch(sender_id=f"c{child}", seq=seq, windows=windows, ranks=[states]).SerializeToString()
+
+
+EVENT = st.one_of(
+    st.tuples(st.just("unit"), st.integers(0, CHILDREN - 1), st.integers(0, STEPS - 1),
+              st.lists(st.tuples(st.integers(0, METRICS - 1), st.integers(0, 3)), min_size=1, max_size=4),
+              st.booleans()),
+    st.tuples(st.just("resend"), st.integers(0, CHILDREN - 1), st.integers(0, 10)),
+    st.tuples(st.just("flush"), st.booleans()),
+    st.tuples(st.just("answer"), st.integers(0, 3), st.integers(0, 10)),
+)
+
+
+@settings(max_examples=int(os.environ.get("NATIVE_WINDOWS_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(EVENT, min_size=1, max_size=30), st.sampled_from([4, 1000]))
+def test_a_native_table_answers_as_the_python_table(events: list[tuple], budget_windows: int) -> None:
+    racks = [Rack(native=True, budget_windows=budget_windows), Rack(native=False, budget_windows=budget_windows)]
+    sent: dict[int, list[bytes]] = {c: [] for c in range(CHILDREN)}
+    deliveries: dict[int, list[int]] = {c: [] for c in range(CHILDREN)}  # the seq of each unit each child sent
+    for rack in racks:
+        for c in range(CHILDREN):
+            rack.receive(c, forward_pb2.SummaryBatch(sender_id=f"c{c}", seq=0).SerializeToString())
+    for event in events:
+        if event[0] == "unit":
+            _, child, step, metrics, bad = event
+            sent[child].append(unit_bytes(child, len(sent[child]) + 1, step, metrics, bad))
+            data = sent[child][-1]
+        elif event[0] == "resend":
+            _, child, pick = event
+            if not sent[child]:
+                continue
+            data = sent[child][pick % len(sent[child])]
+        if event[0] in ("unit", "resend"):
+            deliveries[child].append(forward_pb2.SummaryBatch.FromString(data).seq)
+        for rack in racks:
+            if event[0] in ("unit", "resend"):
+                rack.receive(child, data)
+            elif event[0] == "flush":
+                rack.flush(event[1])
+            else:
+                rack.answer(event[1], event[2])
+        if budget_windows > 100:  # under a tight budget the tables drop other windows (one charges per unit)
+            assert racks[0].state() == racks[1].state(), event
+    for rack in racks:  # the parent answers everything: every unit of every child is acknowledged, exactly once
+        rack.flush(True)
+        for _ in range(200):
+            if not rack.outbox.units:
+                break
+            rack.answer(0, 0)
+            rack.flush(True)
+    if budget_windows > 100:
+        assert racks[0].state() == racks[1].state()
+    for rack in racks:
+        assert rack.node.durability.outstanding() == 0
+        assert rack.node.durability.unheld_releases == 0
+        for c, stream in rack.streams.items():
+            # Every unit is acknowledged durable, at most once per delivery (a resend absorbed while the first is
+            # still held shares its one acknowledgement)
+            durable = [forward_pb2.Ack.FromString(a).seq for a in stream.answers.acks
+                       if forward_pb2.Ack.FromString(a).status == forward_pb2.Ack.DURABLE]
+            assert set(durable) == set(deliveries[c]), "a unit never acknowledged"
+            assert all(durable.count(seq) <= deliveries[c].count(seq) for seq in set(durable)), "acknowledged twice"
