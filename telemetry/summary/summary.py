@@ -127,6 +127,14 @@ class Summary:
         self._nonfinite_sources = BitMap.deserialize(nonfinite)
         self._sketch = Sketch.from_digest_bytes(core.max_centroids, core.digest_bytes())
 
+    def _forget_fields(self) -> None:
+        """The core changed (native ingest): the fields materialised from it before are stale; read them again."""
+        for name in _FIELDS:
+            try:
+                object.__delattr__(self, name)
+            except AttributeError:
+                pass
+
     def _own(self) -> None:
         """Before ingest changes Python fields: materialise them, and let the (now stale) core go."""
         core = self._core
@@ -175,14 +183,19 @@ class Summary:
         self._sketch.add(value)
 
     def add_many(self, values: np.ndarray | Sequence[float], source: int, time_ns: int | None = None) -> None:
-        """Record many values from one source (the fast path)."""
+        """Record many values from one source (the fast path: in native code, on the summary's core)."""
         _check_source(source)
-        array = np.asarray(values, dtype=np.float64).ravel()
+        array = np.ascontiguousarray(values, dtype=np.float64).ravel()
         if array.size == 0:
             return
+        stamp = time.time_ns() if time_ns is None else time_ns
+        if self._as_core().add_many(array, source, stamp):
+            self._forget_fields()
+            return
+        # The one case the core leaves to Python: top/bottom ties between -0.0 and 0.0 (np.partition's order)
         self._own()
         self._sources.add(source)
-        self._touch(time.time_ns() if time_ns is None else time_ns)
+        self._touch(stamp)
         finite_mask = np.abs(array) <= MAX_MAGNITUDE  # NaN fails it too
         finite = array if finite_mask.all() else array[finite_mask]
         bad = array.size - finite.size

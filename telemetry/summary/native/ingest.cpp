@@ -7,6 +7,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "fsum.hpp"
+
 namespace treemetry {
 
 using namespace roaring::api;
@@ -128,6 +130,119 @@ Core from_arrays(const double* values, const int64_t* sources, size_t n, int64_t
     c.sketch.digest = digest_of_sorted(finite.data(), m, max_centroids);
     c.sketch.has_digest = true;
     return c;
+}
+
+namespace {
+
+// heapq.nsmallest(k, current + new, key): sorted by `less`, ties kept in the order of current then new.
+std::vector<Pair> keep(const std::vector<Pair>& current, const std::vector<Pair>& fresh, size_t k,
+                       bool (*less)(const Pair&, const Pair&)) {
+    std::vector<Pair> all(current);
+    all.insert(all.end(), fresh.begin(), fresh.end());
+    std::stable_sort(all.begin(), all.end(), less);
+    if (all.size() > k) all.resize(k);
+    return all;
+}
+
+bool desc_key_lt(const Pair& a, const Pair& b) {  // (-value, source) ascending
+    if (a.first != b.first) return a.first > b.first;
+    return a.second < b.second;
+}
+
+bool asc_key_lt(const Pair& a, const Pair& b) {  // (value, source) ascending
+    if (a.first != b.first) return a.first < b.first;
+    return a.second < b.second;
+}
+
+}  // namespace
+
+bool add_many(Core& c, const double* values, size_t n, uint32_t source, int64_t time_ns) {
+    if (n == 0) return true;
+    std::vector<double> finite;
+    finite.reserve(n);
+    bool negative_zero = false, positive_zero = false;
+    for (size_t i = 0; i < n; ++i) {
+        if (std::fabs(values[i]) <= MAX_MAGNITUDE) {  // NaN fails it too
+            finite.push_back(values[i]);
+            if (values[i] == 0.0) (std::signbit(values[i]) ? negative_zero : positive_zero) = true;
+        }
+    }
+    const size_t m = finite.size();
+    if (c.k && c.k < m && negative_zero && positive_zero) return false;  // np.partition's tie order: Python's path
+
+    c.sketch.collapse();  // as the Python ingest saw the sketch: its folds merged first
+    roaring_bitmap_add(c.sources.get(), source);
+    if (c.first_ns == 0 || time_ns < c.first_ns) c.first_ns = time_ns;
+    if (time_ns > c.last_ns) c.last_ns = time_ns;
+    if (m < n) {
+        c.nonfinite_count += n - m;
+        roaring_bitmap_add(c.nonfinite_sources.get(), source);
+    }
+    if (m == 0) return true;
+
+    // _combine_moments(n, fsum((sum, finite.sum())), finite.mean(), square(finite - mean).sum()), in its order
+    const double batch_sum = numpy_sum(finite);
+    const double mean = batch_sum / static_cast<double>(m);
+    std::vector<double> squares(m);
+    for (size_t i = 0; i < m; ++i) {
+        double d = finite[i] - mean;
+        squares[i] = d * d;
+    }
+    const double m2 = numpy_sum(squares);
+    Fsum total_sum;
+    total_sum.add(c.sum);
+    total_sum.add(batch_sum);
+    const uint64_t total = c.count + m;
+    const double delta = mean - c.mean;
+    const double count_d = static_cast<double>(c.count), m_d = static_cast<double>(m);
+    const double total_d = static_cast<double>(total);
+    c.m2 = std::max(0.0, c.m2 + m2 + delta * delta * count_d * m_d / total_d);
+    c.mean = c.mean + delta * m_d / total_d;
+    c.count = total;
+    c.sum = total_sum.result();
+
+    // numpy's argmin / argmax: the first of the smallest / largest
+    size_t lo = 0, hi = 0;
+    for (size_t i = 1; i < m; ++i) {
+        if (finite[i] < finite[lo]) lo = i;
+        if (finite[i] > finite[hi]) hi = i;
+    }
+    if (finite[lo] < c.min || (finite[lo] == c.min && source < c.argmin)) {
+        c.min = finite[lo];
+        c.argmin = source;
+    }
+    if (finite[hi] > c.max || (finite[hi] == c.max && source < c.argmax)) {
+        c.max = finite[hi];
+        c.argmax = source;
+    }
+    if (c.k) {
+        const size_t k = std::min<size_t>(c.k, m);
+        std::vector<double> sorted(finite);
+        std::stable_sort(sorted.begin(), sorted.end());
+        std::vector<Pair> top, bottom;
+        for (size_t i = 0; i < k; ++i) {
+            top.emplace_back(sorted[m - k + i], source);
+            bottom.emplace_back(sorted[i], source);
+        }
+        if (k == m) {  // no partition: the values in their input order
+            top.clear();
+            bottom.clear();
+            for (double v : finite) {
+                top.emplace_back(v, source);
+                bottom.emplace_back(v, source);
+            }
+        }
+        c.top = keep(c.top, top, c.k, desc_key_lt);
+        c.bottom = keep(c.bottom, bottom, c.k, asc_key_lt);
+    }
+
+    // Sketch.add_many: fastdigest's from_values into an empty sketch, else its batch_update
+    std::stable_sort(finite.begin(), finite.end());
+    const bool held = c.sketch.has_digest && !c.sketch.digest.empty();  // Python's `_digest is not None`
+    c.sketch.digest = held ? merge_sorted(c.sketch.digest, finite.data(), m, c.sketch.max_centroids)
+                           : digest_of_sorted(finite.data(), m, c.sketch.max_centroids);
+    c.sketch.has_digest = true;
+    return true;
 }
 
 }  // namespace treemetry

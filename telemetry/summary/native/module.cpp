@@ -366,6 +366,12 @@ PYBIND11_MODULE(_native, m) {
         .def("encode", [](Core& c) { return as_bytes(encode(c)); }, "The canonical wire bytes.")
         .def("clone", [](Core& c) { return clone(c); })
         .def("absorb", &absorb_py)
+        .def("add_many", [](Core& c, py::buffer values, uint32_t source, int64_t time_ns) {
+            py::buffer_info info = values.request();
+            if (info.format != "d") throw py::value_error("values must be float64");
+            const double* v = items_of<double>(info, "values");
+            return add_many(c, v, static_cast<size_t>(info.size), source, time_ns);
+        }, "Summary.add_many on the core; False (the core unchanged) where the Python ingest must do it.")
         .def("sources_bytes", [](Core& c) { return as_bytes(serialize_bitmap(c.sources.get(), false)); })
         .def("digest_bytes", [](Core& c) -> py::object {
             std::string raw = fastdigest_bytes(c);

@@ -1,5 +1,6 @@
-// fastdigest 0.12.0's merge of many t-digests (src/tdigest.rs, TDigest::merge_digests) and its digest of a batch of
-// values (TDigest.from_values: merge_unsorted into an empty digest), ported line by line so that the centroids come
+// fastdigest 0.12.0's merge of many t-digests (src/tdigest.rs, TDigest::merge_digests), its digest of a batch of
+// values (TDigest.from_values: merge_unsorted into an empty digest) and its batch_update (merge_unsorted into a digest
+// that holds centroids already: `merge_sorted`), ported line by line so that the centroids come
 // out bit for bit as fastdigest gives them (tests/test_native.py and tests/test_native_ingest.py check it).
 // Queries stay with fastdigest in Python (telemetry/summary/sketch.py).
 #pragma once
@@ -209,6 +210,77 @@ inline Digest digest_of_sorted(const double* values, size_t n, size_t max_size) 
     }
     // maybe_recompute_totals(0): the count crossed a multiple of 10^7 from an empty digest.
     if (result.count >= 10000000) {
+        double m = 0.0;
+        for (double w : result.weights) m += w;
+        result.mass = m;
+    }
+    return result;
+}
+
+// fastdigest's TDigest.batch_update(values) of a non-empty digest: merge_sorted(self, values) for finite values already in
+// ascending order (merge_unsorted's stable sort), the digest's centroids and the values taken in one ascending pass
+// (a value goes before a centroid of the same mean), compressed as they go.
+inline Digest merge_sorted(const Digest& self, const double* values, size_t n, size_t max_size) {
+    if (n == 0) return self;
+    Digest result;
+    result.count = self.count + n;
+    result.mass = self.mass + static_cast<double>(n);
+    const double size = static_cast<double>(max_size);
+    double k_limit = 1.0;
+    double q_limit_times_mass = detail::k_to_q(k_limit, size) * result.mass;
+    k_limit += 1.0;
+
+    std::vector<detail::Centroid> compressed;
+    compressed.reserve(max_size + 1);
+    size_t ci = 0, vi = 0;
+    const size_t nc = self.means.size();
+    auto next_one = [&]() -> detail::Centroid {  // the smaller of the next centroid and the next value
+        if (ci < nc && (vi == n || self.means[ci] < values[vi])) {
+            detail::Centroid c{self.means[ci], self.weights[ci]};
+            ++ci;
+            return c;
+        }
+        return detail::Centroid{values[vi++], 1.0};
+    };
+    auto add = [](detail::Centroid& c, double sum, double weight) {
+        double new_sum = sum + c.weight * c.mean;
+        double new_weight = c.weight + weight;
+        c.weight = new_weight;
+        c.mean = new_sum / new_weight;
+    };
+    detail::Centroid curr = next_one();
+    double weight_so_far = curr.weight;
+    double sums_to_merge = 0.0, weights_to_merge = 0.0;
+    while (ci < nc || vi < n) {
+        detail::Centroid next = next_one();
+        const double next_sum = next.mean * next.weight;
+        weight_so_far += next.weight;
+        if (weight_so_far <= q_limit_times_mass) {
+            sums_to_merge += next_sum;
+            weights_to_merge += next.weight;
+        } else {
+            add(curr, sums_to_merge, weights_to_merge);
+            sums_to_merge = 0.0;
+            weights_to_merge = 0.0;
+            compressed.push_back(curr);
+            q_limit_times_mass = detail::k_to_q(k_limit, size) * result.mass;
+            k_limit += 1.0;
+            curr = next;
+        }
+    }
+    add(curr, sums_to_merge, weights_to_merge);
+    compressed.push_back(curr);
+    std::stable_sort(compressed.begin(), compressed.end(),
+                     [](const detail::Centroid& a, const detail::Centroid& b) { return a.mean < b.mean; });
+    result.means.reserve(compressed.size());
+    result.weights.reserve(compressed.size());
+    for (const detail::Centroid& c : compressed) {
+        result.means.push_back(c.mean);
+        result.weights.push_back(c.weight);
+    }
+    // maybe_recompute_totals(self.count): the weights re-added when the count crossed a multiple of 10^7.
+    const unsigned __int128 thresh = 10000000;
+    if (result.count / thresh > self.count / thresh) {
         double m = 0.0;
         for (double w : result.weights) m += w;
         result.mass = m;
