@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
               | {"out": str(args.out)}, "runs": runs}
     if args.plot:
         figure = Path(args.out) / f"straggler_scale_{args.ranks}.png"
+        figure.parent.mkdir(parents=True, exist_ok=True)  # (write_result makes it too, but after the figure)
         plot(figure, runs)
         print(f"wrote {figure}")
     return write_result(args.out, "straggler_scale", result, "straggler scale bench")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.detection_jobs import dominance
 from bench.detection_jobs.logs import done_lines
 from bench.detection_jobs.replay import stored_job
 from bench.detection_jobs.replay_matrix import evaluate
@@ -83,6 +84,20 @@ def test_matrix_replay_scores_a_rule_over_recorded_waits() -> None:
     assert evaluate(runs, {"wait_fast_threshold": 50, "wait_threshold": 50})["in_time"] == {"2x": "0/1"}
     loose = {"wait_fast_drift": 0.0, "wait_drift": 0.0, "wait_background": 0}
     assert evaluate(runs, loose)["false_alarms"] > 0
+
+
+def test_dominance_finds_a_clean_stretch_as_strong_as_a_straggler_named_in_time() -> None:
+    """bench/detection_jobs/dominance.py: a clean run where one rank waits least 4 steps in a row by as much as
+    a 2x straggler did (the bound's 3 steps after its onset) holds a stretch no per-step rule can tell from it; a
+    clean run of turns does not."""
+    straggler = _matrix_run("ddp-forward-2x", 2.0, 1, 40, 60, 2)
+    assert dominance.in_time_cells([straggler]) == [("ddp-forward-2x", [0.5, 0.5, 0.5, 0.5])]
+    cells = dominance.in_time_cells([straggler])
+    clean = _matrix_run("ddp-clean", 0.0, -1, 0, 100, 1)
+    assert dominance.dominating(clean, cells) is None
+    for step in range(50, 54):  # rank 2 held back 2x for 4 steps
+        clean["waits"][step][1], clean["waits"][step][3] = 2, 0.01 + 0.5 * 0.5
+    assert dominance.dominating(clean, cells) == ("ddp-forward-2x", 50, 2)
 
 
 def test_replay_finds_a_jobs_windows_under_its_latest_attempt(tmp_path: Path) -> None:
