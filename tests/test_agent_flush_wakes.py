@@ -1,7 +1,8 @@
-"""The agent's flush loop wakes when something is due (issue 28), not 50 times a second: an idle agent flushes once
-a second or so (its liveness unit, each hardware sample), while a sample's windows, a rank's closed step and a step
-whose deadline passed with nothing arriving still leave at once. A real root and agent on loopback and a Unix socket,
-the SDK in this process."""
+"""The flush loops wake when something is due (issue 28), not 50 times a second: an idle agent flushes once a second
+or so (its liveness unit, each hardware sample), while a sample's windows, a rank's closed step and a step whose
+deadline passed with nothing arriving still leave at once; a collector (rack or root) flushes when a unit came in and
+when a window's deadline, a fleet second's cut-off or its liveness unit is due. A real root, rack and agent on
+loopback and a Unix socket, the SDK in this process."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 import telemetry
 from collectors.common import fleet
 from collectors.sim.sysfs import write_host
-from helpers_tree import make_agent, make_root, steps, stop_all, wait_for
+from helpers_tree import make_agent, make_collector, make_root, steps, stop_all, wait_for
 
 WAIT = 30.0
 
@@ -63,3 +64,24 @@ def test_a_ranks_steps_still_leave_at_once_and_an_unclosed_step_at_its_deadline(
         for run in runs:
             run.close(2.0)
         stop_all(agent, root)
+
+
+def test_the_tiers_flush_when_a_unit_comes_or_something_is_due(tmp_path):
+    """A rack and the root under one idle agent (one unit a second each way up): each tier flushes a few times a
+    second, not every 10 ms, and the fleet's seconds still go through both."""
+    write_host(tmp_path / "sys", nics=2, hcas=2)
+    root = make_root(tmp_path / "root.db")
+    rack = make_collector([root.address], "rack0")
+    agent = make_agent([rack.address], tmp_path / "a.sock", "agent-idle", nic_probe=True,
+                       sysfs_root=tmp_path / "sys", host_id="idle-0", host_index=0)
+    try:
+        wait_for(lambda: _fleet_seconds(root) >= 1, WAIT, what="the first fleet second at the root")
+        before, seconds, started = (rack.flusher.flushes, root.flusher.flushes), _fleet_seconds(root), time.monotonic()
+        time.sleep(3.0)
+        took = time.monotonic() - started
+        for name, tier, flushes in (("rack", rack, before[0]), ("root", root, before[1])):
+            flushed = tier.flusher.flushes - flushes
+            assert flushed <= 10 * took, f"the {name} flushed {flushed} times in {took:.1f} s"
+        wait_for(lambda: _fleet_seconds(root) >= seconds + 2, WAIT, what="fleet seconds still flowing")
+    finally:
+        stop_all(agent, rack, root)

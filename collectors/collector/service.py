@@ -87,6 +87,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         # (collectors/common/host_index.py), the root answers from its table (collectors/root/host_indexes.py).
         # Blocking: run off the event loop. None: this tier hands out none.
         self.register_host: Callable[[forward_pb2.HostRegistration], forward_pb2.HostAssignment] | None = None
+        self.on_work: Callable[[], None] = lambda: None  # a unit came in (Tier: wakes its flush loop)
 
     # Called by the node (under its lock) to answer a child about one of its units.
     def ack_down(self, origin: Origin, index: int | None = None, overlap: BitMap | None = None,
@@ -272,6 +273,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         node = self.node
         origin = (sender, batch.seq)
         node.assert_locked()
+        self.on_work()  # the flush it wakes waits for the lock: it runs after this unit is in
         node.child_states(sender, views)
         for revoked in self.coverage.note(sender, views, node.runs.known):
             # One count and one line per child and job that lost ranks, not per rank (rare: once per claim).

@@ -83,6 +83,7 @@ class Tier:
                                         MetricBudget(config.max_metrics_per_job),
                                         None if reads is None else reads(self.node), self.lifecycle,
                                         self.children, config.max_world_size)
+        self.service.on_work = self.flusher.wake
         self.grpc.add(self.service.add_to_server)  # units deserialised by the service (CollectorService._receive)
         self.address = self.grpc.bind(config.listen, config.security)
 
@@ -94,13 +95,18 @@ class Tier:
     def healthy(self) -> bool:
         return self.flusher.healthy()
 
-    def _flush(self) -> None:
+    def _flush(self) -> float:
+        """One flush; returns when the next is due (FlushLoop) unless a unit wakes it before (CollectorService.on_work):
+        a window's deadline or fleet cut-off, late parts to send on, the liveness unit, the sweep."""
         now = time.monotonic()
         if now - self._swept_at >= SWEEP_EVERY_S:
             self._swept_at = now
             if self._sweep(now):
                 self.freed.release(now)
         self.node.flush(now)
+        due = self.node.next_due(now)
+        sweep = self._swept_at + SWEEP_EVERY_S
+        return sweep if due is None else min(due, sweep)
 
     def _sweep(self, now: float) -> bool:
         """Forget children gone past the timeout, then jobs that finished (all ranks closed, or idle); True

@@ -542,6 +542,26 @@ class Node:
         if after is not None:
             after()
 
+    def next_due(self, now: float) -> float | None:
+        """When (monotonic) a flush next has something to do that no new part announces: a pending window's deadline,
+        a fleet second's cut-off (Node._fleet_passed; at the rack's grace: a tier above wakes early and waits on), a
+        sealed window's late parts, the sink's liveness unit. None: nothing. What makes a window complete comes with
+        a unit, which wakes the tier (CollectorService.on_work)."""
+        times = []
+        wall_ms = time.time() * 1000
+        with self.lock:
+            for win in self.table.pending_windows():
+                key = win.key
+                if win.sealed:
+                    times.append(win.late_at or now)
+                    continue
+                times.append(win.deadline)
+                if key.job == FLEET_JOB and self.fleet_grace_s is not None:
+                    times.append(now + (key.index + key.width_ms + self.fleet_grace_s * 1000 - wall_ms) / 1000)
+            if isinstance(self.sink, Upstream):
+                times.append(self.sink.next_liveness())
+        return min(times) if times else None
+
     def subtree_counters(self) -> dict[str, int]:
         total = dict(self.counters)
         for name, read in self.counter_sources.items():

@@ -15,7 +15,7 @@ import logging
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -447,6 +447,13 @@ class WindowTable:
                 self._pending.discard(key)
                 out.append(win)
         return out
+
+    def pending_windows(self) -> Iterator[Window]:
+        """The windows with parts not yet shipped (what `due` looks at)."""
+        for key in self._pending:
+            win = self.windows.get(key)
+            if win is not None and win.has_pending:
+                yield win
 
     def settle(self, key: Key, slot: int) -> Window | None:
         """`Window.settle` of the window `key` if the table still holds it; the window, or None."""
