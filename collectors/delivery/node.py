@@ -163,6 +163,7 @@ class Node:
         self._hosts_cache: dict[str, dict[int, str]] = {}  # hosts(job) as of _hosts_built_at
         self._hosts_built_at = -1
         self._covered: dict[str, BitMap | None] | None = None  # per job, during one flush (None: all closed)
+        self._covered_native: dict[str, _native.Sources] = {}  # the same, for native windows, during one flush
         self._fleet_masks: dict[tuple[int, tuple[int, int] | None], BitMap] = {}
         # During one flush, per device kind: the children that report it, and whether every child is one host
         self._fleet_children: dict[tuple[int, int] | None, tuple[set[str], bool]] | None = None
@@ -459,6 +460,15 @@ class Node:
                 covered = None
             if cache is not None:
                 cache[job] = covered
+        if win.native is not None and job != FLEET_JOB:  # asked natively: no copy of the window's sources
+            if covered is None or not covered:
+                return covered is None and win.native.count(win.slot) > 0
+            held = self._covered_native.get(job)
+            if held is None:
+                held = _native.Sources(covered.serialize())
+                if cache is not None:
+                    self._covered_native[job] = held
+            return win.native.holds_all(win.slot, held)
         sources = self.table.sources(win)
         if covered is None:
             return bool(sources)
@@ -534,6 +544,7 @@ class Node:
                 due = self.table.due(now, self.complete)
             finally:
                 self._covered = self._fleet_children = None
+                self._covered_native = {}
             assert self.sink is not None, "node has no sink"
             after = self.sink.ship(self, due, now)
             gone = self.table.expire(now)

@@ -334,6 +334,11 @@ const WindowIn& unit_window(const Unit& unit, size_t pos) {
     return unit.in.windows[pos];
 }
 
+// A set of sources parsed once and asked about many windows (Windows.holds_all).
+struct Sources {
+    Bitmap bitmap;
+};
+
 py::tuple refused_tuple(const Refused& r) {
     return py::make_tuple(r.pos, r.slot, static_cast<int>(r.verdict), r.overlap, r.sources);
 }
@@ -431,6 +436,10 @@ PYBIND11_MODULE(_native, m) {
         return out;
     }, "(origin, entries) over the batches, each origin once, in order of first appearance.");
 
+    py::class_<Sources>(m, "Sources")
+        .def(py::init([](py::handle data) { return Sources{trusted_bitmap(data)}; }),
+             "A bitmap this process serialized (pyroaring), held natively to be asked about many windows.");
+
     py::class_<Windows>(m, "Windows")
         .def(py::init<>())
         .def("__len__", &Windows::size)
@@ -464,6 +473,12 @@ PYBIND11_MODULE(_native, m) {
         .def("version", [](const Windows& t, uint32_t slot) { return t.at(slot).version; })
         .def("charged", [](const Windows& t, uint32_t slot) { return t.at(slot).charged; })
         .def("sources", &sources_of, "The window's sources, portable roaring bytes.")
+        .def("count", [](const Windows& t, uint32_t slot) {
+            return roaring_bitmap_get_cardinality(t.at(slot).sources.get());
+        }, "How many sources the window holds.")
+        .def("holds_all", [](const Windows& t, uint32_t slot, const Sources& covered) {
+            return roaring_bitmap_is_subset(covered.bitmap.get(), t.at(slot).sources.get());
+        }, "Whether the window holds every one of `covered` (a collector's completeness, asked per flush).")
         .def("remove_sources", [](Windows& t, uint32_t slot, py::handle data) {
             Bitmap sources = trusted_bitmap(data);
             t.remove_sources(slot, sources.get());
