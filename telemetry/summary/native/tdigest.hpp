@@ -158,68 +158,9 @@ inline Digest merge_digests(const std::vector<const Digest*>& digests, size_t ma
     return result;
 }
 
-// fastdigest's TDigest.from_values(values, max_centroids) for finite values already in ascending order, as
-// merge_unsorted sorts them (a stable sort: -0.0 and 0.0 keep their input order): merge_sorted into an empty digest.
-inline Digest digest_of_sorted(const double* values, size_t n, size_t max_size) {
-    Digest result;
-    if (n == 0) return result;
-    result.count = n;
-    result.mass = static_cast<double>(n);  // 0.0 + len as f64
-    const double size = static_cast<double>(max_size);
-    double k_limit = 1.0;
-    double q_limit_times_mass = detail::k_to_q(k_limit, size) * result.mass;
-    k_limit += 1.0;
-
-    std::vector<detail::Centroid> compressed;
-    compressed.reserve(max_size + 1);
-    detail::Centroid curr{values[0], 1.0};
-    double weight_so_far = curr.weight;
-    double sums_to_merge = 0.0, weights_to_merge = 0.0;
-    auto add = [](detail::Centroid& c, double sum, double weight) {
-        double new_sum = sum + c.weight * c.mean;
-        double new_weight = c.weight + weight;
-        c.weight = new_weight;
-        c.mean = new_sum / new_weight;
-    };
-    for (size_t i = 1; i < n; ++i) {
-        const double value = values[i];
-        const double next_sum = value * 1.0;
-        weight_so_far += 1.0;
-        if (weight_so_far <= q_limit_times_mass) {
-            sums_to_merge += next_sum;
-            weights_to_merge += 1.0;
-        } else {
-            add(curr, sums_to_merge, weights_to_merge);
-            sums_to_merge = 0.0;
-            weights_to_merge = 0.0;
-            compressed.push_back(curr);
-            q_limit_times_mass = detail::k_to_q(k_limit, size) * result.mass;
-            k_limit += 1.0;
-            curr = {value, 1.0};
-        }
-    }
-    add(curr, sums_to_merge, weights_to_merge);
-    compressed.push_back(curr);
-    std::stable_sort(compressed.begin(), compressed.end(),
-                     [](const detail::Centroid& a, const detail::Centroid& b) { return a.mean < b.mean; });
-    result.means.reserve(compressed.size());
-    result.weights.reserve(compressed.size());
-    for (const detail::Centroid& c : compressed) {
-        result.means.push_back(c.mean);
-        result.weights.push_back(c.weight);
-    }
-    // maybe_recompute_totals(0): the count crossed a multiple of 10^7 from an empty digest.
-    if (result.count >= 10000000) {
-        double m = 0.0;
-        for (double w : result.weights) m += w;
-        result.mass = m;
-    }
-    return result;
-}
-
-// fastdigest's TDigest.batch_update(values) of a non-empty digest: merge_sorted(self, values) for finite values already in
-// ascending order (merge_unsorted's stable sort), the digest's centroids and the values taken in one ascending pass
-// (a value goes before a centroid of the same mean), compressed as they go.
+// fastdigest's merge_sorted(self, values): its TDigest.batch_update (and from_values, into an empty digest) of finite
+// values already in ascending order (merge_unsorted's stable sort); the digest's centroids and the values taken in one
+// ascending pass (a value goes before a centroid of the same mean), compressed as they go.
 inline Digest merge_sorted(const Digest& self, const double* values, size_t n, size_t max_size) {
     if (n == 0) return self;
     Digest result;
@@ -286,6 +227,12 @@ inline Digest merge_sorted(const Digest& self, const double* values, size_t n, s
         result.mass = m;
     }
     return result;
+}
+
+// fastdigest's TDigest.from_values(values, max_centroids) for finite values already in ascending order, as
+// merge_unsorted sorts them (a stable sort: -0.0 and 0.0 keep their input order): merge_sorted into an empty digest.
+inline Digest digest_of_sorted(const double* values, size_t n, size_t max_size) {
+    return merge_sorted(Digest(), values, n, max_size);
 }
 
 }  // namespace treemetry
