@@ -201,6 +201,8 @@ _TABLE: list[object] = []  # one collector's native window table, kept across th
 def table(rng: random.Random, data: bytes) -> None:
     """The same unit placed in a collector's native window table (`_native.Windows`, held across cases: windows
     accumulate, repeat, overlap), then some windows taken, merged, put back, emptied and forgotten at random."""
+    from pyroaring import BitMap
+
     from telemetry.summary import _native
     from telemetry.summary.summary import read_native_unit
 
@@ -215,6 +217,11 @@ def table(rng: random.Random, data: bytes) -> None:
     assert accepted + len(refused) == len(native)
     slots = sorted({slot for _, slot in created} | set(became) | {r[1] for r in refused})
     for slot in slots:
+        sources = windows.sources(slot)  # a window holds all it holds (the completeness question), counted right
+        assert windows.holds_all(slot, _native.Sources(sources))
+        assert windows.count(slot) == len(BitMap.deserialize(sources))
+        origins = windows.pending_origins(slot)
+        assert len(set(origins)) == len(origins)
         if rng.random() < 0.5:
             continue
         batch = windows.take(slot)
