@@ -24,6 +24,7 @@ from pyroaring import BitMap
 
 from collectors.common.keys import Key
 from collectors.delivery.node import Node
+from collectors.delivery.runs import Claim
 from collectors.delivery.windows import Deadlines, Part
 from collectors.root.finalise import Finaliser
 from collectors.root.reads import StoreReads
@@ -311,3 +312,23 @@ def test_a_unit_whose_read_cannot_be_installed_ends_its_stream_and_its_resend_is
         broken.clear()
         child.close()
         stop_all(root)
+
+
+def test_the_reader_opens_the_stores_own_file_whatever_its_name(tmp_path):
+    """The reader's connection is a read-only URI: a path with '#', '?' or '%' must still name the store's file
+    (unquoted, SQLite read 'a#b.db' as the file 'a' and ignored mode=ro; a restarted root then forgot its claims)."""
+    for name in ("a#b.db", "a?b.db", "a%41b.db", "sp ace.db"):
+        path = tmp_path / name
+        store = Store(path)
+        try:
+            store.save_runs("job", {0: Claim(7, "host-a")})
+            store.save_runs("job", {1: Claim(2**64 - 1, "host-b")})
+        finally:
+            store.close()
+        again = Store(path)
+        try:
+            assert again.load_runs("job") == {0: Claim(7, "host-a"), 1: Claim(2**64 - 1, "host-b")}, name
+        finally:
+            again.close()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm"))) == \
+        sorted(("a#b.db", "a?b.db", "a%41b.db", "sp ace.db"))

@@ -288,7 +288,8 @@ class Store:
     def reader(self) -> sqlite3.Connection:
         """A read-only connection (rows as sqlite3.Row, by index or name; SELECTs open no transaction): the caller's
         own to close, or the store's `_reads`."""
-        db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+        # as_uri() quotes the path: a file named with '#', '?' or '%' is this file, not another one
+        db = sqlite3.connect(f"{Path(self.path).resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
         db.row_factory = sqlite3.Row
         db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         return db
