@@ -400,6 +400,77 @@ def test_hardware_a_seconds_late_readings_are_judged_once_never_twice():
     assert log.query(None) == before
 
 
+def _ports(second: int, down: dict[int, range], hosts: range = range(4)) -> dict[tuple[int, int], float]:
+    """Each host's IB port at `second`: down (0) in its host's range of seconds, else up (1)."""
+    return {(h, 64): 0.0 if second in down.get(h, ()) else 1.0 for h in hosts}
+
+
+def _observe_with_host_late(det, late: int, seconds: range, down: dict[int, range]) -> None:
+    """Each second judged on time without host `late` (the tiers passed it on), then, after the next second's
+    on-time row, again with host `late`'s reading merged in (the stored row rewritten: Finaliser.ship)."""
+    on_time = [h for h in range(4) if h != late]
+    for second in seconds:
+        det.observe(_fleet_row("ib.port_active", second, _ports(second, down, on_time)))
+        if second > seconds[0]:
+            det.observe(_fleet_row("ib.port_active", second - 1, _ports(second - 1, down)))
+
+
+def test_hardware_a_host_whose_readings_always_come_late_builds_its_streak_from_its_late_seconds():
+    """Host 1's port down for 10 s, its readings late every second: each late second stretches its streak (not
+    only one that ends where the streak starts), so ib_port_down (2 s) names host 1 from its first second down;
+    each late second is counted once (a rewrite bringing nothing new counts nothing)."""
+    log, det = _fleet_detector()
+    _observe_with_host_late(det, 1, range(600, 616), {1: range(603, 613)})
+    (event,) = log.query(None)
+    assert (event["key"], event["time"], event["status"]) == ("ib_port_down@host-1", 603.0, "open")
+    assert event["detail"]["buckets"] == 10
+    det.observe(_fleet_row("ib.port_active", 612, _ports(612, {1: range(603, 613)})))
+    assert log.query(None)[0]["detail"]["buckets"] == 10
+
+
+def test_hardware_an_event_closes_while_its_hosts_recovery_readings_come_late():
+    """Host 2's port down for 5 s on time, then its readings late from the second it came back: the late readings
+    under the threshold end its streak, and the event closes `quiet_s` (30 s) after the port was last down."""
+    log, det = _fleet_detector()
+    down = {2: range(700, 705)}
+    for second in range(698, 705):
+        det.observe(_fleet_row("ib.port_active", second, _ports(second, down)))
+    (event,) = log.query(None)
+    assert (event["key"], event["status"]) == ("ib_port_down@host-2", "open")
+    _observe_with_host_late(det, 2, range(705, 745), down)
+    (event,) = log.query(None)
+    assert (event["key"], event["status"]) == ("ib_port_down@host-2", "closed")
+
+
+def test_hardware_a_late_reading_of_an_earlier_second_does_not_end_a_later_streak():
+    """Host 3's port is down at 802-803 on time; its reading of 801 (up) comes late after them: that second is
+    older than the streak's last second down, so the streak goes on and the event stays open."""
+    log, det = _fleet_detector()
+    down = {3: range(802, 810)}
+    for second in range(800, 804):
+        hosts = range(4) if second != 801 else range(3)
+        det.observe(_fleet_row("ib.port_active", second, _ports(second, down, hosts)))
+    det.observe(_fleet_row("ib.port_active", 801, _ports(801, down)))
+    for second in range(804, 840):
+        det.observe(_fleet_row("ib.port_active", second, _ports(second, down, range(3))))
+    (event,) = log.query(None)
+    assert (event["key"], event["time"], event["status"]) == ("ib_port_down@host-3", 802.0, "open")
+
+
+def test_hardware_a_seconds_sources_judged_accumulate_over_its_late_rows():
+    """A late row that holds only the late host's readings, then one with every host's: the sources judged before
+    are remembered with the late one's (not replaced by them), so host 0's increase is counted once."""
+    log, det = _fleet_detector()
+    det.observe(_fleet_row("ib.link_downed_delta", 900, {(0, 64): 2.0, (3, 64): 0.0}))
+    det.observe(_fleet_row("ib.link_downed_delta", 901, {(0, 64): 0.0, (3, 64): 0.0}))
+    det.observe(_fleet_row("ib.link_downed_delta", 900, {(1, 65): 4.0}))
+    det.observe(_fleet_row("ib.link_downed_delta", 900, {(0, 64): 2.0, (3, 64): 0.0, (1, 65): 4.0}))
+    events = _events(log)
+    assert set(events) == {"ib_link_downed@host-0", "ib_link_downed@host-1"}
+    assert events["ib_link_downed@host-0"]["detail"]["total"] == 2.0
+    assert events["ib_link_downed@host-1"]["detail"]["total"] == 4.0
+
+
 def test_a_devices_fleet_source_is_kept_once_per_device_and_past_its_kinds_slots_skipped_and_counted():
     """One cache of device -> fleet source for GPUs, NICs and IB ports (HardwareSampler._fleet_source): a kind's
     slots in order of first sight, the same source on every later look, and a device past its kind's slots (48

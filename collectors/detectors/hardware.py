@@ -240,6 +240,11 @@ class HardwareDetector(Detector):
             for src in sorted(state.streaks, key=lambda r: state.streaks[r].last_over_ms)[:-MAX_STREAKS]:
                 del state.streaks[src]
         by_group = self._raise_over(rule, row, state, over, sums, whole=True)
+        self._close_quiet(rule, job, bucket, state, by_group)
+
+    def _close_quiet(self, rule: Rule, job: str, bucket: int, state: _State, by_group: dict[str, list[int]]) -> None:
+        """Close the events of the groups none of whose sources is over (this second) or holds a streak, once
+        `quiet_s` of bucket time has passed since the last of them was over."""
         group_of = self._group_of(job)
         still = {group_of(src) for src in state.streaks}
         for name in [n for n in state.groups if n not in by_group and n not in still]:
@@ -252,25 +257,34 @@ class HardwareDetector(Detector):
     def _apply_late(self, rule: Rule, row: Row, state: _State) -> None:
         """A second judged before, again with readings that came late (a tier passed the fleet's second on without
         a late host: Node._fleet_passed; the root merged them in, Finaliser.ship): only the sources it did not hold
-        when judged are judged now, each over one starting (or extending back) its streak; nothing is cleared, and
-        a counter's increase counts only their readings. Seconds older than LATE_SECONDS are not judged again."""
+        when judged are judged now, each once, as on time: one over starts its streak or stretches it to this
+        second (a host whose readings always come late builds its streak from its late seconds), one reported and
+        known not over ends a streak that was last over no later than this second (its recovery came late), and
+        the events of groups left quiet close. A counter's increase counts only their readings. Seconds older than
+        LATE_SECONDS are not judged again."""
         bucket, s, width = row.key.index, row.summary, max(1, row.key.width_ms)
         if bucket < state.last_bucket - LATE_SECONDS * width:
             return
         before = state.seen.get(bucket)
-        state.seen[bucket] = s.sources
+        state.seen[bucket] = before | s.sources if before is not None else s.sources
         new = s.sources - before if before is not None else s.sources
         if not new:
             return
-        over, sums, _ = _over(rule, s, state.seen_up)
+        over, sums, complete = _over(rule, s, state.seen_up)
         over = {src: value for src, value in over.items() if src in new}
+        if complete:
+            for src in [r for r, streak in state.streaks.items()
+                        if r in new and r not in over and streak.last_over_ms <= bucket]:
+                del state.streaks[src]
         for src in over:
             streak = state.streaks.get(src)
             if streak is None:
                 state.streaks[src] = _Streak(bucket, bucket)
-            elif streak.start_ms == bucket + width:
-                streak.start_ms, streak.buckets = bucket, streak.buckets + 1
-        self._raise_over(rule, row, state, over, sums, whole=False)
+            else:
+                streak.start_ms, streak.last_over_ms = min(streak.start_ms, bucket), max(streak.last_over_ms, bucket)
+                streak.buckets += 1
+        by_group = self._raise_over(rule, row, state, over, sums, whole=False)
+        self._close_quiet(rule, row.key.job, bucket, state, by_group)
 
     def _raise_over(self, rule: Rule, row: Row, state: _State, over: dict[int, float], sums: dict[int, float],
                     whole: bool) -> dict[str, list[int]]:
