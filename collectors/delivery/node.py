@@ -270,7 +270,8 @@ class Node:
 
     def offer_read(self, origin: Origin, unit: _native.Unit) -> list[tuple[int, str, BitMap, int]]:
         """`offer_unit` of a unit read natively (every window read fast and passed its checks), into the native
-        table in one call: the origin held once per window, the holds of windows not accepted given back after.
+        table in one call: the origin held once per window, the holds of windows not accepted given back after,
+        room made (`WindowTable.fit_read`) between the two.
         Returns the windows not accepted: (position, "duplicate"|"overlap", overlap, how many sources the part has).
         The caller holds the lock."""
         if not len(unit):
@@ -281,11 +282,14 @@ class Node:
         for pos, win, verdict, overlap, sources in refused:
             if verdict == "duplicate":
                 self.counters["duplicates"] += 1
-                if win is not None:
-                    self.attach_duplicate(win, [origin])
+                self.attach_duplicate(win, [origin])
             else:
                 self.counters["rejected_overlaps"] += 1
             out.append((pos, verdict, overlap, sources))
+        # Only now back into the budget: a window dropped here releases the duplicates just attached to it (as
+        # refused), and the windows the unit went into are kept, so that it is acknowledged once (below, or by
+        # the caller's settle), never while it is still being offered.
+        self.table.fit_read(unit, [pos for pos, *_ in refused])
         if refused:
             self.durability.unhold(origin, len(refused))
         return out

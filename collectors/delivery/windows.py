@@ -15,7 +15,7 @@ import logging
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -298,7 +298,7 @@ class WindowTable:
         win.cost += nbytes
         self.bytes += nbytes
         if self.bytes > self.max_bytes:
-            self._make_room(win.key)
+            self._make_room((win.key,))
 
     def offer(self, part: Part, expected: int) -> tuple[str, BitMap | None]:
         """Accept, absorb or reject one part: returns ("accepted"|"duplicate"|"overlap", overlap)."""
@@ -327,16 +327,18 @@ class WindowTable:
                 self._pending.add(win.key)
             self.bytes += SOURCE_BYTES * added  # charged to the window natively (`_remove` gives it back)
             if self.bytes > self.max_bytes:
-                self._make_room(win.key)
+                self._make_room((win.key,))
             return "accepted", None
         if new_id:
             self.forget_origin(part.origins[0])
         return ("duplicate" if verdict == DUPLICATE else "overlap"), BitMap(overlap)
 
-    def offer_read(self, origin: Origin, unit: _native.Unit) -> list[tuple[int, Window | None, str, BitMap, int]]:
+    def offer_read(self, origin: Origin, unit: _native.Unit) -> list[tuple[int, Window, str, BitMap, int]]:
         """Every window of a unit read natively (each read fast, each passed its checks) offered in one native call.
         Returns the windows not accepted: (position, window, "duplicate"|"overlap", overlap, how many sources the
-        part has); the window is None only if the table let it go to stay in budget meanwhile."""
+        part has). The table may be over its budget after: the caller attaches the duplicates to their windows
+        first, then calls `fit_read` (a window let go before its duplicates were attached would leave them
+        acknowledged DURABLE for data that was dropped)."""
         native = self.native
         assert native is not None, "offer_read needs a native table"
         origin_id, new_id = self._origin_id(origin)
@@ -356,12 +358,25 @@ class WindowTable:
                 nbytes += WINDOW_BYTES
         by_slot = self._by_slot
         self._pending.update(by_slot[slot].key for slot in became_pending)
-        out = [(pos, by_slot.get(slot), "duplicate" if verdict == DUPLICATE else "overlap", BitMap(overlap), n)
+        out = [(pos, by_slot[slot], "duplicate" if verdict == DUPLICATE else "overlap", BitMap(overlap), n)
                for pos, slot, verdict, overlap, n in refused]
         self.bytes += nbytes
-        if self.bytes > self.max_bytes:
-            self._make_room(None)
         return out
+
+    def fit_read(self, unit: _native.Unit, refused: Iterable[int]) -> None:
+        """After `offer_read`: back into the budget, keeping the windows the unit was accepted into (all but the
+        `refused` positions), as `charge` keeps the window just charged. Dropping those would release the unit's
+        last holds while it is still being offered: it would be acknowledged (as refused) and then once more by
+        its caller's `Durability.settle`."""
+        skip = set(refused)
+        if self.bytes <= self.max_bytes or len(skip) == len(unit):  # refused whole: it charged nothing (as `offer`)
+            return
+        keep = set()
+        for pos in range(len(unit)):
+            if pos not in skip:
+                job, attempt, metric, index, width_ms, _ = unit.key(pos)
+                keep.add(Key(scoped(job, attempt), metric, index, width_ms))
+        self._make_room(keep)
 
     def sources(self, win: Window) -> BitMap:
         """The sources a window holds (a native window's read from its table when they changed since last asked)."""
@@ -508,9 +523,10 @@ class WindowTable:
             win.native = None
         return win
 
-    def _make_room(self, keep: Key | None) -> None:
+    def _make_room(self, keep: Container[Key]) -> None:
         """Down to 90% of the budget (so that the work is paid once per many windows, not once per window):
-        settled windows first, oldest sealed first; then, only if that is not enough, the oldest others."""
+        settled windows first, oldest sealed first; then, only if that is not enough, the oldest others; never
+        the windows in `keep`."""
         target = self.max_bytes * 9 // 10
         evicted: list[Key] = []
         for _ in range(len(self._settling)):
@@ -520,7 +536,7 @@ class WindowTable:
             win = self.windows.get(key)
             if win is None:
                 continue
-            if not win.settled or key == keep:
+            if not win.settled or key in keep:
                 self._settling.append(key)  # still owed something: kept, looked at again later
                 continue
             self._remove(key)
@@ -530,7 +546,7 @@ class WindowTable:
             if self._on_evict:
                 self._on_evict(evicted)
         while self.bytes > target:
-            oldest = next((w for w in self.windows.values() if w.key != keep), None)  # insertion order: oldest
+            oldest = next((w for w in self.windows.values() if w.key not in keep), None)  # insertion order: oldest
             if oldest is None:
                 return
             self._remove(oldest.key)
