@@ -226,3 +226,29 @@ def test_a_whole_machine_stall_on_one_step_names_nobody_whatever_the_windows_ord
         det.observe(_row("collective_wait", step, wait))  # the waits first: the step's length not known yet
         det.observe(_row("step_time", step, step_time))
     assert log.query(JOB) == []
+
+
+def test_a_new_culprit_named_on_its_own_score_closes_the_old_event_at_once() -> None:
+    """Rank 2 is 2x slow for steps 5-11, rank 1 from step 12 on (4 ranks, no running shares): rank 2's event
+    closes on the step rank 1 is named (StragglerDetector._hand_over) - not `wait_clear_steps` later, which would
+    hold rank 1's event back by as many steps - and rank 1's event begins at its own onset."""
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        world = 4
+        log = EventLog(None)
+        det = StragglerDetector(log, config=StragglerConfig(wait_warmup=3))
+        for step in range(30):
+            compute = 0.1 * np.exp(0.02 * rng.standard_normal(world))
+            if 5 <= step <= 11:
+                compute[2] *= 2.0
+            if step >= 12:
+                compute[1] *= 2.0
+            det.observe(_row("step_time", step, np.full(world, compute.max() + 0.004)))
+            det.observe(_row("collective_wait", step, compute.max() - compute + 0.002))
+        events = sorted(log.query(JOB), key=lambda e: e["step"])
+        assert [e["ranks"] for e in events] == [[2], [1]], (seed, events)
+        old, new = events[0], events[1]
+        assert old["status"] == "closed" and new["status"] == "open", (seed, events)
+        assert 12 <= new["step"] <= new["detail"]["detected_step"] <= 12 + 4, (seed, new["detail"])
+        assert old["detail"]["cleared_at_step"] == new["detail"]["detected_step"], (seed, old["detail"], new["detail"])
+        assert old["last_step"] < new["detail"]["detected_step"], (seed, old)

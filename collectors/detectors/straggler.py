@@ -266,9 +266,12 @@ class StragglerDetector(StreakDetector[_State]):
             # fast lane names the rank that waits least now (a severe straggler, before the averages move), and
             # add what the others waited for it. Until the shares have settled, the per-step waits below hold
             # and close an event as they do without shares: one opened on a blip must not stay open until then.
+            # A step's waits hold an open event only while the rank's score is half a threshold, as the shares
+            # do: a recovered rank of a 3-rank job still waits least on a third of the steps by chance, and each
+            # such step held its event open (seen 20 steps after a 2x rank recovered, and on).
             open_now = self.is_open(job)
             rank = state.streak_rank if open_now else (score.named() or (-1, 0.0))[0]
-            if rank != s.argmin or not (open_now or score.ratio(rank) >= 1.0):
+            if rank != s.argmin or score.ratio(rank) < (0.5 if open_now else 1.0):
                 return
             state.raw_held = step
             self._judged(row, state, rank, score.ratio(rank), x, gap, slowdown, figures, count=True)
@@ -372,10 +375,13 @@ class StragglerDetector(StreakDetector[_State]):
         return named
 
     def _normal(self, job: str, state: _State, step: int, counts: bool) -> None:
+        """A step that does not name the open event's rank (towards closing it); when it closes, the rank's
+        evidence is forgotten, and its running share's gap - once the shares judge: while they settle no gap was
+        judged, and a 0 would leave the rank `quiet` for nothing - is watched while it falls."""
         was_open = self.is_open(job)
         self.normal(job, state, step, self.config.wait_clear_steps, counts=counts)
         if was_open and not self.is_open(job) and state.score is not None:
-            state.score.forget(state.streak_rank, state.share_gap if state.shares else None)
+            state.score.forget(state.streak_rank, state.share_gap if self._shares_judge(state) else None)
 
     def _judged(self, row: Row, state: _State, rank: int, value: float, x: float, gap: float | None,
                 slowdown: float, figures: dict, count: bool) -> None:
