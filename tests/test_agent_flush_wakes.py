@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 import telemetry
 from collectors.common import fleet
 from collectors.sim.sysfs import write_host
@@ -85,3 +87,34 @@ def test_the_tiers_flush_when_a_unit_comes_or_something_is_due(tmp_path):
         wait_for(lambda: _fleet_seconds(root) >= seconds + 2, WAIT, what="fleet seconds still flowing")
     finally:
         stop_all(agent, rack, root)
+
+
+def test_a_tier_above_racks_wakes_at_the_fleet_cut_off_it_passes_seconds_on_at(monkeypatch):
+    """A root above two racks holds a fleet second with one rack's part in: next_due is the cut-off _fleet_passed
+    applies above racks (twice the grace after the second's end), not the rack's (one grace), which from 0.5 s to
+    1.0 s after each second was already past and made the tier flush every interval until its own came."""
+    from types import SimpleNamespace
+
+    from pyroaring import BitMap
+
+    from collectors.common.keys import Key
+    from collectors.delivery import node as node_module
+    from collectors.delivery.node import Node, RankView
+    from collectors.delivery.windows import Deadlines, Part
+    from helpers_tree import summary_of
+
+    wall_s = 1_000_000.7  # 0.7 s after the second 999,999 ended: past one grace (0.5 s), not two
+    monkeypatch.setattr(node_module, "time", SimpleNamespace(time=lambda: wall_s, monotonic=time.monotonic))
+    root = Node("root", Deadlines(floor_s=30.0), ack_down=lambda *a, **k: None, fleet_grace_s=0.5)
+    ports = {h: fleet.source(h, 64) for h in range(3)}
+    root.child_ranks["rack0"] = {fleet.FLEET_JOB: RankView(alive=BitMap([ports[0], ports[1]]))}
+    root.child_ranks["rack1"] = {fleet.FLEET_JOB: RankView(alive=BitMap([ports[2]]))}
+    key = Key(fleet.FLEET_JOB, "ib.port_active", 999_999_000, 1000)
+    assert root.offer(Part(key, [("rack1", 1)], BitMap([ports[2]]), built=summary_of({ports[2]: 1.0})), 1)[0] \
+        == "accepted"
+    (win,) = root.table.pending_windows()
+    now = time.monotonic()
+    assert not root._fleet_passed(win)
+    assert root.next_due(now) == pytest.approx(now + 0.3, abs=1e-6)  # the second's end + 2 x 0.5 s, 0.3 s from now
+    wall_s += 0.3
+    assert root._fleet_passed(win)

@@ -490,14 +490,20 @@ class Node:
         bucket's end at a tier whose children are hosts, twice that above (a rack's part, sent at its own cut-off,
         still comes in time). A part that comes after travels up as a late delta and is merged into the stored
         window exactly (Finaliser.ship)."""
-        children, hosts_below = self._fleet_children_of(win.key.metric)
+        children, _ = self._fleet_children_of(win.key.metric)
         if children:
             senders = self.table.senders(win)
             if children <= senders:
                 return True
+        return time.time() * 1000 >= self._fleet_cutoff_ms(win.key)
+
+    def _fleet_cutoff_ms(self, key: Key) -> float:
+        """When (wall ms) a fleet second is passed on whatever is missing: `fleet_grace_s` after the bucket's end at
+        a tier whose children are hosts, twice that above (a rack's part, sent at its own cut-off, still comes in
+        time). One rule for the flush (_fleet_passed) and for when it wakes (next_due)."""
         assert self.fleet_grace_s is not None
-        grace_ms = self.fleet_grace_s * (1000 if hosts_below else 2000)
-        return time.time() * 1000 >= win.key.index + win.key.width_ms + grace_ms
+        _, hosts_below = self._fleet_children_of(key.metric)
+        return key.index + key.width_ms + self.fleet_grace_s * (1000 if hosts_below else 2000)
 
     def _fleet_children_of(self, metric: str) -> tuple[set[str], bool]:
         """The children whose fleet sources include devices of `metric`'s kind, and whether every child is one host
@@ -559,20 +565,25 @@ class Node:
 
     def next_due(self, now: float) -> float | None:
         """When (monotonic) a flush next has something to do that no new part announces: a pending window's deadline,
-        a fleet second's cut-off (Node._fleet_passed; at the rack's grace: a tier above wakes early and waits on), a
-        sealed window's late parts, the sink's liveness unit. None: nothing. What makes a window complete comes with
-        a unit, which wakes the tier (CollectorService.on_work)."""
+        a fleet second's cut-off (the one Node._fleet_passed applies: a tier above racks waiting for a rack's part
+        neither wakes at the rack's grace nor, once that passed, flushes every interval until its own), a sealed
+        window's late parts, the sink's liveness unit. None: nothing. What makes a window complete comes with a
+        unit, which wakes the tier (CollectorService.on_work)."""
         times = []
         wall_ms = time.time() * 1000
         with self.lock:
-            for win in self.table.pending_windows():
-                key = win.key
-                if win.sealed:
-                    times.append(win.late_at or now)
-                    continue
-                times.append(win.deadline)
-                if key.job == FLEET_JOB and self.fleet_grace_s is not None:
-                    times.append(now + (key.index + key.width_ms + self.fleet_grace_s * 1000 - wall_ms) / 1000)
+            self._fleet_children = {}  # each device kind's children judged once for all pending fleet seconds
+            try:
+                for win in self.table.pending_windows():
+                    key = win.key
+                    if win.sealed:
+                        times.append(win.late_at or now)
+                        continue
+                    times.append(win.deadline)
+                    if key.job == FLEET_JOB and self.fleet_grace_s is not None:
+                        times.append(now + (self._fleet_cutoff_ms(key) - wall_ms) / 1000)
+            finally:
+                self._fleet_children = None
             if isinstance(self.sink, Upstream):
                 times.append(self.sink.next_liveness())
         return min(times) if times else None
