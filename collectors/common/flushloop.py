@@ -5,9 +5,10 @@ Why: the systemd watchdog and the gRPC health service must say whether this node
 raises (a full disk under the root's store, say) looked healthy before. A failing flush is logged
 once per `log_every_s` with the count of failures since the last line, not 50 times a second.
 
-A flush that returns the time (monotonic) its next work is due makes the loop sleep until then, unless `wake()` says
-work came meanwhile (the agent: a rank's message, a hardware sample); flushes stay `interval_s` apart either way, so
-work that comes together is flushed together. A flush that returns None is run every `interval_s` (the collectors).
+A flush returns the time (monotonic) its next work is due, and the loop sleeps until then unless `wake()` says work
+came meanwhile (the agent: a rank's message, a hardware sample; a collector: a unit from a child); flushes stay
+`interval_s` apart either way, so work that comes together is flushed together. A flush that returns None (nothing
+due) or raises is run again after `interval_s`.
 """
 
 from __future__ import annotations
