@@ -592,3 +592,28 @@ def test_a_fleet_second_is_passed_on_without_a_late_host_whose_readings_are_merg
         for host in hosts:
             host.stop()
         stop_all(*racks, root)
+
+
+def test_an_agent_under_a_parent_without_host_registration_says_the_way_back(monkeypatch, caplog):
+    """A parent older than host registration answers UNIMPLEMENTED: the agent (--host-index auto) logs one error
+    that says how to get the host's fleet readings flowing again, and stops asking."""
+    import grpc
+
+    from collectors.agent import host_index
+
+    class Unimplemented(grpc.RpcError):
+        def code(self):
+            return grpc.StatusCode.UNIMPLEMENTED
+
+        def details(self):
+            return "Method not found!"
+
+    def ask(*args):
+        raise Unimplemented()
+    monkeypatch.setattr(host_index, "ask", ask)
+    registration = host_index.HostIndexRegistration(["127.0.0.1:1"], None, "node-7", "m7", None, lambda i: None)
+    with caplog.at_level("ERROR", logger=host_index.__name__):
+        registration._run()
+    (record,) = [r for r in caplog.records if r.name == host_index.__name__]
+    assert "UNIMPLEMENTED" in record.getMessage() and "upgrade the tree" in record.getMessage()
+    assert "--host-index off" in record.getMessage() and registration.index is None

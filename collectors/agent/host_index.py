@@ -67,7 +67,9 @@ class HostIndexRegistration:
                 continue
             except grpc.RpcError as exc:
                 log.error("host %s: the parent cannot register host indexes (%s: %s); %s", host, exc.code().name,
-                          exc.details(), "the host's fleet readings stay unsent" if not
+                          exc.details(), "the host's fleet readings stay unsent until the agent restarts: upgrade "
+                          "the tree (its collectors and root) to one that registers host indexes, or run the agent "
+                          "with --host-index off (its hardware in its host's own windows)" if not
                           self.request.HasField("explicit_index") else "its --host-index is used unregistered")
                 return
             if answer.refused:
