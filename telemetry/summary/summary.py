@@ -262,9 +262,7 @@ class Summary:
         overlap = core.absorb(other._as_core())
         if overlap is not None:
             raise OverlapError(overlap)
-        for name in _FIELDS:  # the core changed: Python fields are read from it again
-            if _has(self, name):
-                object.__delattr__(self, name)
+        self._forget_fields()
 
     @classmethod
     def merge_all(cls, summaries: Sequence[Summary]) -> Summary:
