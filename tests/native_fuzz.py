@@ -228,9 +228,7 @@ def table(rng: random.Random, data: bytes) -> None:
         if len(batch):
             check(batch.merged().encode())
             assert len(batch.refs()) == len(batch.entries()) == len(batch)
-        if rng.random() < 0.3:
-            windows.restore(slot, batch)
-        elif rng.random() < 0.5:
+        if rng.random() < 0.35:
             windows.remove(slot)
 
 

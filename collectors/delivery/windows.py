@@ -162,9 +162,8 @@ class Window:
 
     def restore(self, out: OutPart) -> None:
         """A dispatch that failed before it settled anything (a commit): its parts and duplicates are pending
-        again, ahead of what arrived since."""
-        if out.batch is not None and self.native is not None:
-            self.native.restore(self.slot, out.batch)
+        again, ahead of what arrived since. Only the root commits, and it keeps its windows in Python."""
+        assert out.batch is None and self.native is None, "a native window is never restored (the root's are Python)"
         self.pending = out.constituents + self.pending
         self.absorbed = out.absorbed + self.absorbed
 

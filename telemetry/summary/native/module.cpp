@@ -484,7 +484,6 @@ PYBIND11_MODULE(_native, m) {
             t.remove_sources(slot, sources.get());
         })
         .def("take", &Windows::take)
-        .def("restore", &Windows::restore)
         .def("remove", &Windows::remove);
 
     m.def("merge_all", &merge_all_py);

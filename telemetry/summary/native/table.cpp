@@ -142,16 +142,6 @@ Batch Windows::take(uint32_t slot) {
     return out;
 }
 
-void Windows::restore(uint32_t slot, Batch& batch) {
-    Slot& s = at(slot);
-    std::vector<Entry> entries;
-    entries.reserve(batch.entries.size() + s.pending.size());
-    for (Entry& e : batch.entries) entries.push_back(std::move(e));
-    for (Entry& e : s.pending) entries.push_back(std::move(e));
-    batch.entries.clear();
-    s.pending.swap(entries);
-}
-
 void Windows::remove(uint32_t slot) {
     Slot& s = at(slot);
     index_.erase(s.key);

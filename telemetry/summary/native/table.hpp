@@ -74,7 +74,6 @@ public:
     Refused offer_core(uint32_t slot, const Core& core, uint64_t origin, uint32_t index, bool& became_pending,
                        uint64_t& added);
     Batch take(uint32_t slot);           // the pending entries, the window holding none after
-    void restore(uint32_t slot, Batch& batch);  // entries pending again, ahead of those that arrived since
     void remove(uint32_t slot);          // forget the window (its key may come again as a new window)
     void remove_sources(uint32_t slot, const roaring_bitmap_t* sources);
 
