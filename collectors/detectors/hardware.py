@@ -118,6 +118,18 @@ class _Streak:
     buckets: int = 1
 
 
+def _stretch(streaks: dict[int, _Streak], over: dict[int, float], bucket: int) -> None:
+    """Each source over in second `bucket` starts its streak or stretches it to that second: on time (the newest
+    second) its end moves up; late (an earlier second) its start may move down."""
+    for src in over:
+        streak = streaks.get(src)
+        if streak is None:
+            streaks[src] = _Streak(bucket, bucket)
+        else:
+            streak.start_ms, streak.last_over_ms = min(streak.start_ms, bucket), max(streak.last_over_ms, bucket)
+            streak.buckets += 1
+
+
 @dataclass
 class _Group:
     """The sources one event speaks for: a job's ranks (one event per rule), or one host's devices (one event per
@@ -230,12 +242,7 @@ class HardwareDetector(Detector):
         for src in list(state.streaks):
             if src not in over and complete and src in s.sources:
                 del state.streaks[src]
-        for src in over:
-            streak = state.streaks.get(src)
-            if streak is None:
-                state.streaks[src] = _Streak(bucket, bucket)
-            else:
-                streak.last_over_ms, streak.buckets = bucket, streak.buckets + 1
+        _stretch(state.streaks, over, bucket)
         if len(state.streaks) > MAX_STREAKS:
             for src in sorted(state.streaks, key=lambda r: state.streaks[r].last_over_ms)[:-MAX_STREAKS]:
                 del state.streaks[src]
@@ -276,13 +283,7 @@ class HardwareDetector(Detector):
             for src in [r for r, streak in state.streaks.items()
                         if r in new and r not in over and streak.last_over_ms <= bucket]:
                 del state.streaks[src]
-        for src in over:
-            streak = state.streaks.get(src)
-            if streak is None:
-                state.streaks[src] = _Streak(bucket, bucket)
-            else:
-                streak.start_ms, streak.last_over_ms = min(streak.start_ms, bucket), max(streak.last_over_ms, bucket)
-                streak.buckets += 1
+        _stretch(state.streaks, over, bucket)
         by_group = self._raise_over(rule, row, state, over, sums, whole=False)
         self._close_quiet(rule, row.key.job, bucket, state, by_group)
 
