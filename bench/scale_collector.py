@@ -47,11 +47,12 @@ def child_collector(cfg: dict) -> None:
 
     handle = server.service._handle
 
-    def counted(sender: Any, batch: Any, responses: Any, unit: Any = None) -> Any:
-        # A unit read natively (CollectorService._receive) comes with its size on the wire and its windows read; a
-        # unit parsed whole is measured by re-encoding it (ByteSize: part of this wrapper's cost, not the tier's).
-        size = batch.ByteSize() if unit is None else unit.size
-        windows = len(batch.windows) if unit is None else len(unit.read)
+    def counted(sender: Any, unit: Any, responses: Any) -> Any:
+        # A unit as the stream's deserialiser (CollectorService._receive) hands it over: its size on the wire, and its
+        # windows read natively (or, where a window read did not take, in its message parsed whole).
+        batch = unit.batch
+        size = unit.size
+        windows = len(batch.windows) if unit.read is None else len(unit.read)
         stats["batches"] += 1
         stats["bytes"] += size
         if windows:
@@ -60,9 +61,10 @@ def child_collector(cfg: dict) -> None:
         for states in batch.ranks:
             stats["rank_state_bytes"] += states.ByteSize()
             stats["hosts_listed"] += len(states.hosts)
-        return handle(sender, batch, responses, unit)
+        return handle(sender, unit, responses)
 
-    handled = timed(counted, lambda sender, batch, responses, unit=None: bool(len(unit.read) if unit else batch.windows))
+    handled = timed(counted, lambda sender, unit, responses: bool(
+        unit.batch.windows if unit.read is None else len(unit.read)))
     server.service._handle = handled  # type: ignore[method-assign]  # the bench wraps it here to time it
     table = server.node.table
     table.due = timed(table.due, lambda now, complete: bool(table._pending))  # type: ignore[method-assign]  # wrapped to time it

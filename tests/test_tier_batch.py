@@ -1,4 +1,4 @@
-"""A tier reads a child's whole unit in one native call (issue 29 item 2: `read_unit`, CollectorService._parse_all),
+"""A tier reads a child's whole unit in one native call (issue 29 item 2: `read_unit`, CollectorService._receive),
 and judges every window exactly as the per-window path does (`CollectorService._parse`): same key, same summary
 bytes, same sources, or the same refusal in the same words. Hostile bytes inside a unit: one bad window is refused
 alone, with the reason it always had, and the rest of the unit goes in.
@@ -52,8 +52,23 @@ def window(job: str = "job", metric: str = "loss", step: int | None = 3, summary
 
 
 def judged(svc: CollectorService, batch: forward_pb2.SummaryBatch) -> list[tuple[Key, bytes, list[int], int] | str]:
+    """The unit's windows as the stream judges them: read by its deserialiser, parsed by the unit handler's path."""
     return [found if isinstance(found, str) else (found[0], found[1].to_bytes(), list(found[2]), found[3])
-            for found in svc._parse_all(batch)[0]]
+            for found in svc._parse_unit(svc._receive(batch.SerializeToString()))[0]]
+
+
+def _refused(data: bytes, *args: int) -> object:
+    raise ValueError("refused by the test")
+
+
+def parsed_whole(svc: CollectorService, data: bytes) -> _Unit:
+    """The unit as the stream's deserialiser hands it over when the native read refuses it: parsed whole by
+    protobuf, every window then judged by the per-window path (`_parse`)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(service_module, "read_native_unit", _refused)
+        unit = svc._receive(data)
+    assert unit.read is None and set(unit.windows) <= {None}
+    return unit
 
 
 def one_by_one(svc: CollectorService, batch: forward_pb2.SummaryBatch) -> list[tuple[Key, bytes, list[int], int] | str]:
@@ -119,7 +134,7 @@ def test_windows_of_equal_sources_share_one_bitmap() -> None:
     svc = service()
     batch = forward_pb2.SummaryBatch(windows=[window(metric=f"m{i}", summary=summary_bytes(range(8), i))
                                               for i in range(5)])
-    parsed, _ = svc._parse_all(batch)
+    parsed, _ = svc._parse_unit(svc._receive(batch.SerializeToString()))
     assert all(not isinstance(p, str) for p in parsed)
     assert len({id(p[2]) for p in parsed if not isinstance(p, str)}) == 1
     assert parsed[0][2] == BitMap(range(8))  # type: ignore[index]  # checked: none is a refusal
@@ -139,10 +154,11 @@ def test_one_bad_window_in_a_unit_is_refused_alone() -> None:
     bad = HOSTILE["mean outside [min, max]"]
     windows = [window(metric=f"m{i}", summary=summary_bytes(range(8), i)) for i in range(4)]
     windows.insert(2, bad)
-    svc._handle("child", forward_pb2.SummaryBatch(sender_id="child", seq=0), Answers())
+    hello = forward_pb2.SummaryBatch(sender_id="child", seq=0)
+    svc._handle("child", svc._receive(hello.SerializeToString()), Answers())
     states = forward_pb2.RankStates(job="job", alive=BitMap(range(8)).serialize(), world_size=16)
-    svc._handle("child", forward_pb2.SummaryBatch(sender_id="child", seq=1, windows=windows, ranks=[states]),
-                Answers())
+    unit = forward_pb2.SummaryBatch(sender_id="child", seq=1, windows=windows, ranks=[states])
+    svc._handle("child", svc._receive(unit.SerializeToString()), Answers())
     ack = acks[-1]
     assert ack.status == forward_pb2.Ack.REJECTED_OVERLAP
     assert [r.index for r in ack.rejections] == [2]
@@ -224,12 +240,15 @@ def test_a_unit_with_an_odd_window_is_parsed_whole_as_before() -> None:
     assert received.batch == batch and received.size == batch.ByteSize()
     assert received.windows[-1] is None and None not in received.windows[:-1]
     # the windows read took are not read again; the odd one is judged by the per-window path
-    parsed, _ = svc._parse_read(received.windows, received.groups, received.batch.windows)
+    parsed, _ = svc._parse_unit(received)
     assert [p if isinstance(p, str) else (p[0], p[1].to_bytes(), list(p[2]), p[3]) for p in parsed] == \
         one_by_one(svc, batch)
 
 
-def _answers(svc: CollectorService, received: object) -> tuple[list[forward_pb2.Ack], list[str], int]:
+HELLO = forward_pb2.SummaryBatch(sender_id="child", seq=0).SerializeToString()  # a child's first unit
+
+
+def _answers(svc: CollectorService, received: _Unit) -> tuple[list[forward_pb2.Ack], list[str], int]:
     acks: list[forward_pb2.Ack] = []
 
     class Answers:
@@ -237,8 +256,8 @@ def _answers(svc: CollectorService, received: object) -> tuple[list[forward_pb2.
             acks.append(ack)
 
     stream = _ChildStream(Answers(), None)  # type: ignore[arg-type]  # only put() is called
-    svc._one(stream, forward_pb2.SummaryBatch(sender_id="child", seq=0))
-    svc._one(stream, received)  # type: ignore[arg-type]  # a _Unit or a SummaryBatch, as the stream hands them
+    svc._one(stream, svc._receive(HELLO))
+    svc._one(stream, received)
     table = svc.node.table
     return acks, sorted(f"{key.metric}:{len(table.sources(win))}" for key, win in table.windows.items()), \
         svc.node.counters["bad_inputs"]
@@ -256,7 +275,7 @@ def test_the_unit_path_answers_as_the_parsed_path(table: str) -> None:
     native, parsed = service(table == "native"), service()
     unit = native._receive(data)
     assert isinstance(unit, _Unit)
-    assert _answers(native, unit) == _answers(parsed, forward_pb2.SummaryBatch.FromString(data))
+    assert _answers(native, unit) == _answers(parsed, parsed_whole(parsed, data))
     again = service(table == "native")
     assert _answers(again, again._receive(data))[0][-1].rejections[0].key == batch.windows[64].key  # a, b, c, m0-m60
 
@@ -266,7 +285,8 @@ def test_a_unit_with_an_odd_window_is_read_natively_once_and_answered_as_parsed(
     re-serialisation; the acks, windows and counters are those of the parsed path."""
     batch = forward_pb2.SummaryBatch.FromString(FULL_UNIT)
     batch.windows.insert(1, HOSTILE["mean outside [min, max]"])
-    expected = _answers(service(), forward_pb2.SummaryBatch.FromString(batch.SerializeToString()))
+    parsed = service()
+    expected = _answers(parsed, parsed_whole(parsed, batch.SerializeToString()))
     calls: list[int] = []
 
     def counted(data: bytes, *args: int) -> object:
@@ -276,7 +296,7 @@ def test_a_unit_with_an_odd_window_is_read_natively_once_and_answered_as_parsed(
     monkeypatch.setattr(service_module, "read_native_unit", counted)
     svc = service()
     answered = _answers(svc, svc._receive(batch.SerializeToString()))
-    assert calls == [len(batch.SerializeToString())]
+    assert calls == [len(batch.SerializeToString()), len(HELLO)]  # the unit once, then _answers' first unit
     assert answered == expected and expected[2] == 1  # the odd window refused, counted once
 
 
@@ -297,8 +317,7 @@ def test_bit_flips_in_a_unit_are_refused_by_the_stream_exactly_when_protobuf_ref
         return
     assert whole is not None, "a unit protobuf refuses was accepted"
     # parsed whole where a window read did not take (or the unit did not read at all), else without its windows
-    windows = received.windows if received.read is None else unit_windows(received.read)
     assert received.batch == (whole if received.read is None else _without_windows(whole))
-    parsed, _ = svc._parse_read(windows, received.groups, received.batch.windows)
+    parsed, _ = svc._parse_unit(received)
     assert [p if isinstance(p, str) else (p[0], p[1].to_bytes(), list(p[2]), p[3]) for p in parsed] == \
         one_by_one(svc, whole)

@@ -32,7 +32,6 @@ from collectors.common.validation import (
     check_index,
     check_job,
     check_length,
-    check_size,
     check_world,
     shown,
 )
@@ -44,7 +43,7 @@ from collectors.delivery.runs import Claim, refusal_reason
 from collectors.delivery.windows import Origin, Part, Refusal
 from telemetry.summary import Summary, _native
 from telemetry.summary.sketch import DEFAULT_MAX_CENTROIDS
-from telemetry.summary.summary import DEFAULT_K, UnitWindow, read_native_unit, read_unit, unit_windows
+from telemetry.summary.summary import DEFAULT_K, UnitWindow, read_native_unit, unit_windows
 from telemetry.v1 import forensics_pb2, forward_pb2, forward_pb2_grpc, summary_pb2
 
 log = logging.getLogger(__name__)
@@ -204,14 +203,11 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         # Every window is plain and valid, so protobuf accepts the unit exactly when it accepts the rest.
         return _Unit(forward_pb2.SummaryBatch.FromString(unit.rest()), [], unit.groups(), len(data), unit)
 
-    def _one(self, stream: _ChildStream, received: _Unit | forward_pb2.SummaryBatch) -> Parked | None:
-        """One unit from a child, on the pool: parsed before the node's lock is taken, offered under it."""
-        if isinstance(received, _Unit):
-            check_length(received.size)
-            batch, unit = received.batch, received
-        else:
-            check_size(received)
-            batch, unit = received, None
+    def _one(self, stream: _ChildStream, unit: _Unit) -> Parked | None:
+        """One unit from a child (as `_receive` read it), on the pool: parsed before the node's lock is taken,
+        offered under it."""
+        check_length(unit.size)
+        batch = unit.batch
         if stream.sender is None:
             sender = batch.sender_id
             if not sender or len(sender) > MAX_SENDER_ID:
@@ -235,26 +231,23 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         elif batch.sender_id and batch.sender_id != stream.sender:
             raise BadInput("INVALID_ARGUMENT", f"sender_id changed from {shown(stream.sender)} to "
                                                f"{shown(batch.sender_id)} on one stream")
-        return self._handle(stream.sender, batch, stream.answers, unit)
+        return self._handle(stream.sender, unit, stream.answers)
 
-    def _handle(self, sender: str, batch: forward_pb2.SummaryBatch, responses: Answers,
-                unit: _Unit | None = None) -> Parked | None:
+    def _handle(self, sender: str, unit: _Unit, responses: Answers) -> Parked | None:
         """Parse without the node's lock, then take the unit in under it; or, when it needs store reads first
-        (`reads`), park it: its intake then runs on the reads' thread, and the stream waits. The unit is `batch`,
-        or (from `_receive`) `unit`, whose windows are read already, and `batch` the rest of its message (or the
-        whole of it, where a window read did not take)."""
+        (`reads`), park it: its intake then runs on the reads' thread, and the stream waits. The unit's windows
+        are read already (`_receive`), and `unit.batch` is the rest of its message (or the whole of it, where a
+        window read did not take)."""
         node = self.node
+        batch = unit.batch
         views = self._states(batch.ranks)
         native: _NativeRead | None = None
         parsed: list[_Parsed | str] = []
         keys: list[Key | None] = []
-        if unit is None:
-            parsed, keys = self._parse_all(batch)
-        elif unit.read is not None and node.table.native is not None:
+        if unit.read is not None and node.table.native is not None:
             native = _NativeRead.of(unit.read, unit.groups, self.max_world_size)  # taken as read (_intake)
         else:
-            windows = unit.windows if unit.read is None else unit_windows(unit.read)
-            parsed, keys = self._parse_read(windows, unit.groups, batch.windows)
+            parsed, keys = self._parse_unit(unit)
         with node.lock:
             if self.reads is not None:
                 assert native is None, "a tier with store reads (the root) holds its windows in Python"
@@ -378,26 +371,18 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             views[job] = view
         return views
 
-    def _parse_all(self, batch: forward_pb2.SummaryBatch) -> tuple[list[_Parsed | str], list[Key | None]]:
-        """Each window of a parsed unit: its key, summary and sources, or why it is refused (checked without the
-        node's lock); and the key of each window read natively. The plain, valid windows are read in one native call
-        (`read_unit` of the unit's bytes); any other is judged by `_parse`, the per-window path, so a bad one is
-        refused in the same words as it always was."""
-        windows = batch.windows
-        if not windows:
-            return [], []
-        try:
-            read, groups, _ = read_unit(batch.SerializeToString(), MAX_INDEX, MAX_ATTEMPT, self.max_world_size)
-        except ValueError:  # not expected from protobuf's own serialisation; the per-window path then judges each
-            read, groups = [], []
-        if len(read) != len(windows):
-            return [self._parse(window) for window in windows], [None] * len(windows)
-        return self._parse_read(read, groups, windows)
+    def _parse_unit(self, unit: _Unit) -> tuple[list[_Parsed | str], list[Key | None]]:
+        """`_parse_read` of a unit as `_receive` hands it over: its windows judged one by one (a window table in
+        Python, the root's; or a unit not every window of which read took), not taken as read (`_NativeRead`)."""
+        windows = unit.windows if unit.read is None else unit_windows(unit.read)
+        return self._parse_read(windows, unit.groups, unit.batch.windows)
 
     def _parse_read(self, read: Sequence[UnitWindow | None], groups: list[bytes],
                     windows: Sequence[forward_pb2.WindowSummary] = ()) -> tuple[list[_Parsed | str], list[Key | None]]:
-        """`_parse_all` of windows read natively (`read_unit`: one sources bitmap per group); a window read did not
-        take (None) is judged by `_parse` from `windows`."""
+        """Each window of a unit read natively (`read_unit`: one sources bitmap per group, so a unit's windows
+        of equal sources share it): its key, summary and sources, or why it is refused (checked without the node's
+        lock); and its key. A window read did not take (None) is judged by `_parse`, the per-window path, from
+        `windows`, so a bad one is refused in the same words as it always was."""
         bitmaps = [BitMap.deserialize(group) for group in groups]
         names: dict[tuple[str, int], str] = {}
         extents: dict[tuple[str, int], str | None] = {}  # (job, group): why its sources are refused, if they are
@@ -524,7 +509,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 return forward_pb2.Rejection(index=index, key=key_of(index), reason=reason,
                                              refused_sources=list(taken))
         try:
-            covered = (key.job, id(sources))  # a unit's windows share their sources' bitmap where equal (_parse_all)
+            covered = (key.job, id(sources))  # a unit's windows share their sources' bitmap where equal (_parse_read)
             if covered not in checks.covered:
                 name, attempt = split(key.job)
                 try:
@@ -583,9 +568,9 @@ class UnitReads(Protocol):
 class _Unit:
     """A unit as `CollectorService._receive` hands it over: its windows as read natively, the rest of its message
     parsed by protobuf (`batch`, without windows where every window read took; else the whole message, whose windows
-    `_parse` judges where read gave None), and its size on the wire (where parsed whole, as protobuf encodes it:
-    `check_size`). Where every window read took, `read` holds them natively (a collector's table takes them as
-    they are: `_NativeRead`) and `windows` is empty."""
+    `_parse` judges where read gave None), and its size on the wire (where parsed whole, as protobuf encodes it),
+    which `check_length` bounds. Where every window read took, `read` holds them natively (a collector's table takes
+    them as they are: `_NativeRead`) and `windows` is empty."""
 
     batch: forward_pb2.SummaryBatch
     windows: list[UnitWindow | None]
