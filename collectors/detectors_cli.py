@@ -18,7 +18,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from collectors.forensics_cli import _call, root_option, token_option
+from collectors.api_client import call, root_option, token_option
 from collectors.watch_cli import _api_url
 
 
@@ -94,7 +94,7 @@ def detectors() -> None:
 @json_option
 def show(root: str, token: str | None, job: str | None, as_json: bool) -> None:
     """The overrides (all jobs, each job's) over the start-up settings; --json: every option in force."""
-    answer = _call(_url(root, job), token)
+    answer = call(_url(root, job), token)
     _print(answer, job, as_json)
 
 
@@ -106,7 +106,7 @@ def show(root: str, token: str | None, job: str | None, as_json: bool) -> None:
 @click.argument("assignments", nargs=-1, required=True, metavar="SECTION.OPTION=VALUE...")
 def set_(root: str, token: str | None, job: str | None, as_json: bool, assignments: tuple[str, ...]) -> None:
     """Change options (e.g. mfu_drop.noise_k=3 hang.grace_s=30 dataloader_stall.enabled=false)."""
-    answer = _call(_url(root, job), token, _patch(assignments, assign=True))
+    answer = call(_url(root, job), token, _patch(assignments, assign=True))
     _print(answer, job, as_json)
 
 
@@ -118,5 +118,5 @@ def set_(root: str, token: str | None, job: str | None, as_json: bool, assignmen
 @click.argument("names", nargs=-1, required=True, metavar="SECTION[.OPTION]...")
 def unset(root: str, token: str | None, job: str | None, as_json: bool, names: tuple[str, ...]) -> None:
     """Drop overrides: an option (mfu_drop.noise_k) or a whole section (mfu_drop) goes back to what is under it."""
-    answer = _call(_url(root, job), token, _patch(names, assign=False))
+    answer = call(_url(root, job), token, _patch(names, assign=False))
     _print(answer, job, as_json)

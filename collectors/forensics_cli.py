@@ -11,40 +11,15 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 import click
 from rich.console import Console
 
+from collectors.api_client import call, root_option, token_option
 from collectors.watch_cli import _api_url
 
 FR_SHOWN = 8  # newest flight-recorder entries printed per rank
-
-# The options of every command that asks the root's HTTP API (`telemetry forensics`, `telemetry detectors`).
-root_option = click.option("--root", required=True, metavar="HOST:PORT", envvar="TELEMETRY_ROOT_API",
-                           help="The root's HTTP API address [env: TELEMETRY_ROOT_API].")
-token_option = click.option("--token", envvar="TELEMETRY_API_TOKEN",
-                            help="The root API's bearer token, if it has one [env: TELEMETRY_API_TOKEN].")
-
-
-def _call(url: str, token: str | None, body: dict | None = None) -> Any:
-    request = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
-                                     method="POST" if body is not None else "GET",
-                                     headers={"Content-Type": "application/json",
-                                              **({"Authorization": f"Bearer {token}"} if token else {})})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        try:
-            why = json.loads(exc.read()).get("error", "")
-        except ValueError:
-            why = ""
-        raise click.ClickException(f"{url}: HTTP {exc.code} {why}".strip()) from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise click.ClickException(f"no answer from the root at {url}: {exc}") from None
 
 
 def _fr_lines(fr: Any) -> list[str]:
@@ -104,15 +79,15 @@ def forensics(root: str, token: str | None, job: str, event_id: int | None, rank
         body: dict[str, Any] = {"ranks": wanted}
         if attempt is not None:
             body["attempt"] = attempt
-        asked = _call(f"{api}/api/v1/jobs/{job}/forensics", token, body)
+        asked = call(f"{api}/api/v1/jobs/{job}/forensics", token, body)
         url = f"{api}{asked['url']}"
     else:
         url = f"{api}/api/v1/jobs/{job}/events/{event_id}/forensics"
     deadline = time.monotonic() + wait
-    answer = _call(url, token)
+    answer = call(url, token)
     while answer.get("pending") and time.monotonic() < deadline:
         time.sleep(0.5)
-        answer = _call(url, token)
+        answer = call(url, token)
     if as_json:
         click.echo(json.dumps(answer, indent=1))
     else:
