@@ -1,6 +1,6 @@
-"""What the commands that ask the root's HTTP API share (`telemetry forensics`, `detectors`): their --root and
---token options, and one JSON call whose failures are the user's errors (a ClickException naming the URL and why),
-never a traceback."""
+"""What every command that asks the root's HTTP API shares (`telemetry watch`, `forensics`, `detectors`): its
+--root and --token options, the URL an address names, and one JSON call whose failures are the user's errors
+(a ClickException naming the URL and why), never a traceback."""
 
 from __future__ import annotations
 
@@ -12,9 +12,15 @@ from typing import Any
 import click
 
 root_option = click.option("--root", required=True, metavar="HOST:PORT", envvar="TELEMETRY_ROOT_API",
-                           help="The root's HTTP API address [env: TELEMETRY_ROOT_API].")
+                           help="The root's HTTP API address (its `collector --api`, default 127.0.0.1:7600) "
+                                "[env: TELEMETRY_ROOT_API].")
 token_option = click.option("--token", envvar="TELEMETRY_API_TOKEN",
                             help="The root API's bearer token, if it has one [env: TELEMETRY_API_TOKEN].")
+
+
+def api_url(root: str) -> str:
+    """The root API's base URL: `root` as given where it names its scheme, else http://HOST:PORT."""
+    return root.rstrip("/") if root.startswith(("http://", "https://")) else f"http://{root}"
 
 
 def call(url: str, token: str | None, body: dict | None = None) -> Any:

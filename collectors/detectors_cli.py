@@ -18,12 +18,11 @@ from typing import Any
 import click
 from rich.console import Console
 
-from collectors.api_client import call, root_option, token_option
-from collectors.watch_cli import _api_url
+from collectors.api_client import api_url, call, root_option, token_option
 
 
 def _url(root: str, job: str | None) -> str:
-    api = _api_url(root)
+    api = api_url(root)
     return f"{api}/api/v1/jobs/{job}/detectors" if job else f"{api}/api/v1/detectors"
 
 

@@ -16,8 +16,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from collectors.api_client import call, root_option, token_option
-from collectors.watch_cli import _api_url
+from collectors.api_client import api_url, call, root_option, token_option
 
 FR_SHOWN = 8  # newest flight-recorder entries printed per rank
 
@@ -68,7 +67,7 @@ def show(console: Console, answer: dict) -> None:
 def forensics(root: str, token: str | None, job: str, event_id: int | None, ranks: str | None,
               attempt: int | None, wait: float, as_json: bool) -> None:
     """Show the captures (stacks, flight recorder, process state) of an event's culprits, or ask for some."""
-    api = _api_url(root)
+    api = api_url(root)
     if (event_id is None) == (ranks is None):
         raise click.UsageError("give either an EVENT_ID or --ranks")
     if ranks is not None:

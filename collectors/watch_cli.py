@@ -15,6 +15,7 @@ import click
 from rich.console import Console, RenderableType
 from rich.live import Live
 
+from collectors.api_client import api_url, root_option
 from collectors.demo.hosts_view import fetch, fleet_frame, host_frame, host_path
 from collectors.demo.view import jobs_table, render
 from collectors.demo.watch import RootWatcher, list_jobs
@@ -23,14 +24,8 @@ from collectors.demo.watch import RootWatcher, list_jobs
 PLAIN_WIDTH = 120
 
 
-def _api_url(root: str) -> str:
-    return root.rstrip("/") if root.startswith(("http://", "https://")) else f"http://{root}"
-
-
 @click.command("watch")
-@click.option("--root", required=True, metavar="HOST:PORT", envvar="TELEMETRY_ROOT_API",
-              help="The root's HTTP API address (its `collector --api`, default 127.0.0.1:7600) "
-                   "[env: TELEMETRY_ROOT_API].")
+@root_option
 @click.option("--job", help="The job to watch [default: list the root's jobs].")
 @click.option("--hosts", "fleet", is_flag=True, help="Watch the fleet's hardware: the worst hosts per metric now "
               "(docs/fleet.md).")
@@ -44,7 +39,7 @@ def watch(root: str, job: str | None, fleet: bool, host: str | None, once: bool,
           last: int) -> None:
     """Watch a running root live: its jobs, one job's MFU, loss, step time, hardware and events, or the fleet's
     hardware (--hosts, --host)."""
-    api = _api_url(root)
+    api = api_url(root)
     jobs = list_jobs(api)
     if jobs is None:
         raise click.ClickException(f"no answer from a root at {api} (is its --api address reachable from here?)")
