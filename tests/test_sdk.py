@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import time
 
+import grpc
 import pytest
 
 import telemetry
 from helpers_tree import counters, make_agent, make_root, steps, stop_all, wait_for
+from telemetry.sdk import sender as sender_module
+from telemetry.v1 import ingest_pb2_grpc
 
 
 @pytest.fixture
@@ -214,6 +217,19 @@ def test_several_runs_in_one_process(tmp_path, root, closing):
         assert len({id(run._sender) for run in runs.values()}) == len(runs)
     finally:
         stop_all(agent)
+
+
+def test_the_stream_is_registered_with_the_channel_as_the_generated_stub_registers_it():
+    """The sender's hand-built stream (its own request serialiser) registers its method with the channel as
+    ingest_pb2_grpc.AgentStub does (`_registered_method=True`): one registration per channel, shared by both."""
+    channel = grpc.insecure_channel("127.0.0.1:1")  # nothing is called: no connection is made
+    try:
+        ours = sender_module._agent_stream(channel)
+        generated = ingest_pb2_grpc.AgentStub(channel).Stream
+        assert ours._registered_call_handle is not None  # grpc's _StreamStreamMultiCallable keeps it
+        assert ours._registered_call_handle == generated._registered_call_handle
+    finally:
+        channel.close()
 
 
 # ---------------------------------------------------------------- a step the wire cannot carry

@@ -76,6 +76,15 @@ def _wire(message: ingest_pb2.RankMessage | bytes) -> bytes:
     return message if isinstance(message, bytes) else message.SerializeToString()
 
 
+def _agent_stream(channel: grpc.Channel) -> grpc.StreamStreamMultiCallable[ingest_pb2.RankMessage | bytes,
+                                                                          ingest_pb2.RankAck]:
+    """The Agent's Stream as ingest_pb2_grpc.AgentStub opens it, but for `_wire`: registered with the channel, so the
+    C core looks the method up once per channel, not once per stream opened."""
+    return channel.stream_stream(  # type: ignore[call-arg]  # _registered_method: grpc's keyword for generated stubs, absent from types-grpcio's Channel
+        AGENT_STREAM, request_serializer=_wire, response_deserializer=ingest_pb2.RankAck.FromString,
+        _registered_method=True)
+
+
 class Sender:
     """Owns the stream to the agent; `drain` is called on this thread to turn buffered records into batches."""
 
@@ -211,8 +220,7 @@ class Sender:
         channel = shared_channel(self.address)
         if not wait_ready(channel, CONNECT_TIMEOUT_S, self._stop):
             raise Unreachable("agent not reachable")
-        stream = channel.stream_stream(AGENT_STREAM, request_serializer=_wire,  # AgentStub.Stream's, but for _wire
-                                       response_deserializer=ingest_pb2.RankAck.FromString)
+        stream = _agent_stream(channel)
         ident = self.identity
         hello = ingest_pb2.RankMessage(hello=ingest_pb2.RankHello(
             job=ident.job, rank=ident.rank, world_size=ident.world_size, local_rank=ident.local_rank,
