@@ -57,7 +57,8 @@ def seeds() -> list[bytes]:
     return out
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """`n` as a protobuf base-128 varint (also tests/test_native.py's raw records)."""
     out = bytearray()
     while True:
         b = n & 0x7F
@@ -85,7 +86,7 @@ def mutate(rng: random.Random, base: bytes) -> bytes:
         field = rng.choice([rng.randint(1, 20), rng.randint(1, 2**29 - 1)])
         wire = rng.randrange(8)
         payload = bytes(rng.randrange(256) for _ in range(rng.randrange(24)))
-        record = _varint(field << 3 | wire) + (_varint(len(payload)) if wire == 2 else b"") + payload
+        record = varint(field << 3 | wire) + (varint(len(payload)) if wire == 2 else b"") + payload
         at = rng.randrange(len(data) + 1)
         return bytes(data[:at]) + record + bytes(data[at:])
     if kind == 4:  # a slice of the message moved elsewhere
@@ -158,7 +159,7 @@ def ingest(rng: random.Random) -> bool:
 
 
 def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def unit(rng: random.Random, bases: list[bytes]) -> bool:
@@ -170,15 +171,15 @@ def unit(rng: random.Random, bases: list[bytes]) -> bool:
     windows, plain = [], []  # plain: the same windows with their summaries undamaged (for the table)
     for _ in range(rng.randint(0, 4)):
         key = _field(1, b"job") + _field(2, rng.choice([b"loss", b"m.1", b"\xff"]))
-        key += (_varint(3 << 3) + _varint(rng.choice([0, 7, 2**53, 2**64 - 1])) if rng.random() < 0.7 else
-                _field(4, _varint(1 << 3) + _varint(rng.randrange(2**40)) + _varint(2 << 3) + _varint(1000)))
+        key += (varint(3 << 3) + varint(rng.choice([0, 7, 2**53, 2**64 - 1])) if rng.random() < 0.7 else
+                _field(4, varint(1 << 3) + varint(rng.randrange(2**40)) + varint(2 << 3) + varint(1000)))
         summary = base = rng.choice(bases)
         if rng.random() < 0.5:
             summary = mutate(rng, summary)
-        expected = _varint(3 << 3) + _varint(rng.randrange(9000))
+        expected = varint(3 << 3) + varint(rng.randrange(9000))
         windows.append(_field(3, _field(1, key) + _field(2, summary) + expected))
         plain.append(_field(3, _field(1, key) + _field(2, base) + expected))
-    data = _field(1, b"child") + _varint(2 << 3) + _varint(5) + b"".join(windows) + _field(4, b"\x0a\x03job")
+    data = _field(1, b"child") + varint(2 << 3) + varint(5) + b"".join(windows) + _field(4, b"\x0a\x03job")
     table(rng, b"".join(plain))
     for _ in range(rng.randint(0, 2)):
         data = mutate(rng, data)

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
+from native_fuzz import varint
 from summary_oracle import OracleSummary
 from telemetry import Summary
 from telemetry.summary import _native
@@ -94,40 +95,28 @@ def test_decode_agrees_on_random_bytes(data: bytes) -> None:
     assert_same_verdict(data)
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
 @st.composite
 def wire_records(draw_):
     """One raw field: any number (Summary's, Sketch's, unknown), any wire type, a plausible or odd payload."""
     field = draw_(st.one_of(st.integers(1, 20), st.integers(21, 2**29 - 1)))
     kind = draw_(st.sampled_from(["varint", "fixed64", "len", "fixed32", "group", "badtype"]))
     if kind == "varint":
-        return _varint(field << 3) + _varint(draw_(st.integers(0, 2**64 - 1)))
+        return varint(field << 3) + varint(draw_(st.integers(0, 2**64 - 1)))
     if kind == "fixed64":
-        return _varint(field << 3 | 1) + struct.pack("<d", draw_(st.floats()))
+        return varint(field << 3 | 1) + struct.pack("<d", draw_(st.floats()))
     if kind == "fixed32":
-        return _varint(field << 3 | 5) + draw_(st.binary(min_size=4, max_size=4))
+        return varint(field << 3 | 5) + draw_(st.binary(min_size=4, max_size=4))
     if kind == "len":
         payload = draw_(st.one_of(st.binary(max_size=40),
                                   st.lists(st.floats(), max_size=4).map(lambda v: struct.pack(f"<{len(v)}d", *v)),
                                   st.lists(st.integers(0, 2**35), max_size=4).map(
-                                      lambda v: b"".join(_varint(x) for x in v))))
-        return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+                                      lambda v: b"".join(varint(x) for x in v))))
+        return varint(field << 3 | 2) + varint(len(payload)) + payload
     if kind == "group":
-        inner = _varint(5 << 3) + _varint(draw_(st.integers(0, 300)))
+        inner = varint(5 << 3) + varint(draw_(st.integers(0, 300)))
         end = field if draw_(st.booleans()) else field + 1
-        return _varint(field << 3 | 3) + inner + _varint(end << 3 | 4)
-    return _varint(field << 3 | draw_(st.sampled_from([4, 6, 7])))
+        return varint(field << 3 | 3) + inner + varint(end << 3 | 4)
+    return varint(field << 3 | draw_(st.sampled_from([4, 6, 7])))
 
 
 @SETTINGS
@@ -147,8 +136,8 @@ def test_unpacked_repeated_fields_are_read_as_packed_ones() -> None:
     msg = s.to_proto()
     data = msg.SerializeToString()
     # top_values (10) and top_sources (11) again, unpacked, one element each: protobuf appends them
-    extra = b"".join(_varint(10 << 3 | 1) + struct.pack("<d", v) for v in msg.top_values)
-    extra += b"".join(_varint(11 << 3) + _varint(x) for x in msg.top_sources)
+    extra = b"".join(varint(10 << 3 | 1) + struct.pack("<d", v) for v in msg.top_values)
+    extra += b"".join(varint(11 << 3) + varint(x) for x in msg.top_sources)
     assert_same_verdict(data + extra)
 
 
