@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # its stub parent (tests/stub_outbox.py)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout: when run as a script
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -31,9 +32,9 @@ from collectors.collector.service import CollectorService, _ChildStream
 from collectors.common.aioserve import StreamSlots
 from collectors.common.validation import MetricBudget
 from collectors.delivery.node import Node, Upstream
-from collectors.delivery.outbox import Unit
 from collectors.delivery.windows import Deadlines
 from machine import REPO, git_head, machine_facts
+from stub_outbox import StubOutbox
 from telemetry.v1 import forward_pb2
 from tier_cost import build_units
 
@@ -48,31 +49,12 @@ class _Answers:
         self.acks.append(ack)
 
 
-class _Outbox:
-    """The parent: takes the rack's units, acknowledged by the bench."""
-
-    def __init__(self) -> None:
-        self.units: list[Unit] = []
-        self.seq = 0
-        self.resent = 0
-        self.connections = 1
-        self.on_drop = None
-
-    def submit(self, message: forward_pb2.SummaryBatch, payload: object, nbytes: int | None = None) -> Unit:
-        self.seq += 1
-        self.units.append(Unit(self.seq, message, payload, nbytes or 0))
-        return self.units[-1]
-
-    def forget(self, seq: int) -> None:
-        pass
-
-
 def run(native: bool, units: list[list[bytes]], metrics: int) -> tuple[list[float], list[list[bytes]]]:
     """One fresh rack through every step: each step's CPU seconds, and the windows it sent up per step."""
     service: CollectorService | None = None
     node = Node("rack", Deadlines(600.0), ack_down=lambda *a, **k: service.ack_down(*a, **k),  # type: ignore[union-attr]  # the service is set just below
                 native=native)
-    outbox = _Outbox()
+    outbox = StubOutbox()
     upstream = Upstream(node, lambda on_ack: outbox)  # type: ignore[arg-type,return-value]  # the stub parent
     node.sink = upstream
     service = CollectorService(node, None, StreamSlots(10_000, "child", "--max-children"),  # type: ignore[arg-type]  # no host: no streams here

@@ -18,8 +18,8 @@ from pyroaring import BitMap
 from collectors.collector.service import CollectorService, _ChildStream
 from collectors.common.validation import MetricBudget
 from collectors.delivery.node import Node, Upstream
-from collectors.delivery.outbox import Unit
 from collectors.delivery.windows import WINDOW_BYTES, Deadlines
+from stub_outbox import StubOutbox
 from telemetry import Summary
 from telemetry.v1 import forward_pb2, summary_pb2
 
@@ -35,30 +35,13 @@ class _Answers:
         self.acks.append(ack.SerializeToString())
 
 
-class _Outbox:
-    def __init__(self) -> None:
-        self.units: list[Unit] = []
-        self.seq = 0
-        self.resent = 0
-        self.connections = 1
-        self.on_drop = None
-
-    def submit(self, message: forward_pb2.SummaryBatch, payload: object, nbytes: int | None = None) -> Unit:
-        self.seq += 1
-        self.units.append(Unit(self.seq, message, payload, nbytes or 0))
-        return self.units[-1]
-
-    def forget(self, seq: int) -> None:
-        self.units = [unit for unit in self.units if unit.seq != seq]
-
-
 class Rack:
     """A rack's service, node and Upstream, driven by hand; its parent is a stub outbox."""
 
     def __init__(self, native: bool, budget_windows: int) -> None:
         self.node = Node("rack", Deadlines(600.0), ack_down=lambda *a, **k: self.service.ack_down(*a, **k),
                          window_budget_bytes=budget_windows * WINDOW_BYTES, native=native)
-        self.outbox = _Outbox()
+        self.outbox = StubOutbox()
         self.upstream = Upstream(self.node, lambda on_ack: self.outbox)  # type: ignore[arg-type,return-value]  # a stub outbox
         self.node.sink = self.upstream
         self.service = CollectorService(self.node, None, None, MetricBudget(64))  # type: ignore[arg-type]  # no host or stream slots here
