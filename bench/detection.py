@@ -61,7 +61,7 @@ from bench.detection_jobs.score import aggregate, score_run, table
 from bench.torchrun_jobs import root_and_agent, torchrun
 from collectors.demo.train import kill_job
 from collectors.sim.procs import Proc
-from telemetry.names import WAIT_SHARE_METRIC
+from telemetry.names import RUNQUEUE_METRIC, WAIT_METRIC, WAIT_SHARE_METRIC
 
 TRAIN = REPO / "bench" / "detection_jobs" / "train.py"
 SHAPES = REPO / "bench" / "detection_jobs" / "shapes.py"
@@ -253,6 +253,9 @@ def run_cell(cell: matrix.Cell, args: argparse.Namespace, api: str, agent: str, 
     steps = {s["step"]: s for s in api_get(api, f"/api/v1/jobs/{job}/steps?metric=step_time&last=10000")["steps"]}
     waits = api_get(api, f"/api/v1/jobs/{job}/steps?metric=collective_wait&last=10000")["steps"]
     shares = api_get(api, f"/api/v1/jobs/{job}/steps?metric={WAIT_SHARE_METRIC}&last=10000")["steps"]
+    per_rank = {name: {s["step"]: s["top"] for s in
+                       api_get(api, f"/api/v1/jobs/{job}/steps?metric={name}&last=10000")["steps"]}
+                for name in (WAIT_METRIC, RUNQUEUE_METRIC, "bench.runqueue_threads")}
     truths = [json.loads(line) for line in truth_path.read_text().splitlines()] if truth_path.exists() else []
     return {"job": job, "cell": cell.name, "shape": cell.shape, "factor": cell.factor, "where": cell.where,
             "world": cell.world, "steps": cell.steps, "steps_done": len(steps), "wall_s": round(wall, 1),
@@ -266,6 +269,12 @@ def run_cell(cell: matrix.Cell, args: argparse.Namespace, api: str, agent: str, 
             # [step, rank with the lowest running wait share, min, p50, count]: the agents' running shares (the
             # slow and persistence lanes' input), for replay
             "shares": [[w["step"], w["argmin"], w["min"], w["p50"], w["count"]] for w in shares],
+            # [step, {rank: collective_wait}, {rank: runqueue_wait}, {rank: every thread's run-queue wait}]: each
+            # rank's own figures (the summaries' exact top-k holds every rank of these small jobs), for
+            # bench/detection_jobs/runqueue.py
+            "per_rank": [[step, *({str(r): v for v, r in per_rank[name].get(step) or []}
+                                  for name in (WAIT_METRIC, RUNQUEUE_METRIC, "bench.runqueue_threads"))]
+                         for step in sorted(per_rank[WAIT_METRIC])],
             "ranks_done": [{"rank": d["rank"], "durable": d["durable"], "median_step_s": d["median_step_s"]}
                            for d in done_lines(log_path)]}
 

@@ -28,6 +28,10 @@ ARRIVAL_METRIC = "collective_arrival"
 WAIT_METRIC = "collective_wait"
 WORK_METRIC = "work_time"
 
+#: The per-step metric the SDK logs beside those two (telemetry/sdk/runqueue.py): the seconds of the step the
+#: rank's step thread was runnable but not running (waiting on the kernel's run queue: descheduled, not slow).
+RUNQUEUE_METRIC = "runqueue_wait"
+
 #: The per-step metric each rank's agent makes of those two (collectors/agent/wait_share.py): the rank's running
 #: (exponentially weighted) share of its steps spent waiting in collectives; its exact argmin across ranks, merged
 #: up the tree, is the rank that has waited least over its recent steps (the straggler rule's slight lanes).

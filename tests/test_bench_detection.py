@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.detection_jobs import dominance
+from bench.detection_jobs import dominance, runqueue
 from bench.detection_jobs.logs import done_lines
 from bench.detection_jobs.replay import stored_job
 from bench.detection_jobs.replay_matrix import evaluate
@@ -98,6 +98,42 @@ def test_dominance_finds_a_clean_stretch_as_strong_as_a_straggler_named_in_time(
     for step in range(50, 54):  # rank 2 held back 2x for 4 steps
         clean["waits"][step][1], clean["waits"][step][3] = 2, 0.01 + 0.5 * 0.5
     assert dominance.dominating(clean, cells) == ("ddp-forward-2x", 50, 2)
+
+
+def _with_per_rank(run: dict, queued: dict[int, tuple[int, float]]) -> dict:
+    """The run's `per_rank` figures as bench/detection.py records them now: each rank's wait (the least rank at
+    the min, the others at the p50) and run-queue wait (1 ms, and `queued[step]` = (rank, seconds) more)."""
+    per_rank = []
+    for step, least, low, p50, *_ in run["waits"]:
+        waits = {str(r): (low if r == least else p50) for r in range(3)}
+        rq = {str(r): 0.001 for r in range(3)}
+        if step in queued:
+            rank, extra = queued[step]
+            rq[str(rank)] += extra
+        per_rank.append([step, waits, rq, dict(rq)])
+    return {**run, "per_rank": per_rank}
+
+
+def test_the_run_queue_discount_takes_a_descheduled_stretch_out_of_the_replay_and_the_dominance() -> None:
+    """bench/detection_jobs/runqueue.py and replay_matrix.py on runs with per-rank figures: a clean run where rank
+    2 led the others by 2x for 6 steps is a false alarm, and dominates a straggler named in time, when nothing
+    explains it; when its run-queue wait explains the lead, it is neither; a straggler that shows no run-queue
+    wait (a sleep) is still named in time."""
+    straggler = _with_per_rank(_matrix_run("ddp-forward-2x", 2.0, 1, 40, 60, 2), {})
+    cells = dominance.in_time_cells([straggler])
+    clean = _matrix_run("ddp-clean", 0.0, -1, 0, 100, 1)
+    for step in range(50, 56):
+        clean["waits"][step][1], clean["waits"][step][3] = 2, 0.01 + 0.5 * 0.5
+    unexplained, explained = _with_per_rank(clean, {}), _with_per_rank(clean, {s: (2, 0.25) for s in range(50, 56)})
+    assert dominance.dominating(runqueue.discounted(unexplained, 0), cells) == ("ddp-forward-2x", 50, 2)
+    assert dominance.dominating(runqueue.discounted(explained, 0), cells) is None
+    assert evaluate([unexplained, straggler], {})["false_alarms"] == 1
+    out = evaluate([explained, straggler], {})
+    assert out["false_alarms"] == 0 and out["in_time"] == {"2x": "1/1"}, out
+    assert evaluate([explained], {"runqueue_discount": False})["false_alarms"] == 1
+    excess, gap, steps = runqueue.explained([explained], clean=True)[0]  # the step thread's figure
+    assert excess == pytest.approx(6 * 0.25) and gap >= excess and steps >= 6
+    assert runqueue.explained([unexplained], clean=True)[0][0] == 0.0
 
 
 def test_replay_finds_a_jobs_windows_under_its_latest_attempt(tmp_path: Path) -> None:

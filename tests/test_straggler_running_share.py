@@ -25,7 +25,7 @@ from collectors.detectors import EventLog
 from collectors.detectors.straggler import StragglerConfig, StragglerDetector
 from collectors.sim.model import parse_injection
 from collectors.sim.orchestrate import SimConfig, Simulation
-from telemetry.names import WAIT_METRIC, WAIT_SHARE_METRIC, WORK_METRIC
+from telemetry.names import RUNQUEUE_METRIC, WAIT_METRIC, WAIT_SHARE_METRIC, WORK_METRIC
 from telemetry.summary import Summary
 
 JOB = "shares"
@@ -70,6 +70,25 @@ def test_each_rank_with_its_wait_and_work_gets_a_value_held_by_its_batches() -> 
     refused = _open_step(8, {WAIT_METRIC: {0: 0.2}, WORK_METRIC: {0: 0.8}})
     assert shares.add_to(refused, held.append, lambda job: False) == 0 and WAIT_SHARE_METRIC not in refused.metrics
     assert shares.add_to(_open_step(9, {WORK_METRIC: {0: 1.0}}), held.append, lambda job: True) == 0
+
+
+def test_run_queue_wait_counts_as_not_the_ranks_own_work() -> None:
+    """A rank's run-queue wait of the step (the SDK's runqueue_wait) joins its wait in the share: a rank that was
+    descheduled while the others waited for it keeps the share of its peers (clipped to 1; a bad figure is 0);
+    the value is held by the batch that carried it too."""
+    shares = WaitShares()
+    assert shares.update(JOB, 0, 1, 0.1, 0.9, 0.3) == pytest.approx(0.4)
+    assert shares.update(JOB, 1, 1, 0.1, 0.9, float("nan")) == pytest.approx(0.1)
+    assert shares.update(JOB, 2, 1, 0.1, 0.9, -1.0) == pytest.approx(0.1)
+    assert shares.update(JOB, 3, 1, 0.5, 0.5, 0.9) == pytest.approx(1.0)
+    held: list = []
+    open_step = _open_step(7, {WAIT_METRIC: {0: 0.4, 1: 0.1}, WORK_METRIC: {0: 0.6, 1: 0.9},
+                               RUNQUEUE_METRIC: {1: 0.3}})
+    open_step.metrics[RUNQUEUE_METRIC][1].origins = [(f"{JOB}/1", 8)]  # another batch carried it
+    assert WaitShares().add_to(open_step, held.append, lambda job: True) == 2
+    got = open_step.metrics[WAIT_SHARE_METRIC]
+    assert {rank: rv.values for rank, rv in got.items()} == {0: [pytest.approx(0.4)], 1: [pytest.approx(0.4)]}
+    assert sorted(held) == [(f"{JOB}/0", 7), (f"{JOB}/1", 7), (f"{JOB}/1", 8)]
 
 
 def _run(world: int, factor: float, steps: int, onset: int = 40, seed: int = 0, shares: bool = True,
@@ -173,9 +192,10 @@ def test_the_running_share_goes_through_real_agents_and_the_root_and_names_the_r
 
 
 def _blip_then_straggler(seed: int, blip: tuple[int, ...], slow: range, steps: int = 30,
-                         world: int = 3, settle: int = 16) -> list[dict]:
+                         world: int = 3, settle: int = 16, first: range = range(0)) -> list[dict]:
     """`world` CPU ranks (3: the demo's --train job; wait_warmup 3) with running shares: rank 2 held back 3x on
-    the steps `blip` (descheduled), rank 1 2x on the steps `slow` (the straggler). The job's events."""
+    the steps `blip` (descheduled) and 2x on the steps `first` (an earlier straggler), rank 1 2x on the steps
+    `slow` (the straggler). The job's events."""
     rng = np.random.default_rng(seed)
     sources = np.arange(world, dtype=np.int64)
     log = EventLog(None)
@@ -185,6 +205,8 @@ def _blip_then_straggler(seed: int, blip: tuple[int, ...], slow: range, steps: i
         compute = 0.1 * np.exp(0.02 * rng.standard_normal(world))
         if step in blip:
             compute[2] *= 3.0
+        if step in first:
+            compute[2] *= 2.0
         if step in slow:
             compute[1] *= 2.0
         wait = compute.max() - compute + 0.002
@@ -228,3 +250,19 @@ def test_an_event_opened_while_the_shares_settle_closes_on_the_per_step_waits() 
             detail = events[0]["detail"]
             assert detail["detected_step"] <= 4 + 3, (settle, seed, detail)
             assert events[0]["status"] == "closed" and detail["cleared_at_step"] <= 25, (settle, seed, detail)
+
+
+def test_a_new_severe_straggler_takes_over_an_event_held_by_settled_shares_at_once() -> None:
+    """Rank 2 is 2x slow for steps 20-34 (the running shares have settled: they hold its event), rank 1 from
+    step 35 on. Rank 2 keeps the lowest running share for ~15 steps after it recovers; rank 1's event must not
+    wait for that: rank 2's event closes on the step rank 1 is named on its own per-step score (the hand-over,
+    as without shares), within the fast lane's bound. Before, the settled path had no hand-over: rank 1 was
+    named only once the shares let rank 2's event go (step 41 on seed 0)."""
+    for seed in range(20):
+        events = sorted(_blip_then_straggler(seed, (), range(35, 60), steps=60, first=range(20, 35)),
+                        key=lambda e: e["step"])
+        assert [e["ranks"] for e in events] == [[2], [1]], (seed, events)
+        old, new = events
+        assert old["status"] == "closed" and new["status"] == "open", (seed, events)
+        assert 35 <= new["detail"]["detected_step"] <= 35 + 3, (seed, new["detail"])
+        assert old["detail"]["cleared_at_step"] == new["detail"]["detected_step"], (seed, old["detail"])

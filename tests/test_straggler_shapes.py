@@ -16,6 +16,7 @@ instead of five: ~70 s here under load instead of 230. Each shape is still judge
 from __future__ import annotations
 
 import json
+import statistics
 import uuid
 from collections.abc import Iterator
 
@@ -64,6 +65,23 @@ def shapes_job(tree: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_every_shape_ran_to_the_end_durably(shapes_job: dict) -> None:
     assert durable_ranks(shapes_job["out"]) == WORLD * len(CASES), shapes_job["out"][-3000:]
     assert {shape: t["rank"] for shape, t in shapes_job["truths"].items()} == {c[0]: c[2] for c in CASES}
+
+
+def test_every_rank_logs_its_run_queue_wait_each_step(tree: dict, shapes_job: dict) -> None:
+    """The SDK logs `runqueue_wait` beside `collective_wait` (telemetry/sdk/runqueue.py): every rank, every step,
+    in every shape. The injected slowness is a sleep (blocked, not runnable): over the steps after the fault the
+    slow rank's run-queue wait lies, in the median, less than half its sleep above the median rank's (the
+    straggler rule discounts only a lead that excess run-queue wait explains)."""
+    for shape, _, slow in CASES:
+        job = f"{shapes_job['job']}-{shape}"
+
+        def all_steps(job: str = job) -> list[dict] | None:
+            rows = api_steps(tree["api"], job, "runqueue_wait", last=10_000)
+            return rows if len(rows) == STEPS else None
+        rows = wait_for(all_steps, timeout=30, what=f"every step's runqueue_wait of {shape} at the root")
+        assert all(r["count"] == WORLD and r["min"] >= 0.0 for r in rows), (shape, rows)
+        excess = [next(v for v, rank in r["top"] if rank == slow) - r["p50"] for r in rows if r["step"] > FAULT_STEP]
+        assert statistics.median(excess) < shapes_job["truths"][shape]["extra_s"] / 2, (shape, excess)
 
 
 @pytest.mark.parametrize(("shape", "where", "slow"), CASES, ids=[c[0] for c in CASES])

@@ -252,3 +252,76 @@ def test_a_new_culprit_named_on_its_own_score_closes_the_old_event_at_once() -> 
         assert 12 <= new["step"] <= new["detail"]["detected_step"] <= 12 + 4, (seed, new["detail"])
         assert old["detail"]["cleared_at_step"] == new["detail"]["detected_step"], (seed, old["detail"], new["detail"])
         assert old["last_step"] < new["detail"]["detected_step"], (seed, old)
+
+
+def test_a_leader_that_fails_the_run_check_does_not_hide_a_rank_that_qualifies() -> None:
+    """Rank 1 is a slight straggler, waiting least on every step by 13 % of it (the persistence lane names it);
+    then rank 2 is held back 72 % of a step for two steps (a blip): its fast-lane score leads rank 1's ratio but
+    it has no run of `fast_steps` steps, so it is not named - and rank 1, which qualifies on its own lanes, still
+    is (named() judged only the leader: it named nobody)."""
+    score = WaitScore()
+    for step in range(80):
+        score.update(step, 1, 0.13, 1.0)
+    assert score.named() == score.named(1) and score.named(1) is not None
+    for step in range(80, 82):
+        score.update(step, 2, 0.72, 1.0)
+    leader = score.leader()
+    assert leader is not None and leader[0] == 2 and leader[1] >= 1.0, leader
+    assert score.named(2) is None
+    named = score.named()
+    assert named is not None and named[0] == 1 and named == score.named(1), named
+
+
+def _descheduled(det_rows: list[list[Row]], det: StragglerDetector) -> None:
+    for rows in det_rows:
+        for row in rows:
+            det.observe(row)
+
+
+def _deschedule_run(seed: int, queued_seen: bool, world: int = 3, rank: int = 2,
+                    held: range = range(20, 26)) -> list[list[Row]]:
+    """`world` ranks; `rank` held back by a whole step (2x) on the steps `held`: descheduled (its run-queue wait
+    is the time it lost, as the SDK's runqueue_wait reads it) when `queued_seen`, else slow (a sleep, a throttled
+    device: no run-queue wait). Each step: step_time, runqueue_wait, collective_wait rows."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for step in range(40):
+        extra = {rank: 0.1} if step in held else {}
+        step_time, wait = _step(rng, world, extra)
+        queued = np.abs(rng.normal(0.002, 0.001, world))
+        if queued_seen and step in held:
+            queued[rank] += 0.1
+        out.append([_row("step_time", step, step_time), _row("runqueue_wait", step, queued),
+                    _row("collective_wait", step, wait)])
+    return out
+
+
+def test_a_descheduled_rank_is_not_a_straggler_and_a_slow_one_still_is() -> None:
+    """Six steps of one rank 2x behind the others: a straggler by its waits alone. When its run-queue wait says
+    it was ready to run and got no CPU for that time, the lead is discounted and nothing is named; the same lead
+    with no run-queue wait (slow, not descheduled) is named in time. Over 10 noise seeds."""
+    for seed in range(10):
+        log = EventLog(None)
+        _descheduled(_deschedule_run(seed, queued_seen=True), StragglerDetector(log))
+        assert log.query(JOB) == [], (seed, log.query(JOB))
+        log = EventLog(None)
+        _descheduled(_deschedule_run(seed, queued_seen=False), StragglerDetector(log))
+        events = log.query(JOB)
+        assert [e["ranks"] for e in events] == [[2]] and events[0]["detail"]["detected_step"] <= 20 + 3, (seed, events)
+        assert events[0]["detail"]["runqueue_excess_s"] < 0.01, events[0]["detail"]
+        log = EventLog(None)
+        off = StragglerDetector(log, config=StragglerConfig(runqueue_discount=False))
+        _descheduled(_deschedule_run(seed, queued_seen=True), off)
+        assert [e["ranks"] for e in log.query(JOB)] == [[2]], (seed, log.query(JOB))  # the switch turns it off
+
+
+def test_the_suite_judges_a_steps_run_queue_waits_before_its_waits() -> None:
+    """Windows of one step reach the detectors in whatever order the root finalised them: the suite orders the
+    step's run-queue waits first, so the discount applies whichever came first."""
+    from collectors.detectors.suite import Detectors
+    for seed in range(3):
+        log = EventLog(None)
+        suite = Detectors(log)
+        for rows in _deschedule_run(seed, queued_seen=True):
+            suite.on_rows([rows[2], rows[0], rows[1]])  # waits, step_time, then the run-queue waits
+        assert [e for e in log.query(JOB) if e["kind"] == "straggler"] == [], seed

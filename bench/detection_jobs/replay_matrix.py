@@ -31,10 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: wh
 
 from bench.detection_jobs import matrix
 from bench.detection_jobs.replay import clocked_log
+from collectors.agent.wait_share import WaitShares
 from collectors.common.keys import Key
 from collectors.common.rows import Row
 from collectors.detectors.straggler import StragglerConfig, StragglerDetector
-from telemetry.names import WAIT_SHARE_METRIC
+from telemetry.names import RUNQUEUE_METRIC, WAIT_SHARE_METRIC
 from telemetry.summary import Summary
 
 
@@ -45,14 +46,23 @@ def _row(job: str, metric: str, step: int, values: list[float], finalised_ns: in
 
 
 def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
-    """The run's record with its straggler events replaced by those of a detector with `settings`."""
+    """The run's record with its straggler events replaced by those of a detector with `settings`.
+
+    A run that recorded each rank's figures (`per_rank`: `collective_wait` and `runqueue_wait` by rank) is
+    replayed from them: the step's run-queue waits first (as the root's suite orders them), then its waits,
+    each rank's own; and the running shares are remade as its agent makes them now (wait + run-queue wait over
+    the step, averaged: collectors/agent/wait_share.py; the step's p50 stands in for each rank's own length),
+    since the recorded ones may be an older agent's. Other runs are replayed from the least rank and the p50."""
     events, now, seen = clocked_log()
     detector = StragglerDetector(events, config=StragglerConfig(**settings))
     finalised = dict((step, ns) for step, ns in run["finalised"])
     world, job = run["world"], run["job"]
+    per_rank = {step: (waits, queued) for step, waits, queued, *_ in run.get("per_rank", [])}
     # The agents' running wait shares, where the run recorded them (runs from before them have none: the rule
     # then judges the per-step waits alone, as the live root did)
     shares = {step: (least, low, p50) for step, least, low, p50, *_ in run.get("shares", [])}
+    running = WaitShares()
+    discount = settings.get("runqueue_discount", True)  # the agents' share of it follows the root's setting here
     for step, least, low, p50, _count, step_p50, *_ in run["waits"]:
         if step_p50 is None or step not in finalised:
             continue
@@ -60,9 +70,22 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
         now[0] = ns / 1e9
         waits = [p50] * world
         waits[least] = low
+        own = per_rank.get(step)
+        queued: list[float] | None = None
+        if own is not None and len(own[0]) == world:
+            waits = [own[0][str(r)] for r in range(world)]
+            if len(own[1]) == world:
+                queued = [own[1][str(r)] for r in range(world)]
         detector.observe(_row(job, "step_time", step, [step_p50] * world, ns))
+        if queued is not None:
+            detector.observe(_row(job, RUNQUEUE_METRIC, step, queued, ns))
         detector.observe(_row(job, "collective_wait", step, waits, ns))
-        if step in shares:
+        if per_rank and step in shares:
+            remade = [running.update(job, r, step, min(waits[r], step_p50), max(0.0, step_p50 - waits[r]),
+                                     queued[r] if queued is not None and discount else 0.0) for r in range(world)]
+            if all(v is not None for v in remade):
+                detector.observe(_row(job, WAIT_SHARE_METRIC, step, [float(v or 0.0) for v in remade], ns))
+        elif step in shares:
             share_least, share_low, share_p50 = shares[step]
             values = [share_p50] * world
             values[share_least] = share_low

@@ -229,6 +229,20 @@ def build(shape: str, slow: Slow, rank: int, world: int, seed: int) -> Built:
     return Built(raw, raw, d=384, dp_group=dp_groups[rank % 2], dp_size=world // 2)
 
 
+def threads_runqueue_ns() -> int:
+    """The run-queue wait of every thread of this process so far (torch's intra-op and gloo's threads, the
+    SDK's sender, the step thread): logged per step as `bench.runqueue_threads` to see what the SDK's
+    step-thread `runqueue_wait` leaves out (bench/detection_jobs/runqueue.py)."""
+    total = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/schedstat", "rb") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended meanwhile
+    return total
+
+
 def train(args: argparse.Namespace, shape: str, where: str, fault_rank: int, run: telemetry.Run, rank: int,
           world: int) -> list[float]:
     """One shape's run; returns this rank's step times before the fault (the slowness is relative to them)."""
@@ -247,6 +261,7 @@ def train(args: argparse.Namespace, shape: str, where: str, fault_rank: int, run
                                      "extra_s": slow.seconds})
         if here and step == args.fault_step and where == "data":
             time.sleep(slow.seconds)  # this step's batch was fetched before the fault began
+        queued = threads_runqueue_ns()
         with run.step(step):
             t0 = time.perf_counter()
             slow.at("forward")
@@ -278,6 +293,7 @@ def train(args: argparse.Namespace, shape: str, where: str, fault_rank: int, run
             if step < args.fault_step:
                 own.append(elapsed)
             run.log(step, loss=total)
+        run.log(step, **{"bench.runqueue_threads": (threads_runqueue_ns() - queued) / 1e9})
     return own
 
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 from collectors.agent.intake import OpenStep, RankValues
 from collectors.delivery.windows import Origin
-from telemetry.names import WAIT_METRIC, WAIT_SHARE_METRIC, WORK_METRIC
+from telemetry.names import RUNQUEUE_METRIC, WAIT_METRIC, WAIT_SHARE_METRIC, WORK_METRIC
 
 ALPHA = 0.125  # the weight of a step's share in the running average: a span of ~15 steps
 
@@ -52,13 +52,19 @@ class WaitShares:
     def __len__(self) -> int:
         return len(self._avg)
 
-    def update(self, job: str, rank: int, step: int, wait_s: float, work_s: float) -> float | None:
+    def update(self, job: str, rank: int, step: int, wait_s: float, work_s: float,
+               queued_s: float = 0.0) -> float | None:
         """One step of one rank: its running share after it, or None when the step gives none (missing or
-        non-finite figures, a step that is not after the rank's last)."""
+        non-finite figures, a step that is not after the rank's last). `queued_s`, the rank's run-queue wait of
+        the step (telemetry/sdk/runqueue.py), counts as not its own work: the share is (wait + queued) / step, so
+        a rank descheduled while the others waited for it keeps the share of its peers (a non-finite or negative
+        one counts as 0)."""
         total = wait_s + work_s
         if not (math.isfinite(total) and wait_s >= 0.0 and work_s >= 0.0 and total > 0.0):
             return None
-        share = wait_s / total
+        if not (math.isfinite(queued_s) and queued_s > 0.0):
+            queued_s = 0.0
+        share = min(1.0, (wait_s + queued_s) / total)
         key = (job, rank)
         last = self._avg.get(key)
         if last is not None and step <= last[0]:
@@ -74,6 +80,7 @@ class WaitShares:
         name (a job at its cap gets no running share, and its own metrics are not refused for it)."""
         waits = open_step.metrics.get(WAIT_METRIC)
         works = open_step.metrics.get(WORK_METRIC)
+        queued = open_step.metrics.get(RUNQUEUE_METRIC) or {}
         if not waits or not works or WAIT_SHARE_METRIC in open_step.metrics or not admit(open_step.job):
             return 0
         shares: dict[int, RankValues] = {}
@@ -81,10 +88,13 @@ class WaitShares:
             work = works.get(rank)
             if work is None:
                 continue
-            avg = self.update(open_step.job, rank, open_step.step, math.fsum(wait.values), math.fsum(work.values))
+            rank_queued = queued.get(rank)
+            avg = self.update(open_step.job, rank, open_step.step, math.fsum(wait.values), math.fsum(work.values),
+                              math.fsum(rank_queued.values) if rank_queued is not None else 0.0)
             if avg is None:
                 continue
-            origins = list(dict.fromkeys(wait.origins + work.origins))
+            origins = list(dict.fromkeys(wait.origins + work.origins
+                                         + (rank_queued.origins if rank_queued is not None else [])))
             for origin in origins:
                 hold(origin)
             shares[rank] = RankValues([avg], origins, min(wait.first_ns, work.first_ns),

@@ -48,7 +48,7 @@ from collectors.detectors.base import Baseline, distinct, event_time, fnum, p50
 from collectors.detectors.streak import StreakDetector, StreakState
 from collectors.detectors.wait_score import WaitScore
 from telemetry.names import ARRIVAL_METRIC as ARRIVAL
-from telemetry.names import WAIT_METRIC, WAIT_SHARE_METRIC
+from telemetry.names import RUNQUEUE_METRIC, WAIT_METRIC, WAIT_SHARE_METRIC
 from telemetry.summary import Summary
 
 
@@ -61,6 +61,10 @@ class StragglerConfig:
     # Each rank's running wait share, kept by its agent (collectors/agent/wait_share.py): the slow and persistence
     # lanes judge its exact argmin when the job has it (slight stragglers among many ranks: wait_score.py)
     wait_share_metric: str = WAIT_SHARE_METRIC
+    # Each rank's run-queue wait per step (telemetry/sdk/runqueue.py): the part of the least-waiting rank's lead
+    # that its run-queue wait over the median rank's explains is discounted (it was descheduled, not slow)
+    runqueue_metric: str = RUNQUEUE_METRIC
+    runqueue_discount: bool = True
     wait_share_drift: float = 0.05   # the slow lane's least reference on the running shares
     wait_share_margin: float = 0.01  # ... and at least this over the job's own level of them
     wait_share_spread_k: float = 2.0  # ... and this many times their own spread (median absolute deviation)
@@ -113,6 +117,8 @@ class _State(StreakState):
     raw_held: int = -1        # the last step whose per-step waits named or held the event's rank
     share_peak: float = 0.0   # the event's highest running-share gap (a recovered rank's falls from it)
     share_gap: float = 0.0    # the latest running-share gap judged
+    # the last few steps' run-queue waits, by step: (p50, {rank: seconds} of the exact top-k)
+    queued: dict[int, tuple[float, dict[int, float]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -136,7 +142,7 @@ class StragglerDetector(StreakDetector[_State]):
         self.config = config or StragglerConfig()
         super().__init__(events, context, self.config.baseline_steps)
         self.metrics = frozenset({self.config.metric, self.config.arrival_metric, self.config.wait_metric,
-                                  self.config.wait_share_metric})
+                                  self.config.wait_share_metric, self.config.runqueue_metric})
         self._recent: dict[str, deque[frozenset[int]]] = {}  # job -> ranks late on each of its last steps
 
     def new_state(self) -> _State:
@@ -152,6 +158,9 @@ class StragglerDetector(StreakDetector[_State]):
             return
         if row.key.metric == c.wait_share_metric:
             self._shares(row, state)
+            return
+        if row.key.metric == c.runqueue_metric:
+            self._queued(state, s, step)
             return
         arrival = row.key.metric == c.arrival_metric
         if state.waits:
@@ -227,6 +236,27 @@ class StragglerDetector(StreakDetector[_State]):
                 del state.step_scales[min(state.step_scales)]
 
     @staticmethod
+    def _queued(state: _State, s: Summary, step: int) -> None:
+        """A step's run-queue waits: kept (the median and the exact top-k by rank) for that step's waits."""
+        median = p50(s)
+        if not math.isfinite(median):
+            return
+        state.queued[step] = (median, {rank: value for value, rank in s.top()})
+        while len(state.queued) > 16:
+            del state.queued[min(state.queued)]
+
+    def _excess(self, state: _State, step: int, rank: int) -> float:
+        """How much longer `rank` waited on the run queue in `step` than the median rank (0 when the step's
+        run-queue waits are unknown, or the rank is not among their exact top-k: it waited no longer than those)."""
+        if not self.config.runqueue_discount:
+            return 0.0
+        queued = state.queued.get(step)
+        if queued is None:
+            return 0.0
+        value = queued[1].get(rank)
+        return max(0.0, value - queued[0]) if value is not None and math.isfinite(value) else 0.0
+
+    @staticmethod
     def _wait_scale(state: _State, step: int, s: Summary) -> float:
         """The length of the step the waits of `s` were measured in: its own step_time p50 (an earlier step's
         when its window has not come yet: windows of one step arrive in any order), and never less than the
@@ -248,7 +278,10 @@ class StragglerDetector(StreakDetector[_State]):
         if len(s.sources) < row.expected:
             return  # a rank without its wait could be the slow one
         score, median = self._score(state), p50(s)
-        gap = max(0.0, median - s.min)
+        # The part of the least-waiting rank's lead its excess run-queue wait explains is no evidence: the rank
+        # was ready to run and the host's CPUs were busy elsewhere (descheduled, not slow).
+        queued = self._excess(state, step, s.argmin)
+        gap = max(0.0, median - s.min - queued)
         scale = self._wait_scale(state, step, s) if state.step_scale > 0 else 0.0
         if state.warm < c.wait_warmup:
             state.warm += 1
@@ -260,7 +293,8 @@ class StragglerDetector(StreakDetector[_State]):
             return
         x = score.update(step, s.argmin, gap, scale)
         slowdown = scale / max(scale - gap, 1e-9)
-        figures = {"p50_s": fnum(median), "min_s": fnum(s.min), "step_s": fnum(scale)}
+        figures = {"p50_s": fnum(median), "min_s": fnum(s.min), "step_s": fnum(scale),
+                   "runqueue_excess_s": fnum(queued)}
         if self._shares_judge(state):
             # The running shares open, hold and close the event (_shares); a step's own waits open it when the
             # fast lane names the rank that waits least now (a severe straggler, before the averages move), and
@@ -269,8 +303,17 @@ class StragglerDetector(StreakDetector[_State]):
             # A step's waits hold an open event only while the rank's score is half a threshold, as the shares
             # do: a recovered rank of a 3-rank job still waits least on a third of the steps by chance, and each
             # such step held its event open (seen 20 steps after a 2x rank recovered, and on).
+            # An open event whose rank no longer waits least hands over to the rank that does when that one is
+            # named on its own score (_hand_over: a new severe straggler must not wait out the old event).
             open_now = self.is_open(job)
-            rank = state.streak_rank if open_now else (score.named() or (-1, 0.0))[0]
+            if open_now and s.argmin != state.streak_rank:
+                handed = self._hand_over(job, state, step, s.argmin)
+                if handed is None:
+                    return
+                state.raw_held = step
+                self._judged(row, state, handed[0], handed[1], x, gap, slowdown, figures, count=True)
+                return
+            rank = state.streak_rank if open_now else (score.named(s.argmin) or (-1, 0.0))[0]
             if rank != s.argmin or score.ratio(rank) < (0.5 if open_now else 1.0):
                 return
             state.raw_held = step
@@ -286,9 +329,9 @@ class StragglerDetector(StreakDetector[_State]):
             if named is None:
                 named = self._hand_over(job, state, step, s.argmin)
         else:
-            named = score.named()
-            if named is not None and named[0] != s.argmin:
-                named = None  # opened on a step where the rank makes the others wait, not on its past score
+            # opened on a step where the rank makes the others wait, not on its past score; judged on its own
+            # score (named(rank)), not hidden by a leader that does not qualify
+            named = score.named(s.argmin)
         if named is None:
             self._normal(job, state, step, counts=True)
             return
@@ -351,9 +394,7 @@ class StragglerDetector(StreakDetector[_State]):
             named = ((state.streak_rank, held) if held >= 0.5 and least
                      and x >= c.wait_share_recovered * state.share_peak else None)
         else:
-            named = score.named()
-            if named is not None and named[0] != s.argmin:
-                named = None
+            named = score.named(s.argmin)
             state.share_peak = x if named is not None else 0.0
         if named is None:
             self._normal(job, state, step, counts=state.raw_held < step - 1)
@@ -366,8 +407,8 @@ class StragglerDetector(StreakDetector[_State]):
         its own score: the event was about the wrong rank (a blip) or the culprit changed. Its event closes at
         once - waiting `wait_clear_steps` would hold the new culprit's event back by as many steps - and the
         new rank is named."""
-        named = self._score(state).named()
-        if named is None or named[0] != least or named[0] == state.streak_rank:
+        named = self._score(state).named(least)
+        if named is None or named[0] == state.streak_rank:
             return None
         self.clear(job, step=step)
         self._score(state).forget(state.streak_rank)

@@ -35,6 +35,7 @@ from collectors.detectors.nonfinite import NonfiniteConfig, NonfiniteDetector
 from collectors.detectors.settings import RuntimeSettings
 from collectors.detectors.sinks import SinkConfig
 from collectors.detectors.straggler import StragglerConfig, StragglerDetector
+from telemetry.names import RUNQUEUE_METRIC
 
 log = logging.getLogger(__name__)
 
@@ -206,8 +207,9 @@ class Detectors:
     # ----------------------------------------------------------------- feeding
     def on_rows(self, rows: list[Row]) -> None:
         # One flush may finalise several steps in any order; detectors judge steps in order (a step older
-        # than one already judged is skipped by the step detectors, so order within the batch matters).
-        ordered = sorted(rows, key=lambda r: (r.key.width_ms, r.key.index))
+        # than one already judged is skipped by the step detectors, so order within the batch matters). Within
+        # a step, the run-queue waits come first: the straggler rule reads them when it judges the step's waits.
+        ordered = sorted(rows, key=lambda r: (r.key.width_ms, r.key.index, r.key.metric != RUNQUEUE_METRIC))
         with self.lock:
             for row in ordered:
                 job = row.key.job

@@ -350,28 +350,44 @@ class WaitScore:
     def tracked(self) -> int:
         return len({rank for lane in self.lanes for rank in lane.scores})
 
-    def leader(self) -> tuple[int, float] | None:
-        """The rank with the highest ratio, and that ratio (None when every score is 0)."""
+    def _candidates(self) -> set[int]:
+        """Every rank some lane scores, and the most frequent least-waiting rank of each window."""
         ranks = {rank for lane in self.lanes for rank in lane.scores}
         for recent in (self.recent, self.recent_running):
             if recent:
                 ranks.add(Counter(r for _, r, _ in recent).most_common(1)[0][0])
+        return ranks
+
+    def leader(self) -> tuple[int, float] | None:
+        """The rank with the highest ratio, and that ratio (None when every score is 0)."""
+        ranks = self._candidates()
         if not ranks:
             return None
         rank = max(ranks, key=lambda r: (self.ratio(r), -r))
         return rank, self.ratio(rank)
 
-    def named(self) -> tuple[int, float] | None:
-        """The leader when its ratio reached 1. Named on the fast lane alone only once it waited least on
-        `fast_steps` steps of evidence for that lane in its current run of consecutive least-waiting steps
-        (`_extend_run`): a rank the scheduler holds back for one or two steps, however far (3 CPU ranks on 2
-        shared cores: 2-3x for two steps), is not a straggler, and the bound on a 2x one is 3 steps."""
-        lead = self.leader()
-        if lead is None or lead[1] < 1.0:
-            return None
-        rank = lead[0]
-        if self.run[1] < self.fast_steps or self.run[0] != rank:
-            slow = [lane.scores.get(rank, 0.0) / lane.threshold for lane in self.lanes[1:]]
-            if max([*slow, self._persistence(rank), self._persistence(rank, running=True)]) < 1.0:
+    def named(self, rank: int | None = None) -> tuple[int, float] | None:
+        """The rank with the highest ratio of those that qualify (with `rank`: that rank, if it qualifies):
+        ratio 1 or more, and named on the fast lane alone only once it waited least on `fast_steps` steps of
+        evidence for that lane in its current run of consecutive least-waiting steps (`_extend_run`): a rank the
+        scheduler holds back for one or two steps, however far (3 CPU ranks on 2 shared cores: 2-3x for two
+        steps), is not a straggler, and the bound on a 2x one is 3 steps. Every candidate is judged, not the
+        leader alone: a leader that fails the run check (a blip's fast-lane score, still above the threshold)
+        must not hide a rank that qualifies on its own lanes (a slight straggler the slow or persistence lane
+        names)."""
+        candidates = self._candidates() if rank is None else {rank}
+        rated = sorted(((self.ratio(r), -r) for r in candidates), reverse=True)
+        for ratio, negative in rated:
+            if ratio < 1.0:
                 return None
-        return lead
+            if self._qualifies(-negative):
+                return -negative, ratio
+        return None
+
+    def _qualifies(self, rank: int) -> bool:
+        """A rank at ratio 1 or more is named on the fast lane only at the end of a run of `fast_steps` steps of
+        evidence for it; on any other lane as it stands."""
+        if self.run[1] >= self.fast_steps and self.run[0] == rank:
+            return True
+        slow = [lane.scores.get(rank, 0.0) / lane.threshold for lane in self.lanes[1:]]
+        return max([*slow, self._persistence(rank), self._persistence(rank, running=True)]) >= 1.0

@@ -28,6 +28,7 @@ from typing import Any
 
 from telemetry.names import ARRIVAL_METRIC as ARRIVAL
 from telemetry.names import MAX_STEP, is_metric_name, job_name_problem
+from telemetry.names import RUNQUEUE_METRIC as RUNQUEUE
 from telemetry.names import WAIT_METRIC as WAIT
 from telemetry.names import WORK_METRIC as WORK
 from telemetry.sdk.address import check_address
@@ -35,6 +36,7 @@ from telemetry.sdk.attempt import check_attempt, default_attempt
 from telemetry.sdk.capture import Responder
 from telemetry.sdk.env import default_agent, env_int
 from telemetry.sdk.lastwords import MAX_FINGERPRINTS, WITNESS
+from telemetry.sdk.runqueue import RunQueueClock
 from telemetry.sdk.sender import DEFAULT_BACKLOG_BYTES, Identity, Sender
 from telemetry.v1 import forensics_pb2, ingest_pb2
 
@@ -107,6 +109,7 @@ class Run:
         self._collectives_lock = threading.Lock()
         self._waits_wanted = self._collectives_wanted
         self._waits: Any = None  # the process's CollectiveTimer (telemetry.torch.waits): collective_wait, work_time
+        self._runqueue = RunQueueClock()  # the step thread's run-queue wait (telemetry/sdk/runqueue.py), beside them
         self._clock: Any = None
         self._progress: Any = None  # the flight-recorder reader (CollectiveProgress), once torch.distributed is up
         self._fingerprints: Any = None  # its collective fingerprints for the heartbeat (docs/forensics.md)
@@ -173,6 +176,7 @@ class Run:
         clock = self._clock if self._clock is not None else self._collectives()
         since_ns = clock.begin(time.time_ns()) if clock is not None else 0
         waits = self._waits if self._waits is not None else self._wait_timer()
+        queued_ns = self._runqueue.read_ns() if waits is not None else None
         start_ns = time.perf_counter_ns()
         if self._loader_waits:
             self._take_loader_wait(step)
@@ -187,6 +191,9 @@ class Run:
                 wait_s, _ = waits.measure(start_ns, time.perf_counter_ns())
                 values[WAIT] = wait_s
                 values[WORK] = max(0.0, values["step_time"] - wait_s)
+                queued_end_ns = self._runqueue.read_ns() if queued_ns is not None else None
+                if queued_end_ns is not None and queued_ns is not None:
+                    values[RUNQUEUE] = max(0, queued_end_ns - queued_ns) / 1e9
             end_ns = time.time_ns()
             if clock is not None:
                 arrived_ns = clock.end(end_ns)

@@ -1,0 +1,110 @@
+"""The SDK's run-queue wait (telemetry/sdk/runqueue.py): the step thread's time runnable but not running.
+
+Real kernel counters, no mock: a thread that shares one CPU with a spinning process waits on the run queue
+for a good part of its own spin; alone on an idle CPU far less. The figure must follow the calling thread (a
+step run on another thread), a forked child (its own thread, not the parent's descriptor), and be None, once
+and for good, where the kernel does not count it."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+
+import pytest
+
+from telemetry.sdk.runqueue import PATH, RunQueueClock
+
+pytestmark = pytest.mark.skipif(not os.path.exists(PATH), reason="the kernel does not count run-queue waits")
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def _spinner(cpu: int, seconds: float) -> None:
+    os.sched_setaffinity(0, {cpu})
+    _spin(seconds)
+
+
+def test_a_thread_sharing_its_cpu_with_a_spinner_waits_on_the_run_queue() -> None:
+    cpu = min(os.sched_getaffinity(0))
+    neighbour = multiprocessing.get_context("fork").Process(target=_spinner, args=(cpu, 3.0))
+    saved = os.sched_getaffinity(0)
+    got: list[int | None] = []
+
+    def measured() -> None:
+        os.sched_setaffinity(0, {cpu})  # this thread only
+        clock = RunQueueClock()
+        before = clock.read_ns()
+        _spin(0.6)
+        got.extend([before, clock.read_ns()])
+
+    neighbour.start()
+    try:
+        time.sleep(0.2)  # the neighbour is spinning on the CPU
+        thread = threading.Thread(target=measured)
+        thread.start()
+        thread.join(10)
+    finally:
+        neighbour.terminate()
+        neighbour.join(5)
+        os.sched_setaffinity(0, saved)
+    before, after = got
+    assert before is not None and after is not None
+    # Sharing one CPU with a spinner, a spinning thread is on the run queue about half the time it spins for.
+    assert (after - before) / 1e9 > 0.1, (after - before) / 1e9
+
+
+def test_the_clock_follows_the_calling_thread() -> None:
+    """A step run on another thread reads that thread's counter (not the descriptor the first thread opened)."""
+    clock = RunQueueClock()
+    assert clock.read_ns() is not None
+    seen: list[tuple[int | None, int]] = []
+
+    def other() -> None:
+        ours = clock.read_ns()
+        with open(PATH, "rb") as f:  # this thread's own counter, read after ours
+            seen.append((ours, int(f.read().split()[1])))
+    for _ in range(3):
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join(5)
+    mine = clock.read_ns()
+    with open(PATH, "rb") as f:
+        truth = int(f.read().split()[1])
+    assert all(ours is not None and ours <= own for ours, own in seen), seen
+    assert mine is not None and mine <= truth and clock.available
+
+
+def test_a_forked_child_reads_its_own_thread() -> None:
+    clock = RunQueueClock()
+    assert clock.read_ns() is not None
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its own (fresh) thread's counter, not its parent's
+        try:
+            ours = clock.read_ns()
+            with open(PATH, "rb") as f:
+                truth = int(f.read().split()[1])
+            os.write(write, b"ok" if ours is not None and ours <= truth else f"{ours} {truth}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 100)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert answer == b"ok", answer
+
+
+def test_where_the_kernel_does_not_count_nothing_is_read_again(tmp_path) -> None:
+    clock = RunQueueClock(str(tmp_path / "missing"))
+    assert clock.read_ns() is None and not clock.available
+    (tmp_path / "missing").write_text("1 2 3\n")
+    assert clock.read_ns() is None  # given up for good: no open per step on a machine without it
+    bad = tmp_path / "bad"
+    bad.write_text("nothing\n")
+    assert RunQueueClock(str(bad)).read_ns() is None
