@@ -46,19 +46,25 @@ class RunQueueClock:
         """The calling thread's total run-queue wait so far, or None (unavailable: never again tried)."""
         if not self.available:
             return None
-        thread = threading.get_ident()
+        thread, pid = threading.get_native_id(), os.getpid()  # the kernel's thread id: Python's idents are reused
         try:
-            pid = os.getpid()
             if thread != self._thread or pid != self._pid:
-                self.close()
-                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-                self._thread, self._pid = thread, pid
-            fields = os.pread(self._fd, 128, 0).split()
-            return int(fields[1])
+                self._open(thread, pid)
+            try:
+                data = os.pread(self._fd, 128, 0)
+            except OSError:  # a descriptor of a thread that ended (its id reused): once more, freshly opened
+                self._open(thread, pid)
+                data = os.pread(self._fd, 128, 0)
+            return int(data.split()[1])
         except (OSError, IndexError, ValueError):
             self.available = False
             self.close()
             return None
+
+    def _open(self, thread: int, pid: int) -> None:
+        self.close()
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        self._thread, self._pid = thread, pid
 
     def close(self) -> None:
         if self._fd >= 0:
