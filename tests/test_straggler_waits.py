@@ -45,12 +45,16 @@ def _step(rng: np.random.Generator, world: int, extra: dict[int, float], compute
 
 
 def _run(det: StragglerDetector, steps: int, world: int, slow: int = -1, factor: float = 1.0, onset: int = 30,
-         seed: int = 0, burst: float = 0.5) -> None:
+         seed: int = 0, burst: float = 0.5, queued: bool = False) -> None:
+    """With `queued`, each step's run-queue waits too (a few ms each, none explaining a lead), as the SDK logs
+    them: the fast lane then names at `runqueue_fast_threshold`."""
     rng = np.random.default_rng(seed)
     for step in range(steps):
         extra = {slow: (factor - 1.0) * 0.1} if slow >= 0 and step >= onset else {}
         step_time, wait = _step(rng, world, extra, burst=burst)
         det.observe(_row("step_time", step, step_time))
+        if queued:
+            det.observe(_row("runqueue_wait", step, np.abs(rng.normal(0.002, 0.001, world))))
         det.observe(_row("collective_wait", step, wait))
 
 
@@ -325,3 +329,28 @@ def test_the_suite_judges_a_steps_run_queue_waits_before_its_waits() -> None:
         for rows in _deschedule_run(seed, queued_seen=True):
             suite.on_rows([rows[2], rows[0], rows[1]])  # waits, step_time, then the run-queue waits
         assert [e for e in log.query(JOB) if e["kind"] == "straggler"] == [], seed
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_job_that_logs_run_queue_waits_is_judged_at_the_fast_lanes_own_threshold(seed: int) -> None:
+    """With the scheduler's bursts discounted the fast lane names at `runqueue_fast_threshold` (0.6, not 0.8):
+    1.5x named within 5 steps and 2x within 3; a clean noisy job logging run-queue waits stays silent (the bursts
+    of `_step` that no run-queue wait explains included); a job without them keeps 0.8."""
+    for factor, within in ((2.0, 3), (1.5, 5)):
+        log = EventLog(None)
+        det = StragglerDetector(log)
+        _run(det, 30 + within + 5, 3, slow=1, factor=factor, seed=seed, queued=True)
+        events = log.query(JOB)
+        assert [e["ranks"] for e in events] == [[1]], (factor, events)
+        assert events[0]["detail"]["detected_step"] - 30 <= within, (factor, events[0]["detail"])
+        score = det.state(JOB).score
+        assert score is not None and score.lanes[0].threshold == StragglerConfig().runqueue_fast_threshold
+    for world in (3, 8):
+        log = EventLog(None)
+        det = StragglerDetector(log)
+        _run(det, 1000, world, seed=seed, queued=True)
+        assert log.query(JOB) == [], (world, seed)
+    det = StragglerDetector(EventLog(None))
+    _run(det, 40, 3, seed=seed)
+    score = det.state(JOB).score
+    assert score is not None and score.lanes[0].threshold == StragglerConfig().wait_fast_threshold

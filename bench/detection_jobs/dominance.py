@@ -10,7 +10,8 @@ every step from the fault to the bound (onset .. onset + 3 steps at 2x, + 5 at 1
 on each. A rule that reads the per-step evidence (the least-waiting rank and x) and names a rank no later
 for more evidence must name it there too, by the same step of the stretch: each clean run holding such a
 stretch costs at least one false alarm to any such rule that keeps the cell in time. Prints the stretches
-and the count of runs holding one.
+and the count of runs holding one. (Runs recorded with each rank's run-queue wait: runqueue.py counts them
+again with the part of the lead it explains discounted, as the rule does now.)
 """
 
 from __future__ import annotations

@@ -65,6 +65,9 @@ class StragglerConfig:
     # that its run-queue wait over the median rank's explains is discounted (it was descheduled, not slow)
     runqueue_metric: str = RUNQUEUE_METRIC
     runqueue_discount: bool = True
+    # ... and with the scheduler's bursts discounted the fast lane names a rank at this threshold instead of
+    # wait_fast_threshold (a job that logs run-queue waits: 1.5x within 5 steps on more of the shapes)
+    runqueue_fast_threshold: float = 0.6
     wait_share_drift: float = 0.05   # the slow lane's least reference on the running shares
     wait_share_margin: float = 0.01  # ... and at least this over the job's own level of them
     wait_share_spread_k: float = 2.0  # ... and this many times their own spread (median absolute deviation)
@@ -119,6 +122,7 @@ class _State(StreakState):
     share_gap: float = 0.0    # the latest running-share gap judged
     # the last few steps' run-queue waits, by step: (p50, {rank: seconds} of the exact top-k)
     queued: dict[int, tuple[float, dict[int, float]]] = field(default_factory=dict)
+    queued_seen: bool = False  # the job logs run-queue waits (and the discount is on): the fast lane's own threshold
 
 
 @dataclass
@@ -161,6 +165,10 @@ class StragglerDetector(StreakDetector[_State]):
             return
         if row.key.metric == c.runqueue_metric:
             self._queued(state, s, step)
+            if c.runqueue_discount and not state.queued_seen:
+                state.queued_seen = True
+                if state.score is not None:
+                    state.score.lanes[0].threshold = c.runqueue_fast_threshold
             return
         arrival = row.key.metric == c.arrival_metric
         if state.waits:
@@ -350,7 +358,8 @@ class StragglerDetector(StreakDetector[_State]):
     def _score(self, state: _State) -> WaitScore:
         if state.score is None:
             c = self.config
-            state.score = WaitScore(((c.wait_fast_drift, c.wait_fast_threshold), (c.wait_drift, c.wait_threshold)),
+            fast = c.runqueue_fast_threshold if state.queued_seen else c.wait_fast_threshold
+            state.score = WaitScore(((c.wait_fast_drift, fast), (c.wait_drift, c.wait_threshold)),
                                     c.wait_cap, c.wait_track, c.wait_min_gap_s, background=c.wait_background,
                                     reference=c.wait_reference, running_drifts=(c.wait_share_drift,),
                                     running_margin=c.wait_share_margin, running_spread_k=c.wait_share_spread_k,
