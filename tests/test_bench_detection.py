@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.detection_jobs import dominance, runqueue
+from bench.detection_jobs import dominance, inject, runqueue
 from bench.detection_jobs.logs import done_lines
 from bench.detection_jobs.replay import stored_job
 from bench.detection_jobs.replay_matrix import evaluate
@@ -134,6 +134,19 @@ def test_the_run_queue_discount_takes_a_descheduled_stretch_out_of_the_replay_an
     excess, gap, steps = runqueue.explained([explained], clean=True)[0]  # the step thread's figure
     assert excess == pytest.approx(6 * 0.25) and gap >= excess and steps >= 6
     assert runqueue.explained([unexplained], clean=True)[0][0] == 0.0
+
+
+def test_inject_makes_stragglers_of_a_clean_runs_noise_and_the_rule_names_them() -> None:
+    """bench/detection_jobs/inject.py: a clean run with per-rank figures, cut at each onset into a cell per
+    severity, one rank slowed by (f - 1) x its median step: every other rank waits that much longer, the rule
+    names the rank within the bound; a run too short for a severity gives no cell."""
+    clean = _with_per_rank(_matrix_run("ddp-clean", 0.0, -1, 0, 300, 1), {})
+    made = inject.cells([clean], 2.0, [40, 150])
+    assert [(c["truth"]["step"], c["truth"]["rank"], c["steps_done"]) for c in made] == [(40, 1, 65), (150, 2, 175)]
+    step = next(w for w in made[0]["waits"] if w[0] == 45)
+    assert step[1] == 1 and step[5] == pytest.approx(1.0)  # the slowed rank waits least; the step is 2x
+    assert evaluate(made, {})["in_time"] == {"2x": "2/2"}
+    assert inject.cells([clean], 1.1, [250]) == []  # 110 steps after 250 are not in a 300-step run
 
 
 def test_replay_finds_a_jobs_windows_under_its_latest_attempt(tmp_path: Path) -> None:
