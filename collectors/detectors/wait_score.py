@@ -120,7 +120,7 @@ class WaitScore:
                  min_evidence: float = 0.04, background: int = 64, reference: float = 0.12,
                  max_raise: float = 0.2, running_drifts: tuple[float, ...] | None = None,
                  running_margin: float = 0.01, running_spread_k: float = 3.0, fast_steps: int = 3,
-                 spread_window: int = 8) -> None:
+                 spread_window: int = 8, spread_min: int = 5) -> None:
         self.lanes = [Lane(drift, threshold, cap, track) for drift, threshold in lanes]
         self.drifts = [drift for drift, _ in lanes]
         # The job's own evidence level: the last `background` steps' evidence whose least-waiting rank was not
@@ -158,8 +158,10 @@ class WaitScore:
         self.fast_steps = fast_steps
         self.run: tuple[int, int] = (-1, 0)
         self.run_step = -1
-        # The last `spread_window` steps' least-waiting ranks, for the level (observe)
+        # The last `spread_window` steps' least-waiting ranks, for the level (observe); `spread_min` of them at
+        # least, all different, make the job's noise a spread one
         self.leasts: deque[int] = deque(maxlen=spread_window)
+        self.spread_min = spread_min
 
     def evidence(self, gap_s: float, step_s: float) -> float:
         """The share of the step the median rank lost to the least-waiting one (0 when the gap is no evidence)."""
@@ -170,15 +172,16 @@ class WaitScore:
         """A step's evidence (its least-waiting rank `least`) into the job's own level only (start-up steps, not
         judged, still show it).
 
-        Not when the other ranks that waited least over the last `spread_window` steps (5 or more) are all
-        different ranks: the job's noise is spread over many ranks (a large world: the slowest of thousands of
-        noisy ranks is a different one each step), no lane climbs on it, and it must not raise the references;
+        Not when the other ranks that waited least over the last `spread_window` steps (`spread_min` = 5 or
+        more) are all different ranks: the job's noise is spread over many ranks (a large world: the slowest of
+        thousands of noisy ranks is a different one each step), no lane climbs on it, and it must not raise the
+        references;
         and in such a job a rank that waits least again is a candidate, not the job's level (at 16,384 ranks a
         1.5x rank's own first steps were the level's only samples: its bar rose with it and it was named in 7
         steps instead of 4). A small job (five ranks or fewer) always has repeats: its level is as before."""
         others = [r for r in self.leasts if r != least]
         self.leasts.append(least)
-        if len(others) >= 5 and len(set(others)) == len(others):
+        if len(others) >= self.spread_min and len(set(others)) == len(others):
             return
         self.level = self._level(self.background, x, self.level)
 
