@@ -25,19 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # shared with tests/test_service_signals.py
+from service_argv import service_argv
+
 REPO = Path(__file__).resolve().parents[1]
 SERVICES = ("root", "rack", "agent")
 HOG = "while True:\n    pass\n"
-
-
-def _argv(service: str, workdir: Path, parent: str | None) -> list[str]:
-    if service == "root":
-        return ["collector", "--listen", "127.0.0.1:0", "--db", str(workdir / "root.db"), "--api", "127.0.0.1:0"]
-    assert parent is not None
-    if service == "rack":
-        return ["collector", "--listen", "127.0.0.1:0", "--parent", parent, "--id", f"rack-{workdir.name}"]
-    return ["agent", "--socket", str(workdir / "a.sock"), "--parent", parent, "--no-gpu-probe", "--no-nic-probe",
-            "--id", f"agent-{workdir.name}", "--host-id", workdir.name]
 
 
 TREE = REPO  # the checkout whose services are started (--tree)
@@ -58,7 +51,7 @@ def _start(argv: list[str], workdir: Path) -> tuple[subprocess.Popen, dict]:
 
 
 def _one_stop(service: str, workdir: Path, parent: str | None) -> dict:
-    proc, _ = _start(_argv(service, workdir, parent), workdir)
+    proc, _ = _start(service_argv(service, workdir, parent), workdir)
     time.sleep(0.2)  # past the ready line: the flush loop and the gRPC server running
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
@@ -97,7 +90,7 @@ def main() -> None:
     TREE = args.tree.resolve()
     with tempfile.TemporaryDirectory(prefix="stop-time-") as tmp:
         base = Path(tmp)
-        root, ready = _start(_argv("root", base / "parent", None), base / "parent")  # the rack's and agent's
+        root, ready = _start(service_argv("root", base / "parent", None), base / "parent")  # the rack's and agent's
         try:
             rows = _cycles(args.cycles, base, ready["address"], "idle")
             hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(args.hogs)]

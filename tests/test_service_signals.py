@@ -48,6 +48,7 @@ from pathlib import Path
 import pytest
 
 import telemetry
+from service_argv import service_argv
 
 REPO = Path(__file__).resolve().parents[1]
 STOP_BOUND_S = 5.0     # the requirement, measured from the signal
@@ -59,16 +60,6 @@ SOAK_CYCLES = int(os.environ.get("TELEMETRY_SIGNAL_CYCLES", "0"))
 OVERRAN = "stop took longer"
 SERVICES = ("root", "rack", "agent")
 SIGNAME = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
-
-def _argv(service: str, workdir: Path, parent: str | None) -> list[str]:
-    if service == "root":
-        return ["collector", "--listen", "127.0.0.1:0", "--db", str(workdir / "root.db"), "--api", "127.0.0.1:0"]
-    assert parent is not None
-    if service == "rack":
-        return ["collector", "--listen", "127.0.0.1:0", "--parent", parent, "--id", f"rack-{workdir.name}"]
-    return ["agent", "--socket", str(workdir / "a.sock"), "--parent", parent, "--no-gpu-probe", "--no-nic-probe",
-            "--id", f"agent-{workdir.name}", "--host-id", workdir.name]
-
 
 def _handler_installed(pid: int, signum: int = signal.SIGTERM) -> bool:
     """The process has a handler for `signum` (the SigCgt mask in /proc/PID/status)."""
@@ -228,7 +219,7 @@ class Cycle:
         return f"{self.service} {SIGNAME[self.signum]} {at}, before ready={self.before_ready}: stop {stop}"
 
     def start(self, workdir: Path, parent: str | None) -> None:
-        self.process = Process(_argv(self.service, workdir, parent), workdir)
+        self.process = Process(service_argv(self.service, workdir, parent), workdir)
 
     def poll(self) -> None:
         """Advance this cycle by one look: send the signal when due, notice the exit, give up past a bound."""
@@ -339,7 +330,7 @@ def assert_all_clean(cycles: list[Cycle]) -> None:
 def parent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A root (a real process) for the racks and agents to connect to; itself stopped with SIGTERM at the end."""
     workdir = tmp_path_factory.mktemp("parent")
-    root = Process(_argv("root", workdir, None), workdir)
+    root = Process(service_argv("root", workdir, None), workdir)
     try:
         address = root.wait_ready()["address"]
         yield address
@@ -401,7 +392,7 @@ runpy.run_module("collectors.cli", run_name="__main__", alter_sys=True)
     ("root", "collectors.root.wiring"),  # the last module collectors.root.server imports
 ])
 def test_sigterm_during_startup_stops_with_exit_0(tmp_path: Path, parent: str, service: str, module: str) -> None:
-    argv = _argv(service, tmp_path, parent)
+    argv = service_argv(service, tmp_path, parent)
     process = Process(argv, tmp_path, python_argv=[sys.executable, "-c", TRIP_AT_IMPORT, module, *argv])
     try:
         lifetime = process.stopped_within(process.started, STARTUP_S + STOP_BOUND_S)
@@ -476,7 +467,7 @@ def test_every_service_stops_within_bound_while_ranks_stream(tmp_path: Path) -> 
     ranks: Ranks | None = None
 
     def start(service: str, name: str, parent: str | None) -> tuple[Process, dict]:
-        process = Process(_argv(service, tmp_path / name, parent), tmp_path / name)
+        process = Process(service_argv(service, tmp_path / name, parent), tmp_path / name)
         processes.append(process)
         return process, process.wait_ready()
 
