@@ -1,6 +1,6 @@
-"""A tier's parent, stubbed: what `Upstream` needs of its `Outbox` (collectors/delivery/outbox.py) for a rack driven by
-hand without gRPC (tests/test_native_windows.py, bench/rack_tables.py). The driver answers the units itself
-(`Upstream._on_ack`, `_on_drop`)."""
+"""A tier's parent, stubbed: what `Upstream` needs of its `Outbox` (collectors/delivery/outbox.py) for a node driven
+by hand without gRPC (tests/test_native_windows.py, test_delivery_bounds.py, test_delivery_scale_fixes.py,
+bench/rack_tables.py). The driver answers the units itself (`Upstream._on_ack`, `_on_drop`), if at all."""
 
 from __future__ import annotations
 

@@ -13,9 +13,9 @@ from pyroaring import BitMap
 
 import telemetry
 from collectors.common import aioserve
-from collectors.delivery.outbox import Unit
 from collectors.detectors.events import EventLog
 from helpers_tree import make_agent, stop_all, summary_of, wait_for
+from stub_outbox import StubOutbox
 from telemetry.v1 import forward_pb2, ingest_pb2, ingest_pb2_grpc
 
 
@@ -83,19 +83,6 @@ def test_event_totals_forget_a_finished_job_and_come_back_from_the_table(tmp_pat
 
 
 # ---------------------------------------------------------------- the outbox, in bytes
-class _Outbox:
-    """What Upstream hands its outbox, recorded (the wire size it estimated, and the message)."""
-
-    def __init__(self) -> None:
-        self.submitted: list[tuple[object, int | None]] = []
-        self.on_drop = None
-        self.resent = self.connections = 0
-
-    def submit(self, message, payload, nbytes=None):
-        self.submitted.append((message, nbytes))
-        return Unit(len(self.submitted), message, payload, nbytes or 0)
-
-
 def test_upstream_weighs_a_unit_by_its_wire_size_without_serialising_it_twice():
     """The outbox's budget is in bytes: Upstream adds up each window's summary bytes (which to_proto parses
     anyway) and the small parts' sizes, instead of ByteSize() (a second serialisation of a unit that can hold
@@ -105,7 +92,7 @@ def test_upstream_weighs_a_unit_by_its_wire_size_without_serialising_it_twice():
     from collectors.delivery.windows import Deadlines, Part
 
     node = Node("agent0", Deadlines(), ack_down=lambda *a, **k: None)
-    outbox = _Outbox()
+    outbox = StubOutbox()
     node.sink = Upstream(node, lambda on_ack: outbox)
     node.complete = lambda win: True
     node.own_ranks = {"j": RankView(alive=BitMap(range(1024)), world_size=1024,
@@ -116,9 +103,9 @@ def test_upstream_weighs_a_unit_by_its_wire_size_without_serialising_it_twice():
             node.offer(Part(Key("j", metric, step), [("r", step)], BitMap(range(sources)),
                             built=summary_of({r: float(v) for r, v in enumerate(rng.random(sources))})), sources)
     node.flush()
-    (message, nbytes), = outbox.submitted
-    real = message.ByteSize()
-    assert abs(nbytes - real) <= 0.1 * real, (nbytes, real)
+    (unit,) = outbox.units
+    real = unit.message.ByteSize()
+    assert abs(unit.nbytes - real) <= 0.1 * real, (unit.nbytes, real)
 
 
 def test_the_outbox_budget_is_in_bytes_one_big_unit_weighs_many_small(tmp_path):

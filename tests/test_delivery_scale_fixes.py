@@ -14,6 +14,7 @@ from collectors.common.keys import Key
 from collectors.delivery.node import Node, RankView, Upstream
 from collectors.delivery.windows import Deadlines, Part
 from helpers_tree import FAST_COLLECTOR, RawChild, make_collector, make_root, stop_all, wait_for, window
+from stub_outbox import StubOutbox
 from telemetry.summary import Summary
 from telemetry.v1 import forward_pb2
 
@@ -92,29 +93,14 @@ def test_covered_is_computed_once_per_flush_per_job_and_seals_exactly_when_compl
 
 
 # ------------------------------------------------------------------ hosts: deltas up, union kept below
-class _Outbox:
-    def __init__(self, on_ack) -> None:
-        self.connections = 1
-        self.resent = 0
-        self.sent: list[forward_pb2.SummaryBatch] = []
-        self.on_drop = None
-
-    def submit(self, message, payload, nbytes=None):
-        self.sent.append(message)
-
-        class _Unit:
-            seq = len(self.sent)
-        return _Unit()
-
-
 def _sent_hosts(upstream: Upstream) -> dict[int, str]:
-    states = upstream.outbox.sent[-1].ranks[0]
+    states = upstream.outbox.units[-1].message.ranks[0]
     return dict(zip(states.host_ranks, states.hosts))
 
 
 def test_upstream_sends_hosts_once_then_only_changes_then_all_after_a_reconnect():
     node = _node()
-    upstream = Upstream(node, _Outbox, liveness_every_s=0.0)
+    upstream = Upstream(node, lambda on_ack: StubOutbox(), liveness_every_s=0.0)
     node.sink = upstream
     view = RankView(alive=BitMap(range(8)), world_size=8, hosts={r: "h0" for r in range(8)})
     node.own_ranks = {"job": view}
@@ -122,7 +108,7 @@ def test_upstream_sends_hosts_once_then_only_changes_then_all_after_a_reconnect(
     assert _sent_hosts(upstream) == {r: "h0" for r in range(8)}
     node.flush(2.0)
     assert _sent_hosts(upstream) == {}, "unchanged hosts are not resent"
-    assert upstream.outbox.sent[-1].ranks[0].alive, "the liveness bitmaps still go in every unit"
+    assert upstream.outbox.units[-1].message.ranks[0].alive, "the liveness bitmaps still go in every unit"
     moved = RankView(alive=BitMap(range(8)), world_size=8, hosts={**view.hosts, 3: "h1"})
     node.own_ranks = {"job": moved}
     node.flush(3.0)
