@@ -140,32 +140,43 @@ def test_windows_of_equal_sources_share_one_bitmap() -> None:
     assert parsed[0][2] == BitMap(range(8))  # type: ignore[index]  # checked: none is a refusal
 
 
-def test_one_bad_window_in_a_unit_is_refused_alone() -> None:
-    """Through the service's unit handler: the bad window is rejected by index with its reason and counted in
-    bad_inputs, the good ones are accepted into the node's windows."""
-    svc = service()
-    node = svc.node
+HELLO = forward_pb2.SummaryBatch(sender_id="child", seq=0).SerializeToString()  # a child's first unit
+
+
+def _answers(svc: CollectorService, received: _Unit) -> tuple[list[forward_pb2.Ack], list[str], int]:
+    """A child's first unit, then `received`, through the unit handler (`_one`): every ack, the windows held
+    (metric:sources) and bad_inputs."""
     acks: list[forward_pb2.Ack] = []
 
     class Answers:
         def put(self, ack: forward_pb2.Ack) -> None:
             acks.append(ack)
 
+    stream = _ChildStream(Answers(), None)  # type: ignore[arg-type]  # only put() is called
+    svc._one(stream, svc._receive(HELLO))
+    svc._one(stream, received)
+    table = svc.node.table
+    return acks, sorted(f"{key.metric}:{len(table.sources(win))}" for key, win in table.windows.items()), \
+        svc.node.counters["bad_inputs"]
+
+
+def test_one_bad_window_in_a_unit_is_refused_alone() -> None:
+    """Through the service's unit handler: the bad window is rejected by index with its reason and counted in
+    bad_inputs, the good ones are accepted into the node's windows."""
+    svc = service()
     bad = HOSTILE["mean outside [min, max]"]
     windows = [window(metric=f"m{i}", summary=summary_bytes(range(8), i)) for i in range(4)]
     windows.insert(2, bad)
-    hello = forward_pb2.SummaryBatch(sender_id="child", seq=0)
-    svc._handle("child", svc._receive(hello.SerializeToString()), Answers())
     states = forward_pb2.RankStates(job="job", alive=BitMap(range(8)).serialize(), world_size=16)
     unit = forward_pb2.SummaryBatch(sender_id="child", seq=1, windows=windows, ranks=[states])
-    svc._handle("child", svc._receive(unit.SerializeToString()), Answers())
+    acks, held, bad_inputs = _answers(svc, svc._receive(unit.SerializeToString()))
     ack = acks[-1]
     assert ack.status == forward_pb2.Ack.REJECTED_OVERLAP
     assert [r.index for r in ack.rejections] == [2]
     assert ack.rejections[0].reason == svc._parse(bad)
     assert not ack.rejections[0].overlapping_sources
-    assert node.counters["bad_inputs"] == 1
-    assert sorted(key.metric for key in node.table.windows) == ["m0", "m1", "m2", "m3"]
+    assert bad_inputs == 1
+    assert held == ["m0:8", "m1:8", "m2:8", "m3:8"]
 
 
 def _mutated(data: bytes, flips: list[tuple[int, int]]) -> bytes:
@@ -243,24 +254,6 @@ def test_a_unit_with_an_odd_window_is_parsed_whole_as_before() -> None:
     parsed, _ = svc._parse_unit(received)
     assert [p if isinstance(p, str) else (p[0], p[1].to_bytes(), list(p[2]), p[3]) for p in parsed] == \
         one_by_one(svc, batch)
-
-
-HELLO = forward_pb2.SummaryBatch(sender_id="child", seq=0).SerializeToString()  # a child's first unit
-
-
-def _answers(svc: CollectorService, received: _Unit) -> tuple[list[forward_pb2.Ack], list[str], int]:
-    acks: list[forward_pb2.Ack] = []
-
-    class Answers:
-        def put(self, ack: forward_pb2.Ack) -> None:
-            acks.append(ack)
-
-    stream = _ChildStream(Answers(), None)  # type: ignore[arg-type]  # only put() is called
-    svc._one(stream, svc._receive(HELLO))
-    svc._one(stream, received)
-    table = svc.node.table
-    return acks, sorted(f"{key.metric}:{len(table.sources(win))}" for key, win in table.windows.items()), \
-        svc.node.counters["bad_inputs"]
 
 
 @pytest.mark.parametrize("table", ["python", "native"])
