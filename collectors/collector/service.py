@@ -137,7 +137,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                     routed |= BitMap.deserialize(ask.ranks)
         return routed
 
-    async def Forward(self, request_iterator: AsyncIterator[forward_pb2.SummaryBatch],
+    async def Forward(self, request_iterator: AsyncIterator[_Unit],  # SummaryBatches as `_receive` reads them
                       context: grpc.aio.ServicerContext) -> AsyncIterator[forward_pb2.Ack]:
         names = certificate_names(context)
         async for answer in serve_stream(self.host, self.slots, context, request_iterator,
@@ -159,7 +159,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
 
     def _start(self, answers: Answers, names: frozenset[str] | None) -> StreamWork:
         stream = _ChildStream(answers, names)
-        return StreamWork(lambda batch: self._one(stream, batch), lambda: self._ended(stream))
+        return StreamWork(lambda unit: self._one(stream, unit), lambda: self._ended(stream))
 
     def _count(self, name: str) -> None:
         with self.node.lock:
