@@ -162,6 +162,54 @@ def test_a_duplicate_of_a_window_dropped_for_room_is_refused_with_it(native: boo
     assert rack.node.durability.outstanding() == 0
 
 
+def _earliest_open_deadline(node: Node) -> float | None:
+    """The earliest deadline of a window with parts pending and not yet sealed (what a flush waits for at most)."""
+    return min((win.deadline for win in node.table.windows.values() if win.has_pending and not win.sealed),
+               default=None)
+
+
+def _next_deadline(node: Node) -> float | None:
+    """What Node.next_due takes from the table for unsealed windows: the watched windows' earliest deadline, and
+    each window asked in Python."""
+    times = [win.deadline for win in node.table.pending_windows() if not win.sealed]
+    found = node.table.next_deadline()
+    return min(times + ([] if found is None else [found]), default=None)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_windows_go_when_complete_past_their_deadline_and_late(native: bool) -> None:
+    """A collector's windows of one job (a native table asks their completeness in one call per job, Python
+    each window): every window complete at a flush goes at it, together; one still partial waits for its deadline
+    (and the flush's next wake is that deadline), then goes; a part after it sealed goes as a late delta; a new
+    step waits for every child that reported ranks."""
+    rack = Rack(native=native, budget_windows=1000)
+    node = rack.node
+    for c in range(CHILDREN):
+        rack.receive(c, forward_pb2.SummaryBatch(sender_id=f"c{c}", seq=0).SerializeToString())
+    rack.receive(0, unit_bytes(0, 1, 0, [(0, 1), (1, 1), (2, 0)], False))  # m0, m1: ranks 0-3 of c0's 0-7
+    rack.flush(False)
+    assert [len(unit) for unit in rack.sent] == [1], "m2 is complete (all of c0's ranks, the only ones reported)"
+    assert _next_deadline(node) == _earliest_open_deadline(node) is not None
+    rack.receive(0, unit_bytes(0, 2, 0, [(0, 2)], False))
+    rack.receive(0, unit_bytes(0, 3, 0, [(1, 1)], False))  # a duplicate of m1's part: still partial
+    rack.flush(False)
+    assert [len(unit) for unit in rack.sent] == [1, 1], "m0 complete, m1 not"
+    rack.flush(True)  # m1's deadline passed
+    assert [len(unit) for unit in rack.sent] == [1, 1, 1]
+    assert _next_deadline(node) is _earliest_open_deadline(node) is None
+    rack.receive(0, unit_bytes(0, 4, 0, [(1, 2)], False))  # the rest of m1, after it sealed: a late delta
+    rack.flush(False)
+    late = [forward_pb2.WindowSummary.FromString(w).late for w in rack.sent[-1]]
+    assert late == [True]
+    rack.receive(1, unit_bytes(1, 1, 1, [(m, 0) for m in range(METRICS)], False))  # step 1: c1 reports its ranks
+    rack.flush(False)
+    assert len(rack.sent) == 4, "step 1's windows wait for c0 (which reported ranks) too"
+    rack.receive(0, unit_bytes(0, 5, 1, [(m, 0) for m in range(METRICS)], False))
+    rack.flush(False)
+    assert [len(unit) for unit in rack.sent] == [1, 1, 1, 1, METRICS], "every complete window at once"
+    assert node.counters["late"] == 1
+
+
 EVENT = st.one_of(
     st.tuples(st.just("unit"), st.integers(0, CHILDREN - 1), st.integers(0, STEPS - 1),
               st.lists(st.tuples(st.integers(0, METRICS - 1), st.integers(0, 3)), min_size=1, max_size=4),

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 from pyroaring import BitMap
 
@@ -170,6 +170,8 @@ class Node:
         self._fleet_views: dict[str, tuple[RankView, set[tuple[int, int]], bool]] = {}  # child: its view judged
         self.sink: Sink | None = sink
         self.complete: Callable[[Window], bool] = self.covered_complete if complete is None else complete(self)
+        # covered_complete's rule for a native table's watched windows, asked natively per job (WindowTable.due)
+        self._native_covered = self._covered_sources if complete is None else None
 
     def _acked(self, origin: Origin, refused: list[Refusal]) -> None:
         """An origin's last hold released: nothing here refers to it any more; tell its sender."""
@@ -454,25 +456,12 @@ class Node:
         waits for nobody: each rank sent everything before its bye (a part still on its way from another
         child arrives as a late delta)."""
         job = win.key.job
-        cache = self._covered
-        if cache is not None and job in cache:
-            covered = cache[job]
-        else:
-            views = self._views(job)
-            covered = BitMap.union(BitMap(), *(b for v in views for b in (v.alive, v.stuck, v.dead)))
-            if not covered and any(v.closed for v in views):
-                covered = None
-            if cache is not None:
-                cache[job] = covered
         if win.native is not None and job != FLEET_JOB:  # asked natively: no copy of the window's sources
-            if covered is None or not covered:
-                return covered is None and win.native.count(win.slot) > 0
-            held = self._covered_native.get(job)
+            held = self._covered_sources(job)
             if held is None:
-                held = _native.Sources(covered.serialize())
-                if cache is not None:
-                    self._covered_native[job] = held
-            return win.native.holds_all(win.slot, held)
+                return win.native.count(win.slot) > 0
+            return held is not False and win.native.holds_all(win.slot, held)
+        covered = self._covered_of(job)
         sources = self.table.sources(win)
         if covered is None:
             return bool(sources)
@@ -482,6 +471,35 @@ class Node:
                 return True
             return self.fleet_grace_s is not None and self._fleet_passed(win)
         return bool(covered) and covered.issubset(sources)
+
+    def _covered_of(self, job: str) -> BitMap | None:
+        """The ranks this node covers for `job` (None: every rank here closed its run), once per job within a flush."""
+        cache = self._covered
+        if cache is not None and job in cache:
+            return cache[job]
+        views = self._views(job)
+        covered: BitMap | None = BitMap.union(BitMap(), *(b for v in views for b in (v.alive, v.stuck, v.dead)))
+        if not covered and any(v.closed for v in views):
+            covered = None
+        if cache is not None:
+            cache[job] = covered
+        return covered
+
+    def _covered_sources(self, job: str) -> _native.Sources | None | Literal[False]:
+        """covered_complete's rule for a native window of `job`, as the native table asks it: the sources a complete
+        window holds every one of, None when any source will do (every rank here closed), False when no window is
+        complete (no rank known). Parsed once per job within a flush."""
+        covered = self._covered_of(job)
+        if covered is None:
+            return None
+        if not covered:
+            return False
+        held = self._covered_native.get(job)
+        if held is None:
+            held = _native.Sources(covered.serialize())
+            if self._covered is not None:
+                self._covered_native[job] = held
+        return held
 
     def _fleet_passed(self, win: Window) -> bool:
         """A fleet second is passed on without its late hosts (issue 28: a link down named within 2 s however many
@@ -551,7 +569,7 @@ class Node:
         with self.lock:
             self._covered, self._fleet_children = {}, {}
             try:
-                due = self.table.due(now, self.complete)
+                due = self.table.due(now, self.complete, self._native_covered)
             finally:
                 self._covered = self._fleet_children = None
                 self._covered_native = {}
@@ -574,6 +592,9 @@ class Node:
         with self.lock:
             self._fleet_children = {}  # each device kind's children judged once for all pending fleet seconds
             try:
+                deadline = self.table.next_deadline()
+                if deadline is not None:
+                    times.append(deadline)
                 for win in self.table.pending_windows():
                     key = win.key
                     if win.sealed:

@@ -11,12 +11,15 @@ constituents, each of which is then wholly new or wholly a duplicate.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 from pyroaring import BitMap
@@ -123,6 +126,10 @@ class Window:
     native: _native.Windows | None = None
     slot: int = -1
     sources_version: int = -1  # the native sources' version `sources` was read at
+    # A native window of a job (not the fleet's) is watched until it seals or its deadline passes: its table asks
+    # the completeness of a job's watched windows in one native call per flush (WindowTable.due), and it is not in
+    # the table's `_pending` set meanwhile.
+    watched: bool = False
     dropped: _native.Batch | None = None  # what a native window held pending when its table let it go
 
     @property
@@ -234,6 +241,7 @@ of root RSS (issue 28), ~3.4 KB each."""
 LATE_BATCH_S = 0.25  # a fleet window's late parts are sent on together, this long after the first of them came
 SOURCE_BYTES = 4  # a source in the window's bitmap (2 in an array container, more in a sparse one): an estimate
 DEFAULT_WINDOW_BUDGET_BYTES = 512 << 20
+_NOTHING = BitMap().serialize()  # held by every window
 
 
 class WindowTable:
@@ -273,6 +281,10 @@ class WindowTable:
         self._origin_ids: dict[Origin, int] = {}
         self._origins: dict[int, Origin] = {}
         self._next_origin = 0
+        # The deadlines of watched windows (each once, in a heap: (deadline, order, window)); stale entries (a window
+        # sealed or removed since) are skipped when they come up.
+        self._deadlines: list[tuple[float, int, Window]] = []
+        self._order = itertools.count()
 
     def window(self, key: Key, expected: int, now: float | None = None) -> Window:
         win = self.windows.get(key)
@@ -284,6 +296,7 @@ class WindowTable:
                 win.native = self.native
                 win.slot, _ = self.native.slot(job, attempt, key.metric, key.index, key.width_ms, expected)
                 self._by_slot[win.slot] = win
+                self._watch(win)
             self.windows[key] = win
             self.charge(win, WINDOW_BYTES)
         elif win.native is not None:
@@ -322,7 +335,7 @@ class WindowTable:
         verdict, overlap, became_pending, added = win.native.offer_core(win.slot, part.summary._as_core(), origin,
                                                                         part.index)
         if verdict == ACCEPTED:
-            if became_pending:
+            if became_pending and not win.watched:
                 self._pending.add(win.key)
             self.bytes += SOURCE_BYTES * added  # charged to the window natively (`_remove` gives it back)
             if self.bytes > self.max_bytes:
@@ -354,9 +367,10 @@ class WindowTable:
                              slot=slot, cost=WINDOW_BYTES)
                 self.windows[key] = win
                 self._by_slot[slot] = win
+                self._watch(win)
                 nbytes += WINDOW_BYTES
         by_slot = self._by_slot
-        self._pending.update(by_slot[slot].key for slot in became_pending)
+        self._pending.update(win.key for win in map(by_slot.__getitem__, became_pending) if not win.watched)
         out = [(pos, by_slot[slot], "duplicate" if verdict == DUPLICATE else "overlap", BitMap(overlap), n)
                for pos, slot, verdict, overlap, n in refused]
         self.bytes += nbytes
@@ -437,8 +451,35 @@ class WindowTable:
             parts.append(Part(out.key, [origins[ref]], summary._sources, index, built=summary))
         return parts
 
-    def due(self, now: float, complete: Callable[[Window], bool]) -> list[Window]:
-        """Windows with pending parts that must go now: newly complete, past deadline, or already sealed (late)."""
+    def _watch(self, win: Window) -> None:
+        """A new native window (not the fleet's, whose seconds pass on by their own rule): its completeness is asked
+        natively with its job's others, and its deadline kept in the heap, until it seals or its deadline passes."""
+        if win.key.job == FLEET_JOB:
+            return
+        assert win.native is not None
+        win.native.watch(win.slot, True)
+        win.watched = True
+        heapq.heappush(self._deadlines, (win.deadline, next(self._order), win))
+
+    def _unwatch(self, win: Window) -> None:
+        """The window is asked in Python from now on (`_pending`), as a window of the Python table is."""
+        if win.watched:
+            win.watched = False
+            if win.native is not None:
+                win.native.watch(win.slot, False)
+            if win.has_pending:
+                self._pending.add(win.key)
+
+    def due(self, now: float, complete: Callable[[Window], bool],
+            covered: Callable[[str], _native.Sources | None | Literal[False]] | None = None) -> list[Window]:
+        """Windows with pending parts that must go now: newly complete, past deadline, or already sealed (late).
+
+        A native table's watched windows (a collector's unsealed windows before their deadline) are asked in one
+        native call per job: with `covered` (the node's `covered_complete` rule for native windows: per job, the
+        sources a complete window holds, None when any source will do, False when none is complete), natively;
+        without it, `complete` on each watched window with parts pending."""
+        if self.native is not None:
+            self._past_deadline(now)
         out = []
         for key in list(self._pending):
             win = self.windows.get(key)
@@ -460,14 +501,53 @@ class WindowTable:
                     self._settling.append(key)
                 self._pending.discard(key)
                 out.append(win)
+        if self.native is not None:
+            out += self._due_watched(now, complete, covered)
+        return out
+
+    def _past_deadline(self, now: float) -> None:
+        """Watched windows whose deadline passed are asked in Python from now on (due at once when pending)."""
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            self._unwatch(heapq.heappop(heap)[2])
+
+    def _due_watched(self, now: float, complete: Callable[[Window], bool],
+                     covered: Callable[[str], _native.Sources | None | Literal[False]] | None) -> list[Window]:
+        native = self.native
+        assert native is not None
+        out = []
+        by_slot = self._by_slot
+        for job, attempt in native.watched_jobs():
+            if covered is None:
+                every = native.complete(job, attempt, _native.Sources(_NOTHING))  # every watched one pending
+                ready = [win for win in map(by_slot.__getitem__, every) if complete(win)]
+            else:
+                held = covered(scoped(job, attempt))
+                if held is False:
+                    continue
+                ready = [by_slot[slot] for slot in native.complete(job, attempt, held)]
+            for win in ready:
+                self._unwatch(win)
+                win.sealed, win.sealed_at = True, now
+                self._settling.append(win.key)
+                self._pending.discard(win.key)
+                out.append(win)
         return out
 
     def pending_windows(self) -> Iterator[Window]:
-        """The windows with parts not yet shipped (what `due` looks at)."""
+        """The windows with parts not yet shipped that `due` asks in Python (a native table's watched windows are
+        asked natively: `next_deadline` is the earliest of their deadlines)."""
         for key in self._pending:
             win = self.windows.get(key)
             if win is not None and win.has_pending:
                 yield win
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of a watched window (maybe of one sealed or gone since: an early wake at most)."""
+        heap = self._deadlines
+        while heap and not heap[0][2].watched:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
 
     def settle(self, key: Key, slot: int) -> Window | None:
         """`Window.settle` of the window `key` if the table still holds it; the window, or None."""
@@ -478,7 +558,7 @@ class WindowTable:
 
     def mark_pending(self, win: Window) -> None:
         """Parts were put back into a window (a resend); ship it at the next flush."""
-        if win.has_pending:
+        if win.has_pending and not win.watched:
             self._pending.add(win.key)
 
     def expire(self, now: float) -> list[Window]:
@@ -516,6 +596,7 @@ class WindowTable:
         if win.native is not None:
             self.bytes -= SOURCE_BYTES * win.native.charged(win.slot)
             del self._by_slot[win.slot]
+            win.watched = False  # the native table forgets it with the slot
             if win.has_pending:  # the table drops it (`_make_room`): on_drop releases what it held
                 win.dropped = win.native.take(win.slot)
             win.native.remove(win.slot)

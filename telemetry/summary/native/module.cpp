@@ -483,6 +483,13 @@ PYBIND11_MODULE(_native, m) {
             Bitmap sources = trusted_bitmap(data);
             t.remove_sources(slot, sources.get());
         })
+        .def("watch", &Windows::watch, "Ask the window's completeness with its job's (complete) until unwatched.")
+        .def("watched_jobs", &Windows::watched_jobs, "(job, attempt) of each job with a watched window pending.")
+        .def("complete", [](const Windows& t, const std::string& job, uint64_t attempt, const Sources* covered) {
+            return t.complete(job, attempt, covered == nullptr ? nullptr : covered->bitmap.get());
+        }, py::arg("job"), py::arg("attempt"), py::arg("covered").none(true),
+           "The watched windows of (job, attempt) with pending parts that hold every source of `covered` (None: any "
+           "source): a collector's completeness, one call per job and flush.")
         .def("take", &Windows::take)
         .def("remove", &Windows::remove);
 

@@ -20,6 +20,21 @@ std::vector<uint32_t> members(const roaring_bitmap_t* r) {
     return out;
 }
 
+// A window key's (job, attempt) prefix (window_key's layout): the key of its group.
+std::string group_key(const std::string& key) {
+    uint32_t job = 0;
+    for (size_t i = 0; i < 4; ++i) job |= static_cast<uint32_t>(static_cast<unsigned char>(key[i])) << (8 * i);
+    return key.substr(0, 4 + static_cast<size_t>(job) + 8);
+}
+
+std::string group_of(const std::string& job, uint64_t attempt) {
+    std::string key;
+    put(key, job.size(), 4);
+    key += job;
+    put(key, attempt, 8);
+    return key;
+}
+
 }  // namespace
 
 std::string window_key(const std::string& job, uint64_t attempt, const std::string& metric, uint64_t index,
@@ -142,7 +157,64 @@ Batch Windows::take(uint32_t slot) {
     return out;
 }
 
+void Windows::watch(uint32_t slot, bool on) {
+    Slot& s = at(slot);
+    if (s.watched == on) return;
+    std::string gkey = group_key(s.key);
+    if (on) {
+        auto [it, created] = groups_.try_emplace(gkey);
+        Group& g = it->second;
+        if (created) {
+            uint32_t job = static_cast<uint32_t>(gkey.size() - 12);
+            g.job = gkey.substr(4, job);
+            for (size_t i = 0; i < 8; ++i)
+                g.attempt |= static_cast<uint64_t>(static_cast<unsigned char>(gkey[4 + job + i])) << (8 * i);
+        }
+        s.watch_pos = static_cast<uint32_t>(g.watched.size());
+        g.watched.push_back(slot);
+        s.watched = true;
+        return;
+    }
+    auto it = groups_.find(gkey);
+    Group& g = it->second;
+    uint32_t last = g.watched.back();  // swap-remove: the last watched window takes its place
+    g.watched[s.watch_pos] = last;
+    slots_[last].watch_pos = s.watch_pos;
+    g.watched.pop_back();
+    if (g.watched.empty()) groups_.erase(it);
+    s.watched = false;
+}
+
+std::vector<std::pair<std::string, uint64_t>> Windows::watched_jobs() const {
+    std::vector<std::pair<std::string, uint64_t>> out;
+    for (const auto& [_, g] : groups_) {
+        for (uint32_t slot : g.watched) {
+            if (!slots_[slot].pending.empty()) {
+                out.emplace_back(g.job, g.attempt);
+                break;
+            }
+        }
+    }
+    return out;
+}
+
+std::vector<uint32_t> Windows::complete(const std::string& job, uint64_t attempt,
+                                        const roaring_bitmap_t* covered) const {
+    std::vector<uint32_t> out;
+    auto it = groups_.find(group_of(job, attempt));
+    if (it == groups_.end()) return out;
+    for (uint32_t slot : it->second.watched) {
+        const Slot& s = slots_[slot];
+        if (s.pending.empty()) continue;
+        if (covered == nullptr ? !roaring_bitmap_is_empty(s.sources.get())
+                               : roaring_bitmap_is_subset(covered, s.sources.get()))
+            out.push_back(slot);
+    }
+    return out;
+}
+
 void Windows::remove(uint32_t slot) {
+    watch(slot, false);
     Slot& s = at(slot);
     index_.erase(s.key);
     s = Slot();

@@ -36,6 +36,15 @@ struct Slot {
     uint64_t version = 0;  // bumped whenever `sources` changes
     uint32_t expected = 0;
     bool used = false;
+    bool watched = false;  // asked for completeness with its job's others (Windows::complete), until sealed
+    uint32_t watch_pos = 0;  // its place in its group's `watched`
+};
+
+// The watched windows of one job and attempt: what Windows::complete asks in one call per flush.
+struct Group {
+    std::string job;
+    uint64_t attempt = 0;
+    std::vector<uint32_t> watched;
 };
 
 enum Verdict : int { ACCEPTED = 0, DUPLICATE = 1, OVERLAP = 2 };
@@ -76,6 +85,14 @@ public:
     Batch take(uint32_t slot);           // the pending entries, the window holding none after
     void remove(uint32_t slot);          // forget the window (its key may come again as a new window)
     void remove_sources(uint32_t slot, const roaring_bitmap_t* sources);
+    // Watch a window (until it is sealed: watch(slot, false), or removed): a collector's unsealed windows, whose
+    // completeness is asked per job in one call (complete) instead of once per window and flush tick in Python.
+    void watch(uint32_t slot, bool on);
+    // The (job, attempt) of every group with a watched window holding pending entries.
+    std::vector<std::pair<std::string, uint64_t>> watched_jobs() const;
+    // The watched windows of (job, attempt) holding pending entries and every source of `covered` (nullptr: any
+    // source at all).
+    std::vector<uint32_t> complete(const std::string& job, uint64_t attempt, const roaring_bitmap_t* covered) const;
 
     const Slot& at(uint32_t slot) const;
     Slot& at(uint32_t slot);
@@ -84,6 +101,7 @@ public:
 private:
     uint32_t create(const std::string& key, uint32_t expected);
     std::unordered_map<std::string, uint32_t> index_;
+    std::unordered_map<std::string, Group> groups_;  // by the window key's (job, attempt) prefix
     std::vector<Slot> slots_;
     std::vector<uint32_t> free_;
 };
