@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -15,12 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
+import collectors.delivery.windows as windows_module
 from collectors.collector.service import CollectorService, _ChildStream
 from collectors.common.validation import MetricBudget
 from collectors.delivery.node import Node, Upstream
 from collectors.delivery.windows import WINDOW_BYTES, Deadlines
 from stub_outbox import StubOutbox
 from telemetry import Summary
+from telemetry.summary import _native
 from telemetry.v1 import forward_pb2, summary_pb2
 
 CHILDREN, METRICS, STEPS = 3, 3, 3
@@ -160,6 +163,45 @@ def test_a_duplicate_of_a_window_dropped_for_room_is_refused_with_it(native: boo
     assert all(len(reasons) == 1 and "over its budget" in reasons[0] for _, reasons in durable), durable
     assert rack.node.durability.unheld_releases == 0
     assert rack.node.durability.outstanding() == 0
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_window_whose_parts_do_not_merge_is_refused_to_its_senders(native: bool,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window whose parts fail to merge at the flush (Window.take: the native merge, or Python's, raising): its
+    parts are refused to every sender that fed it, with the reason, and counted (bad_inputs); the flush goes on
+    with the other windows, and nothing is left held (before: the parts were taken and lost, every other window
+    of that flush too, and their senders never acknowledged)."""
+    rack = Rack(native=native, budget_windows=1000)
+    for c in range(2):
+        rack.receive(c, forward_pb2.SummaryBatch(sender_id=f"c{c}", seq=0).SerializeToString())
+        rack.receive(c, unit_bytes(c, 1, 0, [(0, 0), (1, 0)], False))
+
+    failed: list[str] = []
+
+    def broken(merge: Callable[..., object]) -> Callable[..., object]:
+        """The merge, failing the first time it is called (the first window of the flush)."""
+        def merged(*args: object) -> object:
+            if not failed:
+                failed.append("once")
+                raise ValueError("cannot merge summaries with k=3 and k=5")
+            return merge(*args)
+        return merged
+
+    if native:
+        monkeypatch.setattr(_native.Batch, "merged", broken(_native.Batch.merged))
+    else:
+        monkeypatch.setattr(windows_module, "merge_parts", broken(windows_module.merge_parts))
+    rack.flush(True)
+    assert [len(unit) for unit in rack.sent] == [1], "the other window is sent up"
+    rack.answer(0, 0)
+    durable = [_durable(rack, c) for c in range(2)]
+    assert all(len(found) == 1 and found[0][0] == 1 for found in durable), durable
+    reasons = [found[0][1] for found in durable]
+    assert all(len(r) == 1 and "could not be merged (cannot merge summaries with k=3" in r[0] for r in reasons), reasons
+    assert rack.node.counters["bad_inputs"] == 1
+    assert rack.node.durability.outstanding() == 0
+    assert rack.node.durability.unheld_releases == 0
 
 
 def _earliest_open_deadline(node: Node) -> float | None:

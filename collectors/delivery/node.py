@@ -29,6 +29,7 @@ from collectors.delivery.windows import (
     DEFAULT_WINDOW_BUDGET_BYTES,
     Deadlines,
     Durability,
+    MergeFailed,
     Origin,
     OutPart,
     Part,
@@ -148,6 +149,7 @@ class Node:
         self.table = WindowTable(deadlines, retain_s, window_budget_bytes, on_drop=self._dropped,
                                  on_evict=self._evicted, native=native)
         self._drop_log = RateLimitedLog(log)
+        self._merge_log = RateLimitedLog(log)
         self.ack_down = ack_down
         self.durability = Durability(self._acked)
         self.counters = dict.fromkeys(COUNTER_FIELDS, 0)
@@ -346,6 +348,19 @@ class Node:
             return
         for out in outs:
             self.release(out.key, out.constituents, out.absorbed, refused, out.batch)
+
+    def take(self, win: Window, late: bool) -> OutPart | None:
+        """`win.take` for a sink (under the lock): None when its parts could not be merged. Then they are released as
+        refused (each sender is told, none waits for a window that will never be stored), counted in `bad_inputs`
+        and logged (rate-limited), and the flush goes on with the other windows."""
+        try:
+            return win.take(late)
+        except MergeFailed as failed:
+            self.counters["bad_inputs"] += 1
+            self._merge_log.warn("%s (bad_inputs): refused to their senders", failed)
+            self.release(failed.key, failed.parts, failed.absorbed,
+                         f"refused at {self.node_id}: its parts could not be merged ({failed.cause})", failed.batch)
+            return None
 
     def release(self, key: Key, parts: list[Part], absorbed: list[Origin], refused: str,
                 batch: _native.Batch | None = None) -> None:
@@ -673,7 +688,9 @@ class Upstream:
         node.assert_locked()
         parts = []
         for win in windows:
-            out = win.take(late=win.forwarded)
+            out = node.take(win, late=win.forwarded)
+            if out is None:
+                continue
             if out.late:
                 node.counters["late"] += 1
             parts.append((win, out))

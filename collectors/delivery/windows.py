@@ -99,6 +99,17 @@ class OutPart:
     batch: _native.Batch | None = None  # a collector's: the children's parts held natively (NativeWindows)
 
 
+class MergeFailed(Exception):
+    """A window's pending parts could not be merged (`Window.take`: parts the intake's checks let through that do not
+    merge, e.g. a merged count past 64 bits). They were taken from the window: the caller releases them as refused
+    (`Node.take`), so that no sender waits forever for a window that will never be stored."""
+
+    def __init__(self, key: Key, parts: list[Part], absorbed: list[Origin], batch: _native.Batch | None,
+                 cause: Exception) -> None:
+        super().__init__(f"the parts of {key} could not be merged: {cause}")
+        self.key, self.parts, self.absorbed, self.batch, self.cause = key, parts, absorbed, batch, cause
+
+
 @dataclass
 class Window:
     """One window's lifecycle, changed only through its transitions (the sinks and the node never edit its
@@ -147,14 +158,24 @@ class Window:
     def take(self, late: bool) -> OutPart:
         """What the window holds pending, merged into one OutPart for its sink (the parent's outbox, or the
         root's store), with the parts and absorbed duplicates it is to release once settled; the window holds
-        nothing pending after. The caller `dispatch`es it under the sink's id for it."""
-        if self.native is not None:
-            self.expected = self.native.expected(self.slot)
-            batch = self.native.take(self.slot)
-            out = OutPart(self.key, self.expected, late, Summary._wrap(batch.merged()), [], self.absorbed, batch)
-        else:
-            out = OutPart(self.key, self.expected, late, merge_parts(self.pending), self.pending, self.absorbed)
-        self.pending, self.absorbed = [], []
+        nothing pending after. The caller `dispatch`es it under the sink's id for it. MergeFailed (with what was
+        pending) when the parts do not merge: the window holds nothing pending after that either."""
+        try:
+            if self.native is not None:
+                self.expected = self.native.expected(self.slot)
+                batch = self.native.take(self.slot)
+                try:
+                    out = OutPart(self.key, self.expected, late, Summary._wrap(batch.merged()), [], self.absorbed,
+                                  batch)
+                except (ValueError, ArithmeticError) as exc:
+                    raise MergeFailed(self.key, [], self.absorbed, batch, exc) from exc
+            else:
+                try:
+                    out = OutPart(self.key, self.expected, late, merge_parts(self.pending), self.pending, self.absorbed)
+                except (ValueError, ArithmeticError) as exc:
+                    raise MergeFailed(self.key, self.pending, self.absorbed, None, exc) from exc
+        finally:
+            self.pending, self.absorbed = [], []
         return out
 
     def dispatch(self, slot: int, out: OutPart) -> None:

@@ -57,11 +57,14 @@ class Finaliser:
         node.assert_locked()
         if not windows and not self._claims:
             return None
-        rows, outs = [], []
+        rows, outs, taken = [], [], []
         stamp = time.time_ns()
         for win in windows:
             previous = self.final.get(win.key)
-            out = win.take(late=previous is not None)
+            out = node.take(win, late=previous is not None)
+            if out is None:  # its parts did not merge: refused to their senders (Node.take)
+                continue
+            taken.append(win)
             if previous is None:
                 row = Row(win.key, win.expected, out.summary, 0, stamp)
             else:
@@ -71,6 +74,7 @@ class Finaliser:
             outs.append(out)
             win.dispatch(PERSISTING, out)
             self.persisting[win.key] = self.persisting.get(win.key, 0) + 1
+        windows = taken
         jobs = {job: node.world_size(job) for job in {w.key.job for w in windows}}
         jobs = {j: w for j, w in jobs.items() if w}
         claims, self._claims = self._claims, {}
