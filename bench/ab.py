@@ -9,7 +9,7 @@ revision (a detached git worktree, removed after) and at the working tree, inter
         bench/scale.py --sizes 1024,4096 --steps 10 --warmup 2 --idle-s 2 --wide '' --no-baseline --out {out}
 
 The command after `--` is run in each tree with that tree first on PYTHONPATH, `{out}` replaced by a fresh
-directory; the bench's JSON is the one *.json file it writes there. Every numeric leaf of it (a dotted path,
+directory; the bench's JSON is the one *.json file it writes there (the one at its top, where others are below it). Every numeric leaf of it (a dotted path,
 list items by index) that both sides have is compared, or those matching --keys (a regular expression). Writes
 bench/results/ab.json (or --json): both revisions, each round's JSON and the table.
 """
@@ -73,7 +73,7 @@ def run_once(tree: Path, command: list[str], out: Path) -> dict[str, Any]:
     done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} in {tree} exited {done.returncode}:\n{done.stderr[-3000:]}")
-    found = sorted(out.rglob("*.json"))
+    found = sorted(out.glob("*.json")) or sorted(out.rglob("*.json"))  # one at the top (scale.py --metrics: its table)
     if len(found) != 1:
         raise RuntimeError(f"{' '.join(argv)} wrote {len(found)} JSON files in {out}, not one")
     return dict(json.loads(found[0].read_text()))
