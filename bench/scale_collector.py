@@ -67,7 +67,12 @@ def child_collector(cfg: dict) -> None:
         unit.batch.windows if unit.read is None else len(unit.read)))
     server.service._handle = handled  # type: ignore[method-assign]  # the bench wraps it here to time it
     table = server.node.table
-    table.due = timed(table.due, lambda now, complete: bool(table._pending))  # type: ignore[method-assign]  # wrapped to time it
+    native = table.native  # a collector's: its unsealed windows are watched natively, not in _pending
+
+    def any_pending(now: float, complete: Any, covered: Any = None) -> bool:
+        return bool(table._pending) or (native is not None and bool(native.watched_jobs()))
+
+    table.due = timed(table.due, any_pending)  # type: ignore[method-assign]  # wrapped to time it
     sink = server.node.sink
     assert sink is not None  # CollectorServer wires it: the root's Finaliser, a tier's Upstream
     ship = sink.ship

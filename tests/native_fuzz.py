@@ -223,6 +223,8 @@ def table(rng: random.Random, data: bytes) -> None:
         assert windows.count(slot) == len(BitMap.deserialize(sources))
         origins = windows.pending_origins(slot)
         assert len(set(origins)) == len(origins)
+        if rng.random() < 0.7:  # watched (a collector's unsealed windows), or no longer, asked per job at once
+            windows.watch(slot, rng.random() < 0.8)
         if rng.random() < 0.5:
             continue
         batch = windows.take(slot)
@@ -231,6 +233,11 @@ def table(rng: random.Random, data: bytes) -> None:
             assert len(batch.refs()) == len(batch.entries()) == len(batch)
         if rng.random() < 0.35:
             windows.remove(slot)
+    for job, attempt in windows.watched_jobs():  # each answer a watched window of that job holding pending parts
+        every = windows.complete(job, attempt, _native.Sources(BitMap().serialize()))
+        assert every and set(windows.complete(job, attempt, None)) <= set(every)
+        for slot in windows.complete(job, attempt, _native.Sources(BitMap(range(rng.randrange(4))).serialize())):
+            assert windows.pending(slot) > 0
 
 
 def run(cases: int, seed: int) -> tuple[int, int]:
