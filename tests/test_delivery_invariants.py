@@ -217,3 +217,49 @@ def test_world_size_without_the_unions(tmp_path) -> None:
     node.own_ranks = {"own": RankView(alive=BitMap([0]), world_size=3)}
     for job in ("job", "own", "none"):
         assert node.world_size(job) == node.states(job).world_size == node.ranks(job).world_size
+
+
+# ---------------------------------------------------------------- Finaliser: parts that do not merge
+def test_a_window_whose_parts_do_not_merge_is_refused_and_the_others_stored(tmp_path, monkeypatch) -> None:
+    """At the root (a Python table): the first window's merge raises (Window.take), a late part's merge into the
+    stored window raises (Finaliser.ship): each is refused to its senders and counted, the other window of the
+    flush is stored, and nothing stays held (before: the failing window's parts and every window after it in the
+    flush were taken and lost, their senders never acknowledged)."""
+    import collectors.delivery.windows as windows_module
+    import collectors.root.finalise as finalise_module
+
+    node, finaliser, acks = _root(tmp_path)
+    for step in (1, 2):
+        for source in (0, 1):
+            assert node.offer(_part(step, ("child", 10 * step + source), source), expected=2)[0] == "accepted"
+    merge_parts = windows_module.merge_parts
+    calls: list[int] = []
+
+    def first_fails(parts: list[Part]):  # type: ignore[no-untyped-def]  # merge_parts, raising the first time
+        calls.append(len(parts))
+        if len(calls) == 1:
+            raise ValueError("cannot merge summaries with k=3 and k=5")
+        return merge_parts(parts)
+
+    monkeypatch.setattr(windows_module, "merge_parts", first_fails)
+    node.flush()
+    assert node.counters["bad_inputs"] == 1
+    refused = [(origin, refusals) for origin, refusals in acks.acks if refusals]
+    assert len(refused) == 2 and all("could not be merged (cannot merge summaries" in r[0].reason
+                                     for _, r in refused), acks.acks
+    assert len(acks.acks) == 4, "the other window's parts are stored and acknowledged"
+    assert len(finaliser.final) == 1
+    stored = next(iter(finaliser.final))
+    assert node.offer(_part(stored.index, ("child", 99), 5), expected=2)[0] == "accepted"  # a late part
+
+    class _Broken:
+        @staticmethod
+        def merge_all(summaries: list[object]) -> object:
+            raise OverflowError("intermediate overflow in fsum")
+
+    monkeypatch.setattr(finalise_module, "Summary", _Broken)
+    node.flush()
+    assert node.counters["bad_inputs"] == 2
+    assert acks.acks[-1][0] == ("child", 99) and "could not be merged into the stored window" in acks.acks[-1][1][0].reason
+    assert node.durability.outstanding() == 0
+    assert node.durability.unheld_releases == 0

@@ -64,12 +64,22 @@ class Finaliser:
             out = node.take(win, late=previous is not None)
             if out is None:  # its parts did not merge: refused to their senders (Node.take)
                 continue
-            taken.append(win)
             if previous is None:
                 row = Row(win.key, win.expected, out.summary, 0, stamp)
             else:
-                row = Row(win.key, max(win.expected, previous.expected),
-                          Summary.merge_all([previous.summary, out.summary]), previous.late + 1, previous.finalised_ns)
+                try:
+                    merged = Summary.merge_all([previous.summary, out.summary])
+                except (ValueError, ArithmeticError) as exc:  # as Node.take: refused to its senders, counted
+                    node.counters["bad_inputs"] += 1
+                    log.warning("a late part of %s could not be merged into the stored window (bad_inputs): %s",
+                                win.key, exc)
+                    node.release(out.key, out.constituents, out.absorbed,
+                                 f"refused at {node.node_id}: it could not be merged into the stored window ({exc})",
+                                 out.batch)
+                    continue
+                row = Row(win.key, max(win.expected, previous.expected), merged, previous.late + 1,
+                          previous.finalised_ns)
+            taken.append(win)
             rows.append(row)
             outs.append(out)
             win.dispatch(PERSISTING, out)
