@@ -252,6 +252,22 @@ def test_windows_go_when_complete_past_their_deadline_and_late(native: bool) -> 
     assert node.counters["late"] == 1
 
 
+def test_a_native_table_under_another_completion_asks_it_of_each_watched_window() -> None:
+    """A node whose completion is not covered_complete (Node's `complete`): its native table's watched windows are
+    each asked by it (not by the covered ranks), and go when it says so."""
+    rack = Rack(native=True, budget_windows=1000)
+    wanted = {"m1"}
+    rack.node.complete = lambda win: win.key.metric in wanted
+    rack.node._native_covered = None  # as Node.__init__ sets it for a Completion given
+    rack.receive(0, forward_pb2.SummaryBatch(sender_id="c0", seq=0).SerializeToString())
+    rack.receive(0, unit_bytes(0, 1, 0, [(0, 1), (1, 1), (2, 1)], False))  # none complete by the covered ranks
+    rack.flush(False)
+    assert [[forward_pb2.WindowSummary.FromString(w).key.metric for w in unit] for unit in rack.sent] == [["m1"]]
+    wanted.add("m2")
+    rack.flush(False)
+    assert [len(unit) for unit in rack.sent] == [1, 1]
+
+
 EVENT = st.one_of(
     st.tuples(st.just("unit"), st.integers(0, CHILDREN - 1), st.integers(0, STEPS - 1),
               st.lists(st.tuples(st.integers(0, METRICS - 1), st.integers(0, 3)), min_size=1, max_size=4),
