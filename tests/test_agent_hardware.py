@@ -307,6 +307,69 @@ def test_buckets_are_offered_once_complete_and_a_clock_step_back_stays_put(tmp_p
     assert sampler.stats.not_accepted == 0
 
 
+class _SteppedClock:
+    """The sampler's `time` and stop event, faked: waiting advances the wall and monotonic clocks alike; at
+    `step_at` (a monotonic second) the wall clock alone steps by `step_s` (NTP stepping it back or forward)."""
+
+    def __init__(self, step_at: float, step_s: float) -> None:
+        self.wall, self.mono = 1_700_000_000.2, 1000.0
+        self.step_at, self.step_s, self.stepped = 1000.0 + step_at, step_s, False
+        self.samples: list[float] = []  # the wall time of each sample
+
+    def time_ns(self) -> int:
+        return round(self.wall * 1e9)
+
+    def monotonic_ns(self) -> int:
+        return round(self.mono * 1e9)
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def thread_time(self) -> float:
+        return 0.0
+
+    def wait(self, seconds: float) -> bool:
+        if not self.stepped and self.mono + seconds >= self.step_at:
+            seconds -= self.step_at - self.mono
+            self.wall += self.step_at - self.mono + self.step_s
+            self.mono, self.stepped = self.step_at, True
+        self.wall += max(seconds, 0.0) + 0.001  # and the sample takes a millisecond
+        self.mono += max(seconds, 0.0) + 0.001
+        return len(self.samples) >= 12
+
+
+@pytest.mark.parametrize("step_s", [-0.2, -0.5, -0.9, -1.0, -2.5, -30.0, 0.4, 5.0])
+def test_a_wall_clock_step_never_samples_a_second_twice_nor_stops_the_sampling(monkeypatch, step_s):
+    """The sampler's schedule runs on the monotonic clock too (it used the wall clock alone: a step back of part of
+    a second sampled that second again). Samples stay at least half an interval apart, never revisit a wall time
+    already sampled, and never leave the host unsampled for more than two intervals; each sample's readings are filed
+    at the time it was planned for, so a step during the wait files them in a later second than the last sample's
+    too. A step back of more than two intervals may file several samples in one second (the one after the last
+    offered: HardwareSampler's floor): the host keeps being sampled."""
+    import collectors.agent.hardware as hardware
+
+    clock = _SteppedClock(step_at=3.4, step_s=step_s)
+    monkeypatch.setattr(hardware, "time", clock)
+    sampler = HardwareSampler(_node(), RankRegistry(), host_id="h", interval_s=1.0)
+    sampler._stop = clock  # type: ignore[assignment]  # the fake clock's wait is the stop event's
+    monotonic: list[float] = []
+
+    def sample_once(now_ns: int | None = None, next_wall_ns: int | None = None) -> int:
+        clock.samples.append(clock.wall if now_ns is None else now_ns / 1e9)  # the time the readings are filed at
+        monotonic.append(clock.mono)
+        return 0
+
+    sampler.sample_once = sample_once  # type: ignore[method-assign]  # record when the schedule samples
+    sampler._run()
+    seconds = [int(wall) for wall in clock.samples]
+    before = [int(wall) for wall, mono in zip(clock.samples, monotonic) if mono < clock.step_at]
+    after = [int(wall) for wall, mono in zip(clock.samples, monotonic) if mono >= clock.step_at]
+    assert not set(before) & set(after) or step_s < -2, (step_s, seconds)  # no second sampled again
+    assert len(set(seconds)) == len(seconds) or step_s < -2, (step_s, seconds)
+    gaps = [b - a for a, b in zip(monotonic, monotonic[1:])]
+    assert min(gaps) >= 0.5 and max(gaps) <= 2.01, (step_s, gaps)
+
+
 def test_rank_devices_map_to_gpus_by_uuid_then_index():
     nv = FakeNvml(4)
     gpu = open_gpu_probe(nvml=nv, events=False)

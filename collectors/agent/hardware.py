@@ -87,6 +87,24 @@ def next_sample_ns(now_ns: int, interval_s: float) -> int:
     return ((now_ns - offset_ns) // period_ns + 1) * period_ns + offset_ns
 
 
+def next_sample_after(now_ns: int, mono_ns: int, last: tuple[int, int] | None, interval_s: float) -> int:
+    """The wall time of the next sample (next_sample_ns's phase point), scheduled against the monotonic clock too:
+    never a phase point at or before the last sample's (a wall clock stepped back would sample that second twice,
+    its readings counted twice), nor one less than half an interval after the last sample in monotonic time (a
+    step back of part of a second), unless that would leave the host unsampled for over two intervals (a step back
+    of many seconds: then the sample is taken, and its readings go to the bucket after the last one offered).
+    `last`: the last sample's (wall, monotonic) ns, None before the first."""
+    period_ns = max(1, round(interval_s * 1e9))
+    at_ns = next_sample_ns(now_ns, interval_s)
+    if last is None:
+        return at_ns
+    last_wall_ns, last_mono_ns = last
+    while (at_ns <= last_wall_ns or mono_ns + at_ns - now_ns - last_mono_ns < period_ns // 2) \
+            and mono_ns + at_ns - now_ns - last_mono_ns + period_ns <= 2 * period_ns:
+        at_ns = next_sample_ns(at_ns, interval_s)
+    return at_ns
+
+
 def host_job(host_id: str) -> str:
     """The pseudo-job a host's own hardware windows live under: ``_host:<host_id>`` (a valid job name)."""
     return (HOST_JOB_PREFIX + _JOB_UNSAFE.sub("_", host_id or "unknown"))[:128]
@@ -231,12 +249,17 @@ class HardwareSampler:
                     log.exception("closing the %s probe failed", probe.name)
 
     def _run(self) -> None:
+        last: tuple[int, int] | None = None  # the last sample's (wall, monotonic) time
         while True:
-            at_ns = next_sample_ns(time.time_ns(), self.interval_s)
-            if self._stop.wait(max(0.0, (at_ns - time.time_ns()) / 1e9)):
+            now_ns, mono_ns = time.time_ns(), time.monotonic_ns()
+            at_ns = next_sample_after(now_ns, mono_ns, last, self.interval_s)
+            if self._stop.wait(max(0.0, (at_ns - now_ns) / 1e9)):
                 return
+            last = (at_ns, mono_ns + at_ns - now_ns)
             try:
-                self.sample_once(next_wall_ns=next_sample_ns(at_ns, self.interval_s))
+                # labelled with the planned time: a clock stepped during the wait, or a late wake-up, leaves the
+                # reading in the second it was planned for (each sample in a later one than the last)
+                self.sample_once(now_ns=at_ns, next_wall_ns=next_sample_ns(at_ns, self.interval_s))
             except Exception:  # a bug here must not stop the sampling for good
                 log.exception("hardware sample failed")
             self.on_sampled()
