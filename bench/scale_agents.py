@@ -190,7 +190,7 @@ def child_agents(cfg: dict) -> None:
 
     work = {"step_work_s": 0.0}
     work_lock = threading.Lock()
-    for agent in agents:  # the parent's acks of units carrying windows, on each agent's outbox thread
+    for agent in agents:  # the parent's acks of units carrying windows, on the client loop
         outbox = agent.upstream.outbox
 
         def acked(unit: Any, ack: Any, on_ack: Any = outbox._on_ack) -> None:

@@ -68,8 +68,16 @@ class Numbered(Protocol):
     def message(self) -> Message | bytes: ...  # bytes: serialised already (the stream's serialiser passes them on)
 
 
+class Live(Protocol):
+    """A live stream's requests: what `add` and `open` put units on (a queue.SimpleQueue; or the outbox's
+    hand-over onto its event loop). `put` must be thread-safe."""
+
+    def put(self, item: Any) -> None: ...
+
+
 U = TypeVar("U", bound=Numbered)
 A = TypeVar("A")
+L = TypeVar("L", bound=Live)
 
 
 class Unreachable(grpc.RpcError):
@@ -99,7 +107,7 @@ class RetainingStream(Generic[U]):
         self._weigh = weigh
         self.weight = 0  # of the retained units
         self._seq = 0
-        self._live: queue.SimpleQueue[Any] | None = None
+        self._live: Live | None = None
         self._keep_sent = keep_sent
         self._sent_through = 0  # every unit numbered up to this one went out on some stream (they go in order)
         self._unsent_from = 1   # no retained unit never sent is older than this one (keep_sent's drops)
@@ -170,7 +178,10 @@ class RetainingStream(Generic[U]):
         """A new stream's requests: `first` (the opening messages), then every retained unit in sequence
         order, then each unit added from now on. `then(resent)` runs under the lock once it is live, told
         how many retained units it carries."""
-        live: queue.SimpleQueue[Any] = queue.SimpleQueue()  # put and get in C
+        return self.open_on(queue.SimpleQueue(), first, then)  # put and get in C
+
+    def open_on(self, live: L, first: Iterable[Message], then: Callable[[int], None] | None = None) -> L:
+        """As `open`, onto `live`: anything with a thread-safe `put` (an asyncio stream's requests: the outbox)."""
         for message in first:
             live.put(message)
         with self.lock:

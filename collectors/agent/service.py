@@ -175,7 +175,7 @@ class AgentService(ingest_pb2_grpc.AgentServicer):
 
     # ------------------------------------------------------------ forensics
     def request_captures(self, requests: list[forensics_pb2.CaptureRequest]) -> None:
-        """Capture requests from the parent (the outbox thread): each hosted rank named is asked."""
+        """Capture requests from the parent (on the outbox's client loop): each hosted rank named is asked."""
         if self.captures is None:
             return
         now = time.monotonic()

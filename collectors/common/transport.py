@@ -139,8 +139,9 @@ async def set_serving(health_servicer: health.aio.HealthServicer, serving: bool,
         await health_servicer.set(name, status)
 
 
-def make_channel(address: str, security: Security | None = None,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> grpc.Channel:
+def _channel_setup(address: str, security: Security | None, max_message_bytes: int
+                   ) -> tuple[grpc.ChannelCredentials | None, list[tuple[str, int | str]]]:
+    """A client channel's credentials (None: plaintext) and options, for a sync or an aio channel alike."""
     options = _options(max_message_bytes) + [("grpc.keepalive_time_ms", 10_000),
                                              ("grpc.keepalive_timeout_ms", 5_000)]
     if security and security.tls and not address.startswith("unix:"):
@@ -150,8 +151,25 @@ def make_channel(address: str, security: Security | None = None,
             certificate_chain=security.cert.read_bytes() if security.cert else None)
         if security.server_name:
             options.append(("grpc.ssl_target_name_override", security.server_name))
+        return creds, options
+    return None, options
+
+
+def make_channel(address: str, security: Security | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> grpc.Channel:
+    creds, options = _channel_setup(address, security, max_message_bytes)
+    if creds is not None:
         return grpc.secure_channel(address, creds, options=options)
     return grpc.insecure_channel(address, options=options)
+
+
+def make_aio_channel(address: str, security: Security | None = None,
+                     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> grpc.aio.Channel:
+    """As make_channel, for grpc.aio (call it on the loop that will use the channel)."""
+    creds, options = _channel_setup(address, security, max_message_bytes)
+    if creds is not None:
+        return grpc.aio.secure_channel(address, creds, options=options)
+    return grpc.aio.insecure_channel(address, options=options)
 
 
 def certificate_names(context: grpc.aio.ServicerContext) -> frozenset[str] | None:

@@ -1,6 +1,7 @@
 """The sending side of a tier: numbered units kept until the parent says they are durable (DESIGN §5).
 
-One thread owns the Forward stream to the parent. After any break it
+A coroutine on the process's client loop (collectors/delivery/clientloop.py: grpc.aio, one loop thread for
+every outbox of the process, nothing polled) owns the Forward stream to the parent. After any break it
 reconnects with jittered backoff (to the fallback parent when the primary
 does not answer) and resends every unit not yet acknowledged DURABLE; the
 parent's overlap rules make that resend safe. Retaining, resending in order
@@ -11,24 +12,26 @@ of parents to fail over between) and hands the parent's acks to its callbacks.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 
-from collectors.common.transport import Security, call_metadata, make_channel
+from collectors.common.transport import Security, call_metadata, make_aio_channel
+from collectors.delivery.clientloop import ClientLoop, LoopRequests, shared_loop
+from telemetry.backoff import Backoff
 from telemetry.ratelog import RateLimitedLog
-from telemetry.retaining import RetainingStream, Unreachable, read_acks, wait_ready
-from telemetry.streams import END, rpc_code, until_end
+from telemetry.retaining import RetainingStream, Unreachable
+from telemetry.streams import END, rpc_code
 from telemetry.v1 import forensics_pb2, forward_pb2, forward_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-POLLER_SLICE_S = 0.25  # a little more than the 0.2 s grpc's connectivity poller waits per watch
 UNREACHABLE_WARN_EVERY_S = 30.0  # while no parent answers, how often the tier says so
 DEFAULT_OUTBOX_BYTES = 256 << 20  # --outbox-budget-mb: what a tier keeps for its parent while it is away
 
@@ -46,7 +49,8 @@ def _nbytes(unit: Unit) -> int:
 
 
 class Outbox:
-    """Numbered, retained, resent units to a parent; callbacks run on the outbox thread.
+    """Numbered, retained, resent units to a parent; callbacks run on the client loop's thread (briefly: the
+    process's other outboxes share it).
 
     Bounded in bytes (`max_bytes`: the units' wire sizes; --outbox-budget-mb): past it the oldest units are
     dropped, counted (`dropped_units`, `dropped_bytes`; the node counts their windows as dropped_windows and
@@ -65,15 +69,16 @@ class Outbox:
         self.security = security
         self._on_ack = on_ack
         self.on_drop = on_drop
-        # Capture requests the parent sends down (on Acks with seq 0); called on the outbox thread.
+        # Capture requests the parent sends down (on Acks with seq 0); called on the client loop.
         self.on_requests: Callable[[list[forensics_pb2.CaptureRequest]], None] | None = None
         self.max_bytes = max_bytes
         self.connect_timeout_s = connect_timeout_s
-        # Its lock guards _call and connected_to too.
+        # Its lock guards connected_to too.
         self._unacked: RetainingStream[Unit] = RetainingStream(_nbytes)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"outbox-{sender_id}", daemon=True)
-        self._call: grpc.Future[Any] | None = None
+        self._loop: ClientLoop | None = None
+        self._future: concurrent.futures.Future[None] | None = None  # the session loop's, once started
+        self._done = threading.Event()  # the session loop ended (its last channel closed)
         self._index = 0  # of the parent to connect to next (modulo the list)
         self.connected_to: str | None = None
         self.resent = 0
@@ -86,7 +91,8 @@ class Outbox:
         self._unreachable_since: float | None = None
 
     def start(self) -> None:
-        self._thread.start()
+        self._loop = shared_loop()
+        self._future = asyncio.run_coroutine_threadsafe(self._run(), self._loop.loop)
 
     def submit(self, message: forward_pb2.SummaryBatch, payload: object, nbytes: int | None = None) -> Unit:
         """Number, retain and send a unit (sent on the current stream, or on the next one). `nbytes`: its wire
@@ -120,20 +126,34 @@ class Outbox:
         return len(self._unacked)
 
     def close(self, timeout: float = 2.0) -> None:
+        """Stop: end the stream (the parent sees it end), cancel the session, and wait up to `timeout` for its
+        channel to close."""
         self._stop.set()
         self._unacked.send(END)
-        with self._unacked.lock:
-            call = self._call
-        if call is not None:
-            call.cancel()
-        if self._thread.is_alive():  # never started (a service stopped before it started): nothing to join
-            self._thread.join(timeout)
+        future = self._future
+        if future is not None:  # never started (a service stopped before it started): nothing to wait for
+            future.cancel()  # cancels the session's task on the loop, wherever it waits
+            self._done.wait(timeout)
 
-    # ----------------------------------------------------------- connection
-    def _run(self) -> None:
-        self._unacked.run(self._stop, self._session, self._failed)
+    # ----------------------------------------------------------- connection (on the process's client loop)
+    async def _run(self) -> None:
+        """RetainingStream.run's session loop, on the loop: sessions with the one Backoff between them."""
+        backoff = Backoff()
+        try:
+            while not self._stop.is_set():
+                try:
+                    await self._session()
+                    backoff.reset()
+                except Exception as exc:
+                    self._failed(exc)
+                finally:
+                    self._unacked.detach()
+                if not self._stop.is_set():
+                    await asyncio.sleep(backoff.next_delay())
+        finally:
+            self._done.set()
 
-    def _failed(self, exc: Exception) -> bool:
+    def _failed(self, exc: Exception) -> None:
         """A session ended in error: log it, and try the next parent if this one was not there."""
         if isinstance(exc, Unreachable):
             self._unreachable()
@@ -144,7 +164,6 @@ class Outbox:
             log.warning("stream to parent %s broke: %s", self.parents[self._index % len(self.parents)],
                         _describe(exc))
             self._index += 1 if rpc_code(exc) == grpc.StatusCode.UNAVAILABLE else 0
-        return True
 
     def _unreachable(self) -> None:
         """No parent answered: say which, for how long, and what it costs, until one does."""
@@ -157,23 +176,21 @@ class Outbox:
             "answers (%d units kept meanwhile); check --parent/--fallback-parent and that the collector there "
             "is running (telemetry doctor)", tried, now - self._unreachable_since, len(self._unacked))
 
-    def _session(self) -> None:
+    async def _session(self) -> None:
         address = self.parents[self._index % len(self.parents)]
-        channel = make_channel(address, self.security)
+        channel = make_aio_channel(address, self.security)
         try:
-            if not wait_ready(channel, self.connect_timeout_s, self._stop):
-                if self._stop.is_set():
-                    # grpc's connectivity poller watches the channel in 0.2 s slices and raises on its own
-                    # thread if the channel is closed (or freed at exit) under it: let it see it was cancelled.
-                    time.sleep(POLLER_SLICE_S)
-                raise Unreachable(f"parent {address} not reachable")
-            self._stream(channel, address)
+            try:
+                await asyncio.wait_for(channel.channel_ready(), self.connect_timeout_s)
+            except TimeoutError:
+                raise Unreachable(f"parent {address} not reachable") from None
+            await self._stream(channel, address)
         finally:
             with self._unacked.lock:
-                self._call, self.connected_to = None, None
-            channel.close()
+                self.connected_to = None
+            await channel.close()
 
-    def _stream(self, channel: grpc.Channel, address: str) -> None:
+    async def _stream(self, channel: grpc.aio.Channel, address: str) -> None:
         stub = forward_pb2_grpc.CollectorStub(channel)
 
         def opened(resent: int) -> None:  # under the lock, as the stream goes live
@@ -187,13 +204,16 @@ class Outbox:
             self.connections += 1
             self.connected_to = address
 
-        outgoing = self._unacked.open([forward_pb2.SummaryBatch(sender_id=self.sender_id, seq=0)], opened)
-        call = stub.Forward(until_end(outgoing), metadata=call_metadata(self.security))
-        with self._unacked.lock:
-            self._call = call
-        if self._stop.is_set():  # close() came while this stream was being opened, and did not see it
+        assert self._loop is not None
+        outgoing = self._unacked.open_on(LoopRequests(self._loop.loop),
+                                         [forward_pb2.SummaryBatch(sender_id=self.sender_id, seq=0)], opened)
+        call = stub.Forward(outgoing.__aiter__(), metadata=call_metadata(self.security))
+        try:
+            async for ack in call:  # waits on the stream: nothing wakes until an ack comes or the stream ends
+                self._ack(ack)
+        finally:
+            outgoing.put(END)
             call.cancel()
-        read_acks(call, self._ack, outgoing)
 
     def _ack(self, ack: forward_pb2.Ack) -> None:
         if ack.capture_requests and self.on_requests is not None:
