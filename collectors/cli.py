@@ -80,6 +80,23 @@ class _HostIndex(click.ParamType):
         return index
 
 
+class _FleetGrace(click.ParamType):
+    """--fleet-grace: seconds >= 0, or 'all' (None: wait for every host, until the window's deadline)."""
+
+    name = "SECONDS|all"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float | None:
+        if value is None or value == "all":
+            return None
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is neither a number of seconds nor 'all'", param, ctx)
+        if not seconds >= 0.0 or seconds == float("inf"):
+            self.fail(f"{value!r} is not a finite number of seconds >= 0 (or 'all')", param, ctx)
+        return seconds
+
+
 def _security(cert: str | None, key: str | None, ca: str | None, token: str | None,
               server_name: str | None = None):
     from collectors.common.transport import Security
@@ -377,10 +394,10 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
 @click.option("--deadline-floor", type=float, default=None,
               help="Seconds a window may wait for slow children [default: 3 (collector), 4 (root)].")
 @with_options(window_options(deadline_factor=4.0))
-@click.option("--fleet-grace", type=click.FloatRange(min=0.0), default=DEFAULT_FLEET_GRACE_S, show_default=True,
+@click.option("--fleet-grace", type=_FleetGrace(), default=DEFAULT_FLEET_GRACE_S, show_default=True,
               help="Seconds after a fleet second (hosts' hardware, docs/fleet.md) ended that this tier passes it on "
                    "without the hosts not in yet (twice that above a rack); their readings follow as late deltas, "
-                   "merged exactly.")
+                   "merged exactly. 'all': wait for every host, up to the window's deadline (--deadline-floor).")
 @click.option("--max-children", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Child streams (agents, collectors) served at once; one more is refused with "
                    "RESOURCE_EXHAUSTED (and counted).")
@@ -397,7 +414,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               api: str, api_token: str | None, api_token_file: str | None, api_client_connections: int,
               deadline_floor: float | None,
               deadline_factor: float, max_metrics: int, window_budget_mb: int, outbox_budget_mb: int,
-              fleet_grace: float, retention: tuple[str, ...],
+              fleet_grace: float | None, retention: tuple[str, ...],
               durability: str, max_world_size: int, job_idle_timeout: float, max_children: int,
               detectors_config: str | None, verbose: int, **remote_write: Any) -> None:
     """Run a collector (rack or cluster tier); with no --parent it is the root (store, API)."""

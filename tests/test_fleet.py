@@ -19,6 +19,7 @@ from collectors.common import fleet
 from collectors.sim.sysfs import set_ib, write_host
 from helpers_tree import api_get, counters, make_agent, make_collector, make_root, stop_all, wait_for
 from telemetry import Summary
+from telemetry.v1 import forward_pb2
 
 WAIT = 30.0
 HOSTS = 3
@@ -594,9 +595,12 @@ def test_a_fleet_second_is_passed_on_without_a_late_host_whose_readings_are_merg
         stop_all(*racks, root)
 
 
-def test_an_agent_under_a_parent_without_host_registration_says_the_way_back(monkeypatch, caplog):
+def test_an_agent_under_a_parent_without_host_registration_says_the_way_back_and_asks_again(monkeypatch, caplog):
     """A parent older than host registration answers UNIMPLEMENTED: the agent (--host-index auto) logs one error
-    that says how to get the host's fleet readings flowing again, and stops asking."""
+    that says how to get the host's fleet readings flowing again, and asks again (it used to stop asking until it
+    restarted): once the tree is upgraded, the host gets its index without an agent restart."""
+    import threading
+
     import grpc
 
     from collectors.agent import host_index
@@ -608,12 +612,52 @@ def test_an_agent_under_a_parent_without_host_registration_says_the_way_back(mon
         def details(self):
             return "Method not found!"
 
+    asked = []
+
     def ask(*args):
-        raise Unimplemented()
+        asked.append(time.monotonic())
+        if len(asked) <= 3:  # an old tree, for three asks; then upgraded
+            raise Unimplemented()
+        return forward_pb2.HostAssignment(index=5)
     monkeypatch.setattr(host_index, "ask", ask)
-    registration = host_index.HostIndexRegistration(["127.0.0.1:1"], None, "node-7", "m7", None, lambda i: None)
-    with caplog.at_level("ERROR", logger=host_index.__name__):
-        registration._run()
-    (record,) = [r for r in caplog.records if r.name == host_index.__name__]
-    assert "UNIMPLEMENTED" in record.getMessage() and "upgrade the tree" in record.getMessage()
-    assert "--host-index off" in record.getMessage() and registration.index is None
+    given = []
+    registration = host_index.HostIndexRegistration(["127.0.0.1:1"], None, "node-7", "m7", None, given.append,
+                                                    retry_s=0.05)
+    with caplog.at_level("INFO", logger=host_index.__name__):
+        runner = threading.Thread(target=registration._run, daemon=True)
+        runner.start()
+        runner.join(10)
+    assert not runner.is_alive() and len(asked) == 4
+    errors = [r.getMessage() for r in caplog.records if r.name == host_index.__name__ and r.levelname == "ERROR"]
+    assert len(errors) == 1, errors  # said once, not per ask
+    assert "UNIMPLEMENTED" in errors[0] and "upgrade the tree" in errors[0] and "--host-index off" in errors[0]
+    assert "asking again" in errors[0]
+    assert registration.index == 5 and given == [5] and registration.unable == ""
+
+
+@pytest.mark.parametrize("role", ["collector", "root"])
+def test_fleet_grace_all_waits_for_every_host_and_bad_values_are_refused(monkeypatch, role):
+    """`--fleet-grace all` says "wait for every host" (None: a fleet second is held until the window's deadline);
+    before, the option took only seconds. A negative, infinite or non-numeric grace is a usage error."""
+    from click.testing import CliRunner
+
+    from collectors import cli
+    seen = {}
+
+    class Captured:
+        def __init__(self, config):
+            seen["config"] = config
+    monkeypatch.setattr("collectors.root.server.RootServer", Captured)
+    monkeypatch.setattr("collectors.collector.server.CollectorServer", Captured)
+    monkeypatch.setattr(cli, "StopSignals", lambda: None)  # leave this process's signal handlers alone
+    monkeypatch.setattr(cli, "_serve", lambda signals, make, describe: make())
+    monkeypatch.setattr(cli, "_logging", lambda verbose: None)
+    where = ["--parent", "127.0.0.1:1"] if role == "collector" else ["--db", ":memory:"]
+    for given, want in (("all", None), ("0", 0.0), ("1.5", 1.5), (None, fleet.DEFAULT_FLEET_GRACE_S)):
+        seen.clear()
+        result = CliRunner().invoke(cli.main, ["collector", *where, *(["--fleet-grace", given] if given else [])])
+        assert result.exit_code == 0, result.output
+        assert seen["config"].fleet_grace_s == want, given
+    for bad in ("-1", "inf", "nan", "soon", ""):
+        result = CliRunner().invoke(cli.main, ["collector", *where, "--fleet-grace", bad])
+        assert result.exit_code == 2 and "--fleet-grace" in result.output, (bad, result.output)

@@ -22,7 +22,7 @@ from telemetry.v1 import forward_pb2
 
 log = logging.getLogger(__name__)
 
-REFUSED_RETRY_S = 60.0  # a refused registration is asked again this often (the operator may have fixed it)
+REFUSED_RETRY_S = 60.0  # a refused or unanswerable registration is asked again this often (the tree may be fixed)
 
 
 class HostIndexRegistration:
@@ -30,7 +30,8 @@ class HostIndexRegistration:
     index the root gave (or confirmed)."""
 
     def __init__(self, parents: list[str], security: Security | None, host: str, machine_id: str,
-                 explicit: int | None, on_index: Callable[[int], None], backoff: Backoff | None = None) -> None:
+                 explicit: int | None, on_index: Callable[[int], None], backoff: Backoff | None = None,
+                 retry_s: float = REFUSED_RETRY_S) -> None:
         self.parents = parents
         self.security = security
         self.request = forward_pb2.HostRegistration(host=host, machine_id=machine_id)
@@ -40,6 +41,8 @@ class HostIndexRegistration:
         self.backoff = backoff or Backoff(initial_s=0.2, maximum_s=10.0)
         self.index: int | None = None
         self.refused = ""  # the root's last refusal
+        self.unable = ""  # why the parent last could not register at all (UNIMPLEMENTED: an older tree), "" if it can
+        self.retry_s = retry_s
         self.attempts = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -66,20 +69,29 @@ class HostIndexRegistration:
                 self._stop.wait(self.backoff.next_delay())
                 continue
             except grpc.RpcError as exc:
-                log.error("host %s: the parent cannot register host indexes (%s: %s); %s", host, exc.code().name,
-                          exc.details(), "the host's fleet readings stay unsent until the agent restarts: upgrade "
-                          "the tree (its collectors and root) to one that registers host indexes, or run the agent "
-                          "with --host-index off (its hardware in its host's own windows)" if not
-                          self.request.HasField("explicit_index") else "its --host-index is used unregistered")
-                return
+                # An older tree (UNIMPLEMENTED) or one that refuses this agent's credentials: said once, then asked
+                # again every retry_s, so that an upgraded (or reconfigured) tree is used without an agent restart.
+                said = f"{exc.code().name}: {exc.details()}"
+                if said != self.unable:
+                    log.error("host %s: the parent cannot register host indexes (%s); %s; asking again every %.0f s",
+                              host, said, "the host's fleet readings stay unsent until it can: upgrade the tree (its "
+                              "collectors and root) to one that registers host indexes, or run the agent with "
+                              "--host-index off (its hardware in its host's own windows)" if not
+                              self.request.HasField("explicit_index") else "its --host-index is used unregistered",
+                              self.retry_s)
+                self.unable = said
+                self._stop.wait(self.retry_s)
+                continue
             if answer.refused:
                 if answer.refused != self.refused:
                     log.error("host %s: the tree refuses its host index registration: %s", host, answer.refused)
                 self.refused = answer.refused
-                self._stop.wait(REFUSED_RETRY_S)
+                self._stop.wait(self.retry_s)
                 continue
             self.index, self.refused = answer.index, ""
-            log.info("host %s is fleet host index %d (%s)", host, answer.index,
-                     "as before" if answer.known else "new, from the root")
+            log.info("host %s is fleet host index %d (%s%s)", host, answer.index,
+                     "as before" if answer.known else "new, from the root",
+                     "; the tree registers host indexes now" if self.unable else "")
+            self.unable = ""
             self.on_index(answer.index)
             return
