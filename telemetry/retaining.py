@@ -34,7 +34,8 @@ What it guarantees:
   requests, then cancelling the call) when it stops, and joins its threads with a timeout.
 
 The threads are the client's: the SDK's sender thread batches while a reader thread of its own reads the
-acknowledgements; an outbox's thread reads them itself while units are added from other threads.
+acknowledgements; an outbox's coroutine on its process's client loop (`open_on`) reads them while units are added
+from other threads.
 """
 
 from __future__ import annotations
