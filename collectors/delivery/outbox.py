@@ -205,7 +205,7 @@ class Outbox:
             self.connected_to = address
 
         assert self._loop is not None
-        outgoing = self._unacked.open_on(LoopRequests(self._loop.loop),
+        outgoing = self._unacked.open_on(LoopRequests(self._loop),
                                          [forward_pb2.SummaryBatch(sender_id=self.sender_id, seq=0)], opened)
         call = stub.Forward(outgoing.__aiter__(), metadata=call_metadata(self.security))
         try:

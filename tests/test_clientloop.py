@@ -1,0 +1,48 @@
+"""The process's client loop (collectors/delivery/clientloop.py): calls handed over from any thread run on the loop,
+each once, in the order each thread made them, however many are made while one wake-up is pending."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from collectors.delivery.clientloop import LoopRequests, shared_loop
+from telemetry.streams import END
+
+
+def test_requests_put_from_many_threads_arrive_once_each_in_each_threads_order() -> None:
+    loop = shared_loop()
+    requests = LoopRequests(loop)
+    threads, each = 8, 2_000
+    go = threading.Barrier(threads)
+
+    def put(who: int) -> None:
+        go.wait()
+        for n in range(each):
+            requests.put((who, n))
+
+    async def read() -> list[tuple[int, int]]:
+        got = []
+        async for item in requests:
+            got.append(item)
+        return got
+
+    reading = asyncio.run_coroutine_threadsafe(read(), loop.loop)
+    putters = [threading.Thread(target=put, args=(who,)) for who in range(threads)]
+    for thread in putters:
+        thread.start()
+    for thread in putters:
+        thread.join(30)
+    requests.put(END)
+    got = reading.result(30)
+    assert len(got) == threads * each
+    for who in range(threads):
+        assert [n for w, n in got if w == who] == list(range(each))
+    assert shared_loop() is loop  # one loop per process
+
+
+def test_a_call_made_on_the_loop_itself_runs_too() -> None:
+    loop = shared_loop()
+    ran = threading.Event()
+    loop.call_soon(lambda: loop.call_soon(ran.set))
+    assert ran.wait(10)
