@@ -1,5 +1,6 @@
-"""The process's client loop (collectors/delivery/clientloop.py): calls handed over from any thread run on the loop,
-each once, in the order each thread made them, however many are made while one wake-up is pending."""
+"""The process's client loop (collectors/delivery/clientloop.py) and the batched hand-over to a loop it and the
+servers' Host use (collectors/common/loopcalls.py): calls handed over from any thread run on the loop, each once, in
+the order each thread made them, however many are made while one wake-up is pending."""
 
 from __future__ import annotations
 
@@ -46,3 +47,16 @@ def test_a_call_made_on_the_loop_itself_runs_too() -> None:
     ran = threading.Event()
     loop.call_soon(lambda: loop.call_soon(ran.set))
     assert ran.wait(10)
+
+
+def test_a_failing_call_is_reported_and_the_calls_after_it_still_run(caplog) -> None:
+    loop = shared_loop()
+    ran = threading.Event()
+
+    def fails() -> None:
+        raise ValueError("boom")
+    with caplog.at_level("ERROR", logger="asyncio"):
+        loop.call_soon(fails)
+        loop.call_soon(ran.set)
+        assert ran.wait(10)
+    assert any("boom" in str(r.exc_info) or "handed to the loop" in r.getMessage() for r in caplog.records)

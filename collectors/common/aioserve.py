@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from collectors.common.loopcalls import LoopCalls
 from collectors.common.transport import Security, bind, make_server, set_serving
 from collectors.common.validation import BadInput
 from telemetry.streams import END, rpc_code
@@ -43,6 +44,7 @@ class Host:
 
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
+        self._calls = LoopCalls(self.loop)
         self.closed = False  # close() was called: run() refuses work the loop would never take
         self.answers_cut = 0  # streams cut because their peer read none of MAX_ANSWERS answers (Answers)
         self.pool = concurrent.futures.ThreadPoolExecutor(POOL_WORKERS, thread_name_prefix=f"{name}-work")
@@ -80,7 +82,7 @@ class Host:
     def call_soon(self, func: Callable[..., Any], *args: Any) -> None:
         """Run `func(*args)` on the loop; callable from any thread, also after the loop stopped (then a no-op)."""
         try:
-            self.loop.call_soon_threadsafe(func, *args)
+            self._calls.call_soon(func, *args)  # one wake-up of the loop per burst of calls (loopcalls.py)
         except RuntimeError:  # the loop is closed: the server is gone, and nothing is waiting for this
             pass
 

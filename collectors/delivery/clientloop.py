@@ -15,11 +15,11 @@ run there, and take only their node's lock.
 from __future__ import annotations
 
 import asyncio
-import collections
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from collectors.common.loopcalls import LoopCalls
 from telemetry.streams import END
 
 _lock = threading.Lock()
@@ -31,11 +31,7 @@ class ClientLoop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        # call_soon's hand-over from other threads: one deque and one wake-up of the loop for every call made while
-        # one is pending (call_soon_threadsafe writes to the loop's pipe each call: a process submitting a unit for
-        # each of hundreds of hosts in a row spent 8 % of its CPU there).
-        self._calls: collections.deque[tuple[Callable[..., Any], tuple[Any, ...]]] = collections.deque()
-        self._wake_pending = False
+        self.calls = LoopCalls(self.loop)  # from other threads: one wake-up per burst (loopcalls.py)
         started = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(started,), name="outbox-loop", daemon=True)
         self._thread.start()
@@ -48,17 +44,7 @@ class ClientLoop:
 
     def call_soon(self, func: Callable[..., Any], *args: Any) -> None:
         """Run `func(*args)` on the loop, from any thread, in the order of the calls."""
-        self._calls.append((func, args))
-        if not self._wake_pending:  # a wake-up already on its way runs this call too
-            self._wake_pending = True
-            self.loop.call_soon_threadsafe(self._run_calls)
-
-    def _run_calls(self) -> None:
-        self._wake_pending = False  # first: a call appended from now on schedules its own wake-up
-        calls = self._calls
-        while calls:
-            func, args = calls.popleft()
-            func(*args)
+        self.calls.call_soon(func, *args)
 
 
 def shared_loop() -> ClientLoop:
