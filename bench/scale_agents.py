@@ -120,7 +120,7 @@ def share_channels() -> None:
     4.6 / 4.1), the hosting processes idle at 188 instead of 42 ms/s, and the run 0.04 instead of 0.08 steps/s.
     --no-share-channels gives each agent its own."""
     import collectors.delivery.outbox as outbox_module
-    make_channel = outbox_module.make_channel
+    make_channel = outbox_module.make_aio_channel  # the outboxes' (grpc.aio, on the process's one client loop)
     shared: dict[str, Any] = {}
 
     class Shared:
@@ -130,7 +130,7 @@ def share_channels() -> None:
         def __getattr__(self, name: str) -> Any:
             return getattr(self._channel, name)
 
-        def close(self) -> None:  # the other agents still use it
+        async def close(self) -> None:  # the other agents still use it
             return None
 
     def shared_channel(address: str, security: Any = None) -> Any:
@@ -138,7 +138,7 @@ def share_channels() -> None:
             shared[address] = make_channel(address, security)
         return Shared(shared[address])
 
-    outbox_module.make_channel = shared_channel
+    outbox_module.make_aio_channel = shared_channel  # type: ignore[assignment]  # the simulation's shared channel
 
 
 def child_agents(cfg: dict) -> None:
