@@ -7,8 +7,9 @@
 Part 1, the tree. Simulated hosts run the agent's real hardware path: a generated sysfs tree each
 (collectors/sim/sysfs.py: 2 NICs, 8 IB ports; a TEST DOUBLE of /sys), the real NicProbe reading it, the real
 HardwareSampler bucketing the readings into 1 s windows, and per host its own Node, Upstream and Outbox to its
-rack collector, as in `telemetry agent` (without the rank socket: no ranks here), at 1 Hz, as many hosts per
-process as --hosts-per-process. Racks of --rack-size hosts (`telemetry collector` processes) feed one cluster
+rack collector, as in `telemetry agent` (without the rank socket: no ranks here; a process's outboxes share its
+client loop, collectors/delivery/clientloop.py, as any process's do), at 1 Hz, as many hosts per process as
+--hosts-per-process. 2,000 hosts need about 6 free cores (docs/fleet.md, "Where this machine stops"). Racks of --rack-size hosts (`telemetry collector` processes) feed one cluster
 collector, which feeds the root (`telemetry collector` without --parent): every tier merges. Each host count runs
 twice, in the fleet layout (--host-index: fleet-wide windows) and in the naive per-host layout (`_host:<host>`
 pseudo-jobs), with fresh processes each time. Measured over --seconds after --warmup: the root's CPU seconds per
