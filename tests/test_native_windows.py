@@ -165,6 +165,25 @@ def test_a_duplicate_of_a_window_dropped_for_room_is_refused_with_it(native: boo
     assert rack.node.durability.outstanding() == 0
 
 
+def _broken(merge: Callable[..., object], failed: list[str]) -> Callable[..., object]:
+    """The merge, failing the first time it is called (the first window of the flush)."""
+    def merged(*args: object) -> object:
+        if not failed:
+            failed.append("once")
+            raise ValueError("cannot merge summaries with k=3 and k=5")
+        return merge(*args)
+    return merged
+
+
+def _break_merge(native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next merge of a window's parts (native or Python) fails, once."""
+    failed: list[str] = []
+    if native:
+        monkeypatch.setattr(_native.Batch, "merged", _broken(_native.Batch.merged, failed))
+    else:
+        monkeypatch.setattr(windows_module, "merge_parts", _broken(windows_module.merge_parts, failed))
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_a_window_whose_parts_do_not_merge_is_refused_to_its_senders(native: bool,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
@@ -176,22 +195,7 @@ def test_a_window_whose_parts_do_not_merge_is_refused_to_its_senders(native: boo
     for c in range(2):
         rack.receive(c, forward_pb2.SummaryBatch(sender_id=f"c{c}", seq=0).SerializeToString())
         rack.receive(c, unit_bytes(c, 1, 0, [(0, 0), (1, 0)], False))
-
-    failed: list[str] = []
-
-    def broken(merge: Callable[..., object]) -> Callable[..., object]:
-        """The merge, failing the first time it is called (the first window of the flush)."""
-        def merged(*args: object) -> object:
-            if not failed:
-                failed.append("once")
-                raise ValueError("cannot merge summaries with k=3 and k=5")
-            return merge(*args)
-        return merged
-
-    if native:
-        monkeypatch.setattr(_native.Batch, "merged", broken(_native.Batch.merged))
-    else:
-        monkeypatch.setattr(windows_module, "merge_parts", broken(windows_module.merge_parts))
+    _break_merge(native, monkeypatch)
     rack.flush(True)
     assert [len(unit) for unit in rack.sent] == [1], "the other window is sent up"
     rack.answer(0, 0)
@@ -200,6 +204,43 @@ def test_a_window_whose_parts_do_not_merge_is_refused_to_its_senders(native: boo
     reasons = [found[0][1] for found in durable]
     assert all(len(r) == 1 and "could not be merged (cannot merge summaries with k=3" in r[0] for r in reasons), reasons
     assert rack.node.counters["bad_inputs"] == 1
+    assert rack.node.durability.outstanding() == 0
+    assert rack.node.durability.unheld_releases == 0
+
+
+def _answers(rack: Rack, child: int) -> list[tuple[int, str, list[str]]]:
+    """Every acknowledgement a child was sent: (seq, status, the reasons of its rejections)."""
+    acks = [forward_pb2.Ack.FromString(a) for a in rack.streams[child].answers.acks]
+    return [(a.seq, forward_pb2.Ack.Status.Name(a.status), [r.reason for r in a.rejections]) for a in acks]
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("refusal", ["merge", "parent"])
+def test_a_resend_of_a_refused_window_is_refused_again(native: bool, refusal: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit whose window was refused (its parts did not merge here; the parent refused it), resent (the child
+    reconnected before it saw the answer): the window remembers its refusal and the resend gets it back, never a
+    clean DURABLE as a duplicate of data that was stored (before: the window stayed sealed with the refused
+    sources, and the resend was absorbed and acknowledged DURABLE with no rejection)."""
+    rack = Rack(native=native, budget_windows=1000)
+    rack.receive(0, forward_pb2.SummaryBatch(sender_id="c0", seq=0).SerializeToString())
+    rack.receive(0, unit_bytes(0, 1, 0, [(0, 0)], False))
+    if refusal == "merge":
+        _break_merge(native, monkeypatch)
+    rack.flush(True)
+    rack.answer(2 if refusal == "parent" else 0, 0)
+    first = _answers(rack, 0)
+    refused = [(seq, reasons) for seq, status, reasons in first if status == "DURABLE"]
+    assert [(seq, len(reasons)) for seq, reasons in refused] == [(1, 1)], first
+    reason = refused[0][1][0]
+    rack.receive(0, unit_bytes(0, 1, 0, [(0, 0)], False))
+    rack.flush(True)
+    while rack.outbox.units:
+        rack.answer(0, 0)
+        rack.flush(True)
+    resent = _answers(rack, 0)[len(first):]
+    assert [(seq, status, reasons) for seq, status, reasons in resent if status == "DURABLE"] == [
+        (1, "DURABLE", [reason])], resent
     assert rack.node.durability.outstanding() == 0
     assert rack.node.durability.unheld_releases == 0
 

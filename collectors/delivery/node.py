@@ -317,7 +317,13 @@ class Node:
         return True, [(piece, self.offer(piece, expected, preheld)[0]) for piece in pieces]
 
     def attach_duplicate(self, win: Window, origins: list[Origin]) -> None:
-        """A duplicate is durable once everything the window holds now is: wait on what is still open."""
+        """A duplicate is durable once everything the window holds now is: wait on what is still open. A duplicate
+        of a refused window (`Window.refused`) is refused with it."""
+        if win.refused is not None:
+            refusal = Refusal(win.key, win.refused)
+            for origin in origins:
+                self.durability.refuse(origin, refusal)
+            return
         waits = win.absorb(origins)
         if waits:
             for origin in origins:
@@ -352,14 +358,15 @@ class Node:
     def take(self, win: Window, late: bool) -> OutPart | None:
         """`win.take` for a sink (under the lock): None when its parts could not be merged. Then they are released as
         refused (each sender is told, none waits for a window that will never be stored), counted in `bad_inputs`
-        and logged (rate-limited), and the flush goes on with the other windows."""
+        and logged (rate-limited), and the flush goes on with the other windows. The window remembers it: a resend of
+        what it held is refused too (`attach_duplicate`)."""
         try:
             return win.take(late)
         except MergeFailed as failed:
             self.counters["bad_inputs"] += 1
             self._merge_log.warn("%s (bad_inputs): refused to their senders", failed)
-            self.release(failed.key, failed.parts, failed.absorbed,
-                         f"refused at {self.node_id}: its parts could not be merged ({failed.cause})", failed.batch)
+            win.refused = f"refused at {self.node_id}: its parts could not be merged ({failed.cause})"
+            self.release(failed.key, failed.parts, failed.absorbed, win.refused, failed.batch)
             return None
 
     def release(self, key: Key, parts: list[Part], absorbed: list[Origin], refused: str,
@@ -826,7 +833,9 @@ class Upstream:
             out = outs[index]
             assert out is not None
             outs[index] = None
-            node.table.settle(out.key, unit.seq)
+            win = node.table.settle(out.key, unit.seq)
+            if win is not None:
+                win.refused = rejection.reason  # a resend of it is refused again (Node.attach_duplicate)
             refused.append(out)
         if refused:
             self._refusal_log.warn("the parent refused %d window(s) of unit %d, e.g. %s: %s", len(refused),

@@ -129,7 +129,10 @@ class Window:
     inflight: dict[int, OutPart] = field(default_factory=dict)
     sealed: bool = False
     sealed_at: float = 0.0
-    forwarded: bool = False  # anything sent up already: what follows is a late delta
+    forwarded: bool = False  # anything sent up already (or refused: MergeFailed): what follows is a late delta
+    # Why the window was refused (its parts did not merge: Node.take; the parent refused it: Upstream._refused): a
+    # resend of what it held is refused again (Node.attach_duplicate), never absorbed and acknowledged DURABLE.
+    refused: str | None = None
     late_at: float = 0.0  # a fleet window's late parts go on at this time, together (WindowTable.due)
     cost: int = 0  # bytes this window is charged against its table's budget (WindowTable.charge)
     # A collector's window is held natively (NativeWindows): its parts, sources and expected world live in slot
@@ -713,20 +716,24 @@ class Durability:
 
     def unhold(self, origin: Origin, times: int) -> None:
         """Give back holds taken in advance that nothing used (Node.offer_unit): no acknowledgement when the count
-        reaches zero (the caller's `settle` gives it), unless a refusal was noted meanwhile (a window dropped while
-        the unit was offered): then as `release` does."""
+        reaches zero: the caller's `settle` gives it, with the refusals noted meanwhile (a window dropped while the
+        unit was offered, a duplicate of a refused window: `refuse`), once."""
         held = self._refs.get(origin, 0)
         if held > times:
             self._refs[origin] = held - times
-        elif origin in self._refused:
-            self.release(origin, times=held)
         else:
             self._refs.pop(origin, None)
 
+    def refuse(self, origin: Origin, refusal: Refusal) -> None:
+        """Note a refusal for `origin` without a hold of it (a duplicate of a refused window): told with its
+        acknowledgement, by the release of its last hold or by `settle`."""
+        self._refused.setdefault(origin, []).append(refusal)
+
     def settle(self, origin: Origin) -> None:
-        """A unit that holds nothing (all duplicates of durable data, or empty): durable now."""
+        """A unit that holds nothing (all duplicates of durable data, or empty): durable now, but for the
+        refusals noted for it."""
         if origin not in self._refs:
-            self._ack(origin, [])
+            self._ack(origin, self._refused.pop(origin, []))
 
     def outstanding(self) -> int:
         return len(self._refs)
