@@ -263,3 +263,35 @@ def test_a_window_whose_parts_do_not_merge_is_refused_and_the_others_stored(tmp_
     assert acks.acks[-1][0] == ("child", 99) and "could not be merged into the stored window" in acks.acks[-1][1][0].reason
     assert node.durability.outstanding() == 0
     assert node.durability.unheld_releases == 0
+
+
+def test_a_later_part_of_a_window_refused_at_the_root_is_refused_not_stored_as_its_first(tmp_path,
+                                                                                      monkeypatch) -> None:
+    """A window whose parts did not merge at the root has no row: a part of it that comes later (a late host) is
+    refused with it, never stored as the window's first row (late=0) holding only its own ranks, which detectors
+    would read as the whole step (before: it was). A resend of the refused parts is refused again."""
+    import collectors.delivery.windows as windows_module
+
+    node, finaliser, acks = _root(tmp_path)
+    for source in (0, 1):
+        assert node.offer(_part(1, ("child", 10 + source), source), expected=3)[0] == "accepted"
+
+    def fails(parts: list[Part]) -> object:  # merge_parts, raising
+        raise ValueError("cannot merge summaries with k=3 and k=5")
+
+    monkeypatch.setattr(windows_module, "merge_parts", fails)
+    node.flush()
+    monkeypatch.undo()
+    assert node.counters["bad_inputs"] == 1
+    reason = acks.acks[0][1][0].reason
+    assert node.offer(_part(1, ("child", 12), 2), expected=3)[0] == "accepted"  # the late host
+    node.flush()
+    assert Key("job", "loss", 1) not in finaliser.final, "a later part stored as the refused window's first row"
+    assert acks.acks[-1][0] == ("child", 12) and [r.reason for r in acks.acks[-1][1]] == [reason], acks.acks
+    assert node.counters["bad_inputs"] == 2
+    with node.lock:
+        node.durability.hold(("child", 10))
+        assert node.offer(_part(1, ("child", 10), 0), expected=3, preheld=True)[0] == "duplicate"  # a resend
+    assert acks.acks[-1][0] == ("child", 10) and [r.reason for r in acks.acks[-1][1]] == [reason], acks.acks
+    assert node.durability.outstanding() == 0
+    assert node.durability.unheld_releases == 0

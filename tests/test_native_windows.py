@@ -245,6 +245,25 @@ def test_a_resend_of_a_refused_window_is_refused_again(native: bool, refusal: st
     assert rack.node.durability.unheld_releases == 0
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_a_later_part_of_a_window_whose_parts_did_not_merge_goes_up_late(native: bool,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A part that comes after its window was refused (its parts did not merge) is a late delta: the parent must not
+    take it for the window's first part, a whole step holding only its ranks (before: `forwarded` stayed False and
+    it went up with late=False)."""
+    rack = Rack(native=native, budget_windows=1000)
+    for c in range(2):
+        rack.receive(c, forward_pb2.SummaryBatch(sender_id=f"c{c}", seq=0).SerializeToString())
+    rack.receive(0, unit_bytes(0, 1, 0, [(0, 0)], False))
+    _break_merge(native, monkeypatch)
+    rack.flush(True)
+    assert rack.node.counters["bad_inputs"] == 1 and not any(rack.sent), "the refused window is not sent"
+    rack.receive(1, unit_bytes(1, 1, 0, [(0, 0)], False))
+    rack.flush(False)
+    assert [[forward_pb2.WindowSummary.FromString(w).late for w in unit] for unit in rack.sent if unit] == [[True]]
+    assert rack.node.counters["late"] == 1
+
+
 def _earliest_open_deadline(node: Node) -> float | None:
     """The earliest deadline of a window with parts pending and not yet sealed (what a flush waits for at most)."""
     return min((win.deadline for win in node.table.windows.values() if win.has_pending and not win.sealed),

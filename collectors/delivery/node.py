@@ -359,13 +359,15 @@ class Node:
         """`win.take` for a sink (under the lock): None when its parts could not be merged. Then they are released as
         refused (each sender is told, none waits for a window that will never be stored), counted in `bad_inputs`
         and logged (rate-limited), and the flush goes on with the other windows. The window remembers it: a resend of
-        what it held is refused too (`attach_duplicate`)."""
+        what it held is refused too (`attach_duplicate`), and a later part goes up as a late delta (`forwarded`), not
+        as the window's first (at the root it is refused: Finaliser.ship)."""
         try:
             return win.take(late)
         except MergeFailed as failed:
             self.counters["bad_inputs"] += 1
             self._merge_log.warn("%s (bad_inputs): refused to their senders", failed)
             win.refused = f"refused at {self.node_id}: its parts could not be merged ({failed.cause})"
+            win.forwarded = True  # what follows is a late delta of it, never its first part (Window.forwarded)
             self.release(failed.key, failed.parts, failed.absorbed, win.refused, failed.batch)
             return None
 
