@@ -270,14 +270,6 @@ def _earliest_open_deadline(node: Node) -> float | None:
                default=None)
 
 
-def _next_deadline(node: Node) -> float | None:
-    """What Node.next_due takes from the table for unsealed windows: the watched windows' earliest deadline, and
-    each window asked in Python."""
-    times = [win.deadline for win in node.table.pending_windows() if not win.sealed]
-    found = node.table.next_deadline()
-    return min(times + ([] if found is None else [found]), default=None)
-
-
 @pytest.mark.parametrize("native", [True, False])
 def test_windows_go_when_complete_past_their_deadline_and_late(native: bool) -> None:
     """A collector's windows of one job (a native table asks their completeness in one call per job, Python
@@ -286,19 +278,22 @@ def test_windows_go_when_complete_past_their_deadline_and_late(native: bool) -> 
     step waits for every child that reported ranks."""
     rack = Rack(native=native, budget_windows=1000)
     node = rack.node
+    rack.upstream.liveness_every_s = 3600.0  # the flush's next wake is a window's deadline, not a sign of life
     for c in range(CHILDREN):
         rack.receive(c, forward_pb2.SummaryBatch(sender_id=f"c{c}", seq=0).SerializeToString())
     rack.receive(0, unit_bytes(0, 1, 0, [(0, 1), (1, 1), (2, 0)], False))  # m0, m1: ranks 0-3 of c0's 0-7
     rack.flush(False)
     assert [len(unit) for unit in rack.sent] == [1], "m2 is complete (all of c0's ranks, the only ones reported)"
-    assert _next_deadline(node) == _earliest_open_deadline(node) is not None
+    now = time.monotonic()
+    assert node.next_due(now) == _earliest_open_deadline(node) is not None
     rack.receive(0, unit_bytes(0, 2, 0, [(0, 2)], False))
     rack.receive(0, unit_bytes(0, 3, 0, [(1, 1)], False))  # a duplicate of m1's part: still partial
     rack.flush(False)
     assert [len(unit) for unit in rack.sent] == [1, 1], "m0 complete, m1 not"
     rack.flush(True)  # m1's deadline passed
     assert [len(unit) for unit in rack.sent] == [1, 1, 1]
-    assert _next_deadline(node) is _earliest_open_deadline(node) is None
+    assert _earliest_open_deadline(node) is None
+    assert node.next_due(now) == rack.upstream.next_liveness(), "nothing left to wake for but a sign of life"
     rack.receive(0, unit_bytes(0, 4, 0, [(1, 2)], False))  # the rest of m1, after it sealed: a late delta
     rack.flush(False)
     late = [forward_pb2.WindowSummary.FromString(w).late for w in rack.sent[-1]]
