@@ -308,12 +308,12 @@ def test_windows_go_when_complete_past_their_deadline_and_late(native: bool) -> 
 
 
 def test_a_native_table_under_another_completion_asks_it_of_each_watched_window() -> None:
-    """A node whose completion is not covered_complete (Node's `complete`): its native table's watched windows are
-    each asked by it (not by the covered ranks), and go when it says so."""
+    """A node whose completion is not covered_complete (Node's `complete`, replaced after construction): its native
+    table's watched windows are each asked by it (not by the covered ranks), and go when it says so (before: the rule
+    was fixed when the node was made, and a completion set after it was ignored for the watched windows)."""
     rack = Rack(native=True, budget_windows=1000)
     wanted = {"m1"}
     rack.node.complete = lambda win: win.key.metric in wanted
-    rack.node._native_covered = None  # as Node.__init__ sets it for a Completion given
     rack.receive(0, forward_pb2.SummaryBatch(sender_id="c0", seq=0).SerializeToString())
     rack.receive(0, unit_bytes(0, 1, 0, [(0, 1), (1, 1), (2, 1)], False))  # none complete by the covered ranks
     rack.flush(False)

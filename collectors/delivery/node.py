@@ -171,9 +171,9 @@ class Node:
         self._fleet_children: dict[tuple[int, int] | None, tuple[set[str], bool]] | None = None
         self._fleet_views: dict[str, tuple[RankView, set[tuple[int, int]], bool]] = {}  # child: its view judged
         self.sink: Sink | None = sink
+        # Replaceable after construction (tests do): `flush` asks a native table's watched windows by the covered rule
+        # natively only while this is `covered_complete`.
         self.complete: Callable[[Window], bool] = self.covered_complete if complete is None else complete(self)
-        # covered_complete's rule for a native table's watched windows, asked natively per job (WindowTable.due)
-        self._native_covered = self._covered_sources if complete is None else None
 
     def _acked(self, origin: Origin, refused: list[Refusal]) -> None:
         """An origin's last hold released: nothing here refers to it any more; tell its sender."""
@@ -480,11 +480,6 @@ class Node:
         waits for nobody: each rank sent everything before its bye (a part still on its way from another
         child arrives as a late delta)."""
         job = win.key.job
-        if win.native is not None and job != FLEET_JOB:  # asked natively: no copy of the window's sources
-            held = self._covered_sources(job)
-            if held is None:
-                return win.native.count(win.slot) > 0
-            return held is not False and win.native.holds_all(win.slot, held)
         covered = self._covered_of(job)
         sources = self.table.sources(win)
         if covered is None:
@@ -592,8 +587,11 @@ class Node:
         now = time.monotonic() if now is None else now
         with self.lock:
             self._covered, self._fleet_children = {}, {}
+            # covered_complete's rule for a native table's watched windows is asked natively, per job (WindowTable.due);
+            # any other completion is asked of each window
+            covered = self._covered_sources if self.complete == self.covered_complete else None
             try:
-                due = self.table.due(now, self.complete, self._native_covered)
+                due = self.table.due(now, self.complete, covered)
             finally:
                 self._covered = self._fleet_children = None
                 self._covered_native = {}
