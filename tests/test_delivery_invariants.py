@@ -295,3 +295,31 @@ def test_a_later_part_of_a_window_refused_at_the_root_is_refused_not_stored_as_i
     assert acks.acks[-1][0] == ("child", 10) and [r.reason for r in acks.acks[-1][1]] == [reason], acks.acks
     assert node.durability.outstanding() == 0
     assert node.durability.unheld_releases == 0
+
+
+def test_late_parts_that_do_not_merge_into_stored_windows_are_logged_rate_limited(tmp_path, monkeypatch,
+                                                                                  caplog) -> None:
+    """A late part that does not merge into its stored window is logged at most once per interval (as Node.take's
+    failed merges are): a sender repeating bad parts every flush must not flood the root's log (before: one line
+    each)."""
+    import collectors.root.finalise as finalise_module
+
+    node, finaliser, acks = _root(tmp_path)
+    for step in (1, 2):
+        assert node.offer(_part(step, ("child", step), 0), expected=1)[0] == "accepted"
+    node.flush()
+    assert len(finaliser.final) == 2
+
+    class _Broken:
+        @staticmethod
+        def merge_all(summaries: list[object]) -> object:
+            raise OverflowError("intermediate overflow in fsum")
+
+    monkeypatch.setattr(finalise_module, "Summary", _Broken)
+    for step in (1, 2):
+        assert node.offer(_part(step, ("child", 10 + step), 1), expected=1)[0] == "accepted"
+        node.flush()
+    assert node.counters["bad_inputs"] == 2
+    lines = [r for r in caplog.records if "could not be merged into the stored window" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in lines]
+    assert node.durability.outstanding() == 0

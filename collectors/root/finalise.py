@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 from collectors.common.keys import Key
+from collectors.common.ratelog import RateLimitedLog
 from collectors.common.rows import Row
 from collectors.delivery.node import Node
 from collectors.delivery.runs import Claim
@@ -45,6 +46,7 @@ class Finaliser:
         self.tops: dict[Series, int] = {}
         self.reading_tops: dict[Series, int] = {}
         self._claims: dict[str, dict[int, Claim]] = {}
+        self._merge_log = RateLimitedLog(log)  # as Node.take's: a sender of bad parts can repeat them every flush
 
     def ship(self, node: Node, windows: list[Window], now: float) -> Callable[[], None] | None:
         """Under the node's lock: merge each window's parts; the commit runs after, without the lock.
@@ -80,8 +82,8 @@ class Finaliser:
                     merged = Summary.merge_all([previous.summary, out.summary])
                 except (ValueError, ArithmeticError) as exc:  # as Node.take: refused to its senders, counted
                     node.counters["bad_inputs"] += 1
-                    log.warning("a late part of %s could not be merged into the stored window (bad_inputs): %s",
-                                win.key, exc)
+                    self._merge_log.warn("a late part of %s could not be merged into the stored window (bad_inputs): "
+                                         "%s", win.key, exc)
                     node.release(out.key, out.constituents, out.absorbed,
                                  f"refused at {node.node_id}: it could not be merged into the stored window ({exc})",
                                  out.batch)
