@@ -6,8 +6,10 @@ same acks, rejections and refusals: exactly once each), send the same windows up
 
 from __future__ import annotations
 
+import gc
 import os
 import time
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -305,6 +307,27 @@ def test_windows_go_when_complete_past_their_deadline_and_late(native: bool) -> 
     rack.flush(False)
     assert [len(unit) for unit in rack.sent] == [1, 1, 1, 1, METRICS], "every complete window at once"
     assert node.counters["late"] == 1
+
+
+def test_a_watched_window_let_go_is_not_kept_by_the_deadline_heap() -> None:
+    """A native table's watched window dropped for room (before its deadline) is gone with it: the heap of watched
+    deadlines keeps (deadline, order, key, slot), not the Window (before: every removed window's Window, with what
+    it held, stayed alive until its deadline passed, up to 600 s here), and its entry no longer counts as a deadline."""
+    rack = Rack(native=True, budget_windows=2)
+    table = rack.node.table
+    table.max_bytes = 6150  # m0 and m1 with 8 sources each are past it
+    rack.receive(0, forward_pb2.SummaryBatch(sender_id="c0", seq=0).SerializeToString())
+    rack.receive(0, unit_bytes(0, 1, 0, [(0, 0)], False))
+    (first,) = table.windows.values()
+    gone = weakref.ref(first)
+    deadline = first.deadline
+    del first
+    rack.receive(0, unit_bytes(0, 2, 1, [(1, 0)], False))
+    assert rack.node.counters["dropped_windows"] == 1
+    gc.collect()
+    assert gone() is None, "the dropped window is still referenced"
+    (second,) = table.windows.values()
+    assert table.next_deadline() == second.deadline > deadline
 
 
 def test_a_native_table_under_another_completion_asks_it_of_each_watched_window() -> None:

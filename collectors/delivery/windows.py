@@ -305,9 +305,10 @@ class WindowTable:
         self._origin_ids: dict[Origin, int] = {}
         self._origins: dict[int, Origin] = {}
         self._next_origin = 0
-        # The deadlines of watched windows (each once, in a heap: (deadline, order, window)); stale entries (a window
-        # sealed or removed since) are skipped when they come up.
-        self._deadlines: list[tuple[float, int, Window]] = []
+        # The deadlines of watched windows (each once, in a heap: (deadline, order, key, slot)); stale entries (a window
+        # sealed or removed since) are skipped when they come up. By key and slot, not the Window: a removed window is
+        # not kept alive until its deadline.
+        self._deadlines: list[tuple[float, int, Key, int]] = []
         self._order = itertools.count()
 
     def window(self, key: Key, expected: int, now: float | None = None) -> Window:
@@ -483,7 +484,7 @@ class WindowTable:
         assert win.native is not None
         win.native.watch(win.slot, True)
         win.watched = True
-        heapq.heappush(self._deadlines, (win.deadline, next(self._order), win))
+        heapq.heappush(self._deadlines, (win.deadline, next(self._order), win.key, win.slot))
 
     def _unwatch(self, win: Window) -> None:
         """The window is asked in Python from now on (`_pending`), as a window of the Python table is."""
@@ -533,7 +534,16 @@ class WindowTable:
         """Watched windows whose deadline passed are asked in Python from now on (due at once when pending)."""
         heap = self._deadlines
         while heap and heap[0][0] <= now:
-            self._unwatch(heapq.heappop(heap)[2])
+            win = self._watched(heapq.heappop(heap))
+            if win is not None:
+                self._unwatch(win)
+
+    def _watched(self, entry: tuple[float, int, Key, int]) -> Window | None:
+        """The window a deadline entry is for, while it is still watched (not sealed or removed since, nor a window
+        of the same key made after it)."""
+        deadline, _, key, slot = entry
+        win = self.windows.get(key)
+        return win if win is not None and win.watched and win.slot == slot and win.deadline == deadline else None
 
     def _due_watched(self, now: float, complete: Callable[[Window], bool],
                      covered: Callable[[str], _native.Sources | None | Literal[False]] | None) -> list[Window]:
@@ -569,7 +579,7 @@ class WindowTable:
     def next_deadline(self) -> float | None:
         """The earliest deadline of a watched window (maybe of one sealed or gone since: an early wake at most)."""
         heap = self._deadlines
-        while heap and not heap[0][2].watched:
+        while heap and self._watched(heap[0]) is None:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
