@@ -5,7 +5,9 @@ the order each thread made them, however many are made while one wake-up is pend
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
+import time
 
 from collectors.delivery.clientloop import LoopRequests, shared_loop
 from telemetry.streams import END
@@ -84,3 +86,96 @@ def test_an_outbox_closed_as_it_starts_or_while_it_connects_returns_at_once() ->
         outbox.close(5.0)
         assert time.monotonic() - started - pause < 2.0, (busy, pause)
         assert outbox.connected_to is None
+
+
+class _StreamCountingParent:
+    """A FakeParent that counts the Forward streams open on it (a stream ends when its requests end or it is
+    cancelled)."""
+
+    def __init__(self) -> None:
+        from helpers_tree import FakeParent
+
+        counts = self
+        self.open_streams = 0
+        self.lock = threading.Lock()
+
+        class Counting(FakeParent):
+            def Forward(self, request_iterator, context):
+                with counts.lock:
+                    counts.open_streams += 1
+                try:
+                    yield from super().Forward(request_iterator, context)
+                finally:
+                    with counts.lock:
+                        counts.open_streams -= 1
+
+        self.parent = Counting()
+
+    def streams_end(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if self.open_streams == 0:
+                    return True
+            time.sleep(0.01)
+        return False
+
+
+def test_an_outbox_closed_just_as_its_parent_answers_ends_its_session_and_sends_nothing_more(monkeypatch) -> None:
+    """close() cancels the session's task; on Python 3.11 asyncio.wait_for swallows that cancel when the wait for
+    the channel ended in the same pass of the loop. Forced here: channel_ready() returns just as close() runs (on
+    the loop, not waiting). The session must still end, the parent's stream with it, and a unit submitted after
+    close() must not go out (its ack would land in a stopped node)."""
+    import time
+
+    import collectors.delivery.outbox as outbox_module
+    from collectors.delivery.outbox import Outbox
+    from telemetry.v1 import forward_pb2
+
+    counting = _StreamCountingParent()
+    real_make = outbox_module.make_aio_channel
+    closing: list[Outbox] = []
+
+    class ClosesWhenReady:
+        def __init__(self, channel) -> None:
+            self._channel = channel
+
+        def __getattr__(self, name: str):
+            return getattr(self._channel, name)
+
+        async def channel_ready(self) -> None:
+            await self._channel.channel_ready()
+            closing[0].close(0)  # stop set, END sent (no live stream yet), the task's cancel scheduled: no wait
+
+    monkeypatch.setattr(outbox_module, "make_aio_channel", lambda *a: ClosesWhenReady(real_make(*a)))
+    acked: list[int] = []
+    try:
+        outbox = Outbox("closing", [counting.parent.address], None, lambda unit, ack: acked.append(unit.seq))
+        closing.append(outbox)
+        outbox.start()
+        assert outbox._done.wait(5.0), "the session went on after close()"
+        assert counting.streams_end(5.0), "the parent's stream is still open after close()"
+        outbox.submit(forward_pb2.SummaryBatch(), None)
+        time.sleep(0.2)
+        assert counting.parent.seqs() == [] and acked == []
+    finally:
+        counting.parent.stop()
+
+
+def test_outboxes_started_and_closed_against_a_live_parent_all_end_with_their_streams() -> None:
+    """The same race unforced: start/close cycles at random moments against a live parent (close() lands before,
+    during or after the connect); every close ends its session and the parent's stream within its timeout."""
+    from collectors.delivery.outbox import Outbox
+
+    counting = _StreamCountingParent()
+    rng = random.Random(28)
+    try:
+        for cycle in range(200):
+            outbox = Outbox(f"c{cycle}", [counting.parent.address], None, lambda unit, ack: None)
+            outbox.start()
+            time.sleep(rng.uniform(0, 0.004))
+            outbox.close(5.0)
+            assert outbox._done.is_set(), cycle
+        assert counting.streams_end(5.0)
+    finally:
+        counting.parent.stop()

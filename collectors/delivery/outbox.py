@@ -127,13 +127,15 @@ class Outbox:
 
     def close(self, timeout: float = 2.0) -> None:
         """Stop: end the stream (the parent sees it end), cancel the session, and wait up to `timeout` for its
-        channel to close."""
-        self._stop.set()
+        channel to close (a warning if it does not: the session may still be sending)."""
+        self._stop.set()  # first: a session that opens its stream after the END below went nowhere sees it
         self._unacked.send(END)
         future = self._future
         if future is not None:  # never started (a service stopped before it started): nothing to wait for
             future.cancel()  # cancels the session's task on the loop, wherever it waits
-            self._done.wait(timeout)
+            if not self._done.wait(timeout):
+                log.warning("outbox to %s: its session did not end within %.1f s of close(); it may still be "
+                            "sending", self.connected_to or ", ".join(self.parents), timeout)
 
     # ----------------------------------------------------------- connection (on the process's client loop)
     async def _run(self) -> None:
@@ -184,6 +186,10 @@ class Outbox:
                 await asyncio.wait_for(channel.channel_ready(), self.connect_timeout_s)
             except TimeoutError:
                 raise Unreachable(f"parent {address} not reachable") from None
+            if self._stop.is_set():
+                # close() came as the wait ended: Python 3.11's wait_for returns the result and swallows the
+                # cancel when both land in one pass of the loop, so this check is what ends the session.
+                return
             await self._stream(channel, address)
         finally:
             with self._unacked.lock:
@@ -207,6 +213,8 @@ class Outbox:
         assert self._loop is not None
         outgoing = self._unacked.open_on(LoopRequests(self._loop),
                                          [forward_pb2.SummaryBatch(sender_id=self.sender_id, seq=0)], opened)
+        if self._stop.is_set():  # close() came as the stream was opened: its END found no live stream
+            return
         call = stub.Forward(outgoing.__aiter__(), metadata=call_metadata(self.security))
         try:
             async for ack in call:  # waits on the stream: nothing wakes until an ack comes or the stream ends
