@@ -179,3 +179,31 @@ def test_outboxes_started_and_closed_against_a_live_parent_all_end_with_their_st
         assert counting.streams_end(5.0)
     finally:
         counting.parent.stop()
+
+
+def test_calls_handed_to_a_closed_loop_raise_every_time_and_are_not_kept() -> None:
+    """LoopCalls raises as call_soon_threadsafe does once its loop is closed, on every call, and holds nothing: a
+    closed loop never runs them. Also when the loop closed with a wake-up pending (close() drops it), and for a
+    server's Host, whose call_soon swallows the error after close()."""
+    from collectors.common.aioserve import Host
+    from collectors.common.loopcalls import LoopCalls
+
+    for wake_pending in (False, True):
+        loop = asyncio.new_event_loop()
+        calls = LoopCalls(loop)
+        if wake_pending:
+            calls.call_soon(print, "never run")  # a wake-up scheduled on a loop that never runs it
+        loop.close()
+        for _ in range(3):
+            try:
+                calls.call_soon(print, "never run")
+            except RuntimeError:
+                pass
+            else:
+                raise AssertionError(f"a call on a closed loop was accepted (wake pending: {wake_pending})")
+            assert len(calls._calls) == 0 and not calls._wake_pending
+    host = Host("closed")
+    host.close()
+    for _ in range(1_000):
+        host.call_soon(lambda: None)
+    assert len(host._calls._calls) == 0

@@ -17,7 +17,8 @@ from typing import Any
 
 class LoopCalls:
     """`call_soon(func, *args)` from any thread (the loop's too): `func(*args)` runs on the loop, each call once, in
-    the order of the calls. Raises RuntimeError as call_soon_threadsafe does once the loop is closed."""
+    the order of the calls. Raises RuntimeError as call_soon_threadsafe does once the loop is closed, and from then
+    on holds no call (a closed loop runs none)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -25,10 +26,19 @@ class LoopCalls:
         self._wake_pending = False
 
     def call_soon(self, func: Callable[..., Any], *args: Any) -> None:
+        if self._loop.is_closed():  # nothing will run the calls: drop those held (a wake-up close() discarded)
+            self._wake_pending = False
+            self._calls.clear()
+            raise RuntimeError("Event loop is closed")
         self._calls.append((func, args))  # deque.append and popleft are atomic
         if not self._wake_pending:  # a wake-up already on its way runs this call too
             self._wake_pending = True
-            self._loop.call_soon_threadsafe(self._run)
+            try:
+                self._loop.call_soon_threadsafe(self._run)
+            except RuntimeError:  # the loop closed since the check above
+                self._wake_pending = False
+                self._calls.clear()
+                raise
 
     def _run(self) -> None:
         self._wake_pending = False  # first: a call appended from now on schedules its own wake-up
