@@ -164,8 +164,15 @@ class Node:
         self.hosts_version = 0  # bumped whenever any rank->host entry this node knows changes
         self._hosts_cache: dict[str, dict[int, str]] = {}  # hosts(job) as of _hosts_built_at
         self._hosts_built_at = -1
-        self._covered: dict[str, BitMap | None] | None = None  # per job, during one flush (None: all closed)
-        self._covered_native: dict[str, _native.Sources] = {}  # the same, for native windows, during one flush
+        # The ranks this node covers, per job (None: all closed), and the same parsed for native windows: kept
+        # across flushes while the ranks' states are unchanged (`_ranks_version`, bumped by child_states when a
+        # child's bitmaps change, forget_child, forget_jobs and own_ranks). A collector flushes after each child's
+        # unit, and a rack's units come over the whole step: the union over every child's views was a third of
+        # each flush tick's cost (bench/rack_tables.py's harness, docs/scale.md).
+        self._covered: dict[str, BitMap | None] = {}
+        self._covered_native: dict[str, _native.Sources] = {}
+        self._ranks_version = 0
+        self._covered_key: tuple[int, int, int] = (-1, 0, 0)
         self._fleet_masks: dict[tuple[int, tuple[int, int] | None], BitMap] = {}
         # During one flush, per device kind: the children that report it, and whether every child is one host
         self._fleet_children: dict[tuple[int, int] | None, tuple[set[str], bool]] | None = None
@@ -195,12 +202,15 @@ class Node:
                                              or views[job].processes != old[job].processes for job in views):
             self.hosts_version += 1
         self._own_ranks = views
+        self._ranks_version += 1
 
     def child_states(self, sender: str, views: dict[str, RankView]) -> None:
         """A child's latest rank states, by job (parsed and checked by the caller, without this node's lock).
         Host lists are deltas (sent when they change, and in full after a (re)connect): the child's hosts are
         kept across units, pruned to the ranks it covers."""
         previous = self.child_ranks.get(sender, {})
+        if previous.keys() != views.keys() or any(_states_differ(previous[job], view) for job, view in views.items()):
+            self._ranks_version += 1
         for job, view in views.items():
             if view.processes and self.runs.claim(sender, job, {rank: Claim(process, view.hosts.get(rank, ""))
                                                                 for rank, process in view.processes.items()}):
@@ -424,6 +434,7 @@ class Node:
         for per_job in self.child_ranks.values():
             for job in jobs:
                 per_job.pop(job, None)
+        self._ranks_version += 1
         for job in jobs:
             self.table.deadlines.forget(job)
             self.runs.forget_job(job)
@@ -437,6 +448,7 @@ class Node:
         longer count here."""
         self.child_ranks.pop(child, None)
         self.child_counters.pop(child, None)
+        self._ranks_version += 1
         self.runs.forget_child(child)
         self.hosts_version += 1
 
@@ -492,32 +504,36 @@ class Node:
         return bool(covered) and covered.issubset(sources)
 
     def _covered_of(self, job: str) -> BitMap | None:
-        """The ranks this node covers for `job` (None: every rank here closed its run), once per job within a flush."""
+        """The ranks this node covers for `job` (None: every rank here closed its run), computed once per job while
+        the ranks' states are unchanged (`_ranks_version`; a child added or removed by assigning `child_ranks`
+        directly, as tests do, changes its size). Not to be mutated by the caller."""
+        key = (self._ranks_version, id(self.child_ranks), len(self.child_ranks))
         cache = self._covered
-        if cache is not None and job in cache:
+        if key != self._covered_key:
+            cache.clear()
+            self._covered_native.clear()
+            self._covered_key = key
+        elif job in cache:
             return cache[job]
         views = self._views(job)
         covered: BitMap | None = BitMap.union(BitMap(), *(b for v in views for b in (v.alive, v.stuck, v.dead)))
         if not covered and any(v.closed for v in views):
             covered = None
-        if cache is not None:
-            cache[job] = covered
+        cache[job] = covered
         return covered
 
     def _covered_sources(self, job: str) -> _native.Sources | None | Literal[False]:
         """covered_complete's rule for a native window of `job`, as the native table asks it: the sources a complete
         window holds every one of, None when any source will do (every rank here closed), False when no window is
-        complete (no rank known). Parsed once per job within a flush."""
+        complete (no rank known). Parsed once per job while the ranks' states are unchanged (with _covered_of)."""
         covered = self._covered_of(job)
         if covered is None:
             return None
         if not covered:
             return False
-        held = self._covered_native.get(job)
+        held = self._covered_native.get(job)  # cleared with _covered (by _covered_of, just called)
         if held is None:
-            held = _native.Sources(covered.serialize())
-            if self._covered is not None:
-                self._covered_native[job] = held
+            held = self._covered_native[job] = _native.Sources(covered.serialize())
         return held
 
     def _fleet_passed(self, win: Window) -> bool:
@@ -586,15 +602,14 @@ class Node:
     def flush(self, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
         with self.lock:
-            self._covered, self._fleet_children = {}, {}
+            self._fleet_children = {}
             # covered_complete's rule for a native table's watched windows is asked natively, per job (WindowTable.due);
             # any other completion is asked of each window
             covered = self._covered_sources if self.complete == self.covered_complete else None
             try:
                 due = self.table.due(now, self.complete, covered)
             finally:
-                self._covered = self._fleet_children = None
-                self._covered_native = {}
+                self._fleet_children = None
             assert self.sink is not None, "node has no sink"
             after = self.sink.ship(self, due, now)
             gone = self.table.expire(now)
@@ -663,6 +678,12 @@ class Node:
         self.release(win.key, pending, absorbed,
                      refused=f"dropped at {self.node_id}: its window table was over its budget (dropped_windows)",
                      batch=batch)
+
+
+def _states_differ(before: RankView, view: RankView) -> bool:
+    """Whether a child's new states for a job change what this node covers (Node._covered_of)."""
+    return (before.alive != view.alive or before.stuck != view.stuck or before.dead != view.dead
+            or before.closed != view.closed)
 
 
 class Upstream:
