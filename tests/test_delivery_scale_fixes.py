@@ -87,9 +87,48 @@ def test_covered_is_computed_once_per_flush_per_job_and_seals_exactly_when_compl
         node.offer(Part(Key("job", f"m{metric}", 1), [("agent3", 1)], summary._sources, built=summary), 32)
     calls.clear()
     node.flush()
-    assert calls == ["job"]
+    assert calls == [], "the ranks' states did not change: the union is kept across flushes"
     assert len(node.sink.shipped) == 20
-    assert node._covered is None, "the cache lives for one flush only"
+
+
+def _offer_all(node: Node, metric: str, ranks: range, seq: int) -> None:
+    for first in range(ranks.start, ranks.stop, 8):
+        summary = Summary.from_arrays(np.ones(8), np.arange(first, first + 8))
+        node.offer(Part(Key("job", metric, 1), [(f"agent{first // 8}", seq)], summary._sources, built=summary), 32)
+
+
+def test_the_covered_ranks_kept_across_flushes_follow_every_change_of_the_childrens_states():
+    """A collector flushes after each child's unit; what it covers is kept between flushes only while no child's
+    states change: a child's ranks growing, a rank turning stuck or dead, a run closing, a child added, forgotten or
+    its job finished each change which windows are complete."""
+    node = _node()
+    alive = {a: RankView(alive=BitMap(range(a * 8, a * 8 + 8)), world_size=32) for a in range(4)}
+    for a in range(3):
+        node.child_states(f"agent{a}", {"job": alive[a]})
+    _offer_all(node, "m0", range(0, 24), 1)
+    node.flush()
+    assert [w.key.metric for w in node.sink.shipped] == ["m0"], "agents 0-2 are every rank known"
+    node.child_states("agent3", {"job": alive[3]})  # a child comes: its ranks count from now on
+    _offer_all(node, "m1", range(0, 24), 2)
+    node.flush()
+    assert [w.key.metric for w in node.sink.shipped] == ["m0"], "agent3's ranks have not reported m1"
+    node.child_states("agent3", {"job": RankView(dead=BitMap(range(24, 32)), world_size=32)})  # same ranks, dead
+    node.flush()
+    assert [w.key.metric for w in node.sink.shipped] == ["m0"], "dead ranks are still waited for (until the deadline)"
+    node.child_states("agent3", {"job": RankView(closed=BitMap(range(24, 32)), world_size=32)})  # its run closed
+    node.flush()
+    assert [w.key.metric for w in node.sink.shipped] == ["m0", "m1"], "agent3's ranks closed: m1 is complete"
+    node.child_states("agent3", {"job": alive[3]})  # back (a restart)
+    _offer_all(node, "m2", range(0, 24), 3)
+    node.flush()
+    assert len(node.sink.shipped) == 2
+    node.forget_child("agent3")
+    node.flush()
+    assert [w.key.metric for w in node.sink.shipped] == ["m0", "m1", "m2"], "agent3 forgotten: m2 is complete"
+    node.child_ranks["agent9"] = {"job": RankView(alive=BitMap([40]), world_size=48)}  # as tests assign them
+    _offer_all(node, "m3", range(0, 24), 4)
+    node.flush()
+    assert len(node.sink.shipped) == 3, "a child added by assignment counts too"
 
 
 # ------------------------------------------------------------------ hosts: deltas up, union kept below
