@@ -487,10 +487,10 @@ class Node:
         return jobs
 
     def covered_complete(self, win: Window) -> bool:
-        """Every rank this node covers for the window's job has reported. Within a flush, each job's covered
-        set is computed once (not once per pending window). When every rank here closed its run, a window
-        waits for nobody: each rank sent everything before its bye (a part still on its way from another
-        child arrives as a late delta)."""
+        """Every rank this node covers for the window's job has reported. Each job's covered set is computed
+        once while the children's states are unchanged (not once per pending window, nor per flush). When every
+        rank here closed its run, a window waits for nobody: each rank sent everything before its bye (a part
+        still on its way from another child arrives as a late delta)."""
         job = win.key.job
         covered = self._covered_of(job)
         sources = self.table.sources(win)
