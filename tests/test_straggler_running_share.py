@@ -82,13 +82,27 @@ def test_run_queue_wait_counts_as_not_the_ranks_own_work() -> None:
     assert shares.update(JOB, 2, 1, 0.1, 0.9, -1.0) == pytest.approx(0.1)
     assert shares.update(JOB, 3, 1, 0.5, 0.5, 0.9) == pytest.approx(1.0)
     held: list = []
-    open_step = _open_step(7, {WAIT_METRIC: {0: 0.4, 1: 0.1}, WORK_METRIC: {0: 0.6, 1: 0.9},
-                               RUNQUEUE_METRIC: {1: 0.3}})
+    open_step = _open_step(7, {WAIT_METRIC: {0: 0.4, 1: 0.1, 2: 0.4}, WORK_METRIC: {0: 0.6, 1: 0.9, 2: 0.6},
+                               RUNQUEUE_METRIC: {0: 0.0, 1: 0.3, 2: 0.0}})
     open_step.metrics[RUNQUEUE_METRIC][1].origins = [(f"{JOB}/1", 8)]  # another batch carried it
-    assert WaitShares().add_to(open_step, held.append, lambda job: True) == 2
+    assert WaitShares().add_to(open_step, held.append, lambda job: True) == 3
     got = open_step.metrics[WAIT_SHARE_METRIC]
-    assert {rank: rv.values for rank, rv in got.items()} == {0: [pytest.approx(0.4)], 1: [pytest.approx(0.4)]}
-    assert sorted(held) == [(f"{JOB}/0", 7), (f"{JOB}/1", 7), (f"{JOB}/1", 8)]
+    assert {rank: rv.values for rank, rv in got.items()} == {0: [pytest.approx(0.4)], 1: [pytest.approx(0.4)],
+                                                            2: [pytest.approx(0.4)]}
+    assert sorted(held) == [(f"{JOB}/0", 7), (f"{JOB}/1", 7), (f"{JOB}/1", 8), (f"{JOB}/2", 7)]
+
+
+def test_a_cpu_bound_straggler_on_a_loaded_host_keeps_its_lead_in_the_share() -> None:
+    """Every thread of the host gets half a CPU: each rank queues as long as it runs. Rank 2 does twice the CPU
+    work (a real CPU-bound straggler, not a sleep), so it queues twice as long as its peers - in the same
+    proportion. Only its run-queue wait over the median rank's scaled by its busy time counts: its share stays
+    0 and its peers' 0.5, the lead it has on an idle host (counting its absolute excess, as before, left
+    0.5 against 0.75: half the lead gone at 2 threads per CPU, ~(L - 1) / L at L)."""
+    open_step = _open_step(3, {WAIT_METRIC: {0: 0.2, 1: 0.2, 2: 0.0}, WORK_METRIC: {0: 0.2, 1: 0.2, 2: 0.4},
+                               RUNQUEUE_METRIC: {0: 0.1, 1: 0.1, 2: 0.2}})
+    assert WaitShares().add_to(open_step, lambda origin: None, lambda job: True) == 3
+    got = {rank: rv.values for rank, rv in open_step.metrics[WAIT_SHARE_METRIC].items()}
+    assert got == {0: [pytest.approx(0.5)], 1: [pytest.approx(0.5)], 2: [pytest.approx(0.0)]}
 
 
 def _run(world: int, factor: float, steps: int, onset: int = 40, seed: int = 0, shares: bool = True,

@@ -319,6 +319,33 @@ def test_a_descheduled_rank_is_not_a_straggler_and_a_slow_one_still_is() -> None
         assert [e["ranks"] for e in log.query(JOB)] == [[2]], (seed, log.query(JOB))  # the switch turns it off
 
 
+@pytest.mark.parametrize("load", [2.0, 3.0])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_cpu_bound_straggler_on_a_loaded_host_is_named_in_time(load: float, seed: int) -> None:
+    """Every runnable thread of the host gets 1 / `load` of a CPU, so each rank's run-queue wait is
+    (load - 1) x its CPU time; rank 2 does `factor` x the CPU work from step 30 (a real CPU-bound straggler,
+    not a sleep: it queues more in proportion, its share of time queued the same as its peers'). Only its
+    run-queue wait over the median rank's *scaled by its busy time* is discounted: 2x named within 3 steps and
+    1.5x within 5, as on an idle host (the absolute excess took ~(load - 1) / load of its lead: 2x named at
+    6-7 steps at load 2, 18-20 at 3; the reviewer's /tmp/rev24/cpu_slow.py)."""
+    for factor, within in ((2.0, 3), (1.5, 5)):
+        rng = np.random.default_rng(seed)
+        log = EventLog(None)
+        det = StragglerDetector(log)
+        for step in range(30 + within + 5):
+            cpu = 0.1 * np.exp(rng.normal(0, 0.04, 3))
+            if step >= 30:
+                cpu[2] *= factor
+            wall = load * cpu
+            wait = wall.max() - wall + 0.01 * np.exp(rng.normal(0, 0.1, 3))
+            det.observe(_row("step_time", step, wall + wait))
+            det.observe(_row("runqueue_wait", step, (load - 1) * cpu))
+            det.observe(_row("collective_wait", step, wait))
+        events = log.query(JOB)
+        assert [e["ranks"] for e in events] == [[2]], (factor, events)
+        assert events[0]["detail"]["detected_step"] - 30 <= within, (factor, events[0]["detail"])
+
+
 def test_the_suite_judges_a_steps_run_queue_waits_before_its_waits() -> None:
     """Windows of one step reach the detectors in whatever order the root finalised them: the suite orders the
     step's run-queue waits first, so the discount applies whichever came first."""

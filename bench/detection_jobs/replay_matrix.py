@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: wh
 
 from bench.detection_jobs import matrix
 from bench.detection_jobs.replay import clocked_log
-from collectors.agent.wait_share import WaitShares
+from collectors.agent.wait_share import WaitShares, excess_queued
 from collectors.common.keys import Key
 from collectors.common.rows import Row
 from collectors.detectors.straggler import StragglerConfig, StragglerDetector
@@ -81,8 +81,10 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
             detector.observe(_row(job, RUNQUEUE_METRIC, step, queued, ns))
         detector.observe(_row(job, "collective_wait", step, waits, ns))
         if per_rank and step in shares:
+            excess = (excess_queued(dict(enumerate(queued)), {r: max(0.0, step_p50 - waits[r]) for r in range(world)})
+                      if queued is not None and discount else {})
             remade = [running.update(job, r, step, min(waits[r], step_p50), max(0.0, step_p50 - waits[r]),
-                                     queued[r] if queued is not None and discount else 0.0) for r in range(world)]
+                                     excess.get(r, 0.0)) for r in range(world)]
             if all(v is not None for v in remade):
                 detector.observe(_row(job, WAIT_SHARE_METRIC, step, [float(v or 0.0) for v in remade], ns))
         elif step in shares:

@@ -31,13 +31,37 @@ average (the root's rule does not judge a job's first steps). The root's rule on
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Mapping
 
 from collectors.agent.intake import OpenStep, RankValues
 from collectors.delivery.windows import Origin
 from telemetry.names import RUNQUEUE_METRIC, WAIT_METRIC, WAIT_SHARE_METRIC, WORK_METRIC
 
 ALPHA = 0.125  # the weight of a step's share in the running average: a span of ~15 steps
+
+
+def excess_queued(queued: Mapping[int, float], busy: Mapping[int, float]) -> dict[int, float]:
+    """Per rank, its run-queue wait over what the median rank of the step (among those given: an agent's own
+    ranks) would have queued in its place: the median run-queue wait scaled by the rank's running time (its
+    busy time, `work_time`, less its run-queue wait) over the median running time, when over 1 (the root's
+    rule, collectors/detectors/straggler.py `_excess`). On a host where every thread gets only part of a CPU a
+    rank doing more CPU work queues more in proportion: its absolute excess would discount a CPU-bound
+    straggler's lead by ~(L - 1) / L at L threads per CPU; a descheduled rank runs as long as its peers and
+    keeps its whole excess. A rank alone among the given ones is its own median: no discount (one rank per
+    host: the root's per-step discount still acts)."""
+    ranks = [r for r in queued if r in busy and math.isfinite(queued[r]) and math.isfinite(busy[r])]
+    if not ranks:
+        return {}
+    own = {r: max(0.0, queued[r]) for r in ranks}
+    running = {r: busy[r] - own[r] for r in ranks}
+    q_median = statistics.median(own.values())
+    running_median = statistics.median(running.values())
+    out = {}
+    for r in ranks:
+        ratio = running[r] / running_median if running_median > 0 else 1.0
+        out[r] = max(0.0, own[r] - q_median * max(1.0, ratio))
+    return out
 
 
 class WaitShares:
@@ -56,7 +80,8 @@ class WaitShares:
                queued_s: float = 0.0) -> float | None:
         """One step of one rank: its running share after it, or None when the step gives none (missing or
         non-finite figures, a step that is not after the rank's last). `queued_s`, the rank's run-queue wait of
-        the step (telemetry/sdk/runqueue.py), counts as not its own work: the share is (wait + queued) / step, so
+        the step (telemetry/sdk/runqueue.py) over what its peers' would explain (`excess_queued`), counts as not
+        its own work: the share is (wait + queued) / step, so
         a rank descheduled while the others waited for it keeps the share of its peers (a non-finite or negative
         one counts as 0)."""
         total = wait_s + work_s
@@ -84,13 +109,15 @@ class WaitShares:
         if not waits or not works or WAIT_SHARE_METRIC in open_step.metrics or not admit(open_step.job):
             return 0
         shares: dict[int, RankValues] = {}
+        excess = excess_queued({rank: math.fsum(values.values) for rank, values in queued.items()},
+                               {rank: math.fsum(work.values) for rank, work in works.items()})
         for rank, wait in waits.items():
             work = works.get(rank)
             if work is None:
                 continue
             rank_queued = queued.get(rank)
             avg = self.update(open_step.job, rank, open_step.step, math.fsum(wait.values), math.fsum(work.values),
-                              math.fsum(rank_queued.values) if rank_queued is not None else 0.0)
+                              excess.get(rank, 0.0))
             if avg is None:
                 continue
             origins = list(dict.fromkeys(wait.origins + work.origins
