@@ -70,6 +70,7 @@ log = logging.getLogger(__name__)
 WIDTH_MS = HEARTBEAT_WIDTH_MS  # hardware windows are the same 1 s buckets as heartbeats
 DEFAULT_PROBE_INTERVAL_S = 1.0
 SAMPLE_PHASE = 0.7  # where in its interval (its second) every host samples: next_sample_ns
+MAX_STEP_WAITED_OUT = 2  # intervals: a wall clock stepped back by up to this is waited out (next_sample_after)
 DEFAULT_NIC_EXCLUDE = VIRTUAL_NICS
 NIC_FALLBACK_BASE = 1 << 24  # NIC source ids when an interface's ifindex cannot be read
 _JOB_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
@@ -89,18 +90,27 @@ def next_sample_ns(now_ns: int, interval_s: float) -> int:
 
 def next_sample_after(now_ns: int, mono_ns: int, last: tuple[int, int] | None, interval_s: float) -> int:
     """The wall time of the next sample (next_sample_ns's phase point), scheduled against the monotonic clock too:
-    never a phase point at or before the last sample's (a wall clock stepped back would sample that second twice,
-    its readings counted twice), nor one less than half an interval after the last sample in monotonic time (a
-    step back of part of a second), unless that would leave the host unsampled for over two intervals (a step back
-    of many seconds: then the sample is taken, and its readings go to the bucket after the last one offered).
-    `last`: the last sample's (wall, monotonic) ns, None before the first."""
+    at least half an interval after the last sample in monotonic time, and never a phase point at or before the last
+    sample's (a wall clock stepped back would sample that second twice, its readings counted twice). A step back of
+    up to two intervals is waited out (the next sample comes one interval plus the step after the last: at most
+    three intervals); a longer one is not (the host would go unsampled for its length): the host is sampled every
+    interval again at once, and its readings go to the bucket after the last one offered (HardwareSampler's floor)
+    until the wall clock catches up. `last`: the last sample's (wall, monotonic) ns, None before the first."""
     period_ns = max(1, round(interval_s * 1e9))
     at_ns = next_sample_ns(now_ns, interval_s)
     if last is None:
         return at_ns
     last_wall_ns, last_mono_ns = last
-    while (at_ns <= last_wall_ns or mono_ns + at_ns - now_ns - last_mono_ns < period_ns // 2) \
-            and mono_ns + at_ns - now_ns - last_mono_ns + period_ns <= 2 * period_ns:
+
+    def after_last(wall_ns: int) -> int:  # how long after the last sample, in monotonic time, wall_ns comes
+        return mono_ns + wall_ns - now_ns - last_mono_ns
+
+    fresh_ns = max(at_ns, next_sample_ns(last_wall_ns, interval_s))  # the first phase point past the last sample's
+    while after_last(fresh_ns) < period_ns // 2:
+        fresh_ns = next_sample_ns(fresh_ns, interval_s)
+    if after_last(fresh_ns) <= MAX_STEP_WAITED_OUT * period_ns + period_ns:
+        return fresh_ns
+    while after_last(at_ns) < period_ns // 2:  # a long step back: sample on, in the floor bucket
         at_ns = next_sample_ns(at_ns, interval_s)
     return at_ns
 
