@@ -635,10 +635,47 @@ def test_an_agent_under_a_parent_without_host_registration_says_the_way_back_and
     assert registration.index == 5 and given == [5] and registration.unable == ""
 
 
+def test_a_tier_without_a_fleet_grace_holds_a_fleet_second_for_its_late_host(monkeypatch):
+    """fleet_grace_s=None (--fleet-grace all): a rack holds a fleet second one host is late for, long past the cut-off a
+    grace would set, until that host's part comes (or the window's deadline); with a grace (0.5 s) the same second is
+    passed on. Judged on the Node: covered_complete, and next_due (no wake-up at a cut-off that does not exist)."""
+    from types import SimpleNamespace
+
+    from collectors.common.keys import Key
+    from collectors.delivery import node as node_module
+    from collectors.delivery.node import Node, RankView
+    from collectors.delivery.windows import Deadlines, Part
+    from helpers_tree import summary_of
+
+    second_ms = 999_999_000
+    wall_s = second_ms / 1000 + 1 + 5.0  # 5 s after the second ended: ten graces of 0.5 s, well before the deadline
+    monkeypatch.setattr(node_module, "time", SimpleNamespace(time=lambda: wall_s, monotonic=time.monotonic))
+    ports = {h: fleet.source(h, 64) for h in range(2)}
+    key = Key(fleet.FLEET_JOB, "ib.port_active", second_ms, 1000)
+    for grace in (0.5, None):
+        rack = Node("rack", Deadlines(floor_s=30.0), ack_down=lambda *a, **k: None, fleet_grace_s=grace)
+        for h in range(2):  # two hosts, one port each
+            rack.child_ranks[f"agent-{h}"] = {fleet.FLEET_JOB: RankView(alive=BitMap([ports[h]]))}
+        part = Part(key, [("agent-0", 1)], BitMap([ports[0]]), built=summary_of({ports[0]: 1.0}))
+        assert rack.offer(part, 1)[0] == "accepted"
+        (win,) = rack.table.pending_windows()
+        now = time.monotonic()
+        if grace is not None:
+            assert rack.covered_complete(win)  # passed on without host 1
+            assert rack.next_due(now) < now  # its cut-off long past
+            continue
+        assert not rack.covered_complete(win), "a fleet second passed on without its late host, with no grace"
+        assert rack.next_due(now) == pytest.approx(win.deadline)  # nothing to wake for before the deadline
+        late = Part(key, [("agent-1", 1)], BitMap([ports[1]]), built=summary_of({ports[1]: 0.0}))
+        assert rack.offer(late, 1)[0] == "accepted"
+        assert rack.covered_complete(win)  # every host in
+
+
 @pytest.mark.parametrize("role", ["collector", "root"])
-def test_fleet_grace_all_waits_for_every_host_and_bad_values_are_refused(monkeypatch, role):
-    """`--fleet-grace all` says "wait for every host" (None: a fleet second is held until the window's deadline);
-    before, the option took only seconds. A negative, infinite or non-numeric grace is a usage error."""
+def test_fleet_grace_all_reaches_the_tier_as_no_grace_and_bad_values_are_refused(monkeypatch, role):
+    """`--fleet-grace all` says "wait for every host": the tier's config gets None (that the tier then holds a fleet
+    second for a late host: test_a_tier_without_a_fleet_grace_holds_a_fleet_second_for_its_late_host); before, the
+    option took only seconds. A negative, infinite or non-numeric grace is a usage error."""
     from click.testing import CliRunner
 
     from collectors import cli
