@@ -83,7 +83,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="grpc._common.MAXIMUM_WAIT_TIMEOUT in the agent-hosting processes (0.1: grpcio's own)")
     p.add_argument("--share-channels", action=argparse.BooleanOptionalAction, default=True,
                    help="one gRPC channel per rack address for all the agents a process hosts (each agent "
-                        "keeps its own Outbox, thread and stream)")
+                        "keeps its own Outbox and stream, on the process's one client loop)")
     p.add_argument("--metrics", default=None,
                    help="comma-separated metrics per rank per step (e.g. 20,100,300): a run of every size per "
                         "count, in OUT/metrics-M, then scale_metrics.json (default: 20, one run)")

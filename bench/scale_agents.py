@@ -112,8 +112,8 @@ class SimAgent(AgentServer):
 
 def share_channels() -> None:
     """One gRPC channel per rack address for all the agents a process hosts, instead of one each (each with its
-    own keepalive pings every 10 s and grpcio's per-channel machinery): every agent still has its own Outbox,
-    thread and Forward stream. Still needed with the aio servers, for the simulation's sake only (a real agent is
+    own keepalive pings every 10 s and grpcio's per-channel machinery): every agent still has its own Outbox and
+    Forward stream (a coroutine on the process's one client loop). Still needed with the aio servers, for the simulation's sake only (a real agent is
     one process with one channel): at 4,096 ranks (2 hosting processes) it changes no per-step figure (agent
     3.32-3.41 ms/step with a channel each, 3.39-3.43 shared; idle 40 against 8 ms/s), but at 16,384 ranks (8
     processes of 256 agents on 2 cores) a channel each made an agent cost 13.1 instead of 5.9 ms/step (own code

@@ -711,8 +711,8 @@ class Upstream:
         node.counter_sources["forensics_dropped"] = lambda: self.captures.dropped + self.exits.dropped
 
     def ship(self, node: Node, windows: list[Window], now: float) -> None:
-        """Hand the windows to the outbox, which sends them from its own thread: nothing slow here. Under the
-        node's lock (Node.flush)."""
+        """Hand the windows to the outbox, which sends them from the process's client loop (clientloop.py): nothing
+        slow here. Under the node's lock (Node.flush)."""
         node.assert_locked()
         parts = []
         for win in windows:
