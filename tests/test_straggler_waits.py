@@ -381,3 +381,34 @@ def test_a_job_that_logs_run_queue_waits_is_judged_at_the_fast_lanes_own_thresho
     _run(det, 40, 3, seed=seed)
     score = det.state(JOB).score
     assert score is not None and score.lanes[0].threshold == StragglerConfig().wait_fast_threshold
+
+
+def _fast_threshold_after(world: int, queued: np.ndarray, *, queued_after_waits: bool = False) -> float:
+    """The fast lane's threshold after 12 steps of `world` ranks, rank 5 waiting least each step, with the run-queue
+    waits `queued` each step (before or after the step's waits)."""
+    det = StragglerDetector(EventLog(None))
+    rng = np.random.default_rng(0)
+    for step in range(12):
+        wait = 0.05 + 0.01 * rng.random(world)
+        wait[5] = 0.0
+        det.observe(_row("step_time", step, np.full(world, 0.2)))
+        rows = [_row("runqueue_wait", step, queued), _row("collective_wait", step, wait)]
+        for row in reversed(rows) if queued_after_waits else rows:
+            det.observe(row)
+    score = det.state(JOB).score
+    assert score is not None
+    return score.lanes[0].threshold
+
+
+def test_the_fast_lanes_own_threshold_only_where_the_discount_can_act() -> None:
+    """`runqueue_fast_threshold` (0.6) holds on a step where the discount found the judged rank's run-queue wait;
+    wherever it cannot act the job keeps `wait_fast_threshold` (0.8): a kernel that counts nothing (every rank 0),
+    run-queue rows that come after the step's waits, a least-waiting rank outside the exact top-k of a world over
+    8 (it waited no longer than those). Before: 0.6 once any run-queue row had arrived."""
+    c = StragglerConfig()
+    assert _fast_threshold_after(6, np.linspace(0.001, 0.006, 6)) == c.runqueue_fast_threshold
+    assert _fast_threshold_after(6, np.zeros(6)) == c.wait_fast_threshold
+    assert _fast_threshold_after(6, np.linspace(0.001, 0.006, 6), queued_after_waits=True) == c.wait_fast_threshold
+    far = np.linspace(0.002, 0.012, 12)
+    far[5] = 0.0001  # the least-waiting rank's run-queue wait is the least: outside the top 8
+    assert _fast_threshold_after(12, far) == c.wait_fast_threshold

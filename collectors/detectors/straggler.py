@@ -65,8 +65,9 @@ class StragglerConfig:
     # that its run-queue wait over the median rank's explains is discounted (it was descheduled, not slow)
     runqueue_metric: str = RUNQUEUE_METRIC
     runqueue_discount: bool = True
-    # ... and with the scheduler's bursts discounted the fast lane names a rank at this threshold instead of
-    # wait_fast_threshold (a job that logs run-queue waits: 1.5x within 5 steps on more of the shapes)
+    # ... and on a step where the discount can act on the rank judged (its run-queue wait known: not a kernel
+    # counting nothing, a row missing ranks, a rank outside the top-k) the fast lane names at this threshold
+    # instead of wait_fast_threshold (1.5x within 5 steps on more of the shapes)
     runqueue_fast_threshold: float = 0.6
     wait_share_drift: float = 0.05   # the slow lane's least reference on the running shares
     wait_share_margin: float = 0.01  # ... and at least this over the job's own level of them
@@ -122,7 +123,6 @@ class _State(StreakState):
     share_gap: float = 0.0    # the latest running-share gap judged
     # the last few steps' run-queue waits, by step: (p50, {rank: seconds} of the exact top-k)
     queued: dict[int, tuple[float, dict[int, float]]] = field(default_factory=dict)
-    queued_seen: bool = False  # the job logs run-queue waits (and the discount is on): the fast lane's own threshold
 
 
 @dataclass
@@ -165,10 +165,6 @@ class StragglerDetector(StreakDetector[_State]):
             return
         if row.key.metric == c.runqueue_metric:
             self._queued(state, s, step)
-            if c.runqueue_discount and not state.queued_seen:
-                state.queued_seen = True
-                if state.score is not None:
-                    state.score.lanes[0].threshold = c.runqueue_fast_threshold
             return
         arrival = row.key.metric == c.arrival_metric
         if state.waits:
@@ -247,8 +243,8 @@ class StragglerDetector(StreakDetector[_State]):
     def _queued(state: _State, s: Summary, step: int) -> None:
         """A step's run-queue waits: kept (the median and the exact top-k by rank) for that step's waits."""
         median = p50(s)
-        if not math.isfinite(median):
-            return
+        if not math.isfinite(median) or not s.max > 0:
+            return  # a kernel that counts nothing (every rank 0): no discount can act on this step
         state.queued[step] = (median, {rank: value for value, rank in s.top()})
         while len(state.queued) > 16:
             del state.queued[min(state.queued)]
@@ -261,8 +257,9 @@ class StragglerDetector(StreakDetector[_State]):
         queues more in proportion: its absolute excess took ~(L - 1) / L of its lead at L threads per CPU (named
         at 6-20 steps instead of 2-3). Its running time, not its busy time: a descheduled rank's busy time holds
         the very wait that is discounted (scaling by it kept part of that lead; replayed, 10 false alarms in 3,150
-        clean steps instead of 1). None when the step's run-queue waits are unknown (no discount can act); 0
-        when the rank is not among their exact top-k (it waited no longer than those)."""
+        clean steps instead of 1). None where no discount can act: the step's run-queue waits unknown (none yet,
+        a kernel that counts nothing, a row missing ranks) or the rank not among their exact top-k (it waited
+        no longer than those)."""
         if not self.config.runqueue_discount:
             return None
         queued = state.queued.get(step)
@@ -270,7 +267,7 @@ class StragglerDetector(StreakDetector[_State]):
             return None
         value = queued[1].get(rank)
         if value is None or not math.isfinite(value):
-            return 0.0
+            return None  # outside the exact top-k: it waited no longer than those, and no discount acts
         median = queued[0]
         running, running_median = busy - value, busy_median - median
         ratio = running / running_median if running_median > 0 else 1.0
@@ -304,6 +301,10 @@ class StragglerDetector(StreakDetector[_State]):
         excess = self._excess(state, step, s.argmin, scale - s.min, scale - median)
         queued = excess or 0.0
         gap = max(0.0, median - s.min - queued)
+        # The fast lane's own threshold only on a step where the discount could act on the rank it judges: a
+        # job that logs run-queue waits the discount cannot use (a kernel printing 0 0 0, a rank whose clock gave
+        # up, a least-waiting rank outside the top-k of a world over 8, run-queue rows after the waits) keeps 0.8.
+        score.lanes[0].threshold = c.runqueue_fast_threshold if excess is not None else c.wait_fast_threshold
         if state.warm < c.wait_warmup:
             state.warm += 1
             if scale > 0:
@@ -371,7 +372,7 @@ class StragglerDetector(StreakDetector[_State]):
     def _score(self, state: _State) -> WaitScore:
         if state.score is None:
             c = self.config
-            fast = c.runqueue_fast_threshold if state.queued_seen else c.wait_fast_threshold
+            fast = c.wait_fast_threshold  # runqueue_fast_threshold on the steps the discount can act on (_waits)
             state.score = WaitScore(((c.wait_fast_drift, fast), (c.wait_drift, c.wait_threshold)),
                                     c.wait_cap, c.wait_track, c.wait_min_gap_s, background=c.wait_background,
                                     reference=c.wait_reference, running_drifts=(c.wait_share_drift,),
