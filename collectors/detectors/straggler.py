@@ -164,7 +164,7 @@ class StragglerDetector(StreakDetector[_State]):
             self._shares(row, state)
             return
         if row.key.metric == c.runqueue_metric:
-            self._queued(state, s, step)
+            self._queued(state, s, step, row.expected)
             return
         arrival = row.key.metric == c.arrival_metric
         if state.waits:
@@ -240,8 +240,12 @@ class StragglerDetector(StreakDetector[_State]):
                 del state.step_scales[min(state.step_scales)]
 
     @staticmethod
-    def _queued(state: _State, s: Summary, step: int) -> None:
-        """A step's run-queue waits: kept (the median and the exact top-k by rank) for that step's waits."""
+    def _queued(state: _State, s: Summary, step: int, expected: int) -> None:
+        """A step's run-queue waits: kept (the median and the exact top-k by rank) for that step's waits. A row
+        missing ranks is not kept (no discount that step, as `_waits` judges no step missing a rank's wait): its
+        median is not the job's, and a rank absent from it may be the one judged."""
+        if len(s.sources) < expected:
+            return
         median = p50(s)
         if not math.isfinite(median) or not s.max > 0:
             return  # a kernel that counts nothing (every rank 0): no discount can act on this step
