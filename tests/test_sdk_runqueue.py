@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import threading
 import time
 
@@ -108,3 +109,63 @@ def test_where_the_kernel_does_not_count_nothing_is_read_again(tmp_path) -> None
     bad = tmp_path / "bad"
     bad.write_text("nothing\n")
     assert RunQueueClock(str(bad)).read_ns() is None
+
+
+def test_off_linux_or_without_o_cloexec_nothing_is_read_and_nothing_raises(monkeypatch) -> None:
+    """Off Linux the clock is off from the start; where os.O_CLOEXEC is missing reading gives None, not an
+    AttributeError out of Run.step. Before: the AttributeError escaped."""
+    monkeypatch.setattr(sys, "platform", "win32")
+    assert RunQueueClock().read_ns() is None
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.delattr(os, "O_CLOEXEC")
+    clock = RunQueueClock()
+    assert clock.read_ns() is None and not clock.available
+
+
+def test_a_step_exited_on_another_thread_logs_nothing() -> None:
+    """mark() at a step's entry, since(mark) at its exit: on the same thread the wait in seconds; on another
+    thread None (the counters are of two threads). Before: no mark; the difference of two threads' counters."""
+    clock = RunQueueClock()
+    mark = clock.mark()
+    assert mark is not None
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(clock.since(mark)))
+    thread.start()
+    thread.join()
+    assert got == [None]
+    since = clock.since(mark)
+    assert since is not None and since >= 0.0
+    assert clock.since(None) is None
+
+
+def test_each_thread_keeps_its_own_descriptor(monkeypatch) -> None:
+    """Two threads reading in turn open the file once each (a descriptor shared between threads was reopened by
+    each in turn, and one thread could read the other's while it was being swapped). Before: 4 opens."""
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path: str, flags: int, *args: int) -> int:
+        opened.append(path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    clock = RunQueueClock()
+    go = [threading.Event(), threading.Event()]
+
+    def other() -> None:
+        for _ in range(2):
+            go[1].wait()
+            go[1].clear()
+            assert clock.read_ns() is not None
+            go[0].set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    for _ in range(2):
+        assert clock.read_ns() is not None
+        go[1].set()
+        go[0].wait()
+        go[0].clear()
+    thread.join()
+    assert len(opened) == 2, opened
+    clock.close()

@@ -176,7 +176,7 @@ class Run:
         clock = self._clock if self._clock is not None else self._collectives()
         since_ns = clock.begin(time.time_ns()) if clock is not None else 0
         waits = self._waits if self._waits is not None else self._wait_timer()
-        queued_ns = self._runqueue.read_ns() if waits is not None else None
+        queued_mark = self._runqueue.mark() if waits is not None else None
         start_ns = time.perf_counter_ns()
         if self._loader_waits:
             self._take_loader_wait(step)
@@ -191,9 +191,9 @@ class Run:
                 wait_s, _ = waits.measure(start_ns, time.perf_counter_ns())
                 values[WAIT] = wait_s
                 values[WORK] = max(0.0, values["step_time"] - wait_s)
-                queued_end_ns = self._runqueue.read_ns() if queued_ns is not None else None
-                if queued_end_ns is not None and queued_ns is not None:
-                    values[RUNQUEUE] = max(0, queued_end_ns - queued_ns) / 1e9
+                queued_s = self._runqueue.since(queued_mark)  # None when the step ended on another thread
+                if queued_s is not None:
+                    values[RUNQUEUE] = queued_s
             end_ns = time.time_ns()
             if clock is not None:
                 arrived_ns = clock.end(end_ns)

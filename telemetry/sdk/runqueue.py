@@ -19,57 +19,102 @@ CPU starvation by a neighbour is the kernel's run queue; a slow GPU kernel, a sl
 or a lock held by another thread are not (those are the rank's own slowness: still named).
 
 What it costs: one ``pread`` of a ~30-byte procfs file on an open descriptor, twice a step (measured by
-bench/runqueue_cost.py). The descriptor is the step thread's: a step run on another thread reopens it.
-Where the file is missing (not Linux, a kernel without schedstats) nothing is logged.
+bench/runqueue_cost.py). Each thread keeps its own descriptor (threading.local). A step entered on one thread
+and exited on another logs nothing (the two counters are of different threads). Where the file is missing (not
+Linux, a kernel without schedstats) nothing is logged.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 PATH = "/proc/thread-self/schedstat"
 
 
+class _Descriptor(threading.local):
+    """The calling thread's open schedstat file: one per thread (a descriptor shared between threads could be
+    reopened by one while another reads it, and read the other thread's counters)."""
+
+    fd = -1
+    thread: int | None = None
+    pid = -1  # a forked child inherits the descriptor of its parent's thread: reopened
+
+
 class RunQueueClock:
     """The run-queue wait of the thread that calls it, in nanoseconds since that thread began (None where the
-    kernel does not count it). One per Run; the descriptor follows the calling thread."""
+    kernel does not count it). One per Run; each thread reads its own descriptor. `mark()` at a step's entry
+    and `since(mark)` at its exit give the step's wait, or None when it exited on another thread than it began
+    on (the two counters are of different threads: their difference means nothing)."""
 
     def __init__(self, path: str = PATH) -> None:
         self.path = path
-        self._fd = -1
-        self._thread: int | None = None
-        self._pid = -1  # a forked child inherits the descriptor of its parent's thread: reopened
-        self.available = True
+        self._local = _Descriptor()
+        self._lock = threading.Lock()
+        self._open_fds: set[int] = set()  # every thread's, for close()
+        # Linux only: the file is Linux's, and os.O_CLOEXEC does not exist everywhere (an AttributeError out of
+        # Run.step on another OS)
+        self.available = sys.platform.startswith("linux")
+
+    def mark(self) -> tuple[int, int] | None:
+        """(the calling thread's id, its run-queue wait so far), or None (unavailable)."""
+        ns = self.read_ns()
+        return None if ns is None else (threading.get_native_id(), ns)
+
+    def since(self, mark: tuple[int, int] | None) -> float | None:
+        """Seconds the calling thread waited on the run queue since `mark`; None without a mark, unavailable, or
+        on another thread than the mark's."""
+        if mark is None or mark[0] != threading.get_native_id():
+            return None
+        ns = self.read_ns()
+        return None if ns is None else max(0, ns - mark[1]) / 1e9
 
     def read_ns(self) -> int | None:
         """The calling thread's total run-queue wait so far, or None (unavailable: never again tried)."""
         if not self.available:
             return None
+        local = self._local
         thread, pid = threading.get_native_id(), os.getpid()  # the kernel's thread id: Python's idents are reused
         try:
-            if thread != self._thread or pid != self._pid:
+            if thread != local.thread or pid != local.pid:
                 self._open(thread, pid)
             try:
-                data = os.pread(self._fd, 128, 0)
+                data = os.pread(local.fd, 128, 0)
             except OSError:  # a descriptor of a thread that ended (its id reused): once more, freshly opened
                 self._open(thread, pid)
-                data = os.pread(self._fd, 128, 0)
+                data = os.pread(local.fd, 128, 0)
             return int(data.split()[1])
-        except (OSError, IndexError, ValueError):
+        except (OSError, IndexError, ValueError, AttributeError):
             self.available = False
             self.close()
             return None
 
     def _open(self, thread: int, pid: int) -> None:
-        self.close()
-        self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        self._thread, self._pid = thread, pid
+        local = self._local
+        if local.fd >= 0:  # in a forked child, its copy of the parent's: the parent's own stays open
+            self._close_fd(local.fd)
+        local.fd, local.thread, local.pid = -1, None, -1
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        with self._lock:
+            self._open_fds.add(fd)
+        local.fd, local.thread, local.pid = fd, thread, pid
+
+    def _close_fd(self, fd: int) -> None:
+        with self._lock:
+            self._open_fds.discard(fd)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
     def close(self) -> None:
-        if self._fd >= 0:
+        """Close every thread's descriptor (a thread reading after this reopens its own)."""
+        with self._lock:
+            fds, self._open_fds = self._open_fds, set()
+        for fd in fds:
             try:
-                os.close(self._fd)
+                os.close(fd)
             except OSError:
                 pass
-        self._fd, self._thread, self._pid = -1, None, -1
+        self._local.fd, self._local.thread, self._local.pid = -1, None, -1
