@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import queue
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -47,13 +48,7 @@ class Host:
         self._calls = LoopCalls(self.loop)
         self.closed = False  # close() was called: run() refuses work the loop would never take
         self.answers_cut = 0  # streams cut because their peer read none of MAX_ANSWERS answers (Answers)
-        self.pool = concurrent.futures.ThreadPoolExecutor(POOL_WORKERS, thread_name_prefix=f"{name}-work")
-        # Start every worker now, not on demand under load: each new thread brings its own malloc arena, and a
-        # service's memory should step up at start, not part-way through its life (the soak saw +3 MiB).
-        started = threading.Barrier(POOL_WORKERS + 1)
-        for _ in range(POOL_WORKERS):
-            self.pool.submit(started.wait, 5.0)
-        started.wait(5.0)
+        self.pool = WorkPool(self, POOL_WORKERS, f"{name}-work")
         self._thread = threading.Thread(target=self._run, name=f"{name}-loop", daemon=True)
         self._thread.start()
 
@@ -90,9 +85,77 @@ class Host:
         self.closed = True
         self.call_soon(self.loop.stop)
         self._thread.join(timeout)
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool.shutdown()
         if not self._thread.is_alive():
             self.loop.close()
+
+
+class WorkPool:
+    """The threads a Host's handlers' work runs on: `run(func, *args)` from the loop returns an asyncio future of
+    `func(*args)` run on one of them.
+
+    Why not `loop.run_in_executor` on a ThreadPoolExecutor: a collector hands every child's unit to the pool, and
+    each hand-off paid the executor's Python-level bookkeeping (its locks, an idle semaphore taken per submit and
+    released per item through a Condition), a concurrent future chained to an asyncio one, and a wake-up of the
+    loop of its own for the result. py-spy (GIL samples) put that at ~15 % of a rack's GIL time in bench/scale.py
+    at 300 metrics (docs/scale.md). Here a hand-off is a SimpleQueue put and get (in C), and the result comes back
+    through `Host.call_soon`, whose one wake-up of the loop also carries the answers the work put meanwhile
+    (Answers.put: the unit's RECEIVED ack).
+
+    Every worker starts now, not on demand under load: each new thread brings its own malloc arena, and a service's
+    memory should step up at start, not part-way through its life (the soak saw +3 MiB). Daemon threads, as the
+    loop's: a process that exits without closing its server is not held by them."""
+
+    def __init__(self, host: Host, workers: int, name: str) -> None:
+        self._host = host
+        self._queue: queue.SimpleQueue[tuple[asyncio.Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue())
+        self._shut = False
+        self._threads = [threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True) for i in range(workers)]
+        for thread in self._threads:
+            thread.start()
+
+    def run(self, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """On the loop: `func(*args)` on a worker, its result or exception in the future returned. A future cancelled
+        before a worker takes it up is not run (as run_in_executor's). RuntimeError once shut down."""
+        if self._shut:
+            raise RuntimeError("the server's work pool is shut down")
+        future: asyncio.Future[T] = self._host.loop.create_future()
+        self._queue.put((future, func, args))
+        return future
+
+    def shutdown(self) -> None:
+        """No more work: each worker ends after the item it is running (what is queued is dropped, as the loop that
+        would take the results is stopped)."""
+        self._shut = True
+        for _ in self._threads:
+            self._queue.put(None)
+
+    def _work(self) -> None:
+        get, call_soon = self._queue.get, self._host.call_soon
+        while not self._shut:
+            item = get()
+            if item is None or self._shut:
+                return
+            future, func, args = item
+            if future.cancelled():  # a read of a flag set on the loop: at worst the work runs, as it would have
+                continue
+            try:
+                result = func(*args)
+            except BaseException as exc:  # as the executor's worker: the caller awaiting the future gets it
+                call_soon(_settle, future, False, exc)
+            else:
+                call_soon(_settle, future, True, result)
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    """On the loop: a WorkPool item's outcome into its future, unless the waiter gave up on it meanwhile."""
+    if future.cancelled():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
 
 
 MAX_ANSWERS = 16_384
@@ -243,7 +306,7 @@ async def _read(host: Host, requests: AsyncIterator, answers: Answers, work: Str
     try:
         async for request in messages:
             try:
-                parked = await host.loop.run_in_executor(host.pool, work.handle, request)
+                parked = await host.pool.run(work.handle, request)
                 if parked is not None:
                     await asyncio.wrap_future(parked.ready)
             except BadInput:
@@ -277,7 +340,7 @@ async def _read(host: Host, requests: AsyncIterator, answers: Answers, work: Str
 async def off_loop(host: Host, func: Callable[..., None], *args: Any) -> None:
     """Run `func(*args)` on the pool, exactly once, even if this task is being cancelled meanwhile."""
     try:
-        future = host.loop.run_in_executor(host.pool, func, *args)
+        future = host.pool.run(func, *args)
     except RuntimeError:  # the pool is shut down: the server is stopping
         func(*args)
         return
