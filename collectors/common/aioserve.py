@@ -132,20 +132,26 @@ class WorkPool:
             self._queue.put(None)
 
     def _work(self) -> None:
-        get, call_soon = self._queue.get, self._host.call_soon
+        get = self._queue.get
         while not self._shut:
             item = get()
             if item is None or self._shut:
                 return
-            future, func, args = item
-            if future.cancelled():  # a read of a flag set on the loop: at worst the work runs, as it would have
-                continue
-            try:
-                result = func(*args)
-            except BaseException as exc:  # as the executor's worker: the caller awaiting the future gets it
-                call_soon(_settle, future, False, exc)
-            else:
-                call_soon(_settle, future, True, result)
+            self._one(*item)
+            item = None  # not kept while this worker waits for the next: it holds a request (a unit of ~128 KB)
+
+    def _one(self, future: asyncio.Future[Any], func: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        if future.cancelled():  # a read of a flag set on the loop: at worst the work runs, as it would have
+            return
+        try:
+            result = func(*args)
+        except BaseException as exc:  # as the executor's worker: the caller awaiting the future gets it
+            self._host.call_soon(_settle, future, False, exc)
+            # exc's traceback holds this frame: without its references, no cycle keeps the request (and the
+            # frames of the handler that refused it) until a full collection (tests/test_stream_memory.py)
+            future = func = args = None  # type: ignore[assignment]  # cleared to break the traceback's cycle
+        else:
+            self._host.call_soon(_settle, future, True, result)
 
 
 def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
