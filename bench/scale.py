@@ -79,8 +79,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="sizes also run (tree only) at realistic fan-ins, --wide-shape; '' for none")
     p.add_argument("--wide-shape", default="64x32",
                    help="AxR: A agents per rack, R racks per collector (and at most R children of the root)")
-    p.add_argument("--grpc-wait-s", type=float, default=5.0,
-                   help="grpc._common.MAXIMUM_WAIT_TIMEOUT in the agent-hosting processes (0.1: grpcio's own)")
     p.add_argument("--share-channels", action=argparse.BooleanOptionalAction, default=True,
                    help="one gRPC channel per rack address for all the agents a process hosts (each agent "
                         "keeps its own Outbox and stream, on the process's one client loop)")

@@ -22,22 +22,6 @@ def _die_with_parent() -> None:  # preexec_fn of the rank stand-in; its parent h
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def quiet_grpc_waits(seconds: float | None) -> None:
-    """grpcio's synchronous client wakes every thread blocked reading a stream 10 times a second (grpc._common.wait
-    polls with MAXIMUM_WAIT_TIMEOUT = 0.1 s so that signal handlers run). A real agent pays that for its one Outbox
-    stream (~0.25 ms of CPU a second, measured below); a process hosting 256 simulated agents pays it 2,560 times a second. Only the
-    agent-hosting processes lengthen it (--grpc-wait-s; an event still wakes the waiting thread at once), measured
-    at 4,096 ranks (512 agents in 2 processes, 2 runs each): idle CPU of the 2 processes 8 ms/s with 5 s, 130-156
-    ms/s with grpcio's 0.1 s; per agent per step 3.39-3.43 ms against 3.67-3.68; 0.53-0.55 steps/s against 0.44.
-    Collectors are grpc.aio servers whose only synchronous stream is their one Outbox: lengthening it there changed
-    nothing measurable (idle CPU of 21 collectors 153-166 ms/s either way), nor in the baseline's senders (idle
-    3.8 / 4.0 ms/s); they keep grpcio's own. None: leave grpcio's 0.1 s."""
-    if seconds is None:
-        return
-    import grpc._common
-    grpc._common.MAXIMUM_WAIT_TIMEOUT = seconds
-
-
 class _Link:
     """Stands in for a rank stream's answer queue: counts the acks the agent sends the rank."""
 
@@ -148,7 +132,6 @@ def child_agents(cfg: dict) -> None:
     from collectors.common.validation import check_size
     from telemetry.v1 import ingest_pb2
 
-    quiet_grpc_waits(cfg.get("grpc_wait_s"))
     if cfg.get("share_channels"):
         share_channels()
     tune_gc()  # as AgentServer.start does

@@ -147,7 +147,6 @@ def config(args: Any, sizes: list[int], wide_sizes: list[int], shape: dict[str, 
             "ranks_per_gather_stream": RANKS_PER_STREAM,
             "collector_deadline_floor_s": args.collector_deadline_floor, "seed": args.seed,
             "ranks_fed_in_process": sizes + wide_sizes,
-            "grpc_max_wait_s_agent_processes": args.grpc_wait_s,
             "shared_channels": args.share_channels,
             "values": "0.5 x lognormal(0, 1) per rank, metric and step (seeded)"}
 

@@ -62,10 +62,8 @@ class Runner:
         self.t0 = time.monotonic()
 
     def patches(self, role: str) -> dict[str, Any]:
-        """What a child of `role` changes in grpcio's client: only agent-hosting processes (quiet_grpc_waits)."""
-        a = self.args
-        return {"grpc_wait_s": a.grpc_wait_s if role == "agents" and a.grpc_wait_s != 0.1 else None,
-                "share_channels": role == "agents" and a.share_channels}
+        """What a child of `role` changes in grpcio's client: only agent-hosting processes share channels."""
+        return {"share_channels": role == "agents" and self.args.share_channels}
 
     @contextmanager
     def run_dir(self, name: str) -> Iterator[tuple[Path, list[Child]]]:
