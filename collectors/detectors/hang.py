@@ -2,10 +2,18 @@
 
 Two rules, one event per job (they update the same event; `detail.reasons` says which hold):
 
-- `missing_past_deadline`: a step window was finalised without some ranks (the root seals it only
-  when its deadline has passed) and, `grace_s` later, no late delta has brought them. A missing rank
-  whose heartbeat (the `progress.current_step` time buckets) already shows it past that step is not
-  hung (its data was late or lost), so it is not named.
+- `missing_past_deadline`: a step was finalised without some ranks (the root seals a window only
+  when its deadline has passed) and, `grace_s` later, no late delta has brought them. Missing means
+  missing from the *step*, not from one of its windows: a rank that did not log a metric at a step is not
+  hung (the SDK logs `collective_arrival`, `collective_wait` or `runqueue_wait` only when it could measure
+  them, e.g. not on a first step whose flight recorder was not found yet; a job may log `loss` on rank 0
+  only). So where the step has windows of the metrics the SDK logs when a rank *closes* the step
+  (`CLOSING`: `step_time` and the collective figures), a rank is missing when none of those holds it (a
+  rank that logged `loss` inside the step and then hung is still missing); where it has none (a job that
+  closes steps with `end_step`), when none of the step's windows holds it. A missing rank whose heartbeat
+  (the `progress.current_step` time buckets) shows it past that step is not hung either (its data was late
+  or lost): it is dropped from the step for good, so a later heartbeat bucket without it (the rank exited,
+  or the bucket went up before its beat) cannot name it again.
 - `no_progress`: the job's latest finalised step has not moved for T = max(`no_progress_floor_s`,
   `no_progress_factor` x the median step interval) while some rank is still alive or stuck (a job
   whose ranks have all exited has ended, not hung).
@@ -36,11 +44,14 @@ from pyroaring import BitMap
 
 from collectors.common.rows import Row
 from collectors.detectors.base import Detector, fnum
-from telemetry.names import PROGRESS_METRIC
+from telemetry.names import ARRIVAL_METRIC, PROGRESS_METRIC, RUNQUEUE_METRIC, WAIT_METRIC, WORK_METRIC
 from telemetry.summary import Summary
 
-MAX_TRACKED = 4096  # incomplete windows remembered per job
+MAX_TRACKED = 4096  # incomplete steps, and steps every rank reported, remembered per job
 COLLECTIVE = "collective.last_enqueued"
+# What the SDK logs as a rank closes a step (telemetry/sdk/run.py, Run.step): a rank in one of these windows of a
+# step closed it. `step_time` always; the others when the rank could measure them.
+CLOSING = frozenset({"step_time", ARRIVAL_METRIC, WAIT_METRIC, WORK_METRIC, RUNQUEUE_METRIC})
 
 
 @dataclass
@@ -58,9 +69,41 @@ class HangConfig:
 
 @dataclass
 class _Incomplete:
-    missing: BitMap
+    """A step finalised without some ranks in one of its windows; who is missing is judged at check time,
+    once every window of the step had `grace_s` to arrive (they are finalised one by one, in any order)."""
+
+    expected: int
     since: float
     deadline_wall: float
+    present: BitMap                 # ranks in any window of the step
+    closed: BitMap | None = None    # ranks in its CLOSING windows; None while it has none
+    moved_on: BitMap = field(default_factory=BitMap)  # ranks their heartbeat showed past the step
+
+    def missing(self) -> BitMap:
+        out = BitMap()
+        out.add_range(0, self.expected)
+        out -= self.closed if self.closed is not None else self.present
+        out -= self.moved_on
+        return out
+
+
+class _Steps:
+    """A set of the latest MAX_TRACKED step indexes added (the oldest one added is forgotten first)."""
+
+    def __init__(self) -> None:
+        self._set: set[int] = set()
+        self._order: deque[int] = deque()
+
+    def __contains__(self, step: int) -> bool:
+        return step in self._set
+
+    def add(self, step: int) -> None:
+        if step in self._set:
+            return
+        if len(self._order) == MAX_TRACKED:
+            self._set.discard(self._order.popleft())
+        self._order.append(step)
+        self._set.add(step)
 
 
 @dataclass
@@ -69,7 +112,11 @@ class _Job:
     last_advance: float = 0.0
     last_advance_wall: float = 0.0
     starts: deque = field(default_factory=lambda: deque(maxlen=33))
-    incomplete: dict[tuple[int, str], _Incomplete] = field(default_factory=dict)
+    incomplete: dict[int, _Incomplete] = field(default_factory=dict)  # by step
+    # steps a CLOSING window of which held every expected rank (nobody missing, whatever else comes), and steps
+    # any window of which did (nobody missing unless a CLOSING window says otherwise); oldest first, bounded
+    closed: _Steps = field(default_factory=lambda: _Steps())
+    whole: _Steps = field(default_factory=lambda: _Steps())
     progress: Summary | None = None
     progress_bucket: int = -1
     collective: Summary | None = None
@@ -115,21 +162,32 @@ class HangDetector(Detector):
         if index > state.max_step:
             state.max_step, state.last_advance, state.last_advance_wall = index, now, self.wall()
             state.starts.append((index, now))
-        key = (index, row.key.metric)
-        missing = BitMap()
+        if index in state.closed:
+            return  # every rank closed this step
+        closing = row.key.metric in CLOSING
+        expected = BitMap()
         if row.expected:
-            missing.add_range(0, row.expected)
-            missing -= s.sources
-        if not missing:
-            state.incomplete.pop(key, None)
+            expected.add_range(0, row.expected)
+        complete = not expected - s.sources
+        found = state.incomplete.get(index)
+        if complete and closing:
+            state.incomplete.pop(index, None)
+            state.closed.add(index)
             return
-        found = state.incomplete.get(key)
-        if found is not None:
-            found.missing = missing
-        elif not row.late:
-            state.incomplete[key] = _Incomplete(missing, now, row.finalised_ns / 1e9)
+        if complete:
+            state.whole.add(index)
+        if found is None:
+            if complete or row.late or (index in state.whole and not closing):
+                return  # nobody is missing; a late delta of a step not tracked (any more) starts nothing
+            found = state.incomplete[index] = _Incomplete(row.expected, now, row.finalised_ns / 1e9, BitMap())
             while len(state.incomplete) > MAX_TRACKED:
                 state.incomplete.pop(min(state.incomplete))
+        found.expected = max(found.expected, row.expected)
+        if index in state.whole:
+            found.present.add_range(0, found.expected)
+        found.present |= s.sources
+        if closing:
+            found.closed = s.sources | found.closed if found.closed is not None else BitMap(s.sources)
 
     def median_interval(self, job: str) -> float:
         starts = list(self._jobs[job].starts)
@@ -163,11 +221,15 @@ class HangDetector(Detector):
         deadline_wall = None
         progress = state.progress
         bottom_max = progress.bottom()[-1][0] if progress is not None and progress.bottom() else None
-        for (step, _metric), inc in sorted(state.incomplete.items()):
+        for step, inc in sorted(state.incomplete.items()):
             if now - inc.since < c.grace_s or dead:
                 continue  # with ranks dead, the live ones wait for them: the crash's; no_progress judges them
+            missing = inc.missing()
+            if not missing:
+                del state.incomplete[step]  # every rank reported it, or moved past it
+                continue
             named = []
-            ranks = list(islice(inc.missing, 1024))
+            ranks = list(islice(missing, 1024))
             known = _values_of(progress, ranks)
             for rank in ranks:
                 if rank in dead:
@@ -176,7 +238,8 @@ class HangDetector(Detector):
                 if at is None and progress is not None and rank in progress.sources and bottom_max is not None:
                     at = bottom_max  # among the sources but above the bottom-k: at least this far
                 if at is not None and at > step:
-                    continue  # its heartbeat shows it moved on: late or lost data, not a hang
+                    inc.moved_on.add(rank)  # its heartbeat shows it moved on (late or lost data): for good
+                    continue
                 named.append(rank)
                 behind[rank] = min(step, behind.get(rank, step))
             if named:
