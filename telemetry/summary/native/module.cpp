@@ -334,7 +334,7 @@ const WindowIn& unit_window(const Unit& unit, size_t pos) {
     return unit.in.windows[pos];
 }
 
-// A set of sources parsed once and asked about many windows (Windows.holds_all).
+// A set of sources parsed once and asked about many windows (Windows.complete).
 struct Sources {
     Bitmap bitmap;
 };
@@ -476,9 +476,6 @@ PYBIND11_MODULE(_native, m) {
         .def("count", [](const Windows& t, uint32_t slot) {
             return roaring_bitmap_get_cardinality(t.at(slot).sources.get());
         }, "How many sources the window holds.")
-        .def("holds_all", [](const Windows& t, uint32_t slot, const Sources& covered) {
-            return roaring_bitmap_is_subset(covered.bitmap.get(), t.at(slot).sources.get());
-        }, "Whether the window holds every one of `covered` (a collector's completeness, asked per flush).")
         .def("remove_sources", [](Windows& t, uint32_t slot, py::handle data) {
             Bitmap sources = trusted_bitmap(data);
             t.remove_sources(slot, sources.get());
