@@ -103,15 +103,17 @@ class Rack:
                 sorted((key, list(node.table.sources(win))) for key, win in node.table.windows.items()))
 
 
-def unit_bytes(child: int, seq: int, step: int, metrics: list[tuple[int, int]], bad: bool) -> bytes:
-    """Child `child`'s unit `seq`: per (metric, half), that metric's window of `step` from those of its ranks."""
+def unit_bytes(child: int, seq: int, step: int, metrics: list[tuple[int, int]], bad: bool, late: bool = False) -> bytes:
+    """Child `child`'s unit `seq`: per (metric, half), that metric's window of `step` from those of its ranks (each a
+    late delta with `late`)."""
     windows = []
     for metric, half in metrics:
         ranks = np.array([child * 8 + r for r in HALVES[half]], dtype=np.int64)
         values = np.random.default_rng([child, step, metric]).lognormal(0, 1, 8)[list(HALVES[half])]
         summary = Summary.from_arrays(values, ranks, time_ns=step + 1)
         key = summary_pb2.WindowKey(job="job", metric=f"m{metric}", step=step)
-        windows.append(forward_pb2.WindowSummary(key=key, summary=summary.to_proto(), expected=CHILDREN * 8))
+        windows.append(forward_pb2.WindowSummary(key=key, summary=summary.to_proto(), expected=CHILDREN * 8,
+                                                 late=late))
     if bad and windows:
         windows[-1].summary.mean = 1e9  # outside [min, max]: refused alone, by index
     states = forward_pb2.RankStates(job="job", alive=BitMap(range(child * 8, child * 8 + 8)).serialize(),
@@ -264,6 +266,101 @@ def test_a_later_part_of_a_window_whose_parts_did_not_merge_goes_up_late(native:
     rack.flush(False)
     assert [[forward_pb2.WindowSummary.FromString(w).late for w in unit] for unit in rack.sent if unit] == [[True]]
     assert rack.node.counters["late"] == 1
+
+
+def _sent_late(rack: Rack) -> list[list[bool]]:
+    """The `late` flag of each window of each unit the rack sent up."""
+    return [[forward_pb2.WindowSummary.FromString(w).late for w in unit] for unit in rack.sent if unit]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_window_of_only_late_parts_goes_up_late_and_a_first_part_after_it_does_not(native: bool) -> None:
+    """A child's late delta (its window's first parts went up before, or it refused them) into a window this tier
+    holds nothing of goes up late: the tier above must not take it for the window's first part (before: the flag
+    was dropped, by the native reader and by the per-window path, and it went up with late=False). A first part
+    of that window from another child after it goes up as a first part (late=False), and one from a child in the
+    same flush as a late delta makes the whole window a first part."""
+    rack = Rack(native=native, budget_windows=1000)
+    for c in range(CHILDREN):
+        rack.receive(c, forward_pb2.SummaryBatch(sender_id=f"c{c}", seq=0).SerializeToString())
+    rack.receive(0, unit_bytes(0, 1, 0, [(0, 0)], False, late=True))
+    rack.flush(True)
+    assert _sent_late(rack) == [[True]]
+    rack.receive(1, unit_bytes(1, 1, 0, [(0, 0)], False))
+    rack.flush(True)
+    assert _sent_late(rack) == [[True], [False]], "a first part after a late-only dispatch is still the first"
+    rack.receive(2, unit_bytes(2, 1, 0, [(0, 0)], False))
+    rack.flush(True)
+    assert _sent_late(rack)[-1] == [True], "after a first part, a part is late"
+    rack.receive(0, unit_bytes(0, 2, 1, [(0, 0)], False, late=True))
+    rack.receive(1, unit_bytes(1, 2, 1, [(0, 0)], False))
+    rack.flush(True)
+    assert _sent_late(rack)[-1] == [False], "a late part and a first part together make a first part"
+    assert rack.node.counters["late"] == 2
+    for _ in rack.outbox.units[:]:
+        rack.answer(0, 0)
+    assert [len(_durable(rack, c)) for c in range(CHILDREN)] == [2, 2, 1]
+    assert rack.node.durability.outstanding() == 0
+
+
+class Root:
+    """A root's service and node over a real Finaliser and SQLite store (its windows in Python), driven by hand."""
+
+    def __init__(self, path: str) -> None:
+        from collectors.root.finalise import Finaliser
+        from collectors.root.store import Store
+
+        self.node = Node("root", Deadlines(600.0), ack_down=lambda *a, **k: self.service.ack_down(*a, **k))
+        self.finaliser = Finaliser(Store(path))
+        self.node.sink = self.finaliser
+        self.node.complete = lambda win: True  # each window goes at the next flush
+        self.service = CollectorService(self.node, None, None, MetricBudget(64))  # type: ignore[arg-type]  # no host or stream slots here
+        self.stream = _ChildStream(_Answers(), None)  # type: ignore[arg-type]  # only put() is called
+        self.service._links["rack"] = self.stream.answers
+        self.stream.sender = "rack"
+
+    def receive(self, unit: forward_pb2.SummaryBatch, seq: int) -> None:
+        unit.sender_id, unit.seq = "rack", seq  # the outbox numbers the units it sends
+        self.service._one(self.stream, self.service._receive(unit.SerializeToString()))
+
+    def flush(self) -> None:
+        self.node.flush()
+
+    def durable(self) -> list[tuple[int, list[str]]]:
+        acks = [forward_pb2.Ack.FromString(a) for a in self.stream.answers.acks]
+        return [(a.seq, [r.reason for r in a.rejections]) for a in acks if a.status == forward_pb2.Ack.DURABLE]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_later_part_of_a_window_a_rack_refused_is_refused_at_the_root(native: bool, tmp_path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rack refuses a window (its parts did not merge) and sends a later part of it up late: the root, which holds
+    no row of it, refuses it with a reason and counts it (bad_inputs), never storing it as the window's first row
+    (late=0) holding only the late host's ranks, which detectors would read as the whole step (before: the late flag
+    was dropped on the way in, and it was stored). The rack's next window goes up and is stored as ever."""
+    rack = Rack(native=native, budget_windows=1000)
+    root = Root(str(tmp_path / "root.db"))
+    root.receive(forward_pb2.SummaryBatch(), 0)
+    for c in range(2):
+        rack.receive(c, forward_pb2.SummaryBatch(sender_id=f"c{c}", seq=0).SerializeToString())
+    rack.receive(0, unit_bytes(0, 1, 0, [(0, 0)], False))
+    _break_merge(native, monkeypatch)
+    rack.flush(True)
+    monkeypatch.undo()
+    rack.receive(1, unit_bytes(1, 1, 0, [(0, 0)], False))  # the late host
+    rack.receive(0, unit_bytes(0, 2, 1, [(0, 0)], False))  # the next step
+    rack.flush(True)
+    assert _sent_late(rack) == [[True, False]] or _sent_late(rack) == [[False, True]]
+    root.receive(rack.outbox.units[-1].message, 1)
+    root.flush()
+    stored = sorted(root.finaliser.final)
+    assert [key.index for key in stored] == [1], f"a late part stored as the refused window's first row: {stored}"
+    assert root.node.counters["bad_inputs"] == 1
+    assert [len(reasons) for _, reasons in root.durable()] == [1], root.durable()
+    assert "never reached the root" in root.durable()[0][1][0]
+    row = root.finaliser.store.load(stored[0])
+    assert row is not None and row.late == 0 and list(row.summary.sources) == list(range(8))
+    assert root.node.durability.outstanding() == 0 and root.node.durability.unheld_releases == 0
 
 
 def _earliest_open_deadline(node: Node) -> float | None:

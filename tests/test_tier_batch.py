@@ -40,20 +40,22 @@ def summary_bytes(ranks: range, seed: int = 0, k: int = 8, max_centroids: int = 
 
 
 def window(job: str = "job", metric: str = "loss", step: int | None = 3, summary: bytes | None = None,
-           expected: int = 16, attempt: int = 0, bucket: tuple[int, int] | None = None) -> forward_pb2.WindowSummary:
+           expected: int = 16, attempt: int = 0, bucket: tuple[int, int] | None = None,
+           late: bool = False) -> forward_pb2.WindowSummary:
     key = summary_pb2.WindowKey(job=job, metric=metric, attempt=attempt)
     if bucket is not None:
         key.bucket.start_ms, key.bucket.width_ms = bucket
     elif step is not None:
         key.step = step
-    msg = forward_pb2.WindowSummary(key=key, expected=expected)
+    msg = forward_pb2.WindowSummary(key=key, expected=expected, late=late)
     msg.summary.MergeFromString(summary_bytes(range(8)) if summary is None else summary)
     return msg
 
 
-def judged(svc: CollectorService, batch: forward_pb2.SummaryBatch) -> list[tuple[Key, bytes, list[int], int] | str]:
+def judged(svc: CollectorService,
+           batch: forward_pb2.SummaryBatch) -> list[tuple[Key, bytes, list[int], int, bool] | str]:
     """The unit's windows as the stream judges them: read by its deserialiser, parsed by the unit handler's path."""
-    return [found if isinstance(found, str) else (found[0], found[1].to_bytes(), list(found[2]), found[3])
+    return [found if isinstance(found, str) else (found[0], found[1].to_bytes(), list(found[2]), found[3], found[4])
             for found in svc._parse_unit(svc._receive(batch.SerializeToString()))[0]]
 
 
@@ -71,13 +73,15 @@ def parsed_whole(svc: CollectorService, data: bytes) -> _Unit:
     return unit
 
 
-def one_by_one(svc: CollectorService, batch: forward_pb2.SummaryBatch) -> list[tuple[Key, bytes, list[int], int] | str]:
-    return [found if isinstance(found, str) else (found[0], found[1].to_bytes(), list(found[2]), found[3])
+def one_by_one(svc: CollectorService,
+               batch: forward_pb2.SummaryBatch) -> list[tuple[Key, bytes, list[int], int, bool] | str]:
+    return [found if isinstance(found, str) else (found[0], found[1].to_bytes(), list(found[2]), found[3], found[4])
             for found in (svc._parse(w) for w in batch.windows)]
 
 
 HOSTILE = {
     "plain": window(),
+    "late delta": window(late=True),
     "second job, attempt": window(job="other:job-2", attempt=3, summary=summary_bytes(range(8, 16), 1)),
     "bucket": window(bucket=(60_000, 1000), step=None),
     "bucket of width 0": window(bucket=(60_000, 0), step=None),
@@ -111,11 +115,12 @@ def test_every_window_is_judged_as_the_per_window_path_judges_it() -> None:
     assert fast == slow
     verdicts = dict(zip(HOSTILE, fast))
     # A metric's name is the budget's to refuse, under the lock (_offer); a bucket may start before 1970.
-    accepted = {"plain", "second job, attempt", "bucket", "step 2**53", "fleet job, sparse sources",
+    accepted = {"plain", "late delta", "second job, attempt", "bucket", "step 2**53", "fleet job, sparse sources",
                 "bad metric name", "non-ASCII metric", "negative bucket start"}
     assert {name for name, verdict in verdicts.items() if not isinstance(verdict, str)} == accepted
     assert "malformed summary" in verdicts["mean outside [min, max]"]
     assert "a source id" in verdicts["source beyond the cap"]
+    assert [name for name, verdict in verdicts.items() if not isinstance(verdict, str) and verdict[4]] == ["late delta"]
 
 
 def test_the_native_read_leaves_odd_windows_to_the_per_window_path() -> None:
@@ -124,7 +129,8 @@ def test_the_native_read_leaves_odd_windows_to_the_per_window_path() -> None:
     read, groups, rest = read_unit(batch.SerializeToString(), 2**53, 2**63, WORLD_CAP)
     assert rest == b""
     taken = {name for name, found in zip(HOSTILE, read) if found is not None}
-    # the sources' extent is judged per group in Python; the rarer odd ones (non-ASCII, before 1970) are left to it
+    # the sources' extent is judged per group in Python; the rarer odd ones (non-ASCII, before 1970) are left to it,
+    # and a late delta, whose flag the per-window path carries into its Part
     assert taken == {"plain", "second job, attempt", "bucket", "step 2**53", "fleet job, sparse sources",
                      "source beyond the cap", "bad metric name"}
     assert len(groups) == 4  # ranks 0-7 (three windows), 8-15, the fleet's sparse ids, the cap's
@@ -238,7 +244,7 @@ def test_a_plain_unit_is_read_natively_and_the_rest_by_protobuf() -> None:
     assert isinstance(unit, _Unit) and unit.size == len(FULL_UNIT)
     assert unit.batch == _without_windows(whole)
     parsed, keys = svc._parse_read(unit_windows(unit.read), unit.groups)
-    assert [(p[0], p[1].to_bytes(), list(p[2]), p[3]) for p in parsed if not isinstance(p, str)] == \
+    assert [(p[0], p[1].to_bytes(), list(p[2]), p[3], p[4]) for p in parsed if not isinstance(p, str)] == \
         one_by_one(svc, whole)
     assert [key.to_proto() for key in keys if key is not None] == [w.key for w in whole.windows]
 
@@ -252,7 +258,7 @@ def test_a_unit_with_an_odd_window_is_parsed_whole_as_before() -> None:
     assert received.windows[-1] is None and None not in received.windows[:-1]
     # the windows read took are not read again; the odd one is judged by the per-window path
     parsed, _ = svc._parse_unit(received)
-    assert [p if isinstance(p, str) else (p[0], p[1].to_bytes(), list(p[2]), p[3]) for p in parsed] == \
+    assert [p if isinstance(p, str) else (p[0], p[1].to_bytes(), list(p[2]), p[3], p[4]) for p in parsed] == \
         one_by_one(svc, batch)
 
 
@@ -312,5 +318,5 @@ def test_bit_flips_in_a_unit_are_refused_by_the_stream_exactly_when_protobuf_ref
     # parsed whole where a window read did not take (or the unit did not read at all), else without its windows
     assert received.batch == (whole if received.read is None else _without_windows(whole))
     parsed, _ = svc._parse_unit(received)
-    assert [p if isinstance(p, str) else (p[0], p[1].to_bytes(), list(p[2]), p[3]) for p in parsed] == \
+    assert [p if isinstance(p, str) else (p[0], p[1].to_bytes(), list(p[2]), p[3], p[4]) for p in parsed] == \
         one_by_one(svc, whole)

@@ -403,7 +403,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             if (job, group) not in extents:
                 extents[job, group] = _extent_refused(job, sources, self.max_world_size)
             refused = extents[job, group]
-            out.append((key, summary, sources, expected) if refused is None else refused)
+            out.append((key, summary, sources, expected, False) if refused is None else refused)  # read: not late
         return out, keys
 
     def _fast(self, origin: Origin, read: _NativeRead) -> bool:
@@ -452,7 +452,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                                  f"merges only k={TREE_SHAPE[0]}, max_centroids={TREE_SHAPE[1]}")
         except (ValueError, OverflowError, BadInput) as exc:
             return str(exc)
-        return key, summary, summary._sources, window.expected
+        return key, summary, summary._sources, window.expected, window.late
 
     def forget_job(self, job: str) -> None:
         """A finished job (JobLifecycle): what this service keeps for it goes."""
@@ -491,7 +491,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             node.counters["bad_inputs"] += 1
             log.warning("refused window %d of %s: %s", index, origin, parsed)
             return forward_pb2.Rejection(index=index, key=key_of(index), reason=parsed)
-        key, summary, sources, expected = parsed
+        key, summary, sources, expected, late = parsed
         refused = checks.refused.get(key.job)
         if refused is None:
             refused = checks.refused[key.job] = node.runs.refused(origin[0], key.job)
@@ -525,10 +525,12 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             node.counters["bad_inputs"] += 1
             self._cover_log.warn("refused window %d of %s: %s", index, origin, exc)
             return forward_pb2.Rejection(index=index, key=key_of(index), reason=str(exc))
-        return Part(key, checks.origins, sources, index=index, built=summary), expected
+        return Part(key, checks.origins, sources, index=index, built=summary, late=late), expected
 
 
-_Parsed = tuple[Key, Summary, BitMap, int]  # a window's key, its summary, the summary's sources, its expected world
+# A window's key, its summary, the summary's sources, its expected world, and whether it is a late delta (the child
+# sent up, or refused, the window's first parts: Window.only_late).
+_Parsed = tuple[Key, Summary, BitMap, int, bool]
 
 
 @dataclass

@@ -52,6 +52,7 @@ class Part:
     index: int = 0  # position of this window in the sender's unit, for rejecting it back down
     built: Summary | None = None
     raw: RawValues | None = None
+    late: bool = False  # a child's late delta (WindowSummary.late): it sent up, or refused, the window's first parts
 
     @property
     def summary(self) -> Summary:
@@ -129,7 +130,9 @@ class Window:
     inflight: dict[int, OutPart] = field(default_factory=dict)
     sealed: bool = False
     sealed_at: float = 0.0
-    forwarded: bool = False  # anything sent up already (or refused: MergeFailed): what follows is a late delta
+    # A first part sent up already (or the window refused: MergeFailed): what follows is a late delta. A dispatch
+    # that was late only because its parts were (`only_late`) does not set it.
+    forwarded: bool = False
     # Why the window was refused (its parts did not merge: Node.take; the parent refused it: Upstream._refused): a
     # resend of what it held is refused again (Node.attach_duplicate), never absorbed and acknowledged DURABLE.
     refused: str | None = None
@@ -145,6 +148,7 @@ class Window:
     # the table's `_pending` set meanwhile.
     watched: bool = False
     dropped: _native.Batch | None = None  # what a native window held pending when its table let it go
+    late_parts: int = 0  # of a native window's pending parts, the late deltas (counted as offered: WindowTable)
 
     @property
     def has_pending(self) -> bool:
@@ -152,6 +156,15 @@ class Window:
         if self.native is not None:
             return self.native.pending(self.slot) > 0 or bool(self.pending)
         return bool(self.pending) or self.dropped is not None
+
+    @property
+    def only_late(self) -> bool:
+        """Every part pending is a child's late delta: the window's first parts never came here (the child sent them
+        up before, or refused them), so what it holds goes up as a late delta too, never as the window's first part,
+        and the root does not store it as a first row (Finaliser.ship)."""
+        if self.native is not None:
+            return self.late_parts > 0 and self.late_parts >= self.native.pending(self.slot) + len(self.pending)
+        return bool(self.pending) and all(part.late for part in self.pending)
 
     @property
     def settled(self) -> bool:
@@ -162,7 +175,9 @@ class Window:
         """What the window holds pending, merged into one OutPart for its sink (the parent's outbox, or the
         root's store), with the parts and absorbed duplicates it is to release once settled; the window holds
         nothing pending after. The caller `dispatch`es it under the sink's id for it. MergeFailed (with what was
-        pending) when the parts do not merge: the window holds nothing pending after that either."""
+        pending) when the parts do not merge: the window holds nothing pending after that either. `late`: the window
+        sent up a first part already; the OutPart is late then, or when every part pending is late (`only_late`)."""
+        late = late or self.only_late
         try:
             if self.native is not None:
                 self.expected = self.native.expected(self.slot)
@@ -178,13 +193,15 @@ class Window:
                 except (ValueError, ArithmeticError) as exc:
                     raise MergeFailed(self.key, self.pending, self.absorbed, None, exc) from exc
         finally:
-            self.pending, self.absorbed = [], []
+            self.pending, self.absorbed, self.late_parts = [], [], 0
         return out
 
     def dispatch(self, slot: int, out: OutPart) -> None:
-        """`out` (from `take`) is in flight under `slot` until it settles; what follows it is a late delta."""
+        """`out` (from `take`) is in flight under `slot` until it settles; what follows it is a late delta (unless
+        `out` was only late parts: a first part that comes after is still the window's first)."""
         self.inflight[slot] = out
-        self.forwarded = True
+        if not out.late:
+            self.forwarded = True
 
     def settle(self, slot: int) -> OutPart | None:
         """What was in flight under `slot` is done with (durable, refused, dropped, or rejected to be resent):
@@ -214,7 +231,7 @@ class Window:
         to release."""
         pending, absorbed = self.pending, self.absorbed
         batch = self.native.take(self.slot) if self.native is not None else self.dropped
-        self.pending, self.absorbed, self.dropped = [], [], None
+        self.pending, self.absorbed, self.dropped, self.late_parts = [], [], None, 0
         return pending, absorbed, batch
 
 
@@ -360,6 +377,8 @@ class WindowTable:
         verdict, overlap, became_pending, added = win.native.offer_core(win.slot, part.summary._as_core(), origin,
                                                                         part.index)
         if verdict == ACCEPTED:
+            if part.late:
+                win.late_parts += 1
             if became_pending and not win.watched:
                 self._pending.add(win.key)
             self.bytes += SOURCE_BYTES * added  # charged to the window natively (`_remove` gives it back)

@@ -63,14 +63,19 @@ class Finaliser:
         stamp = time.time_ns()
         for win in windows:
             previous = self.final.get(win.key)
-            if previous is None and win.refused is not None:
-                # A later part of a window refused here (its parts did not merge: Node.take): no row holds the
-                # window's first parts, so storing it as the first row would finalise a partial window as a whole
-                # step; it is refused with the window, counted.
+            if previous is None and (win.refused is not None or win.only_late):
+                # A later part of a window refused here (its parts did not merge: Node.take), or only late deltas of
+                # a window no row holds (a tier below refused its first parts, or they were dropped on the way):
+                # storing it as the first row would finalise a partial window as a whole step; it is refused,
+                # counted.
+                refused = win.refused
+                if refused is None:
+                    refused = (f"refused at {node.node_id}: a late part of a window whose first parts never reached "
+                               "the root (refused or dropped below)")
                 out = node.take(win, late=True)
                 if out is not None:
                     node.counters["bad_inputs"] += 1
-                    node.release(out.key, out.constituents, out.absorbed, win.refused, out.batch)
+                    node.release(out.key, out.constituents, out.absorbed, refused, out.batch)
                 continue
             out = node.take(win, late=previous is not None)
             if out is None:  # its parts did not merge: refused to their senders (Node.take)

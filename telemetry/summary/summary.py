@@ -455,8 +455,9 @@ def read_unit(data: bytes, max_index: int, max_attempt: int, max_world: int, k: 
 
     A window is None unless it is plain and valid: a job name [A-Za-z0-9_.:-]{1,128}, an ASCII metric, a step or a
     bucket of width > 0, index <= max_index, attempt < max_attempt, expected <= max_world, a summary that decodes,
-    of shape (k, max_centroids), each field once. The caller judges a None window with its own per-window checks,
-    so a bad window is refused in the same words as without this path. ValueError if the message itself is not
+    of shape (k, max_centroids), each field once, not a late delta (`late`: the per-window path carries it). The
+    caller judges a None window with its own per-window checks, so a bad window is refused in the same words as
+    without this path. ValueError if the message itself is not
     well formed.
     """
     unit = read_native_unit(data, max_index, max_attempt, max_world, k, max_centroids)

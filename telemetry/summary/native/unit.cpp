@@ -79,7 +79,9 @@ bool read_key(Reader r, WindowIn& w, const UnitLimits& limits) {
     return seen[1] && which != 0 && w.index <= limits.max_index && w.attempt < limits.max_attempt;
 }
 
-// One WindowSummary{key = 1, summary = 2, expected = 3, late = 4}: `w.fast` set when it is plain and valid.
+// One WindowSummary{key = 1, summary = 2, expected = 3, late = 4}: `w.fast` set when it is plain and valid. A late
+// delta (late = 1) is never plain: it is judged by the per-window path, which carries the flag into its Part (a
+// tier must not send a window's late parts up as its first, nor the root store them as its first row).
 void read_window(Reader r, WindowIn& w, const UnitLimits& limits) {
     bool seen[5] = {};
     const uint8_t* summary = nullptr;
@@ -104,8 +106,8 @@ void read_window(Reader r, WindowIn& w, const UnitLimits& limits) {
             if (field == 3) {
                 if (v > 0xffffffffu || v > limits.max_world) return;
                 w.expected = static_cast<uint32_t>(v);
-            } else if (v > 1) {
-                return;
+            } else if (v != 0) {
+                return;  // late (or not a bool): the per-window path
             }
         }
     }

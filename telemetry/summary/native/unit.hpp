@@ -21,7 +21,8 @@ struct UnitLimits {
 };
 
 // One WindowSummary of the unit. `fast` is false when the window is anything but plain and valid (a malformed or
-// odd key, a summary that does not decode or has another shape, a bound exceeded, a field repeated or unknown):
+// odd key, a summary that does not decode or has another shape, a bound exceeded, a field repeated or unknown, a
+// late delta, whose flag the caller's per-window path carries):
 // the caller then judges that window the way it judges every window without this path, so a bad window is refused
 // with the same words as before.
 struct WindowIn {
