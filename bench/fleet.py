@@ -225,6 +225,10 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
             "root_rss_mb": round(status_kb(pid, "VmRSS") / 1024, 1),
             "root_bytes_in_per_s": round((bytes1 - bytes0) / wall),
             "root_windows_stored_per_s": round((stored1 - stored0) / wall, 1),
+            # bytes in per window stored: the root's input per second is one unit a second, and a measured stretch
+            # takes in one unit more or fewer than its seconds (~7 % of 15 s) as it starts and ends; per window
+            # stored that edge cancels (docs/fleet.md, "What grows with hosts")
+            "root_bytes_in_per_window": round((bytes1 - bytes0) / max(1, stored1 - stored0)),
             "store_bytes_per_window": round(store_bytes(db) / max(1, stored1)),
             "sim_cpu_per_s": tier_cpu("hosts"), "racks_cpu_per_s": tier_cpu("rack"),
             "cluster_cpu_per_s": tier_cpu("cluster"),
@@ -385,7 +389,8 @@ def run(work: Path, args: argparse.Namespace) -> dict[str, Any]:
                 small, large = runs[0], runs[-1]
                 result[f"{layout}_ratio_{large['hosts']}_over_{small['hosts']}"] = {
                     name: round(large[name] / small[name], 2) if small[name] else None
-                    for name in ("root_cpu_per_s", "root_rss_mb", "root_bytes_in_per_s", "root_windows_stored_per_s")}
+                    for name in ("root_cpu_per_s", "root_rss_mb", "root_bytes_in_per_s", "root_bytes_in_per_window",
+                                 "root_windows_stored_per_s")}
         if not args.skip_week:
             result["week"] = run_week(work, args)
         result["complete"] = True

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -21,3 +23,17 @@ def test_a_small_week_rolls_up_exactly_and_levels_off(tmp_path) -> None:
     assert week["hour_rollups_checked"] >= 50 and week["rollup_mismatches"] == []
     assert week["rows_by_width_ms"].get("1000", 0) <= 2 * 3  # raw seconds: the last hour or two only
     assert week["rows_by_width_ms"].get("60000", 0) <= 2 * 5  # minute rollups: the last day's (--week-retention)
+
+
+def test_fleet_wire_makes_the_roots_fleet_windows_one_per_metric_whatever_the_hosts(tmp_path) -> None:
+    """bench/fleet_wire.py, small: the real sampler's windows of 8 and 96 hosts (two racks) merged as the tiers do
+    are 25 windows a second either way, holding every host's readings; their sketch grows with the values it holds
+    until its centroid bound, never past it (docs/fleet.md, "What grows with hosts")."""
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "fleet_wire.py"), "--hosts", "8,96", "--values",
+                           "varied", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    small, large = json.loads((tmp_path / "fleet_wire.json").read_text())["rows"]
+    assert small["windows"] == large["windows"] == 25
+    assert large["values_per_window"] == pytest.approx(12 * small["values_per_window"], abs=1)  # 12x the hosts
+    assert small["centroids_per_window"] < large["centroids_per_window"] <= 210
+    assert large["sources_bytes_per_s"] == small["sources_bytes_per_s"]  # one run per slot, whatever the hosts
