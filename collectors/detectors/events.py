@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 SEVERITIES = ("info", "warning", "critical")
 KINDS = ("straggler", "loss_spike", "nonfinite", "hang", "mfu_drop", "dataloader_stall", "hardware", "restart",
-         "collective_mismatch", "crash")
+         "collective_mismatch", "crash", "cpu_starved")
 MAX_LISTED_RANKS = 64  # ranks named on one event (the detail may say how many there were in all)
 
 _SCHEMA = """

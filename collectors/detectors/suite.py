@@ -24,6 +24,7 @@ from collectors.common.attempts import split
 from collectors.common.rows import Row
 from collectors.detectors.base import Context, Detector, from_mapping
 from collectors.detectors.collective_mismatch import CollectiveMismatchConfig, CollectiveMismatchDetector
+from collectors.detectors.cpu_starved import CpuStarvedConfig, CpuStarvedDetector
 from collectors.detectors.crash import CrashConfig, CrashDetector, record_of
 from collectors.detectors.dataloader_stall import DataloaderStallConfig, DataloaderStallDetector
 from collectors.detectors.events import EventLog
@@ -50,6 +51,7 @@ class DetectorsConfig:
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     collective_mismatch: CollectiveMismatchConfig = field(default_factory=CollectiveMismatchConfig)
     crash: CrashConfig = field(default_factory=CrashConfig)
+    cpu_starved: CpuStarvedConfig = field(default_factory=CpuStarvedConfig)
     sinks: SinkConfig = field(default_factory=SinkConfig)
 
     @classmethod
@@ -81,6 +83,7 @@ BUILDERS: dict[str, Any] = {
     "straggler": StragglerDetector, "loss_spike": LossSpikeDetector, "nonfinite": NonfiniteDetector,
     "mfu_drop": MfuDropDetector, "dataloader_stall": DataloaderStallDetector, "hardware": HardwareDetector,
     "hang": HangDetector, "collective_mismatch": CollectiveMismatchDetector, "crash": CrashDetector,
+    "cpu_starved": CpuStarvedDetector,
 }
 
 
