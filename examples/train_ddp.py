@@ -154,8 +154,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--allgather-metrics", action="store_true")
     p.add_argument("--sync-debug", action="store_true",
                    help="CUDA: torch.cuda.set_sync_debug_mode('error') around each training step")
-    p.add_argument("--sync-debug-from", type=int, default=1,
-                   help="first step checked by --sync-debug (step 0 is DDP's first iteration: bucket rebuild)")
+    p.add_argument("--sync-debug-from", type=int, default=2,
+                   help="first step checked by --sync-debug (DDP rebuilds its buckets in step 1's forward, a sync)")
     p.add_argument("--close-timeout", type=float, default=30.0)
     p.add_argument("--linger", type=float, default=0.0,
                    help="seconds to stay up after the last step, so heartbeats report the final collective progress")

@@ -189,8 +189,9 @@ class Run:
             values = {"step_time": time.perf_counter() - start}
             if waits is not None and waits.seen:
                 wait_s, _ = waits.measure(start_ns, time.perf_counter_ns())
-                values[WAIT] = wait_s
-                values[WORK] = max(0.0, values["step_time"] - wait_s)
+                if wait_s is not None:  # None: NCCL's GPU-side figure not settled yet (telemetry.torch.nccl_timing)
+                    values[WAIT] = wait_s
+                    values[WORK] = max(0.0, values["step_time"] - wait_s)
                 queued_s = self._runqueue.since(queued_mark)  # None when the step ended on another thread
                 if queued_s is not None:
                     values[RUNQUEUE] = queued_s

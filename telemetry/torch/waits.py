@@ -33,11 +33,11 @@ issued below Python (DTensor's functional collectives, e.g. ``clip_grad_norm_`` 
 gradients, and ``torch.compile``-d code) are not seen.
 
 No extra collective and no host-device sync: a wrapper reads the monotonic clock twice and appends
-one small list; the completion callback writes one number. With NCCL an asynchronous collective's
-future completes when its CUDA work does (the watchdog thread marks it), so the interval is the
-device-side one as the host sees it; a synchronous NCCL call returns once enqueued, so it counts
-nothing on the host: on GPUs set ``TORCH_NCCL_BLOCKING_WAIT`` off and rely on async work (FSDP, DDP) -
-not verified here (no GPU in this session).
+one small list; the completion callback writes one number. With NCCL the host does not block in a
+collective: a synchronous call returns once enqueued and ``Work.wait()`` makes the current stream wait
+(measured on an H100, torch 2.11, NCCL 2.28.9: 25-70 us of host time per all-reduce, bench/gpu_check.py).
+So on NCCL, with ``TORCH_NCCL_ENABLE_TIMING=1``, the figure is the collectives' GPU
+time instead (telemetry.torch.nccl_timing).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from collections.abc import Callable
 from typing import Any
 
 from telemetry.names import WAIT_METRIC, WORK_METRIC
+from telemetry.torch.nccl_timing import DeviceCollectiveTime
 
 __all__ = ["CollectiveTimer", "WAIT_METRIC", "WORK_METRIC", "timer"]
 
@@ -94,11 +95,14 @@ class CollectiveTimer:
         self.seen = 0          # collectives issued since install
         self.ddp_hooked = 0    # DDP models given the timed hook
         self.ddp_unseen = 0    # DDP models whose hook was registered before (their buckets are not seen)
+        self.device = DeviceCollectiveTime()  # NCCL: the GPU time of the collectives (nccl_timing.py)
 
     # -- the training thread's side -------------------------------------------------------------
 
-    def measure(self, start_ns: int, end_ns: int) -> tuple[float, int]:
-        """Seconds of [start_ns, end_ns] blocked on a collective, and collectives taken."""
+    def measure(self, start_ns: int, end_ns: int) -> tuple[float | None, int]:
+        """Seconds of [start_ns, end_ns] blocked on a collective, and collectives taken. Where NCCL reports
+        its works' GPU durations (telemetry.torch.nccl_timing), the GPU collective time of the newest settled
+        step instead (None while none settled): on GPUs the host does not block in collectives, kernels wait."""
         intervals = self._intervals
         taken = [intervals.popleft() for _ in range(len(intervals))]  # appends race only on the right
         spans = self._carry + taken
@@ -125,6 +129,9 @@ class CollectiveTimer:
                 cur_hi = hi
         if cur_hi > cur_lo:
             total += cur_hi - cur_lo
+        if self.device.attach():
+            settled = self.device.step(start_ns, end_ns)
+            return (settled[0] if settled is not None else None), len(taken)
         return total / 1e9, len(taken)
 
     # -- installing -----------------------------------------------------------------------------
