@@ -35,6 +35,7 @@ from telemetry.sdk.address import check_address
 from telemetry.sdk.attempt import check_attempt, default_attempt
 from telemetry.sdk.capture import Responder
 from telemetry.sdk.env import default_agent, env_int
+from telemetry.sdk.gpu import rank_device
 from telemetry.sdk.lastwords import MAX_FINGERPRINTS, WITNESS
 from telemetry.sdk.runqueue import RunQueueClock
 from telemetry.sdk.sender import DEFAULT_BACKLOG_BYTES, Identity, Sender
@@ -505,7 +506,8 @@ def init(job: str | None = None, rank: int | None = None, world_size: int | None
     job: TORCHELASTIC_RUN_ID (else "default"); rank: RANK; world_size: WORLD_SIZE; local_rank: LOCAL_RANK;
     agent: TELEMETRY_AGENT, else the node agent's default Unix socket (unix:PATH or HOST:PORT; a malformed address
     or job name is a ValueError here rather than silence later); attempt: which launch of the job this
-    is (TELEMETRY_ATTEMPT, torchrun's restarts, Slurm's, ...: telemetry/sdk/attempt.py, docs/restarts.md).
+    is (TELEMETRY_ATTEMPT, torchrun's restarts, Slurm's, ...: telemetry/sdk/attempt.py, docs/restarts.md);
+    device: the GPU's UUID where the script already initialised CUDA (telemetry/sdk/gpu.py), else "".
     """
     if not job and os.environ.get("TORCHELASTIC_RUN_ID"):
         job = os.environ["TORCHELASTIC_RUN_ID"]
@@ -517,4 +519,6 @@ def init(job: str | None = None, rank: int | None = None, world_size: int | None
     world_size = world_size if world_size is not None else env_int("WORLD_SIZE", 1)
     local_rank = local_rank if local_rank is not None else env_int("LOCAL_RANK", 0)
     attempt = check_attempt(attempt) if attempt is not None else default_attempt(world_size)
+    if "device" not in options:
+        options["device"] = rank_device(local_rank)  # the agent files the rank's GPU readings under its job
     return Run(job, rank, world_size, local_rank, agent, attempt=attempt, **options)
