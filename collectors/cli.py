@@ -391,6 +391,12 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
                    "windows, default 1h), minutes (their 1 min rollups, 7d), hours (1 h rollups, 400d), steps "
                    "(raw step windows, 7d), step-blocks (blocks of 100 steps, 400d), events (closed ones, 90d); "
                    "DURATION like 90s, 30m, 6h, 14d, or off.")
+@click.option("--host-index-reuse-after", "host_index_reuse_after", default="retention", show_default=True,
+              metavar="DURATION|retention|off",
+              help="Root only: a fleet host index handed out by the tree whose host no tier has reported for this "
+                   "long may go to a new host (docs/fleet.md, \"Host indexes\"). retention: as long as the store "
+                   "keeps fleet windows (--retention seconds/minutes/hours: 400d by default; never if one is off); "
+                   "off: never.")
 @click.option("--deadline-floor", type=float, default=None,
               help="Seconds a window may wait for slow children [default: 3 (collector), 4 (root)].")
 @with_options(window_options(deadline_factor=4.0))
@@ -414,7 +420,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
               api: str, api_token: str | None, api_token_file: str | None, api_client_connections: int,
               deadline_floor: float | None,
               deadline_factor: float, max_metrics: int, window_budget_mb: int, outbox_budget_mb: int,
-              fleet_grace: float | None, retention: tuple[str, ...],
+              fleet_grace: float | None, retention: tuple[str, ...], host_index_reuse_after: str,
               durability: str, max_world_size: int, job_idle_timeout: float, max_children: int,
               detectors_config: str | None, verbose: int, **remote_write: Any) -> None:
     """Run a collector (rack or cluster tier); with no --parent it is the root (store, API)."""
@@ -442,7 +448,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
     security = _security(tls_cert, tls_key, tls_client_ca, token)
     parent_security = _security(parent_cert, parent_key, parent_ca, parent_token, parent_server_name)
     if not parents:
-        from collectors.root.retention import RetentionConfig
+        from collectors.root.retention import RetentionConfig, parse_duration
         from collectors.root.server import RootConfig, RootServer
         lifecycle = RetentionConfig()
         for spec in retention:
@@ -450,6 +456,12 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
                 lifecycle.set(spec)
             except ValueError as exc:
                 raise click.BadParameter(str(exc), param_hint="--retention") from None
+        reuse_after: float | None = None
+        if host_index_reuse_after != "retention":
+            try:
+                reuse_after = parse_duration(host_index_reuse_after)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="--host-index-reuse-after") from None
         root = RootConfig(
             listen=listen, node_id=node_id, security=security, db=Path(db), api=api, api_token=api_token,
             api_client_connections=api_client_connections,
@@ -457,7 +469,7 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
             max_metrics_per_job=max_metrics, max_children=max_children, job_idle_timeout_s=job_idle_timeout,
             max_world_size=max_world_size, durability=durability, detectors=detectors,
             window_budget_bytes=window_budget_mb << 20, remote_write=remote, retention=lifecycle,
-            fleet_grace_s=fleet_grace)
+            fleet_grace_s=fleet_grace, host_index_reuse_after_s=reuse_after)
         _serve(signals, lambda: RootServer(root),
                lambda server: {"role": "root", "id": server.node.node_id, "address": server.address,
                                "api": server.api_address})

@@ -53,6 +53,13 @@ def _handed_out(api: str, want: int) -> dict[str, int]:
     return wait_for(found, WAIT, interval=0.2, what=f"{want} host indexes handed out")
 
 
+def _table_with(api: str, host: str) -> dict[str, int]:
+    def found():
+        table = {held["host"]: held["index"] for held in _hosts(api)["host_indexes"]}
+        return table if host in table else None
+    return wait_for(found, WAIT, interval=0.2, what=f"{host} handed an index")
+
+
 def _log(work: Path, proc: Proc) -> str:
     return (work / f"{proc.name}.log").read_text(errors="replace")
 
@@ -163,3 +170,145 @@ def test_host_index_option(value, ok):
     else:
         with pytest.raises(click.BadParameter):
             _HostIndex().convert(value, None, None)
+
+
+DAY_NS = 86_400 * 10**9
+
+
+def test_a_host_index_goes_back_only_once_its_host_is_gone_past_the_horizon_and_never_while_live(tmp_path):
+    """Indexes given back (issue 28): thousands of short-lived hosts must not use up the index space, nor spread the
+    live hosts' indexes (the fleet windows' sources bitmaps stay a few runs while they are dense). An index goes to a
+    new host only when its old host was handed it by the tree, is reported by no tier now and was not seen for the
+    horizon; the lowest such index first; the ledger's claims on it released first; never an explicit index; a root
+    restart keeps what it saw; reuse off keeps every index."""
+    store = Store(tmp_path / "root.db")
+    now = [100 * DAY_NS]
+    live: set[int] = set()
+    released: list[int] = []
+    table = HostIndexes(store, claimed=dict, live=lambda: set(live), release=released.append,
+                        reuse_after_s=30 * 86_400, clock=lambda: now[0])
+
+    def register(host: str, explicit: int | None = None) -> int:
+        request = forward_pb2.HostRegistration(host=host, machine_id=f"m-{host}")
+        if explicit is not None:
+            request.explicit_index = explicit
+        answer = table.register(request)
+        assert not answer.refused, answer.refused
+        return answer.index
+
+    assert [register(f"short-{i}") for i in range(4)] == [0, 1, 2, 3]
+    assert register("pinned", explicit=4) == 4
+    now[0] += 29 * DAY_NS
+    assert register("early") == 5  # nobody is gone for 30 days yet: a new index
+    live.update({1})  # short-1 still reports (say its agent never restarted): live hosts keep theirs
+    table.note_seen({3})  # short-3 was seen (a sweep) a day later than the others
+    now[0] += 2 * DAY_NS
+    assert register("late-a") == 0 and released == [0]  # the lowest index gone past the horizon
+    assert register("late-b") == 2 and released == [0, 2]  # 1 is live, 3 seen 2 days ago
+    assert register("late-c") == 6  # 3: seen 2 days ago; 4: explicit, never given back; 5: recent
+    assert register("short-1") == 1  # a known host gets its own index back, as before
+    assert register("short-0") == 7  # short-0 came back after its index went: an index of its own, not 0
+    table.note_seen({0, 2, 6, 7})
+    store.close()
+
+    # The file keeps what was seen and what went: a root restart gives back nothing more, nothing sooner.
+    store = Store(tmp_path / "root.db")
+    again = HostIndexes(store, claimed=dict, live=set, release=released.append, reuse_after_s=30 * 86_400,
+                        clock=lambda: now[0])
+    assert {held["host"]: held["index"] for held in again.table()} == {
+        "late-a": 0, "short-1": 1, "late-b": 2, "short-3": 3, "pinned": 4, "early": 5, "late-c": 6, "short-0": 7}
+    now[0] += 29 * DAY_NS  # short-3: 31 days unseen, early: 31; the others seen (or handed) 29 days ago
+    answer = again.register(forward_pb2.HostRegistration(host="next", machine_id="m-next"))
+    assert answer.index == 1  # short-1: registered 31 days ago, reported by none now
+    assert released == [0, 2, 1]
+    store.close()
+
+    # Off: every index kept, however long its host is gone.
+    off = HostIndexes(Store(tmp_path / "root.db"), claimed=dict, live=set, release=released.append,
+                      reuse_after_s=None, clock=lambda: now[0] + 1000 * DAY_NS)
+    assert off.register(forward_pb2.HostRegistration(host="another", machine_id="m")).index == 8
+    assert released == [0, 2, 1]
+
+
+def test_a_host_index_claimed_in_the_ledger_by_another_host_is_never_given_back(tmp_path):
+    """The ledger saw another host than the table's claim the index (an agent started with --host-index that never
+    registered): that index stays out of reuse."""
+    store = Store(tmp_path / "root.db")
+    now = [10 * DAY_NS]
+    claimed = {0: "stray"}
+    live: set[int] = set()
+    table = HostIndexes(store, claimed=lambda: claimed, live=lambda: live, reuse_after_s=86_400,
+                        clock=lambda: now[0])
+    table._record(1, "gone", "m", False)  # the table's own: handed out long ago
+    claimed[1] = "gone"
+    now[0] += 5 * DAY_NS
+    assert table.register(forward_pb2.HostRegistration(host="new", machine_id="n")).index == 1  # its own host's claim
+    claimed[1] = "new"
+    live.add(1)  # "new" reports
+    table._record(2, "old-2", "m", False)
+    claimed[2] = "intruder"
+    now[0] += 5 * DAY_NS
+    assert table.register(forward_pb2.HostRegistration(host="newer", machine_id="o")).index == 3
+
+
+def test_an_old_host_indexes_table_gains_its_seen_column(tmp_path):
+    """A root file made before indexes went back (no seen_ns): read as seen when handed out, and written again."""
+    import sqlite3
+    with sqlite3.connect(tmp_path / "root.db") as db:
+        db.execute("CREATE TABLE host_indexes (idx INTEGER PRIMARY KEY, host TEXT NOT NULL, machine_id TEXT NOT "
+                   "NULL, explicit INTEGER NOT NULL, assigned_ns INTEGER NOT NULL)")
+        db.execute("INSERT INTO host_indexes VALUES (0, 'old', 'm', 0, ?)", (DAY_NS,))
+    store = Store(tmp_path / "root.db")
+    table = HostIndexes(store, claimed=dict, reuse_after_s=86_400, clock=lambda: 3 * DAY_NS)
+    assert table.register(forward_pb2.HostRegistration(host="new", machine_id="n")).index == 0
+    table.note_seen({0})
+    assert table.register(forward_pb2.HostRegistration(host="newer", machine_id="o")).index == 1
+
+
+def test_an_index_given_back_reaches_the_root_under_its_new_host_through_a_rack_that_knew_the_old_one(tmp_path):
+    """End to end (a root given a 1 s horizon, a rack, agents): node-c keeps reporting throughout (so the rack and
+    the root keep the fleet's claims); node-a gets index 1 and reports, then leaves for good; once no tier reports it,
+    node-b is handed index 1 and its devices reach the root under it: the rack's and the root's ledgers forgot
+    node-a's claims on index 1's sources (without that, the rack refuses node-b's windows as a second claimant of
+    node-a's sources). node-a coming back is a new host: an index of its own."""
+    work = tmp_path
+    listen, api = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    procs: list[Proc] = []
+    try:
+        root = Proc("root", python_module("collectors.cli", "collector", "--id", "root", "--listen", listen,
+                                          "--db", str(work / "root.db"), "--api", api, "--job-idle-timeout", "2",
+                                          "--host-index-reuse-after", "1s", "-v"), work).start()
+        procs.append(root)
+        rack = Proc("rack", python_module("collectors.cli", "collector", "--id", "rack", "--listen", "127.0.0.1:0",
+                                          "--parent", listen, "--job-idle-timeout", "2"), work).start()
+        procs.append(rack)
+        address = rack.ready["address"]
+
+        def devices(host: str, index: int):
+            found = [h for h in _hosts(api)["hosts"] if h["host"] == host and h.get("devices")]
+            return found if found and found[0]["index"] == index else None
+
+        stays = _agent(work, address, "node-c", "machine-c", "--host-index", "auto")
+        procs.append(stays)
+        assert _table_with(api, "node-c") == {"node-c": 0}
+        old = _agent(work, address, "node-a", "machine-a", "--host-index", "auto")
+        procs.append(old)
+        assert _table_with(api, "node-a") == {"node-c": 0, "node-a": 1}
+        wait_for(lambda: devices("node-a", 1), WAIT, interval=0.2, what="node-a's devices under index 1")
+        old.stop()
+        procs.remove(old)
+        wait_for(lambda: not devices("node-a", 1), WAIT, interval=0.2, what="node-a reported by no tier")
+        assert devices("node-c", 0)
+        new = _agent(work, address, "node-b", "machine-b", "--host-index", "auto")
+        procs.append(new)
+        assert _table_with(api, "node-b") == {"node-c": 0, "node-b": 1}
+        wait_for(lambda: devices("node-b", 1), WAIT, interval=0.2, what="node-b's devices under index 1")
+        assert "given back by host node-a" in _log(work, root)
+        assert "already claimed" not in _log(work, rack) and "claimed twice" not in _log(work, root)
+        back = _agent(work, address, "node-a", "machine-a", "--host-index", "auto")
+        procs.append(back)
+        assert _table_with(api, "node-a") == {"node-c": 0, "node-b": 1, "node-a": 2}
+        wait_for(lambda: devices("node-a", 2), WAIT, interval=0.2, what="node-a back, under an index of its own")
+    finally:
+        for proc in reversed(procs):
+            proc.stop()

@@ -12,11 +12,12 @@ from collectors.collector.tier import Tier, TierConfig
 from collectors.common import host_index
 from collectors.common.attempts import split
 from collectors.common.fingerprints import FingerprintTable
+from collectors.common.fleet import FLEET_JOB
 from collectors.common.gctune import tune_gc
 from collectors.common.transport import Security
 from collectors.delivery.node import Upstream
 from collectors.delivery.outbox import DEFAULT_OUTBOX_BYTES, Outbox
-from telemetry.v1 import forensics_pb2
+from telemetry.v1 import forensics_pb2, forward_pb2
 
 
 @dataclass
@@ -45,7 +46,18 @@ class CollectorServer(Tier):
         self.service.on_fingerprints = self._fingerprints_up
         self.service.on_exits = self._exits_up
         self.upstream.outbox.on_requests = self._requests_down
-        self.service.register_host = lambda request: host_index.ask(config.parents, config.parent_security, request)
+        self.service.register_host = self._register_host
+
+    def _register_host(self, request: forward_pb2.HostRegistration) -> forward_pb2.HostAssignment:
+        """Passed up to the root; an index it hands out is this host's from now on: claims this tier's ledger still
+        holds on that index's sources by another host, reported here by no child, are forgotten (the root gave the
+        index back from a host gone past its reuse horizon: collectors/root/host_indexes.py)."""
+        answer = host_index.ask(self.config.parents, self.config.parent_security, request)
+        if not answer.refused:
+            with self.node.lock:
+                self.node.runs.release_host_index(answer.index, self.node.states(FLEET_JOB).alive,
+                                                  keep_host=request.host)
+        return answer
 
     def _captures_up(self, captures: list[forensics_pb2.Capture]) -> None:
         for capture in captures:

@@ -25,6 +25,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from pyroaring import BitMap
+
 from collectors.common.fleet import host_index_of, split_name
 from telemetry.names import FLEET_JOB
 
@@ -188,6 +190,23 @@ class RunLedger:
     def processes(self, job: str) -> dict[int, int]:
         """The accepted process of each rank of `job` known here (what this tier tells its parent)."""
         return {rank: claim.process for rank, claim in self._runs.get(job, {}).items()}
+
+    def release_host_index(self, index: int, live: BitMap, keep_host: str = "") -> int:
+        """The fleet host index `index` was handed to another host (collectors/root/host_indexes.py gives an index
+        back only once its old host is gone): forget the claims on its sources, but those of sources in `live` (a
+        host reported here now keeps its claim: should two live hosts name one index, the ledger still refuses the
+        second), those contested (a collision standing here stays refused) and those by `keep_host` (the host it was
+        handed to). Returns how many claims were forgotten."""
+        known = self._runs.get(FLEET_JOB)
+        if not known:
+            return 0
+        contested = {src for table in (self._conflicts, self._above) for (_, job), conflicts in table.items()
+                     if job == FLEET_JOB for src in conflicts}
+        gone = [src for src, claim in known.items() if host_index_of(src) == index and src not in live
+                and src not in contested and split_name(claim.host)[0] != keep_host]
+        for src in gone:
+            del known[src]
+        return len(gone)
 
     def forget_job(self, job: str) -> None:
         self._runs.pop(job, None)

@@ -12,7 +12,17 @@ fleet's windows, and the one the run ledger's claims are made with, collectors/c
 * a registration naming a host that another machine holds (same name, another /etc/machine-id, both known) is
   refused: those two hosts would otherwise be merged as one.
 
-Indexes are never given back: a host that left keeps its index, as the run ledger keeps its claim on its sources.
+An index is given back only when nothing can tell its old host from a new one: an index handed out by the tree
+(never an explicit one) whose host no tier reports any more (`live`: the fleet sources the root's children report
+now) and has not been seen for `reuse_after_s` (by default as long as the store keeps the fleet's windows, their
+1 h rollups included, collectors/root/retention.py: by then no stored window holds the old host's readings, so
+none can merge the two hosts' readings under one source). A new host is then handed the lowest such index (dense
+indexes keep the fleet windows' sources bitmaps a few runs), the old host's row and the run ledger's claims on
+its sources are released (`release`), and only then the new host's row is committed. A host is seen while its
+sources are live (`note_seen`, from the root's sweep; persisted at most once an hour per index, so a root
+restart loses at most an hour of it). Should the old host come back after all, it is a second claimant of its
+sources and refused at the first tier that sees both, never merged (docs/fleet.md "Bad input"): it registers
+again at its next start and gets an index of its own.
 Thread-safe (its own lock; the store's for the writes).
 """
 
@@ -22,6 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from collectors.common.fleet import FLEET_JOB, MAX_HOST_INDEX
 from collectors.root.store import Store
@@ -31,7 +42,8 @@ log = logging.getLogger(__name__)
 
 _TABLE = """CREATE TABLE IF NOT EXISTS host_indexes (
     idx INTEGER PRIMARY KEY, host TEXT NOT NULL, machine_id TEXT NOT NULL, explicit INTEGER NOT NULL,
-    assigned_ns INTEGER NOT NULL)"""
+    assigned_ns INTEGER NOT NULL, seen_ns INTEGER NOT NULL DEFAULT 0)"""
+SEEN_PERSIST_NS = 3600 * 10**9  # an index's last sight is written at most this often (a root restart loses < 1 h)
 MAX_HOST_NAME = 256
 MAX_MACHINE_ID = 128
 
@@ -40,19 +52,87 @@ class HostIndexes:
     """The root's table of host indexes. `claimed` maps the host indexes the tree's run ledger saw claimed (agents
     given --host-index that never registered) to the host claiming each: never handed to another host."""
 
-    def __init__(self, store: Store, claimed: Callable[[], dict[int, str]]) -> None:
+    def __init__(self, store: Store, claimed: Callable[[], dict[int, str]], *,
+                 live: Callable[[], set[int]] = set, release: Callable[[int], None] | None = None,
+                 reuse_after_s: float | None = None, clock: Callable[[], int] = time.time_ns) -> None:
         self.store = store
         self.claimed = claimed
+        self.live = live  # the host indexes whose sources some tier reports now
+        self.release = release  # forget the run ledger's claims on an index's sources (memory and store)
+        self.reuse_after_ns = None if not reuse_after_s else int(reuse_after_s * 1e9)  # None: never given back
+        self.clock = clock
+        self.reused = 0  # indexes given back and handed to another host
         self._lock = threading.Lock()
         self._by_index: dict[int, tuple[str, str, bool]] = {}  # index -> (host, machine id, explicit)
         self._by_host: dict[str, int] = {}  # host -> its latest index
+        self._seen: dict[int, int] = {}  # index -> when its host was last seen (its sources live, or registered)
+        self._seen_stored: dict[int, int] = {}  # index -> the seen_ns in the file
         with store.transaction() as db:
-            db.execute(_TABLE)
-            found = db.execute("SELECT idx, host, machine_id, explicit FROM host_indexes "
+            self._create(db)
+            found = db.execute("SELECT idx, host, machine_id, explicit, assigned_ns, seen_ns FROM host_indexes "
                                "ORDER BY assigned_ns, idx").fetchall()
-        for index, host, machine_id, explicit in found:
+        for index, host, machine_id, explicit, assigned_ns, seen_ns in found:
             self._by_index[index] = (host, machine_id, bool(explicit))
             self._by_host[host] = index
+            self._seen[index] = self._seen_stored[index] = max(assigned_ns, seen_ns)
+
+    @staticmethod
+    def _create(db: Any) -> None:
+        """The table, and its seen_ns column in a file made before indexes could be given back."""
+        db.execute(_TABLE)
+        if "seen_ns" not in {row[1] for row in db.execute("PRAGMA table_info(host_indexes)")}:
+            db.execute("ALTER TABLE host_indexes ADD COLUMN seen_ns INTEGER NOT NULL DEFAULT 0")
+
+    def note_seen(self, indexes: set[int] | None = None) -> None:
+        """The hosts of `indexes` (default: `live()`) are seen now: kept in memory, written when the file's sight of
+        one is older than SEEN_PERSIST_NS (one transaction for all). Call it off the node's lock."""
+        indexes = self.live() if indexes is None else indexes
+        now = self.clock()
+        with self._lock:
+            known = [index for index in indexes if index in self._by_index]
+            for index in known:
+                self._seen[index] = now
+            stale = [index for index in known if now - self._seen_stored.get(index, 0) >= SEEN_PERSIST_NS]
+            if stale:
+                with self.store.transaction() as db:
+                    self._create(db)
+                    db.executemany("UPDATE host_indexes SET seen_ns=? WHERE idx=?", [(now, i) for i in stale])
+                for index in stale:
+                    self._seen_stored[index] = now
+
+    def _reusable(self, taken: dict[int, str]) -> int | None:
+        """The lowest index that may be handed to a new host (caller holds the lock): handed out by the tree, its
+        host reported by no tier now and not seen for reuse_after; None if there is none, or reuse is off."""
+        if self.reuse_after_ns is None:
+            return None
+        now, live = self.clock(), None
+        for index in sorted(self._by_index):
+            host, _, explicit = self._by_index[index]
+            if explicit or now - self._seen.get(index, now) < self.reuse_after_ns:
+                continue
+            if taken.get(index, host) != host:
+                continue  # the ledger saw another host claim it: never handed out
+            if live is None:
+                live = self.live()
+            if index not in live:
+                return index
+        return None
+
+    def _give_back(self, index: int) -> str:
+        """`index` leaves its old host (caller holds the lock): the ledger's claims on its sources released first,
+        then its row deleted; returns the old host's name."""
+        old = self._by_index[index][0]
+        if self.release is not None:
+            self.release(index)
+        with self.store.transaction() as db:
+            db.execute("DELETE FROM host_indexes WHERE idx=?", (index,))
+        del self._by_index[index]
+        self._seen.pop(index, None)
+        self._seen_stored.pop(index, None)
+        if self._by_host.get(old) == index:
+            del self._by_host[old]
+        self.reused += 1
+        return old
 
     def register(self, request: forward_pb2.HostRegistration) -> forward_pb2.HostAssignment:
         host, machine_id = request.host, request.machine_id
@@ -84,6 +164,7 @@ class HostIndexes:
                     log.info("host %s registered with its own --host-index %d", host, explicit)
                 return forward_pb2.HostAssignment(index=explicit, known=holder is not None)
             if known is not None:
+                self._seen[known] = self.clock()
                 if machine_id and not self._by_index[known][1]:
                     self._record(known, host, machine_id, self._by_index[known][2])
                 return forward_pb2.HostAssignment(index=known, known=True)
@@ -92,7 +173,14 @@ class HostIndexes:
             if before:  # it ran with --host-index before it registered: it keeps that index
                 self._record(before[0], host, machine_id, True)
                 return forward_pb2.HostAssignment(index=before[0], known=True)
-            index = max([*self._by_index, *taken], default=-1) + 1
+            index = self._reusable(taken)
+            if index is not None:
+                old = self._give_back(index)
+                log.info("host index %d given back by host %s (not seen for %.0f days, reported by no tier) and "
+                         "handed to host %s", index, old, self.reuse_after_ns / 86_400e9 if self.reuse_after_ns
+                         else 0, host)
+            else:
+                index = max([*self._by_index, *taken], default=-1) + 1
             if index > MAX_HOST_INDEX:
                 return self._refuse(host, f"every host index (0..{MAX_HOST_INDEX}) is taken")
             self._record(index, host, machine_id, False)
@@ -102,12 +190,14 @@ class HostIndexes:
     def _record(self, index: int, host: str, machine_id: str, explicit: bool) -> None:
         """Persist first, then remember (caller holds the lock): an index is handed out only once it is in the
         file, so a root restart can never hand it to another host."""
+        now = self.clock()
         with self.store.transaction() as db:
-            db.execute(_TABLE)  # again: a file replaced under the root (StoreLost) is a fresh one
-            db.execute("INSERT OR REPLACE INTO host_indexes VALUES (?,?,?,?,?)",
-                       (index, host, machine_id, int(explicit), time.time_ns()))
+            self._create(db)  # again: a file replaced under the root (StoreLost) is a fresh one
+            db.execute("INSERT OR REPLACE INTO host_indexes VALUES (?,?,?,?,?,?)",
+                       (index, host, machine_id, int(explicit), now, now))
         self._by_index[index] = (host, machine_id, explicit)
         self._by_host[host] = index
+        self._seen[index] = self._seen_stored[index] = now
 
     def _refuse(self, host: str, reason: str) -> forward_pb2.HostAssignment:
         log.warning("host index registration of %r refused: %s", host[:64], reason)
@@ -118,6 +208,12 @@ class HostIndexes:
         with self._lock:
             return [{"index": index, "host": host, "explicit": explicit}
                     for index, (host, _, explicit) in sorted(self._by_index.items())]
+
+
+def release_ledger_claims(store: Store, index: int) -> None:
+    """Forget, in the file, the run ledger's claims on host index `index`'s fleet sources (given back)."""
+    with store.transaction() as db:
+        db.execute("DELETE FROM runs WHERE job=? AND (rank & ?)=?", (FLEET_JOB, MAX_HOST_INDEX, index))
 
 
 def ledger_claims(store: Store) -> dict[int, str]:

@@ -72,6 +72,12 @@ class RetentionConfig:
     KINDS = {"seconds": "seconds_s", "minutes": "minutes_s", "hours": "hours_s", "steps": "raw_steps_s",
              "step-blocks": "step_blocks_s", "events": "events_s"}
 
+    def fleet_kept_s(self) -> float:
+        """How long the store keeps any fleet window (raw seconds and their rollups): a host index unseen this long
+        is held by no stored window (collectors/root/host_indexes.py); 0 when some kind is kept forever."""
+        kept = (self.seconds_s, self.minutes_s, self.hours_s)
+        return 0.0 if not self.enabled or not all(kept) else max(kept)
+
     def set(self, spec: str) -> None:
         """`KIND=DURATION`, e.g. `seconds=6h`, `steps=30d` (units s, m, h, d; `off` or 0: kept forever)."""
         kind, sep, value = spec.partition("=")

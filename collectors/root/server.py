@@ -15,6 +15,7 @@ flags (collectors/cli.py).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from collectors.root.delivery_metrics import DeliveryMetrics
 from collectors.root.finalise import Finaliser, root_complete
 from collectors.root.fleet_metrics import FleetStoreMetrics
 from collectors.root.forensics import DEFAULT_MAX_RANKS, DEFAULT_MAX_REQUESTS, forensics_folder
-from collectors.root.host_indexes import HostIndexes, ledger_claims
+from collectors.root.host_indexes import HostIndexes, ledger_claims, release_ledger_claims
 from collectors.root.hosts import HostsView
 from collectors.root.reads import StoreReads
 from collectors.root.reads_metrics import StoreReadsMetrics
@@ -36,6 +37,9 @@ from collectors.root.remote_write import RemoteWriteConfig, RemoteWriter, remote
 from collectors.root.retention import Retention, RetentionConfig
 from collectors.root.store import Store
 from collectors.root.wiring import Wiring
+
+log = logging.getLogger(__name__)
+HOSTS_SEEN_EVERY_S = 60.0  # how often the root notes the fleet's reported hosts as seen (host_indexes.note_seen)
 
 
 @dataclass
@@ -54,6 +58,9 @@ class RootConfig(TierConfig):
     remote_write: RemoteWriteConfig | None = None  # every finalised step to long-term stores (remote_write.py)
     remote_write_close_s: float = 1.5  # at stop, how long what is queued may take to leave (within the stop deadline)
     retention: RetentionConfig = field(default_factory=RetentionConfig)  # the store's lifecycle (--retention)
+    # a fleet host index unseen this long (and reported by no tier) may go to a new host (host_indexes.py); None: as
+    # long as the store keeps fleet windows (RetentionConfig.fleet_kept_s), 0: never (--host-index-reuse-after)
+    host_index_reuse_after_s: float | None = None
 
 
 class RootServer(Tier):
@@ -90,7 +97,11 @@ class RootServer(Tier):
             lambda: (stats.late_rerolled, stats.late_dropped),
             lambda: (runs.fleet_collisions, runs.fleet_refused_windows)))
         # the fleet's host indexes (RegisterHost, docs/fleet.md)
-        self.host_indexes = HostIndexes(self.store, claimed=self._claimed_indexes)
+        reuse = config.host_index_reuse_after_s
+        self.host_indexes = HostIndexes(self.store, claimed=self._claimed_indexes, live=self._live_indexes,
+                                        release=self._release_index,
+                                        reuse_after_s=config.retention.fleet_kept_s() if reuse is None else reuse)
+        self._seen_at = float("-inf")
         self.service.register_host = self.host_indexes.register
         self.api = RootApi(self.store, self.liveness, events=self.wiring.events_endpoint,
                            forensics=self.wiring.forensics_endpoint, ask_forensics=self.wiring.ask_forensics,
@@ -116,6 +127,30 @@ class RootServer(Tier):
         for source, claim in recent.items():
             found.setdefault(source & MAX_HOST_INDEX, claim.host.partition(":")[0])
         return found
+
+    def _live_indexes(self) -> set[int]:
+        """The host indexes whose fleet sources some child reports now."""
+        with self.node.lock:
+            alive = self.node.states(FLEET_JOB).alive
+        return {source & MAX_HOST_INDEX for source in alive}
+
+    def _release_index(self, index: int) -> None:
+        """A host index given back: the ledger's claims on its sources forgotten, in memory and in the file."""
+        with self.node.lock:
+            self.node.runs.release_host_index(index, self.node.states(FLEET_JOB).alive)
+        release_ledger_claims(self.store, index)
+
+    def _sweep(self, now: float) -> bool:
+        """The tier's sweep; and once a minute, the hosts reported now noted as seen (host indexes given back only
+        after reuse_after unseen)."""
+        finished = super()._sweep(now)
+        if now - self._seen_at >= HOSTS_SEEN_EVERY_S:
+            self._seen_at = now
+            try:
+                self.host_indexes.note_seen()
+            except Exception:  # the store's trouble is reported by its commits; the next minute tries again
+                log.exception("could not note the fleet's hosts as seen")
+        return finished
 
     def start(self) -> None:
         tune_gc()

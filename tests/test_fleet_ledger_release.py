@@ -1,0 +1,32 @@
+"""The run ledger's claims on a fleet host index given back (collectors/delivery/runs.py release_host_index): the
+new host is accepted where the old one's claims stood, but never over a live or contested source."""
+
+from __future__ import annotations
+
+from pyroaring import BitMap
+
+from collectors.common.fleet import host_claim, source
+from collectors.delivery.runs import Claim, RunLedger
+from telemetry.names import FLEET_JOB
+
+
+def _claims(host: str, index: int, slots: range) -> dict[int, Claim]:
+    return {source(index, slot): Claim(host_claim(host), f"{host}:dev{slot}") for slot in slots}
+
+
+def test_a_released_index_is_claimed_by_its_new_host_and_nothing_live_or_contested_is_released() -> None:
+    ledger = RunLedger()
+    ledger.claim("rack0", FLEET_JOB, _claims("old", 3, range(64, 66)))
+    ledger.claim("rack0", FLEET_JOB, _claims("other", 4, range(64, 66)))
+    # before: a new host naming index 3 is a collision, its windows refused
+    ledger.claim("rack1", FLEET_JOB, _claims("new", 3, range(64, 65)))
+    assert ledger.refused("rack1", FLEET_JOB) and ledger.fleet_collisions == 1
+    assert ledger.release_host_index(3, BitMap()) == 1  # the contested source (slot 64) stays claimed and refused
+    ledger.claim("rack1", FLEET_JOB, _claims("new", 3, range(65, 66)))
+    assert ledger.claims(FLEET_JOB)[source(3, 65)].host == "new:dev65"
+    assert set(ledger.refused("rack1", FLEET_JOB)) == {source(3, 64)}
+    # a live source keeps its claim; the host the index was handed to keeps its own
+    assert ledger.release_host_index(4, BitMap([source(4, 64)])) == 1
+    assert source(4, 64) in ledger.claims(FLEET_JOB) and source(4, 65) not in ledger.claims(FLEET_JOB)
+    assert ledger.release_host_index(3, BitMap(), keep_host="new") == 0
+    assert ledger.claims(FLEET_JOB)[source(3, 65)].host == "new:dev65"
