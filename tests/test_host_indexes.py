@@ -312,3 +312,22 @@ def test_an_index_given_back_reaches_the_root_under_its_new_host_through_a_rack_
     finally:
         for proc in reversed(procs):
             proc.stop()
+
+
+def test_host_index_reuse_after_option_refuses_what_is_not_a_duration(tmp_path):
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "collectors.cli", "collector", "--listen", "127.0.0.1:0", "--db",
+                           str(tmp_path / "root.db"), "--host-index-reuse-after", "soon"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "--host-index-reuse-after" in done.stderr and "not a duration" in done.stderr
+
+
+def test_the_default_reuse_horizon_is_as_long_as_the_store_keeps_fleet_windows():
+    from collectors.root.retention import RetentionConfig
+    config = RetentionConfig()
+    assert config.fleet_kept_s() == 400 * 86_400  # the 1 h rollups outlive the raw seconds and minute rollups
+    config.set("hours=30d")
+    assert config.fleet_kept_s() == 30 * 86_400
+    config.set("minutes=off")  # a kind kept forever: an index never goes back
+    assert config.fleet_kept_s() == 0
