@@ -35,8 +35,8 @@ QUICK = {"shapes": "ddp,sync2", "steps": 40}
 
 
 def partial_windows(db: Path, job: str) -> list[dict[str, Any]]:
-    """Step windows of `job` finalised without a rank that one of the step's CLOSING windows holds (a CLOSING
-    window holds every expected rank but those it lists as missing)."""
+    """Step windows of `job` (of any metric, CLOSING ones included) finalised without a rank that one of the
+    step's CLOSING windows holds (a CLOSING window holds every expected rank but those it lists as missing)."""
     con = sqlite3.connect(db)
     try:
         rows = [(metric, idx, set(json.loads(listed))) for metric, idx, listed in con.execute(
@@ -49,7 +49,7 @@ def partial_windows(db: Path, job: str) -> list[dict[str, Any]]:
             closing.setdefault(idx, []).append(missing)
     out = []
     for metric, idx, missing in sorted(rows, key=lambda r: (r[1], r[0])):
-        if metric in CLOSING or not missing:
+        if not missing:
             continue
         reported = sorted(r for r in missing if any(r not in gone for gone in closing.get(idx, [])))
         if reported:
