@@ -108,8 +108,29 @@ def test_slow_rank_is_named_in_each_shape(tree: dict, shapes_job: dict, shape: s
     # own noise on a loaded host: counted as a false alarm by bench/detection.py --matrix, not judged here.)
     after = [e for e in found if e["ranks"] == [slow] and e["last_step"] >= STEPS - 3
              and e["detail"]["signal"] in ("collective_wait", "collective_wait_share_ewma")]
-    assert after, found
+    assert after, judged(tree, job, found)
     event = after[0]
     named_at = max(event["detail"]["detected_step"], event["step"])
-    assert named_at <= FAULT_STEP + 6, event
-    assert all(e["ranks"] == [slow] for e in found if e["detail"]["detected_step"] >= FAULT_STEP), found
+    assert named_at <= FAULT_STEP + 6, judged(tree, job, found)
+    assert all(e["ranks"] == [slow] for e in found if e["detail"]["detected_step"] >= FAULT_STEP), \
+        judged(tree, job, found)
+
+
+def judged(tree: dict, job: str, found: list[dict]) -> str:
+    """What the root judged, for a failing assertion to explain itself: every straggler event's detail, and per
+    step the figures the rule read (collective_wait p50 / min / argmin, step_time p50 and max, run-queue wait p50
+    and top-k by rank)."""
+    rows = {metric: {r["step"]: r for r in api_steps(tree["api"], job, metric, last=10_000)}
+            for metric in ("collective_wait", "step_time", "runqueue_wait")}
+    lines = [f"events of {job}:"]
+    lines += [f"  step {e['step']} .. {e['last_step']} ranks {e['ranks']}: {json.dumps(e['detail'])}" for e in found]
+    lines.append("  step  wait p50      min argmin | step p50      max | runq p50 top")
+    for step in sorted(rows["collective_wait"]):
+        w, t, q = (rows[m].get(step, {}) for m in ("collective_wait", "step_time", "runqueue_wait"))
+        lines.append(f"  {step:4d} {_f(w.get('p50'))} {_f(w.get('min'))} {w.get('argmin')!s:>6} | "
+                     f"{_f(t.get('p50'))} {_f(t.get('max'))} | {_f(q.get('p50'))} {q.get('top')}")
+    return "\n".join(lines)
+
+
+def _f(value: float | None) -> str:
+    return f"{value:8.4f}" if isinstance(value, (int, float)) else f"{value!s:>8}"

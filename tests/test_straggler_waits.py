@@ -276,6 +276,107 @@ def test_a_leader_that_fails_the_run_check_does_not_hide_a_rank_that_qualifies()
     assert named is not None and named[0] == 1 and named == score.named(1), named
 
 
+# A recorded sync2 job (bench/detection_jobs/shapes.py: 4 CPU ranks on the loaded 2-core machine, rank 0 2x slower
+# from step 14 after its optimizer step, so from step 15 on the others wait for it): each rank's step_time,
+# runqueue_wait and collective_wait per step, as the root stored them (steps 0-19). On step 17 rank 2, held back
+# between its steps, reached the collectives as late as rank 0 and waited 1 ms less (0.050 s vs 0.051).
+_SYNC2_STEP = [
+    (0.1253, 0.0564, 0.1206, 0.0911),
+    (0.0769, 0.0822, 0.0861, 0.0578),
+    (0.1142, 0.1038, 0.0875, 0.1223),
+    (0.0686, 0.0735, 0.0749, 0.0423),
+    (0.0697, 0.0755, 0.0679, 0.0904),
+    (0.1079, 0.0793, 0.0799, 0.0649),
+    (0.0523, 0.0679, 0.1089, 0.1186),
+    (0.0734, 0.0946, 0.0675, 0.0358),
+    (0.0713, 0.0911, 0.0660, 0.0850),
+    (0.0940, 0.0821, 0.0964, 0.0693),
+    (0.0863, 0.0613, 0.0906, 0.0857),
+    (0.0775, 0.0995, 0.0888, 0.0982),
+    (0.0588, 0.0432, 0.0425, 0.0608),
+    (0.0505, 0.0636, 0.0811, 0.0650),
+    (0.1656, 0.0739, 0.0730, 0.1080),
+    (0.1318, 0.1257, 0.1125, 0.0880),
+    (0.1113, 0.1570, 0.1483, 0.1383),
+    (0.1411, 0.1027, 0.0823, 0.1217),
+    (0.1186, 0.1442, 0.1562, 0.1351),
+    (0.1668, 0.1143, 0.1035, 0.1207),
+]
+_SYNC2_QUEUED = [
+    (0.0256, 0.0248, 0.0101, 0.0426),
+    (0.0278, 0.0393, 0.0325, 0.0159),
+    (0.0249, 0.0202, 0.0118, 0.0472),
+    (0.0217, 0.0116, 0.0164, 0.0184),
+    (0.0250, 0.0155, 0.0428, 0.0431),
+    (0.0587, 0.0289, 0.0088, 0.0064),
+    (0.0130, 0.0182, 0.0020, 0.0277),
+    (0.0148, 0.0335, 0.0108, 0.0096),
+    (0.0120, 0.0198, 0.0155, 0.0273),
+    (0.0178, 0.0175, 0.0221, 0.0198),
+    (0.0182, 0.0170, 0.0266, 0.0401),
+    (0.0451, 0.0357, 0.0299, 0.0536),
+    (0.0289, 0.0070, 0.0153, 0.0032),
+    (0.0077, 0.0119, 0.0523, 0.0096),
+    (0.0389, 0.0270, 0.0180, 0.0028),
+    (0.0019, 0.0033, 0.0093, 0.0013),
+    (0.0017, 0.0158, 0.0286, 0.0125),
+    (0.0063, 0.0235, 0.0172, 0.0010),
+    (0.0052, 0.0145, 0.0025, 0.0010),
+    (0.0006, 0.0310, 0.0396, 0.0154),
+]
+_SYNC2_WAITS = [
+    (0.0851, 0.0169, 0.0892, 0.0207),
+    (0.0402, 0.0243, 0.0387, 0.0254),
+    (0.0764, 0.0684, 0.0629, 0.0432),
+    (0.0322, 0.0486, 0.0428, 0.0108),
+    (0.0304, 0.0451, 0.0101, 0.0350),
+    (0.0350, 0.0359, 0.0563, 0.0438),
+    (0.0250, 0.0347, 0.0928, 0.0644),
+    (0.0443, 0.0450, 0.0428, 0.0139),
+    (0.0444, 0.0531, 0.0369, 0.0297),
+    (0.0611, 0.0620, 0.0591, 0.0346),
+    (0.0584, 0.0299, 0.0544, 0.0326),
+    (0.0170, 0.0487, 0.0437, 0.0292),
+    (0.0186, 0.0217, 0.0142, 0.0449),
+    (0.0277, 0.0382, 0.0312, 0.0411),
+    (0.0380, 0.0323, 0.0401, 0.0909),
+    (0.0435, 0.1092, 0.0888, 0.0730),
+    (0.0231, 0.1239, 0.1109, 0.1081),
+    (0.0506, 0.0643, 0.0501, 0.1063),
+    (0.0252, 0.1148, 0.1405, 0.1198),
+    (0.0788, 0.0519, 0.0329, 0.0928),
+]
+
+
+def test_a_rank_arriving_with_the_straggler_for_a_step_does_not_restart_its_run() -> None:
+    """The fast lane names a rank only after a run of `wait_fast_steps` steps of evidence; rank 2 waiting least
+    by a hair on step 17 (tied with rank 0) cut rank 0's run in two, and it was named at step 22, 7 steps after
+    the others began to wait for it (the 1-in-39 flake of test_straggler_shapes[sync2]). A tied step neither
+    extends nor breaks the run: named at step 18, 3 steps of waiting after its onset."""
+    log = EventLog(None)
+    det = StragglerDetector(log)
+    for step in range(len(_SYNC2_WAITS)):
+        det.observe(_row("step_time", step, np.array(_SYNC2_STEP[step])))
+        det.observe(_row("runqueue_wait", step, np.array(_SYNC2_QUEUED[step])))
+        det.observe(_row("collective_wait", step, np.array(_SYNC2_WAITS[step])))
+    events = log.query(JOB)
+    assert [e["ranks"] for e in events] == [[0]], events
+    assert events[0]["step"] == 15 and events[0]["detail"]["detected_step"] <= 18, events[0]
+
+
+def test_a_tie_bridges_only_a_run_with_evidence() -> None:
+    """A step on which the run's rank ties with another (`tied`) keeps the run only when it has evidence: a rank
+    tied with another on a step where neither had any must not hold off the rank that waits least next."""
+    score = WaitScore()
+    score.update(0, 2, 0.01, 1.0)                # rank 2 least by a hair: a run without evidence
+    score.update(1, 0, 0.5, 1.0, tied={2})       # rank 0 least by half a step, rank 2 tied: rank 0's run begins
+    assert score.run == (0, 1)
+    score.update(2, 1, 0.05, 1.0, tied={0})      # rank 1 least, rank 0 tied: rank 0's run stands, not extended
+    assert score.run == (0, 1)
+    score.update(3, 1, 0.05, 1.0)                # rank 1 least, rank 0 not tied: the run ends
+    assert score.run == (1, 0)
+
+
 def _descheduled(det_rows: list[list[Row]], det: StragglerDetector) -> None:
     for rows in det_rows:
         for row in rows:

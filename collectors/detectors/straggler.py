@@ -317,7 +317,7 @@ class StragglerDetector(StreakDetector[_State]):
         state.last_step = step
         if not scale > 0:
             return
-        x = score.update(step, s.argmin, gap, scale)
+        x = score.update(step, s.argmin, gap, scale, self._tied(s, median))
         slowdown = scale / max(scale - gap, 1e-9)
         figures = {"p50_s": fnum(median), "min_s": fnum(s.min), "step_s": fnum(scale),
                    "runqueue_excess_s": fnum(queued)}
@@ -362,6 +362,14 @@ class StragglerDetector(StreakDetector[_State]):
             self._normal(job, state, step, counts=True)
             return
         self._judged(row, state, named[0], named[1], x, gap, slowdown, figures, count=True)
+
+    @staticmethod
+    def _tied(s: Summary, median: float) -> set[int]:
+        """The ranks other than the least-waiting one that waited closer to its wait than to the median rank's
+        (from the exact bottom-k): they reached the step's collectives about as late (wait_score._extend_run)."""
+        least = s.min
+        return {rank for value, rank in s.bottom()
+                if rank != s.argmin and value - least < (median - least) / 2}
 
     def _share_warmup(self) -> int:
         """Running-share steps of start-up: the job's first `wait_warmup` steps, and at least the averages' own

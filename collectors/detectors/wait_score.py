@@ -69,6 +69,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter, deque
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 
@@ -226,16 +227,17 @@ class WaitScore:
             lane.scores.clear()
             lane.since.clear()
 
-    def update(self, step: int, least: int, gap_s: float, step_s: float) -> float:
-        """One step's evidence: `least` waited least, the median rank `gap_s` more, in a step of `step_s`.
-        Returns the evidence `x` used (0 when the gap is no evidence)."""
+    def update(self, step: int, least: int, gap_s: float, step_s: float, tied: Container[int] = ()) -> float:
+        """One step's evidence: `least` waited least, the median rank `gap_s` more, in a step of `step_s`; `tied`:
+        the other ranks that waited about as little (`_extend_run`). Returns the evidence `x` used (0 when the gap
+        is no evidence)."""
         x = self.evidence(gap_s, step_s)
         if self.ratio(least) < 1.0:
             self.observe(x, least)
         else:
             self.leasts.append(least)
         raised = max(0.0, self.level - self.reference)
-        self._extend_run(step, least, x, self.drifts[0] + raised)
+        self._extend_run(step, least, x, self.drifts[0] + raised, tied)
         lanes = self.lanes[:1] if self.running else self.lanes  # running shares feed the others
         for lane, drift in zip(lanes, self.drifts):
             lane.drift = drift + raised
@@ -243,7 +245,7 @@ class WaitScore:
         self.recent.append((step, least, x))
         return x
 
-    def _extend_run(self, step: int, least: int, x: float, fast_drift: float) -> None:
+    def _extend_run(self, step: int, least: int, x: float, fast_drift: float, tied: Container[int] = ()) -> None:
         """The step into the fast lane's run of consecutive steps on which `least` waited least: it counts only
         when it is evidence for that lane (`x` over its reference `fast_drift`). A step that is no evidence - the
         rank that waits least by a hair on a clean step, as one of 3 ranks does every third step - would
@@ -251,10 +253,19 @@ class WaitScore:
         steps was named on 113 of 200 noise seeds); it does not break the run either (a 1.5x rank of the
         tensor-parallel shape dips under the reference every few steps: restarting the run there named
         tp-data-1.5x of bench/results/detection_matrix.json in 7 steps, not 3). Another rank, or a gap in the
-        step numbers (steps not judged), starts the run again."""
+        step numbers (steps not judged), starts the run again.
+
+        Nor does a step on which the run's rank is `tied` with the least-waiting one (it waited about as little:
+        another rank reached the collectives as late as it did, held back between its steps - its data, the
+        scheduler): that step says nothing about which of the two the others wait for, and neither extends nor
+        breaks a run that has evidence. Without this, a 2x rank of sync2 (bench/detection_jobs/shapes.py) whose
+        run of three was cut by one such step (3 runs in 18 here) was named 6-10 steps after its onset instead of
+        2-5 (its lane's score was already there; the run check held it back)."""
         evidence = int(x > fast_drift)
         if self.run[0] == least and step == self.run_step + 1:
             self.run = (least, self.run[1] + evidence)
+        elif self.run[0] in tied and self.run[1] and step == self.run_step + 1:
+            pass  # the run's rank arrived with the least-waiting one: the run stands
         else:
             self.run = (least, evidence)
         self.run_step = step
