@@ -255,16 +255,18 @@ class WaitScore:
         tp-data-1.5x of bench/results/detection_matrix.json in 7 steps, not 3). Another rank, or a gap in the
         step numbers (steps not judged), starts the run again.
 
-        Nor does a step on which the run's rank is `tied` with the least-waiting one (it waited about as little:
-        another rank reached the collectives as late as it did, held back between its steps - its data, the
-        scheduler): that step says nothing about which of the two the others wait for, and neither extends nor
-        breaks a run that has evidence. Without this, a 2x rank of sync2 (bench/detection_jobs/shapes.py) whose
-        run of three was cut by one such step (3 runs in 18 here) was named 6-10 steps after its onset instead of
-        2-5 (its lane's score was already there; the run check held it back)."""
+        The one exception: a step that is no evidence on which the run's rank is `tied` with the least-waiting
+        one (it waited about as little: another rank reached the collectives as late as it did, held back
+        between its steps - its data, the scheduler) says nothing about which of the two the others wait for; it
+        neither extends nor breaks a run that has evidence. (Where the least-waiting rank's step is evidence,
+        its own run begins: it may be the straggler, and the tied rank the one held back.) Without it, a 2x rank
+        of sync2 (bench/detection_jobs/shapes.py) whose run of three one such step cut (3 live runs in 18 here)
+        was named 6-10 steps after its onset instead of 2-5: its lane's score was there, the run check held it
+        back."""
         evidence = int(x > fast_drift)
         if self.run[0] == least and step == self.run_step + 1:
             self.run = (least, self.run[1] + evidence)
-        elif self.run[0] in tied and self.run[1] and step == self.run_step + 1:
+        elif not evidence and self.run[0] in tied and self.run[1] and step == self.run_step + 1:
             pass  # the run's rank arrived with the least-waiting one: the run stands
         else:
             self.run = (least, evidence)
