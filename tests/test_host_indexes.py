@@ -259,7 +259,9 @@ def test_an_old_host_indexes_table_gains_its_seen_column(tmp_path):
                    "NULL, explicit INTEGER NOT NULL, assigned_ns INTEGER NOT NULL)")
         db.execute("INSERT INTO host_indexes VALUES (0, 'old', 'm', 0, ?)", (DAY_NS,))
     store = Store(tmp_path / "root.db")
-    table = HostIndexes(store, claimed=dict, reuse_after_s=86_400, clock=lambda: 3 * DAY_NS)
+    now = [3 * DAY_NS]
+    table = HostIndexes(store, claimed=dict, reuse_after_s=86_400, clock=lambda: now[0])
+    now[0] += 2 * 3600 * 10**9  # past the start's quiet hour
     assert table.register(forward_pb2.HostRegistration(host="new", machine_id="n")).index == 0
     table.note_seen({0})
     assert table.register(forward_pb2.HostRegistration(host="newer", machine_id="o")).index == 1
@@ -331,3 +333,25 @@ def test_the_default_reuse_horizon_is_as_long_as_the_store_keeps_fleet_windows()
     assert config.fleet_kept_s() == 30 * 86_400
     config.set("minutes=off")  # a kind kept forever: an index never goes back
     assert config.fleet_kept_s() == 0
+
+
+def test_a_root_back_after_a_long_stop_gives_nothing_back_before_its_hosts_could_reconnect(tmp_path):
+    """A root down for longer than the horizon sees no host live when it starts (no child has reconnected yet): it
+    gives nothing back for its first hour, by when every live host has reported and been seen again."""
+    store = Store(tmp_path / "root.db")
+    now = [DAY_NS]
+    table = HostIndexes(store, claimed=dict, reuse_after_s=86_400, clock=lambda: now[0])
+    assert table.register(forward_pb2.HostRegistration(host="alive", machine_id="m")).index == 0
+    store.close()
+    now[0] += 10 * DAY_NS  # the root was down for 10 days; "alive" kept running and reconnects after the start
+    live: set[int] = set()
+    store = Store(tmp_path / "root.db")
+    table = HostIndexes(store, claimed=dict, live=lambda: set(live), reuse_after_s=86_400, clock=lambda: now[0])
+    now[0] += 30 * 10**9  # 30 s after the start: "alive" has not reconnected yet
+    assert table.register(forward_pb2.HostRegistration(host="new-1", machine_id="n1")).index == 1
+    live.add(0)  # it reconnects and is seen (the root's minute sweep)
+    table.note_seen()
+    now[0] += 3600 * 10**9
+    assert table.register(forward_pb2.HostRegistration(host="new-2", machine_id="n2")).index == 2
+    live.clear()  # an hour later it is gone, but was seen an hour ago: within the day's horizon
+    assert table.register(forward_pb2.HostRegistration(host="new-3", machine_id="n3")).index == 3

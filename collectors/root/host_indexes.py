@@ -44,6 +44,7 @@ _TABLE = """CREATE TABLE IF NOT EXISTS host_indexes (
     idx INTEGER PRIMARY KEY, host TEXT NOT NULL, machine_id TEXT NOT NULL, explicit INTEGER NOT NULL,
     assigned_ns INTEGER NOT NULL, seen_ns INTEGER NOT NULL DEFAULT 0)"""
 SEEN_PERSIST_NS = 3600 * 10**9  # an index's last sight is written at most this often (a root restart loses < 1 h)
+STARTUP_QUIET_NS = 3600 * 10**9  # after a start, how long the root gives no index back (live hosts reconnect first)
 MAX_HOST_NAME = 256
 MAX_MACHINE_ID = 128
 
@@ -62,6 +63,11 @@ class HostIndexes:
         self.reuse_after_ns = None if not reuse_after_s else int(reuse_after_s * 1e9)  # None: never given back
         self.clock = clock
         self.reused = 0  # indexes given back and handed to another host
+        # Nothing goes back until the root has been up for STARTUP_QUIET_NS (or the horizon, if shorter): after a
+        # start no child has reported yet, and a live host must have reconnected and been seen before its index can
+        # look unreported (a root down longer than the horizon would otherwise give live hosts' indexes away).
+        quiet_ns = min(STARTUP_QUIET_NS, self.reuse_after_ns or 0)
+        self._quiet_until = clock() + quiet_ns
         self._lock = threading.Lock()
         self._by_index: dict[int, tuple[str, str, bool]] = {}  # index -> (host, machine id, explicit)
         self._by_host: dict[str, int] = {}  # host -> its latest index
@@ -103,9 +109,9 @@ class HostIndexes:
     def _reusable(self, taken: dict[int, str]) -> int | None:
         """The lowest index that may be handed to a new host (caller holds the lock): handed out by the tree, its
         host reported by no tier now and not seen for reuse_after; None if there is none, or reuse is off."""
-        if self.reuse_after_ns is None:
-            return None
         now, live = self.clock(), None
+        if self.reuse_after_ns is None or now < self._quiet_until:
+            return None
         for index in sorted(self._by_index):
             host, _, explicit = self._by_index[index]
             if explicit or now - self._seen.get(index, now) < self.reuse_after_ns:
