@@ -446,7 +446,7 @@ def test_a_native_table_under_another_completion_asks_it_of_each_watched_window(
 EVENT = st.one_of(
     st.tuples(st.just("unit"), st.integers(0, CHILDREN - 1), st.integers(0, STEPS - 1),
               st.lists(st.tuples(st.integers(0, METRICS - 1), st.integers(0, 3)), min_size=1, max_size=4),
-              st.booleans()),
+              st.booleans(), st.booleans()),  # a bad window; late deltas (Window.only_late, in both tables)
     st.tuples(st.just("resend"), st.integers(0, CHILDREN - 1), st.integers(0, 10)),
     st.tuples(st.just("flush"), st.booleans()),
     st.tuples(st.just("answer"), st.integers(0, 3), st.integers(0, 10)),
@@ -484,8 +484,8 @@ def test_a_native_table_answers_as_the_python_table(events: list[tuple], budget_
 
     for event in events:
         if event[0] == "unit":
-            _, child, step, metrics, bad = event
-            sent[child].append(unit_bytes(child, len(sent[child]) + 1, step, metrics, bad))
+            _, child, step, metrics, bad, late = event
+            sent[child].append(unit_bytes(child, len(sent[child]) + 1, step, metrics, bad, late))
             data = sent[child][-1]
         elif event[0] == "resend":
             _, child, pick = event
