@@ -71,7 +71,8 @@ def run(args: argparse.Namespace, workdir: Path, progress: Progress) -> dict[str
                 partial = partial_windows(tree["db"], record["job"])
                 result["runs"].append({"job": record["job"], "shape": cell.shape, "steps_done": record["steps_done"],
                                        "wall_s": record["wall_s"], "loadavg_1min": record["loadavg_1min"],
-                                       "events": [{k: e.get(k) for k in ("kind", "step", "ranks", "severity")}
+                                       "events": [{**{k: e.get(k) for k in ("kind", "step", "ranks", "severity")},
+                                                   "summary": (e.get("detail") or {}).get("summary")}
                                                   for e in record["events"]],
                                        "hang_details": [e["detail"] for e in hangs], "partial_windows": partial})
                 progress(f"{i}/{len(cells)} {cell.shape}: {record['steps_done']} steps, {record['wall_s']} s, "

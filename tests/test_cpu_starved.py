@@ -86,7 +86,7 @@ def test_a_starved_rank_is_named_with_its_host(world, excess, level):
     assert event["detail"]["ranks"][0]["host"] == f"node{victim // 8}"
     assert event["detail"]["ranks"][0]["queued_share"] == pytest.approx(level + excess, abs=0.01)
     assert event["step"] == 20
-    for step in range(40, 60):
+    for step in range(40, 80):  # its hits leave the window in 10 steps, then clear_steps (30) quiet ones
         feed(det, step, world, noisy(rng, world, level))
     assert starved_events(log)[0]["status"] == "closed"
 
@@ -182,6 +182,8 @@ def test_config_is_validated_and_the_suite_runs_it():
         DetectorsConfig.from_mapping({"cpu_starved": {"min_excess": 0}})
     with pytest.raises(ValueError):
         DetectorsConfig.from_mapping({"cpu_starved": {"clear_below": 8}})
+    with pytest.raises(ValueError):
+        DetectorsConfig.from_mapping({"cpu_starved": {"clear_steps": 0}})
     log = EventLog(None)
     suite = Detectors(log, DetectorsConfig(), Context(hosts_of=lambda job: {r: "h" for r in range(4)}))
     for step in range(20):
@@ -195,3 +197,33 @@ def test_config_is_validated_and_the_suite_runs_it():
         suite.on_rows([row("runqueue_wait", step, {0: 0.0, 1: 0.01, 2: 0.0, 3: STEP_S * 0.8}, 4),
                        row("step_time", step, {r: STEP_S for r in range(4)}, 4)])
     assert off.query(JOB) == []
+
+
+def test_a_rank_starved_off_and_on_keeps_one_event():
+    """A busy neighbour that comes and goes (12 steps on, 8 off, for 200 steps): one event while it lasts, not one
+    per burst; closed clear_steps after the last burst."""
+    log, det = setup()
+    rng = random.Random(10)
+    for step in range(200):
+        queued = noisy(rng, 8, 0.1)
+        if step % 20 < 12:
+            queued[6] = STEP_S * 0.8
+        feed(det, step, 8, queued)
+    (event,) = starved_events(log)
+    assert event["ranks"] == [6] and event["status"] == "open"
+    for step in range(200, 250):
+        feed(det, step, 8, noisy(rng, 8, 0.1))
+    (event,) = starved_events(log)
+    assert event["status"] == "closed"
+
+
+def test_a_second_starved_rank_joins_the_open_event():
+    log, det = setup()
+    for step in range(40):
+        queued = {r: 0.005 for r in range(8)}
+        queued[1] = STEP_S * 0.8
+        if step >= 20:
+            queued[5] = STEP_S * 0.7
+        feed(det, step, 8, queued)
+    (event,) = starved_events(log)
+    assert event["ranks"] == [1, 5] and [r["rank"] for r in event["detail"]["ranks"]] == [1, 5]

@@ -14,9 +14,10 @@ rank, because a host every rank of which queues alike is the job's own oversubsc
 evenly), not a neighbour taking one rank's CPU; and a job of one rank has no peer to compare with (not judged).
 A rank starved in `needed` of the job's last `window` steps is named; the event (one per job, severity
 warning) names every such rank and its host, with its queued share of the step and the median rank's, and
-closes once no rank is starved in more than `clear_below` of the last `window` steps. A rank outside the top-k
-is judged not starved when the top-k's smallest wait is not starved itself; else (more starved ranks than k) it
-is left as it was.
+closes once no rank has been starved in more than `clear_below` of the last `window` steps for `clear_steps`
+steps in a row (a rank starved off and on by a busy neighbour keeps one event, not one a minute); a rank
+starved while it is open joins it. A rank outside the top-k is judged not starved when the top-k's smallest
+wait is not starved itself; else (more starved ranks than k) it is left as it was.
 
 What it cannot see: a rank slowed by a neighbour in other ways (memory bandwidth, a shared NIC, the page cache),
 time lost by the rank's other threads (torch's intra-op pool, gloo's transport) while its step thread slept on
@@ -44,7 +45,8 @@ class CpuStarvedConfig:
     min_wait_s: float = 0.005  # and at least this long
     window: int = 10           # the job's last steps a rank's record holds
     needed: int = 8            # starved steps in its window that name it
-    clear_below: int = 2       # the event closes once no rank is starved in more than this many
+    clear_below: int = 2       # the event closes once no rank is starved in more than this many of its window
+    clear_steps: int = 30      # ... for this many steps in a row
     severity: str = "warning"
 
     def __post_init__(self) -> None:
@@ -52,6 +54,8 @@ class CpuStarvedConfig:
             raise ValueError(f"cpu_starved: needed must be in 1..window ({self.window}), got {self.needed}")
         if not 0 <= self.clear_below < self.needed:
             raise ValueError(f"cpu_starved: clear_below must be in 0..needed-1, got {self.clear_below}")
+        if self.clear_steps < 1:
+            raise ValueError(f"cpu_starved: clear_steps must be at least 1, got {self.clear_steps}")
         if self.min_excess <= 0 or self.min_wait_s < 0:
             raise ValueError("cpu_starved: min_excess must be > 0 and min_wait_s >= 0")
 
@@ -74,6 +78,7 @@ class _Rank:
 class _Job:
     pending: dict[int, dict[str, Summary]] = field(default_factory=dict)
     last_judged: int = -1
+    quiet: int = 0  # steps in a row with no rank starved in more than clear_below of its window
     ranks: dict[int, _Rank] = field(default_factory=dict)
 
 
@@ -142,12 +147,16 @@ class CpuStarvedDetector(Detector):
                 del state.ranks[rank]  # only ranks starved within the window are followed
         named = sorted(r for r, rec in state.ranks.items() if rec.starved() >= c.needed)
         open_event = self.events.get_open(self.kind, job)
+        state.quiet = state.quiet + 1 if all(rec.starved() <= c.clear_below for rec in state.ranks.values()) else 0
         if not named:
-            if open_event is not None and all(rec.starved() <= c.clear_below for rec in state.ranks.values()):
+            if open_event is not None and state.quiet >= c.clear_steps:
                 self.clear(job, step=step)
             return
-        if open_event is not None and sorted(open_event.ranks) == named:
-            return  # the same ranks still starved: nothing new to say
+        if open_event is not None and set(named) <= set(open_event.ranks):
+            return  # no rank starved that the event does not name already
+        if open_event is not None:
+            named = sorted(set(named) | set(open_event.ranks))  # an open event keeps the ranks it named
+            named = [r for r in named if r in state.ranks] or named
         hosts = self.context.hosts_of(job)
         listed = []
         for rank in named[:32]:
