@@ -355,3 +355,43 @@ def test_a_root_back_after_a_long_stop_gives_nothing_back_before_its_hosts_could
     assert table.register(forward_pb2.HostRegistration(host="new-2", machine_id="n2")).index == 2
     live.clear()  # an hour later it is gone, but was seen an hour ago: within the day's horizon
     assert table.register(forward_pb2.HostRegistration(host="new-3", machine_id="n3")).index == 3
+
+
+def test_a_returning_old_host_never_takes_its_given_back_index_over_the_new_hosts_row(tmp_path):
+    """A collision on the old host's index still standing at the root (another host named it through another rack)
+    kept the old host's claim in the root's memory after the index was given back; the returning old host then
+    looked like "it ran with --host-index before it registered" and took the index over the new host's row."""
+    from collectors.common.fleet import host_claim, source
+    from collectors.delivery.runs import Claim
+    from collectors.root.server import RootConfig, RootServer
+    from telemetry.names import FLEET_JOB
+
+    def claims(host: str, index: int, slots: range) -> dict[int, Claim]:
+        return {source(index, slot): Claim(host_claim(host), f"{host}:dev{slot}") for slot in slots}
+
+    server = RootServer(RootConfig(db=tmp_path / "root.db", api=None, host_index_reuse_after_s=1.0))
+    try:
+        table = server.host_indexes
+        now = [table.clock()]
+        table.clock = lambda: now[0]
+        table._quiet_until = 0  # past the first hour up
+
+        def register(host: str) -> int:
+            answer = table.register(forward_pb2.HostRegistration(host=host, machine_id="m-" + host))
+            assert not answer.refused, answer.refused
+            return answer.index
+
+        assert register("A") == 0
+        with server.node.lock:
+            server.node.runs.claim("rack0", FLEET_JOB, claims("A", 0, range(64, 66)))
+            server.node.runs.claim("rack1", FLEET_JOB, claims("C", 0, range(64, 65)))  # a collision, standing
+        now[0] += 10 * 10**9  # A gone (no live source), past the 1 s horizon
+        assert register("B") == 0
+        assert register("A") != 0  # A is back: an index of its own, never B's
+        assert {row["index"]: row["host"] for row in table.table()}[0] == "B"
+        with server.node.lock:  # the root's memory matches its runs table: nothing of A's is left on index 0
+            left = {src: claim.host for src, claim in server.node.runs.claims(FLEET_JOB).items()
+                    if src & fleet.MAX_HOST_INDEX == 0}
+        assert not any(host.startswith("A:") for host in left.values()), left
+    finally:
+        server.store.close()

@@ -191,19 +191,22 @@ class RunLedger:
         """The accepted process of each rank of `job` known here (what this tier tells its parent)."""
         return {rank: claim.process for rank, claim in self._runs.get(job, {}).items()}
 
-    def release_host_index(self, index: int, live: BitMap, keep_host: str = "") -> int:
+    def release_host_index(self, index: int, live: BitMap, keep_host: str = "", contested: bool = False) -> int:
         """The fleet host index `index` was handed to another host (collectors/root/host_indexes.py gives an index
         back only once its old host is gone): forget the claims on its sources, but those of sources in `live` (a
         host reported here now keeps its claim: should two live hosts name one index, the ledger still refuses the
         second), those contested (a collision standing here stays refused) and those by `keep_host` (the host it was
-        handed to). Returns how many claims were forgotten."""
+        handed to). With `contested` (the root, whose stored claims are all released with the index: its memory must
+        match them) contested claims are forgotten too; the collision's refusal itself stands until its child names
+        the source again. Returns how many claims were forgotten."""
         known = self._runs.get(FLEET_JOB)
         if not known:
             return 0
-        contested = {src for table in (self._conflicts, self._above) for (_, job), conflicts in table.items()
-                     if job == FLEET_JOB for src in conflicts}
+        kept = set() if contested else {src for table in (self._conflicts, self._above)
+                                         for (_, job), conflicts in table.items() if job == FLEET_JOB
+                                         for src in conflicts}
         gone = [src for src, claim in known.items() if host_index_of(src) == index and src not in live
-                and src not in contested and split_name(claim.host)[0] != keep_host]
+                and src not in kept and split_name(claim.host)[0] != keep_host]
         for src in gone:
             del known[src]
         return len(gone)

@@ -175,8 +175,11 @@ class HostIndexes:
                     self._record(known, host, machine_id, self._by_index[known][2])
                 return forward_pb2.HostAssignment(index=known, known=True)
             taken = self.claimed()
-            before = [index for index, holder in taken.items() if holder == host]
-            if before:  # it ran with --host-index before it registered: it keeps that index
+            # It ran with --host-index before it registered: it keeps that index, unless the table holds it for
+            # another host (the index was given back from this host: it gets an index of its own).
+            before = [index for index, holder in taken.items() if holder == host
+                      and self._by_index.get(index, (host,))[0] == host]
+            if before:
                 self._record(before[0], host, machine_id, True)
                 return forward_pb2.HostAssignment(index=before[0], known=True)
             index = self._reusable(taken)

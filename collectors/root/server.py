@@ -135,9 +135,10 @@ class RootServer(Tier):
         return {source & MAX_HOST_INDEX for source in alive}
 
     def _release_index(self, index: int) -> None:
-        """A host index given back: the ledger's claims on its sources forgotten, in memory and in the file."""
+        """A host index given back: the ledger's claims on its sources forgotten, in memory and in the file (contested
+        ones too, so that memory matches the file: a returning old host must find no claim of its own on the index)."""
         with self.node.lock:
-            self.node.runs.release_host_index(index, self.node.states(FLEET_JOB).alive)
+            self.node.runs.release_host_index(index, self.node.states(FLEET_JOB).alive, contested=True)
         release_ledger_claims(self.store, index)
 
     def _sweep(self, now: float) -> bool:
