@@ -186,7 +186,7 @@ def test_a_host_index_goes_back_only_once_its_host_is_gone_past_the_horizon_and_
     live: set[int] = set()
     released: list[int] = []
     table = HostIndexes(store, claimed=dict, live=lambda: set(live), release=released.append,
-                        reuse_after_s=30 * 86_400, clock=lambda: now[0])
+                        reuse_after_s=30 * 86_400, clock=lambda: now[0], monotonic=lambda: now[0] / 1e9)
 
     def register(host: str, explicit: int | None = None) -> int:
         request = forward_pb2.HostRegistration(host=host, machine_id=f"m-{host}")
@@ -214,7 +214,7 @@ def test_a_host_index_goes_back_only_once_its_host_is_gone_past_the_horizon_and_
     # The file keeps what was seen and what went: a root restart gives back nothing more, nothing sooner.
     store = Store(tmp_path / "root.db")
     again = HostIndexes(store, claimed=dict, live=set, release=released.append, reuse_after_s=30 * 86_400,
-                        clock=lambda: now[0])
+                        clock=lambda: now[0], monotonic=lambda: now[0] / 1e9)
     assert {held["host"]: held["index"] for held in again.table()} == {
         "late-a": 0, "short-1": 1, "late-b": 2, "short-3": 3, "pinned": 4, "early": 5, "late-c": 6, "short-0": 7}
     now[0] += 29 * DAY_NS  # short-3: 31 days unseen, early: 31; the others seen (or handed) 29 days ago
@@ -238,7 +238,7 @@ def test_a_host_index_claimed_in_the_ledger_by_another_host_is_never_given_back(
     claimed = {0: "stray"}
     live: set[int] = set()
     table = HostIndexes(store, claimed=lambda: claimed, live=lambda: live, reuse_after_s=86_400,
-                        clock=lambda: now[0])
+                        clock=lambda: now[0], monotonic=lambda: now[0] / 1e9)
     table._record(1, "gone", "m", False)  # the table's own: handed out long ago
     claimed[1] = "gone"
     now[0] += 5 * DAY_NS
@@ -260,7 +260,7 @@ def test_an_old_host_indexes_table_gains_its_seen_column(tmp_path):
         db.execute("INSERT INTO host_indexes VALUES (0, 'old', 'm', 0, ?)", (DAY_NS,))
     store = Store(tmp_path / "root.db")
     now = [3 * DAY_NS]
-    table = HostIndexes(store, claimed=dict, reuse_after_s=86_400, clock=lambda: now[0])
+    table = HostIndexes(store, claimed=dict, reuse_after_s=86_400, clock=lambda: now[0], monotonic=lambda: now[0] / 1e9)
     now[0] += 2 * 3600 * 10**9  # past the start's quiet hour
     assert table.register(forward_pb2.HostRegistration(host="new", machine_id="n")).index == 0
     table.note_seen({0})
@@ -340,13 +340,14 @@ def test_a_root_back_after_a_long_stop_gives_nothing_back_before_its_hosts_could
     gives nothing back for its first hour, by when every live host has reported and been seen again."""
     store = Store(tmp_path / "root.db")
     now = [DAY_NS]
-    table = HostIndexes(store, claimed=dict, reuse_after_s=86_400, clock=lambda: now[0])
+    table = HostIndexes(store, claimed=dict, reuse_after_s=86_400, clock=lambda: now[0], monotonic=lambda: now[0] / 1e9)
     assert table.register(forward_pb2.HostRegistration(host="alive", machine_id="m")).index == 0
     store.close()
     now[0] += 10 * DAY_NS  # the root was down for 10 days; "alive" kept running and reconnects after the start
     live: set[int] = set()
     store = Store(tmp_path / "root.db")
-    table = HostIndexes(store, claimed=dict, live=lambda: set(live), reuse_after_s=86_400, clock=lambda: now[0])
+    table = HostIndexes(store, claimed=dict, live=lambda: set(live), reuse_after_s=86_400,
+                        clock=lambda: now[0], monotonic=lambda: now[0] / 1e9)
     now[0] += 30 * 10**9  # 30 s after the start: "alive" has not reconnected yet
     assert table.register(forward_pb2.HostRegistration(host="new-1", machine_id="n1")).index == 1
     live.add(0)  # it reconnects and is seen (the root's minute sweep)
@@ -395,3 +396,47 @@ def test_a_returning_old_host_never_takes_its_given_back_index_over_the_new_host
         assert not any(host.startswith("A:") for host in left.values()), left
     finally:
         server.store.close()
+
+
+def test_a_clock_stepped_back_then_forward_never_gives_away_an_index_seen_minutes_ago(tmp_path):
+    """A root started with its clock at 1970 (a bad RTC; NTP steps it later) noted its live hosts as seen at that
+    wrong time, over the file's recent sight: once the clock was right, an index not live that moment looked unseen
+    for decades and went to the next new host. A sight only ever moves forward."""
+    day, t = 86_400 * 10**9, 1_795_000_000 * 10**9
+    store = Store(tmp_path / "root.db")
+    now = [t]
+    table = HostIndexes(store, claimed=dict, reuse_after_s=30 * 86_400,
+                        clock=lambda: now[0], monotonic=lambda: now[0] / 1e9)
+    assert table.register(forward_pb2.HostRegistration(host="alpha", machine_id="a")).index == 0
+    table.note_seen({0})
+    store.close()
+    now[0] = 10**9  # the root restarts with its clock at 1970
+    live = {0}
+    store = Store(tmp_path / "root.db")
+    table = HostIndexes(store, claimed=dict, live=lambda: set(live), reuse_after_s=30 * 86_400,
+                        clock=lambda: now[0], monotonic=lambda: 10 * day)  # past the first hour up
+    table._quiet_until = 0.0
+    table.note_seen()  # alpha reconnected: seen "now" (1970)
+    assert table.register(forward_pb2.HostRegistration(host="alpha", machine_id="a")).index == 0  # seen again
+    now[0] = t + 600 * 10**9  # NTP steps the clock: 10 minutes after alpha was last seen for real
+    live.clear()  # alpha's agent restarts: reported by no tier for a moment
+    assert table.register(forward_pb2.HostRegistration(host="bravo", machine_id="b")).index == 1
+
+
+def test_the_first_hour_up_is_measured_on_a_clock_that_never_steps(tmp_path):
+    """The quiet first hour (nothing given back before live hosts reconnected) is measured on the monotonic clock:
+    a wall clock stepped forward by a day right after the start does not end it."""
+    day = 86_400 * 10**9
+    store = Store(tmp_path / "root.db")
+    now = [day]
+    table = HostIndexes(store, claimed=dict, reuse_after_s=60, clock=lambda: now[0], monotonic=lambda: now[0] / 1e9)
+    assert table.register(forward_pb2.HostRegistration(host="alive", machine_id="m")).index == 0
+    store.close()
+    store = Store(tmp_path / "root.db")
+    up = [100.0]
+    table = HostIndexes(store, claimed=dict, reuse_after_s=60, clock=lambda: now[0], monotonic=lambda: up[0])
+    now[0] += day  # the wall clock steps a day forward 1 s after the start; "alive" has not reconnected yet
+    up[0] += 1.0
+    assert table.register(forward_pb2.HostRegistration(host="new-1", machine_id="n1")).index == 1
+    up[0] += 61.0  # the quiet period (the horizon, shorter than an hour) is over
+    assert table.register(forward_pb2.HostRegistration(host="new-2", machine_id="n2")).index == 0

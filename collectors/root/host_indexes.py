@@ -55,19 +55,21 @@ class HostIndexes:
 
     def __init__(self, store: Store, claimed: Callable[[], dict[int, str]], *,
                  live: Callable[[], set[int]] = set, release: Callable[[int], None] | None = None,
-                 reuse_after_s: float | None = None, clock: Callable[[], int] = time.time_ns) -> None:
+                 reuse_after_s: float | None = None, clock: Callable[[], int] = time.time_ns,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.claimed = claimed
         self.live = live  # the host indexes whose sources some tier reports now
         self.release = release  # forget the run ledger's claims on an index's sources (memory and store)
         self.reuse_after_ns = None if not reuse_after_s else int(reuse_after_s * 1e9)  # None: never given back
-        self.clock = clock
+        self.clock = clock  # wall clock (ns): sights are stored in the file and outlive a restart
+        self.monotonic = monotonic  # never steps: the quiet first hour up is measured on it
         self.reused = 0  # indexes given back and handed to another host
         # Nothing goes back until the root has been up for STARTUP_QUIET_NS (or the horizon, if shorter): after a
         # start no child has reported yet, and a live host must have reconnected and been seen before its index can
         # look unreported (a root down longer than the horizon would otherwise give live hosts' indexes away).
-        quiet_ns = min(STARTUP_QUIET_NS, self.reuse_after_ns or 0)
-        self._quiet_until = clock() + quiet_ns
+        # Measured on the monotonic clock: a wall clock stepped forward after the start (NTP) must not end it.
+        self._quiet_until = monotonic() + min(STARTUP_QUIET_NS, self.reuse_after_ns or 0) / 1e9
         self._lock = threading.Lock()
         self._by_index: dict[int, tuple[str, str, bool]] = {}  # index -> (host, machine id, explicit)
         self._by_host: dict[str, int] = {}  # host -> its latest index
@@ -96,8 +98,8 @@ class HostIndexes:
         now = self.clock()
         with self._lock:
             known = [index for index in indexes if index in self._by_index]
-            for index in known:
-                self._seen[index] = now
+            for index in known:  # a sight only moves forward: a clock stepped back never makes one older
+                self._seen[index] = max(self._seen.get(index, 0), now)
             stale = [index for index in known if now - self._seen_stored.get(index, 0) >= SEEN_PERSIST_NS]
             if stale:
                 with self.store.transaction() as db:
@@ -110,7 +112,7 @@ class HostIndexes:
         """The lowest index that may be handed to a new host (caller holds the lock): handed out by the tree, its
         host reported by no tier now and not seen for reuse_after; None if there is none, or reuse is off."""
         now, live = self.clock(), None
-        if self.reuse_after_ns is None or now < self._quiet_until:
+        if self.reuse_after_ns is None or self.monotonic() < self._quiet_until:
             return None
         for index in sorted(self._by_index):
             host, _, explicit = self._by_index[index]
@@ -170,7 +172,7 @@ class HostIndexes:
                     log.info("host %s registered with its own --host-index %d", host, explicit)
                 return forward_pb2.HostAssignment(index=explicit, known=holder is not None)
             if known is not None:
-                self._seen[known] = self.clock()
+                self._seen[known] = max(self._seen.get(known, 0), self.clock())
                 if machine_id and not self._by_index[known][1]:
                     self._record(known, host, machine_id, self._by_index[known][2])
                 return forward_pb2.HostAssignment(index=known, known=True)
