@@ -258,3 +258,23 @@ def test_a_save_or_transaction_that_fails_midway_leaves_the_store_as_it_was(tmp_
         assert store.load(Key("job", "loss", 4)) is not None
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("text", ["inf", "infd", "-inf", "nan", "1e300d", "1e12", "36501d"])
+def test_parse_duration_refuses_what_no_clock_can_hold(text):
+    """inf (or a duration past any clock's range) killed the root at start (an OverflowError turning it into
+    nanoseconds); 'off' is how a kind is kept forever."""
+    with pytest.raises(ValueError, match="off"):
+        parse_duration(text)
+    assert parse_duration("36500d") == 36500 * 86_400
+
+
+@pytest.mark.parametrize("option", [["--retention", "hours=inf"], ["--host-index-reuse-after", "inf"]])
+def test_the_root_refuses_an_infinite_duration_naming_the_option(tmp_path, option):
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "collectors.cli", "collector", "--listen", "127.0.0.1:0", "--db",
+                           str(tmp_path / "root.db"), "--api", "127.0.0.1:0", *option], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert option[0] in done.stderr and "Traceback" not in done.stderr

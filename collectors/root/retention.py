@@ -51,6 +51,7 @@ HOUR_MS = 3_600_000
 __all__ = ["SECOND_MS", "MINUTE_MS", "HOUR_MS", "DAY_S", "RetentionConfig", "Retention", "SweepStats",
            "merge_over_time", "parse_duration", "store_bytes"]
 DAY_S = 86_400.0
+MAX_DURATION_S = 36_500 * DAY_S  # 100 years: in nanoseconds well inside an int64 (and SQLite INTEGER)
 
 
 @dataclass
@@ -87,6 +88,8 @@ class RetentionConfig:
 
 
 def parse_duration(text: str) -> float:
+    """Seconds in `text` (90s, 30m, 6h, 14d, 2w; a bare number is seconds); 0 for off/forever. Finite and at most
+    MAX_DURATION_S: every duration becomes nanoseconds somewhere (a cutoff, a reuse horizon)."""
     text = text.strip().lower()
     if text in ("off", "forever", "0"):
         return 0.0
@@ -99,6 +102,8 @@ def parse_duration(text: str) -> float:
         raise ValueError(f"{text!r} is not a duration (e.g. 90s, 30m, 6h, 14d)") from None
     if not value > 0:
         raise ValueError(f"{text!r}: a duration must be > 0 (or 'off')")
+    if not value <= MAX_DURATION_S:  # inf, or past what a nanosecond clock (and SQLite's INTEGER) can hold
+        raise ValueError(f"{text!r}: a duration must be at most {MAX_DURATION_S // DAY_S:.0f}d (keep forever: 'off')")
     return value
 
 
