@@ -7,6 +7,7 @@ and that init() passes the result to the agent (what the agent does with it: tes
 
 from __future__ import annotations
 
+import logging
 import sys
 from types import SimpleNamespace
 from typing import Any
@@ -18,15 +19,19 @@ from telemetry.sdk.gpu import rank_device
 
 
 class _Cuda:
-    def __init__(self, initialized: bool, uuid: str = "e1597864-240c-575a-40bd-8dd485e99a03") -> None:
-        self.initialized, self.uuid, self.calls = initialized, uuid, []
+    def __init__(self, initialized: bool, uuid: str = "e1597864-240c-575a-40bd-8dd485e99a03", current: int = 3,
+                 count: int = 8) -> None:
+        self.initialized, self.uuid, self.current, self.count, self.calls = initialized, uuid, current, count, []
 
     def is_initialized(self) -> bool:
         return self.initialized
 
     def current_device(self) -> int:
         self.calls.append("current_device")
-        return 3
+        return self.current
+
+    def device_count(self) -> int:
+        return self.count
 
     def get_device_properties(self, index: int) -> Any:
         self.calls.append(f"properties:{index}")
@@ -47,10 +52,23 @@ def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_the_current_devices_uuid_once_the_script_initialised_cuda(fake_torch: Any) -> None:
     cuda = _Cuda(initialized=True)
     fake_torch(cuda)
-    assert rank_device(0) == "GPU-e1597864-240c-575a-40bd-8dd485e99a03"
+    assert rank_device(3) == "GPU-e1597864-240c-575a-40bd-8dd485e99a03"
     assert cuda.calls == ["current_device", "properties:3"]
-    fake_torch(_Cuda(initialized=True, uuid="MIG-1234"))
-    assert rank_device(0) == "MIG-1234"
+    assert rank_device(11) == "GPU-e1597864-240c-575a-40bd-8dd485e99a03"  # local rank 11 of 8 GPUs: cuda:3
+    fake_torch(_Cuda(initialized=True, uuid="MIG-1234", current=0, count=1))
+    assert rank_device(5) == "MIG-1234"  # one visible GPU: every rank's
+
+
+def test_a_current_device_that_is_not_the_ranks_names_nothing(fake_torch: Any,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    # A script that never calls set_device and uses .to(f"cuda:{local_rank}"): current device 0 everywhere.
+    names = []
+    with caplog.at_level(logging.INFO, logger="telemetry.sdk.gpu"):
+        for local_rank in range(4):
+            fake_torch(_Cuda(initialized=True, current=0, count=4))
+            names.append(rank_device(local_rank))
+    assert names == ["GPU-e1597864-240c-575a-40bd-8dd485e99a03", "", "", ""]
+    assert sum("pass telemetry.init(device=...)" in r.getMessage() for r in caplog.records) == 3
 
 
 def test_cuda_is_never_touched_before_the_script_initialised_it(fake_torch: Any,
@@ -76,7 +94,7 @@ def test_no_torch_or_a_broken_one_gives_nothing(fake_torch: Any) -> None:
 
 def test_init_gives_the_device_to_the_run_unless_one_is_passed(fake_torch: Any,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_torch(_Cuda(initialized=True))
+    fake_torch(_Cuda(initialized=True, current=0))
     seen: list[str] = []
 
     def run(*args: Any, **options: Any) -> str:

@@ -188,7 +188,7 @@ class Run:
         finally:
             self._open_step = None
             values = {"step_time": time.perf_counter() - start}
-            if waits is not None and waits.seen:
+            if waits is not None and (waits.seen or waits.device.attach()):  # NCCL works issued from C++ too
                 wait_s, _ = waits.measure(start_ns, time.perf_counter_ns())
                 if wait_s is not None:  # None: NCCL's GPU-side figure not settled yet (telemetry.torch.nccl_timing)
                     values[WAIT] = wait_s

@@ -19,9 +19,14 @@ log line) and the host-side figure stays in use; a group that already has a hook
 marks the API as to be deprecated in favour of the flight recorder) is left alone.
 
 Each work counts for the step during which the host enqueued it (``time_started``). Because reports arrive
-late, a step's figure is given once it has settled: at each step's exit the SDK logs the figure of the newest
-step that ended at least ``SETTLE_S`` before (the previous step when steps last longer than that, otherwise an
-older one: the same step on every rank of a synchronous job). Works of one step running at once on several
+late, a step's figure is given ``lag`` steps later: at each step's exit the SDK logs the figure of the step
+``lag`` exits before. ``lag`` starts at 1 and doubles, for good, whenever the step it would give has not
+ended ``SETTLE_S`` before (that exit logs no figure): so it settles in the first steps on a lag that covers
+c10d's delay (1 for steps longer than ``SETTLE_S``, 16 for 22 ms steps), and from then on every exit logs
+one figure, the same step on every rank of a synchronous job: ranks at one pace settle on the same power of
+two, except where a step lasts within its jitter of ``SETTLE_S / 2**j`` (250, 125, 62.5, ... ms), where two
+ranks can settle one doubling apart (their figures then come from different steps of the same shape; a
+doubling rather than a step at a time keeps those paces few). Works of one step running at once on several
 streams add up; a step's figure is clipped to its length.
 """
 
@@ -29,7 +34,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import threading
 from typing import Any
 
 __all__ = ["DeviceCollectiveTime", "SETTLE_S", "TIMING_ENV"]
@@ -39,22 +43,27 @@ log = logging.getLogger(__name__)
 TIMING_ENV = "TORCH_NCCL_ENABLE_TIMING"
 SETTLE_S = 0.25        # c10d's watchdog reports a work up to 0.1 s after the GPU finished it: margin for load
 MAX_STEPS = 256        # step intervals kept while their works are reported
-MAX_PENDING = 100_000  # reports kept between two step exits (a loop without run.step must not grow forever)
+# Reports kept between two step exits: a loop without run.step (an evaluation full of collectives) must neither
+# grow memory nor make the next step's exit sort through more than ~0.1 s of them (6 us each, measured).
+MAX_PENDING = 20_000
 
 
 class DeviceCollectiveTime:
     """The GPU durations of the process's NCCL works, per step of the host that enqueued them."""
 
     def __init__(self, settle_s: float = SETTLE_S) -> None:
-        self._lock = threading.Lock()
         self._reports: collections.deque[tuple[int, float]] = collections.deque(maxlen=MAX_PENDING)
         self._steps: collections.deque[list[float]] = collections.deque(maxlen=MAX_STEPS)  # [start, end, ms, works]
         self._settle_ns = int(settle_s * 1e9)
-        self._hooked: set[int] = set()   # id() of the groups hooked
-        self._groups_seen = -1           # size of c10d's group map at the last scan
-        self._refused: set[str] = set()  # why a group could not be hooked (logged once each)
-        self.hooked_groups = 0
-        self.late = 0                    # works reported after their step's figure was given (or forgotten)
+        self._hooked: set[int] = set()         # id() of the groups hooked, among those c10d still has
+        self._groups: frozenset[int] = frozenset()  # id() of c10d's groups at the last scan
+        self._refused: set[str] = set()        # why a group could not be hooked (logged once each)
+        self.lag = 1                           # a step's figure is given this many exits after it
+        self.late = 0                          # works reported after their step's figure was given (or forgotten)
+
+    @property
+    def hooked_groups(self) -> int:
+        return len(self._hooked)
 
     def hook(self, info: Any) -> None:
         """c10d's completion hook (its thread): the work's enqueue time and GPU duration, both timedeltas."""
@@ -63,8 +72,8 @@ class DeviceCollectiveTime:
 
     def step(self, start_ns: int, end_ns: int) -> tuple[float, int] | None:
         """Called at a step's exit with its bounds (``time.perf_counter_ns``, the clock c10d's ``time_started``
-        uses on Linux): (seconds of GPU collective time, works) of the newest settled step not given yet, or
-        None when no step settled since the last figure. Call it only once :meth:`attach` hooked a group."""
+        uses on Linux): (seconds of GPU collective time, works) of the step ``lag`` exits before, or None (the
+        first exits, and one exit each time ``lag`` grows). Call it only once :meth:`attach` hooked a group."""
         steps = self._steps
         steps.append([float(start_ns), float(end_ns), 0.0, 0.0])
         reports = self._reports
@@ -88,24 +97,30 @@ class DeviceCollectiveTime:
             target[2] += ms
             target[3] += 1
         reports.extendleft(reversed(carry))
-        settled_before = end_ns - self._settle_ns
-        chosen = None
-        while steps and steps[0][1] <= settled_before:
-            chosen = steps.popleft()
-        if chosen is None:
+        if len(steps) <= self.lag:
             return None
+        chosen = steps[-1 - self.lag]
+        if chosen[1] > end_ns - self._settle_ns and self.lag < MAX_STEPS - 1:
+            self.lag = min(2 * self.lag, MAX_STEPS - 1)  # its works may still be on their way: give steps later
+            return None
+        while steps[0] is not chosen:
+            steps.popleft()
+        steps.popleft()
         return min(chosen[2] / 1e3, (chosen[1] - chosen[0]) / 1e9), int(chosen[3])
 
     def attach(self) -> int:
-        """Hook every NCCL group not hooked yet (cheap when the number of groups is unchanged); how many are."""
+        """Hook every NCCL group not hooked yet; how many of c10d's current groups are hooked (0: none, so the
+        host-side figure is the one to use). Cheap while c10d's groups are unchanged."""
         try:
             from torch.distributed import distributed_c10d as c10d
         except ImportError:
             return 0
-        groups = getattr(getattr(c10d, "_world", None), "pg_map", None)
-        if not groups or len(groups) == self._groups_seen:
+        groups = getattr(getattr(c10d, "_world", None), "pg_map", None) or {}
+        ids = frozenset(id(pg) for pg in groups)
+        if ids == self._groups:
             return len(self._hooked)
-        self._groups_seen = len(groups)
+        self._groups = ids
+        self._hooked &= ids  # a destroyed group's hook went with it; a group re-created is a new one
         for pg in list(groups):
             register = getattr(pg, "_register_on_completion_hook", None)
             if register is None or id(pg) in self._hooked:
@@ -122,5 +137,4 @@ class DeviceCollectiveTime:
                              "init_process_group for it", reason, TIMING_ENV)
                 continue
             self._hooked.add(id(pg))
-        self.hooked_groups = len(self._hooked)
-        return self.hooked_groups
+        return len(self._hooked)
