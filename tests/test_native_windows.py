@@ -363,6 +363,28 @@ def test_a_later_part_of_a_window_a_rack_refused_is_refused_at_the_root(native: 
     assert root.node.durability.outstanding() == 0 and root.node.durability.unheld_releases == 0
 
 
+def test_a_resend_of_a_late_part_the_root_refused_is_refused_again(tmp_path) -> None:
+    """A late part of a window the root holds no row of is refused; the rack resends it (its stream broke before the
+    ack came): the resend is refused again, never absorbed as a duplicate and acknowledged durable for data that
+    was never stored (before: the refused part's sources stayed in the window). A first part of that window coming
+    after it is still stored."""
+    root = Root(str(tmp_path / "root.db"))
+    root.receive(forward_pb2.SummaryBatch(), 0)
+    for seq in (1, 2):  # the unit, then its resend
+        root.receive(forward_pb2.SummaryBatch.FromString(unit_bytes(1, 1, 0, [(0, 0)], False, late=True)), seq)
+        root.flush()
+        assert not root.finaliser.final
+        durable = root.durable()
+        assert len(durable) == seq and len(durable[-1][1]) == 1, durable
+        assert "never reached the root" in durable[-1][1][0]
+    assert root.node.counters["bad_inputs"] == 2
+    root.receive(forward_pb2.SummaryBatch.FromString(unit_bytes(0, 1, 0, [(0, 0)], False)), 3)  # a first part
+    root.flush()
+    assert [key.index for key in root.finaliser.final] == [0]
+    assert root.durable()[-1] == (3, []), root.durable()
+    assert root.node.durability.outstanding() == 0 and root.node.durability.unheld_releases == 0
+
+
 def _earliest_open_deadline(node: Node) -> float | None:
     """The earliest deadline of a window with parts pending and not yet sealed (what a flush waits for at most)."""
     return min((win.deadline for win in node.table.windows.values() if win.has_pending and not win.sealed),

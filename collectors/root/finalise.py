@@ -75,6 +75,11 @@ class Finaliser:
                 out = node.take(win, late=True)
                 if out is not None:
                     node.counters["bad_inputs"] += 1
+                    if win.refused is None:
+                        # Nothing of it is stored: its sources leave the window, so a resend (the stream broke before
+                        # the ack) is judged and refused again, not absorbed as a duplicate and acknowledged durable.
+                        # win.refused stays unset: a first part that comes later is still stored.
+                        node.table.remove_sources(win, out.summary.sources)
                     node.release(out.key, out.constituents, out.absorbed, refused, out.batch)
                 continue
             out = node.take(win, late=previous is not None)
