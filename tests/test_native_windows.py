@@ -385,6 +385,19 @@ def test_a_resend_of_a_late_part_the_root_refused_is_refused_again(tmp_path) -> 
     assert root.node.durability.outstanding() == 0 and root.node.durability.unheld_releases == 0
 
 
+def test_late_parts_the_root_refuses_for_want_of_a_row_are_logged_rate_limited(tmp_path, caplog) -> None:
+    """The root's refusal of late parts of windows it holds no row of is logged (before: only counted), at most once
+    per interval: a rack whose tier below lost many windows' first parts sends such parts every flush."""
+    root = Root(str(tmp_path / "root.db"))
+    root.receive(forward_pb2.SummaryBatch(), 0)
+    for step in (0, 1, 2):
+        root.receive(forward_pb2.SummaryBatch.FromString(unit_bytes(1, 1, step, [(0, 0)], False, late=True)), step + 1)
+        root.flush()
+    assert root.node.counters["bad_inputs"] == 3 and not root.finaliser.final
+    lines = [r.getMessage() for r in caplog.records if "of which the root holds no row" in r.getMessage()]
+    assert len(lines) == 1 and "never reached the root" in lines[0], lines
+
+
 def _earliest_open_deadline(node: Node) -> float | None:
     """The earliest deadline of a window with parts pending and not yet sealed (what a flush waits for at most)."""
     return min((win.deadline for win in node.table.windows.values() if win.has_pending and not win.sealed),

@@ -47,6 +47,7 @@ class Finaliser:
         self.reading_tops: dict[Series, int] = {}
         self._claims: dict[str, dict[int, Claim]] = {}
         self._merge_log = RateLimitedLog(log)  # as Node.take's: a sender of bad parts can repeat them every flush
+        self._orphan_log = RateLimitedLog(log)  # late parts of windows with no row here: a rack may send many a flush
 
     def ship(self, node: Node, windows: list[Window], now: float) -> Callable[[], None] | None:
         """Under the node's lock: merge each window's parts; the commit runs after, without the lock.
@@ -80,6 +81,8 @@ class Finaliser:
                         # the ack) is judged and refused again, not absorbed as a duplicate and acknowledged durable.
                         # win.refused stays unset: a first part that comes later is still stored.
                         node.table.remove_sources(win, out.summary.sources)
+                    self._orphan_log.warn("a late part of %s, of which the root holds no row, was refused "
+                                          "(bad_inputs): %s", win.key, refused)
                     node.release(out.key, out.constituents, out.absorbed, refused, out.batch)
                 continue
             out = node.take(win, late=previous is not None)
