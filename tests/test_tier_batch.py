@@ -19,6 +19,7 @@ from collectors.common.keys import Key
 from collectors.common.validation import MetricBudget
 from collectors.delivery.node import Node
 from collectors.delivery.windows import Deadlines
+from native_fuzz import varint
 from telemetry import Summary
 from telemetry.summary.summary import read_native_unit, read_unit, unit_windows
 from telemetry.v1 import forward_pb2, summary_pb2
@@ -121,6 +122,31 @@ def test_every_window_is_judged_as_the_per_window_path_judges_it() -> None:
     assert "malformed summary" in verdicts["mean outside [min, max]"]
     assert "a source id" in verdicts["source beyond the cap"]
     assert [name for name, verdict in verdicts.items() if not isinstance(verdict, str) and verdict[4]] == ["late delta"]
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+@pytest.mark.parametrize("native", [False, True])
+@pytest.mark.parametrize("order", ["bucket then step", "step then bucket"])
+def test_a_key_with_both_a_step_and_a_bucket_is_keyed_as_protobuf_keys_it(order: str, native: bool) -> None:
+    """A key's step and bucket are a oneof: protobuf keeps the last one on the wire. Fed as the RAW bytes a child
+    sent (judged() re-serialises, which normalises them), the unit path keys the window as the per-window path does
+    (before: a step after a bucket kept the bucket's width, keying the window Key(index=step, width_ms=1000))."""
+    bucket = _field(4, varint(1 << 3) + varint(60_000) + varint(2 << 3) + varint(1000))
+    step = varint(3 << 3) + varint(7)
+    parts = [bucket, step] if order == "bucket then step" else [step, bucket]
+    key = _field(1, b"job") + _field(2, b"loss") + b"".join(parts)
+    raw = _field(3, _field(1, key) + _field(2, summary_bytes(range(8))) + varint(3 << 3) + varint(16))
+    batch = forward_pb2.SummaryBatch.FromString(raw)
+    assert batch.windows[0].key.WhichOneof("window") == ("step" if order == "bucket then step" else "bucket")
+    svc = service(native)
+    fast = [found if isinstance(found, str) else (found[0], found[1].to_bytes(), list(found[2]), found[3], found[4])
+            for found in svc._parse_unit(svc._receive(raw))[0]]
+    assert fast == one_by_one(svc, batch)
+    assert not isinstance(fast[0], str)
+    assert (fast[0][0].index, fast[0][0].width_ms) == ((7, 0) if order == "bucket then step" else (60_000, 1000))
 
 
 def test_the_native_read_leaves_odd_windows_to_the_per_window_path() -> None:

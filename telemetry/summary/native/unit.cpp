@@ -53,6 +53,7 @@ bool read_key(Reader r, WindowIn& w, const UnitLimits& limits) {
             uint64_t v = r.varint();
             if (field == 3) {
                 w.index = v;
+                w.width_ms = 0;  // step and bucket are a oneof: the last on the wire wins, as in protobuf
                 which = 3;
             } else {
                 w.attempt = v;
