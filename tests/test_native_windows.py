@@ -40,6 +40,16 @@ class _Answers:
         self.acks.append(ack.SerializeToString())
 
 
+def _by_index(data: bytes) -> bytes:
+    """An ack with its rejections in the order of the child's windows they name."""
+    ack = forward_pb2.Ack.FromString(data)
+    rejections = sorted((r.index, r.SerializeToString()) for r in ack.rejections)
+    del ack.rejections[:]
+    for _, rejection in rejections:
+        ack.rejections.add().MergeFromString(rejection)
+    return ack.SerializeToString()
+
+
 class Rack:
     """A rack's service, node and Upstream, driven by hand; its parent is a stub outbox."""
 
@@ -95,8 +105,9 @@ class Rack:
     def state(self) -> tuple[object, ...]:
         node = self.node
         # Each child's acks by seq (a stable sort: one unit's answers in the order sent; between units, the order in
-        # which a settle releases them is no contract)
-        acks = {c: sorted(s.answers.acks, key=lambda a: forward_pb2.Ack.FromString(a).seq)
+        # which a settle releases them is no contract), each ack's rejections by the child's window index: they follow
+        # the order of the windows in the unit sent up, which is no contract either (`sent` compares them by key)
+        acks = {c: sorted(map(_by_index, s.answers.acks), key=lambda a: forward_pb2.Ack.FromString(a).seq)
                 for c, s in self.streams.items()}
         return (acks, node.subtree_counters(),
                 node.durability.outstanding(), self.sent,
