@@ -154,6 +154,25 @@ def test_more_starved_ranks_than_the_top_k_names_only_starved_ranks():
     assert event["hosts"] and set(event["hosts"]) <= {"node2", "node3"}
 
 
+@pytest.mark.parametrize("starved_n", [9, 16, 24, 32])
+def test_every_starved_host_is_named_when_more_ranks_are_starved_than_the_top_k(starved_n):
+    """24 or 32 ranks starved alike (3-4 whole hosts of 8), top-k 8: each rank reaches the top-k only some
+    steps, so its record must not be aged away by step number while the top-k is all starved; every starved
+    host is named, and the event says the top-k was saturated and how many starved ranks were seen."""
+    rng = random.Random(1)
+    log, det = setup()
+    for step in range(80):
+        queued = {r: STEP_S * rng.uniform(0, 0.02) for r in range(64)}
+        for r in range(starved_n):
+            queued[r] = STEP_S * 0.6 * rng.uniform(0.9, 1.1)
+        feed(det, step, 64, queued)
+    (event,) = starved_events(log)
+    assert set(event["ranks"]) == set(range(starved_n))
+    assert {x["host"] for x in event["detail"]["ranks"]} == {f"node{r // 8}" for r in range(starved_n)}
+    assert event["detail"]["more_than_k"] is True
+    assert event["detail"]["starved_ranks_seen"] == starved_n
+
+
 def test_nothing_to_compare_with_or_nothing_to_read():
     log, det = setup()
     for step in range(50):

@@ -17,7 +17,10 @@ warning) names every such rank and its host, with its queued share of the step a
 closes once no rank has been starved in more than `clear_below` of the last `window` steps for `clear_steps`
 steps in a row (a rank starved off and on by a busy neighbour keeps one event, not one a minute); a rank
 starved while it is open joins it. A rank outside the top-k is judged not starved when the top-k's smallest
-wait is not starved itself; else (more starved ranks than k) it is left as it was.
+wait is not starved itself; else (more starved ranks than k: the top-k is *saturated*) no followed rank's record
+is aged by step number on that step: each holds its last `window` judgements, so ranks starved alike, each in
+the top-k only some steps, still collect `needed` hits and whole starved hosts are named, not only the k ranks
+that happen to lead. The event then says `more_than_k` and how many starved ranks it has seen.
 
 What it cannot see: a rank slowed by a neighbour in other ways (memory bandwidth, a shared NIC, the page cache),
 time lost by the rank's other threads (torch's intra-op pool, gloo's transport) while its step thread slept on
@@ -67,6 +70,11 @@ class _Rank:
     def starved(self) -> int:
         return sum(1 for _, hit, _, _ in self.record if hit)
 
+    def add(self, entry: tuple, window: int) -> None:
+        self.record.append(entry)
+        while len(self.record) > window:
+            self.record.popleft()
+
     def age(self, step: int, window: int) -> None:
         """Forget what is older than the last `window` steps (a rank outside the top-k is not judged every
         step: its old starved steps must not add up over a longer stretch)."""
@@ -78,6 +86,7 @@ class _Rank:
 class _Job:
     pending: dict[int, dict[str, Summary]] = field(default_factory=dict)
     last_judged: int = -1
+    saturated_at: int | None = None  # the last step whose top-k held only starved ranks, with ranks outside it
     quiet: int = 0  # steps in a row with no rank starved in more than clear_below of its window
     ranks: dict[int, _Rank] = field(default_factory=dict)
 
@@ -125,11 +134,14 @@ class CpuStarvedDetector(Detector):
 
         for wait, rank in top:
             self._note(state, rank, step, hit(wait), wait / step_s, median / step_s)
-        if top and not hit(top[-1][0]):
+        saturated = bool(top) and hit(top[-1][0]) and queued.count > len(top)
+        if saturated:
+            state.saturated_at = step
+        elif top:
             listed = {rank for _, rank in top}
             for rank in [r for r in state.ranks if r not in listed]:
                 self._note(state, rank, step, False, None, median / step_s)
-        self._decide(job, state, step)
+        self._decide(job, state, step, saturated)
 
     def _note(self, state: _Job, rank: int, step: int, starved: bool, share: float | None, median: float) -> None:
         record = state.ranks.get(rank)
@@ -137,12 +149,13 @@ class CpuStarvedDetector(Detector):
             if not starved:
                 return  # only ranks once starved are followed
             record = state.ranks[rank] = _Rank()
-        record.record.append((step, starved, share, median))
+        record.add((step, starved, share, median), self.config.window)
 
-    def _decide(self, job: str, state: _Job, step: int) -> None:
+    def _decide(self, job: str, state: _Job, step: int, saturated: bool) -> None:
         c = self.config
         for rank in list(state.ranks):
-            state.ranks[rank].age(step, c.window)
+            if not saturated:  # saturated: a rank outside the top-k keeps its last judgements, not aged away
+                state.ranks[rank].age(step, c.window)
             if not state.ranks[rank].starved():
                 del state.ranks[rank]  # only ranks starved within the window are followed
         named = sorted(r for r, rec in state.ranks.items() if rec.starved() >= c.needed)
@@ -174,6 +187,8 @@ class CpuStarvedDetector(Detector):
                         f"{first['starved_steps']} of its last {first['of_steps']} steps"
                         + (f"; {len(named) - 1} more rank(s)" if len(named) > 1 else "")),
             "ranks": listed,
+            "starved_ranks_seen": len(named),
+            "more_than_k": state.saturated_at is not None and state.saturated_at > step - c.window,
             "rule": {"min_excess": c.min_excess, "min_wait_s": c.min_wait_s, "needed": c.needed,
                      "window": c.window},
         }
