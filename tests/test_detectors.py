@@ -423,9 +423,9 @@ class Clock:
         return self.t
 
 
-def live(world=WORLD, dead=(), stuck=()):
-    return {"world_size": world, "alive": world - len(dead) - len(stuck), "stuck": len(stuck), "dead": len(dead),
-            "dead_ranks": list(dead), "stuck_ranks": list(stuck)}
+def live(world=WORLD, dead=(), stuck=(), closed=()):
+    return {"world_size": world, "alive": world - len(dead) - len(stuck) - len(closed), "stuck": len(stuck),
+            "dead": len(dead), "dead_ranks": list(dead), "stuck_ranks": list(stuck), "closed_ranks": list(closed)}
 
 
 def _hang_setup(config: HangConfig | None = None):
@@ -464,6 +464,18 @@ def test_hang_missing_rank_alive_but_behind_named_after_grace():
     clock.t += 1
     det.check({JOB: live()})
     assert log.query(JOB)[0]["status"] == "closed"
+
+
+def test_hang_labels_a_rank_that_exited_exited_not_alive():
+    """Liveness is the agents' word per rank: a named rank that closed its run is "exited", not "alive" because
+    the job has liveness data (and a job's other ranks heartbeat)."""
+    clock, log, det = _hang_setup()
+    _steps(det, clock, range(1, 6))
+    _steps(det, clock, [6], missing=[11, 12], progress={r: 5.0 if r in (11, 12) else 6.0 for r in range(WORLD)})
+    clock.t += 3
+    det.check({JOB: live(closed=[12])})
+    (event,) = log.query(JOB)
+    assert [(r["rank"], r["liveness"]) for r in event["detail"]["ranks"]] == [(11, "alive"), (12, "exited")]
 
 
 def test_hang_names_the_stuck_rank_not_the_dead_one():

@@ -150,5 +150,5 @@ class Tier:
             counters = self.node.subtree_counters()
         return {"world_size": view.world_size, "alive": len(view.alive), "stuck": len(view.stuck),
                 "dead": len(view.dead), "stuck_ranks": list(islice(view.stuck, 1024)),
-                "dead_ranks": list(islice(view.dead, 1024)),
+                "dead_ranks": list(islice(view.dead, 1024)), "closed_ranks": list(islice(view.closed, 1024)),
                 "counters": counters}

@@ -27,7 +27,8 @@ later); only `no_progress` is: live ranks that wait T seconds without progress f
 The ranks behind are the live missing ranks, and (for no progress) the ranks at the progress minimum when
 ranks disagree (bottom-k of the heartbeat bucket, exact), the ranks whose `collective.last_enqueued`
 is behind when ranks send it, and the stuck ranks. Each carries `liveness`, the agent's own word: "alive"
-(its process heartbeats), "stuck" (alive, silent for longer than the agent's --stuck-after), or "unknown". The
+(not stuck, dead or exited while the job has live ranks), "stuck" (alive, silent for longer than the agent's
+--stuck-after), "exited" (it closed its run: `closed_ranks`), or "unknown" (no liveness data). The
 event closes when no rule holds any more.
 """
 
@@ -214,6 +215,7 @@ class HangDetector(Detector):
         c, state = self.config, self._jobs[job]
         dead = set(live.get("dead_ranks", []))
         stuck = set(live.get("stuck_ranks", []))
+        closed = set(live.get("closed_ranks", []))  # closed their run: exited, neither alive nor dead
         alive_count = int(live.get("alive", 0) or 0)
         reasons: list[str] = []
         behind: dict[int, int] = {}  # rank -> the step it is missing (or the step it is at)
@@ -280,7 +282,8 @@ class HangDetector(Detector):
         currents = _values_of(progress, ranks[: 4 * c.top])
         listed = []
         for rank in ranks[: 4 * c.top]:
-            liveness = "stuck" if rank in stuck else "alive" if live else "unknown"
+            liveness = ("stuck" if rank in stuck else "exited" if rank in closed else "dead" if rank in dead
+                        else "alive" if live and alive_count > 0 else "unknown")
             current = currents.get(rank)
             listed.append({"rank": rank, "host": hosts.get(rank), "liveness": liveness, "missing_step": behind[rank],
                            "current_step": None if current is None else int(current)})
