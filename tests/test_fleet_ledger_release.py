@@ -30,3 +30,22 @@ def test_a_released_index_is_claimed_by_its_new_host_and_nothing_live_or_contest
     assert source(4, 64) in ledger.claims(FLEET_JOB) and source(4, 65) not in ledger.claims(FLEET_JOB)
     assert ledger.release_host_index(3, BitMap(), keep_host="new") == 0
     assert ledger.claims(FLEET_JOB)[source(3, 65)].host == "new:dev65"
+
+
+def test_claims_no_child_reports_are_forgotten_after_the_timeout_but_contested_ones_stay() -> None:
+    ledger = RunLedger()
+    ledger.claim("rack0", FLEET_JOB, _claims("gone", 3, range(64, 66)))
+    ledger.claim("rack0", FLEET_JOB, _claims("stays", 4, range(64, 65)))
+    ledger.claim("rack1", FLEET_JOB, _claims("rival", 3, range(64, 65)))  # a collision on source(3, 64)
+    reported = BitMap([source(4, 64)])
+    assert ledger.forget_unreported(FLEET_JOB, reported, 100.0, 10.0) == 0  # first seen unreported now
+    assert ledger.forget_unreported(FLEET_JOB, reported, 109.0, 10.0) == 0
+    assert ledger.forget_unreported(FLEET_JOB, reported, 110.0, 10.0) == 1  # source(3, 65): 10 s unreported
+    assert set(ledger.claims(FLEET_JOB)) == {source(3, 64), source(4, 64)}  # contested and reported stay
+    ledger.claim("rack1", FLEET_JOB, _claims("new", 3, range(65, 66)))  # a new host there: accepted
+    assert ledger.claims(FLEET_JOB)[source(3, 65)].host == "new:dev65"
+    # reported again before the timeout: the clock starts over
+    assert ledger.forget_unreported(FLEET_JOB, BitMap(), 200.0, 10.0) == 0
+    assert ledger.forget_unreported(FLEET_JOB, BitMap([source(4, 64), source(3, 65)]), 205.0, 10.0) == 0
+    assert ledger.forget_unreported(FLEET_JOB, BitMap(), 212.0, 10.0) == 0
+    assert ledger.forget_unreported(FLEET_JOB, BitMap(), 222.0, 10.0) == 2

@@ -440,3 +440,58 @@ def test_the_first_hour_up_is_measured_on_a_clock_that_never_steps(tmp_path):
     assert table.register(forward_pb2.HostRegistration(host="new-1", machine_id="n1")).index == 1
     up[0] += 61.0  # the quiet period (the horizon, shorter than an hour) is over
     assert table.register(forward_pb2.HostRegistration(host="new-2", machine_id="n2")).index == 0
+
+
+def test_a_new_host_given_a_reused_index_fails_over_to_a_rack_that_knew_the_old_host(tmp_path):
+    """An index given back is released by the ledgers on the new host's registration path only; a rack off that path
+    that knew the old host (node-a, under rack1) forgets the old host's claims once no child has reported them for
+    the job idle timeout. node-b registers through rack2 and is given node-a's index; rack2 goes, node-b fails over
+    to rack1 (--fallback-parent): its devices reach the root under the index through rack1, never refused there."""
+    work = tmp_path
+    listen, api = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    procs: list[Proc] = []
+    try:
+        root = Proc("root", python_module("collectors.cli", "collector", "--id", "root", "--listen", listen,
+                                          "--db", str(work / "root.db"), "--api", api, "--job-idle-timeout", "2",
+                                          "--host-index-reuse-after", "1s", "-v"), work).start()
+        procs.append(root)
+        racks = {}
+        for name in ("rack1", "rack2"):
+            racks[name] = Proc(name, python_module("collectors.cli", "collector", "--id", name, "--listen",
+                                                   "127.0.0.1:0", "--parent", listen, "--job-idle-timeout", "2",
+                                                   "-v"), work).start()
+            procs.append(racks[name])
+        r1, r2 = racks["rack1"].ready["address"], racks["rack2"].ready["address"]
+
+        def devices(host: str, index: int):
+            found = [h for h in _hosts(api)["hosts"] if h["host"] == host and h.get("devices")]
+            return found if found and found[0]["index"] == index else None
+
+        stays = _agent(work, r1, "node-c", "machine-c", "--host-index", "auto")  # rack1 keeps the fleet's claims
+        procs.append(stays)
+        assert _table_with(api, "node-c") == {"node-c": 0}
+        old = _agent(work, r1, "node-a", "machine-a", "--host-index", "auto")
+        procs.append(old)
+        assert _table_with(api, "node-a") == {"node-c": 0, "node-a": 1}
+        wait_for(lambda: devices("node-a", 1), WAIT, interval=0.2, what="node-a's devices under index 1")
+        old.stop()
+        procs.remove(old)
+        wait_for(lambda: not devices("node-a", 1), WAIT, interval=0.2, what="node-a reported by no tier")
+        # rack1, off node-b's registration path, forgets node-a's claims once no child reported them for the job
+        # idle timeout (2 s here; the horizon, 400 days by default against 600 s, leaves every rack that long)
+        wait_for(lambda: "reported by no child" in _log(work, racks["rack1"]), WAIT, interval=0.2,
+                 what="rack1 forgot node-a's claims")
+        new = _agent(work, r2, "node-b", "machine-b", "--host-index", "auto", "--fallback-parent", r1)
+        procs.append(new)
+        assert _table_with(api, "node-b") == {"node-c": 0, "node-b": 1}
+        wait_for(lambda: devices("node-b", 1), WAIT, interval=0.2, what="node-b's devices under index 1 via rack2")
+        racks["rack2"].stop()
+        procs.remove(racks["rack2"])
+        # once the root forgot rack2 (gone past the 2 s timeout), node-b's devices are named through rack1 alone
+        wait_for(lambda: "child rack2 has been gone" in _log(work, root), WAIT, interval=0.2, what="rack2 forgotten")
+        wait_for(lambda: devices("node-b", 1), WAIT, interval=0.2, what="node-b's devices via rack1 (its fallback)")
+        assert "already claimed" not in _log(work, racks["rack1"]) and "claimed twice" not in _log(work, root)
+        assert "given back by host node-a" in _log(work, root)
+    finally:
+        for proc in reversed(procs):
+            proc.stop()

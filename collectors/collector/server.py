@@ -6,6 +6,7 @@ imports it.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from collectors.collector.tier import Tier, TierConfig
@@ -18,6 +19,8 @@ from collectors.common.transport import Security
 from collectors.delivery.node import Upstream
 from collectors.delivery.outbox import DEFAULT_OUTBOX_BYTES, Outbox
 from telemetry.v1 import forensics_pb2, forward_pb2
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,6 +50,7 @@ class CollectorServer(Tier):
         self.service.on_exits = self._exits_up
         self.upstream.outbox.on_requests = self._requests_down
         self.service.register_host = self._register_host
+        self._claims_swept_at = float("-inf")
 
     def _register_host(self, request: forward_pb2.HostRegistration) -> forward_pb2.HostAssignment:
         """Passed up to the root; an index it hands out is this host's from now on: claims this tier's ledger still
@@ -58,6 +62,23 @@ class CollectorServer(Tier):
                 self.node.runs.release_host_index(answer.index, self.node.states(FLEET_JOB).alive,
                                                   keep_host=request.host)
         return answer
+
+    def _sweep(self, now: float) -> bool:
+        """The tier's sweep; and the fleet claims no child has reported for the job idle timeout forgotten (a host
+        index given back is released on its new host's registration path only: RunLedger.forget_unreported)."""
+        finished = super()._sweep(now)
+        timeout = self.config.job_idle_timeout_s
+        if now - self._claims_swept_at < min(60.0, timeout / 4):  # bounded: a pass walks every fleet claim here
+            return finished
+        self._claims_swept_at = now
+        with self.node.lock:
+            if self.node.runs.holds(FLEET_JOB):
+                forgotten = self.node.runs.forget_unreported(FLEET_JOB, self.node.states(FLEET_JOB).covered, now,
+                                                             timeout)
+                if forgotten:
+                    log.info("%d fleet source claim(s) reported by no child for %.0f s: forgotten here (the root "
+                             "still holds them)", forgotten, timeout)
+        return finished
 
     def _captures_up(self, captures: list[forensics_pb2.Capture]) -> None:
         for capture in captures:

@@ -66,6 +66,9 @@ class RunLedger:
         #: sources the parent refuses from this tier (another host holds them above), refused here from the child
         #: that named them: (child, job) -> source -> (the holder as far as known here, the child's claim)
         self._above: dict[tuple[str, str], dict[int, tuple[Claim, Claim]]] = {}
+        #: claims on sources no child reports, by job: source -> when it was first seen unreported
+        #: (forget_unreported)
+        self._unreported: dict[str, dict[int, float]] = {}
 
     def claim(self, sender: str, job: str, claims: dict[int, Claim]) -> bool:
         """A child's word on which process runs some ranks of `job` (a delta: ranks not named keep their
@@ -211,8 +214,45 @@ class RunLedger:
             del known[src]
         return len(gone)
 
+    def holds(self, job: str) -> bool:
+        """Some claim on `job` is known here."""
+        return bool(self._runs.get(job))
+
+    def forget_unreported(self, job: str, reported: BitMap, now: float, after_s: float) -> int:
+        """Forget the claims on sources of `job` that no child has reported (`reported`: the sources this tier's
+        children name now) for `after_s` seconds, but contested ones (a collision standing here stays refused).
+
+        Below the root only (the fleet's job): a host index given back is released on its new host's registration
+        path only, and a rack off that path that knew the old host would refuse the new host as a second claimant
+        (its agent failing over to --fallback-parent). A claim forgotten here is still held by the root's ledger
+        (its stored claims are the authority): a second claimant of a live host's index is refused there.
+        Returns how many claims were forgotten."""
+        known = self._runs.get(job)
+        if not known:
+            self._unreported.pop(job, None)
+            return 0
+        unseen = self._unreported.setdefault(job, {})
+        for src in known:
+            if src in reported:
+                unseen.pop(src, None)
+            else:
+                unseen.setdefault(src, now)
+        for src in [src for src in unseen if src not in known]:
+            del unseen[src]
+        due = [src for src, since in unseen.items() if now - since >= after_s]
+        if not due:
+            return 0
+        contested = {src for table in (self._conflicts, self._above) for (_, name), conflicts in table.items()
+                     if name == job for src in conflicts}
+        gone = [src for src in due if src not in contested]
+        for src in gone:
+            del known[src]
+            del unseen[src]
+        return len(gone)
+
     def forget_job(self, job: str) -> None:
         self._runs.pop(job, None)
+        self._unreported.pop(job, None)
         for key in [key for key in self._conflicts if key[1] == job]:
             del self._conflicts[key]
         for key in [key for key in self._above if key[1] == job]:
