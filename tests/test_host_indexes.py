@@ -495,3 +495,31 @@ def test_a_new_host_given_a_reused_index_fails_over_to_a_rack_that_knew_the_old_
     finally:
         for proc in reversed(procs):
             proc.stop()
+
+
+def test_indexes_given_back_are_counted_on_the_roots_metrics(tmp_path):
+    """telemetry_fleet_host_indexes_reused_total (docs/metrics.md): how many indexes the root gave back and handed
+    to a new host since it started."""
+    from prometheus_client import generate_latest
+
+    from collectors.root.server import RootConfig, RootServer
+
+    server = RootServer(RootConfig(db=tmp_path / "root.db", api=None, host_index_reuse_after_s=1.0))
+    try:
+        table = server.host_indexes
+        now = [table.clock()]
+        table.clock = lambda: now[0]
+        table._quiet_until = 0  # past the first hour up
+
+        def reused() -> str:
+            text = generate_latest(server.wiring.metrics.registry).decode()
+            return [line for line in text.splitlines()
+                    if line.startswith("telemetry_fleet_host_indexes_reused_total ")][0]
+
+        assert reused() == "telemetry_fleet_host_indexes_reused_total 0.0"
+        assert table.register(forward_pb2.HostRegistration(host="A", machine_id="a")).index == 0
+        now[0] += 10 * 10**9  # A gone past the 1 s horizon
+        assert table.register(forward_pb2.HostRegistration(host="B", machine_id="b")).index == 0
+        assert reused() == "telemetry_fleet_host_indexes_reused_total 1.0"
+    finally:
+        server.store.close()

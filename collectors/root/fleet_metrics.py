@@ -3,7 +3,7 @@
 One small collector (the prometheus_client model: `collect` and `describe`, registered on `RootMetrics.registry`
 by `RootServer`), reading counters that live where the work is done: the retention sweep's (late data rolled up
 again, or dropped past its raw retention) and the root's run ledger's (host indexes two hosts claimed, and the
-fleet windows refused for it).
+fleet windows refused for it) and the root's host-index table's (indexes given back and handed to a new host).
 """
 
 from __future__ import annotations
@@ -21,17 +21,22 @@ COLLISIONS = Spec("telemetry_fleet_index_collisions", "Fleet host indexes a chil
                   counter=True)
 REFUSED = Spec("telemetry_fleet_refused_windows", "Fleet windows the root refused because they held sources of a "
                "host index another host holds.", (), counter=True)
+REUSED = Spec("telemetry_fleet_host_indexes_reused", "Fleet host indexes given back (their host gone past "
+              "--host-index-reuse-after) and handed to a new host (docs/fleet.md, Host indexes).", (), counter=True)
 
 
 class FleetStoreMetrics(Declared):
-    """Reads the counters each scrape: `late()` -> (rerolled, dropped), `collisions()` -> (seen, refused windows)."""
+    """Reads the counters each scrape: `late()` -> (rerolled, dropped), `collisions()` -> (seen, refused windows),
+    `reused()` -> host indexes given back and handed to a new host."""
 
-    SPECS = (REROLLED, DROPPED, COLLISIONS, REFUSED)
+    SPECS = (REROLLED, DROPPED, COLLISIONS, REFUSED, REUSED)
 
-    def __init__(self, late: Callable[[], tuple[int, int]], collisions: Callable[[], tuple[int, int]]) -> None:
+    def __init__(self, late: Callable[[], tuple[int, int]], collisions: Callable[[], tuple[int, int]],
+                 reused: Callable[[], int] = lambda: 0) -> None:
         self.late = late
         self.collisions = collisions
+        self.reused = reused
 
     def fill(self, families: dict[str, Family]) -> None:
-        for spec, value in zip(self.SPECS, (*self.late(), *self.collisions())):
+        for spec, value in zip(self.SPECS, (*self.late(), *self.collisions(), self.reused())):
             families[spec.name].add_metric([], value)

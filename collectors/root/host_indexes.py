@@ -64,7 +64,7 @@ class HostIndexes:
         self.reuse_after_ns = None if not reuse_after_s else int(reuse_after_s * 1e9)  # None: never given back
         self.clock = clock  # wall clock (ns): sights are stored in the file and outlive a restart
         self.monotonic = monotonic  # never steps: the quiet first hour up is measured on it
-        self.reused = 0  # indexes given back and handed to another host
+        self.reused = 0  # indexes given back and handed to another host (telemetry_fleet_host_indexes_reused_total)
         # Nothing goes back until the root has been up for STARTUP_QUIET_NS (or the horizon, if shorter): after a
         # start no child has reported yet, and a live host must have reconnected and been seen before its index can
         # look unreported (a root down longer than the horizon would otherwise give live hosts' indexes away).

@@ -95,7 +95,7 @@ class RootServer(Tier):
         stats, runs = self.retention.stats, node.runs
         self.wiring.metrics.registry.register(FleetStoreMetrics(
             lambda: (stats.late_rerolled, stats.late_dropped),
-            lambda: (runs.fleet_collisions, runs.fleet_refused_windows)))
+            lambda: (runs.fleet_collisions, runs.fleet_refused_windows), lambda: self.host_indexes.reused))
         # the fleet's host indexes (RegisterHost, docs/fleet.md)
         reuse = config.host_index_reuse_after_s
         self.host_indexes = HostIndexes(self.store, claimed=self._claimed_indexes, live=self._live_indexes,
