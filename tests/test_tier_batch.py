@@ -6,6 +6,8 @@ alone, with the reason it always had, and the rest of the unit goes in.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +16,7 @@ from pyroaring import BitMap
 
 from collectors.collector import service as service_module
 from collectors.collector.service import CollectorService, _ChildStream, _Unit
+from collectors.common.aioserve import NOT_INLINE
 from collectors.common.fleet import FLEET_JOB
 from collectors.common.keys import Key
 from collectors.common.validation import MetricBudget
@@ -346,3 +349,51 @@ def test_bit_flips_in_a_unit_are_refused_by_the_stream_exactly_when_protobuf_ref
     parsed, _ = svc._parse_unit(received)
     assert [p if isinstance(p, str) else (p[0], p[1].to_bytes(), list(p[2]), p[3], p[4]) for p in parsed] == \
         one_by_one(svc, whole)
+
+
+def test_a_native_unit_taken_in_on_the_loop_answers_as_the_pool_path() -> None:
+    """StreamWork.inline (CollectorService._inline): a collector takes a child's natively read unit in on the event
+    loop when the node's lock is free (no hand-off to the pool and back), with the same acks, windows and counters as
+    the pool's path (`_one`); it declines (NOT_INLINE, nothing done) while another thread holds the lock, before the
+    child named itself, for a unit protobuf parsed, and for a node whose windows are in Python (the root's)."""
+    batch = forward_pb2.SummaryBatch.FromString(FULL_UNIT)
+    for i in range(70):  # past the budget of 64 metrics: the last ones are refused by the budget, by index
+        batch.windows.append(window(metric=f"m{i}", summary=summary_bytes(range(8), i)))
+    data = batch.SerializeToString()
+    pool = service(True)
+    expected = _answers(pool, pool._receive(data))
+    acks: list[forward_pb2.Ack] = []
+
+    class Answers:
+        def put(self, ack: forward_pb2.Ack) -> None:
+            acks.append(ack)
+
+    svc = service(True)
+    stream = _ChildStream(Answers(), None)  # type: ignore[arg-type]  # only put() is called
+    assert svc._inline(stream, svc._receive(HELLO)) is NOT_INLINE  # the child has not named itself yet
+    svc._one(stream, svc._receive(HELLO))
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with svc.node.lock:
+            held.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        assert svc._inline(stream, svc._receive(data)) is NOT_INLINE
+    finally:
+        done.set()
+        holder.join(10)
+    assert svc._inline(stream, parsed_whole(svc, data)) is NOT_INLINE
+    assert len(acks) == 1 and not svc.node.table.windows  # nothing was taken in by the declined calls
+    assert svc._inline(stream, svc._receive(data)) is None
+    table = svc.node.table
+    assert (acks, sorted(f"{key.metric}:{len(table.sources(win))}" for key, win in table.windows.items()),
+            svc.node.counters["bad_inputs"]) == expected
+    python = service(False)
+    python_stream = _ChildStream(Answers(), None)  # type: ignore[arg-type]  # only put() is called
+    python._one(python_stream, python._receive(HELLO))
+    assert python._inline(python_stream, python._receive(data)) is NOT_INLINE

@@ -15,7 +15,7 @@ from typing import Protocol, TypeVar, cast
 import grpc
 from pyroaring import BitMap
 
-from collectors.common.aioserve import Answers, Host, Parked, StreamSlots, StreamWork, serve_stream
+from collectors.common.aioserve import NOT_INLINE, Answers, Host, Parked, StreamSlots, StreamWork, serve_stream
 from collectors.common.attempts import scoped, split
 from collectors.common.fingerprints import ranks_of
 from collectors.common.fleet import FLEET_JOB, extent
@@ -159,7 +159,27 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
 
     def _start(self, answers: Answers, names: frozenset[str] | None) -> StreamWork:
         stream = _ChildStream(answers, names)
-        return StreamWork(lambda unit: self._one(stream, unit), lambda: self._ended(stream))
+        return StreamWork(lambda unit: self._one(stream, unit), lambda: self._ended(stream),
+                          lambda unit: self._inline(stream, unit))
+
+    def _inline(self, stream: _ChildStream, unit: _Unit) -> object:
+        """A collector's unit read natively from a child already named, taken in on the loop when the node's lock
+        is free now (no wait); else NOT_INLINE, nothing done, and it goes to the pool as every other unit."""
+        node = self.node
+        if (stream.sender is None or unit.read is None or node.table.native is None or self.reads is not None
+                or (unit.batch.sender_id and unit.batch.sender_id != stream.sender)):
+            return NOT_INLINE
+        if not node.lock.acquire(blocking=False):
+            return NOT_INLINE
+        try:
+            check_length(unit.size)
+            batch = unit.batch
+            views = self._states(batch.ranks)
+            native = _NativeRead.of(unit.read, unit.groups, self.max_world_size)
+            self._intake(stream.sender, batch, stream.answers, views, [], [], native)
+        finally:
+            node.lock.release()
+        return None
 
     def _count(self, name: str) -> None:
         with self.node.lock:
