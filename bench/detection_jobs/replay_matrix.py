@@ -34,6 +34,7 @@ from bench.detection_jobs.replay import clocked_log
 from collectors.agent.wait_share import WaitShares, excess_queued
 from collectors.common.keys import Key
 from collectors.common.rows import Row
+from collectors.detectors.cpu_starved import CpuStarvedDetector
 from collectors.detectors.straggler import StragglerConfig, StragglerDetector
 from telemetry.names import RUNQUEUE_METRIC, WAIT_SHARE_METRIC
 from telemetry.summary import Summary
@@ -55,6 +56,7 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     since the recorded ones may be an older agent's. Other runs are replayed from the least rank and the p50."""
     events, now, seen = clocked_log()
     detector = StragglerDetector(events, config=StragglerConfig(**settings))
+    starved = CpuStarvedDetector(events)  # as at the root: its open event leaves its ranks out of the straggler's
     finalised = dict((step, ns) for step, ns in run["finalised"])
     world, job = run["world"], run["job"]
     per_rank = {step: (waits, queued) for step, waits, queued, *_ in run.get("per_rank", [])}
@@ -77,8 +79,10 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
             if len(own[1]) == world:
                 queued = [own[1][str(r)] for r in range(world)]
         detector.observe(_row(job, "step_time", step, [step_p50] * world, ns))
+        starved.observe(_row(job, "step_time", step, [step_p50] * world, ns))
         if queued is not None:
             detector.observe(_row(job, RUNQUEUE_METRIC, step, queued, ns))
+            starved.observe(_row(job, RUNQUEUE_METRIC, step, queued, ns))
         detector.observe(_row(job, "collective_wait", step, waits, ns))
         if per_rank and step in shares:
             excess = (excess_queued(dict(enumerate(queued)), {r: max(0.0, step_p50 - waits[r]) for r in range(world)})

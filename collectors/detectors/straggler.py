@@ -9,6 +9,9 @@ Three signals, chosen per job, the first a job logs:
   (collectors/detectors/wait_score.py, which says how it separates noise from a straggler and how fast it
   names one at each severity). The event names the rank once its score reaches `wait_threshold`; its step
   is where the score left zero. Once a job logs waits, its arrivals and step times are not judged.
+  A rank starved of CPU is left to cpu_starved (`starved_leave`): no waits event opens or holds on a rank
+  cpu_starved's open event names, or one its run-queue wait shows starved on `starved_hits` of the job's last
+  `starved_window` steps (docs/detectors.md, "Left to cpu_starved", for what that did to the replayed matrices).
 
 * `collective_arrival` (logged by the SDK itself under torch.distributed; see
   telemetry.torch.collective.ArrivalClock): per rank, the seconds from its previous synchronisation to its
@@ -45,11 +48,14 @@ from dataclasses import dataclass, field
 
 from collectors.common.rows import Row
 from collectors.detectors.base import Baseline, distinct, event_time, fnum, p50
+from collectors.detectors.cpu_starved import CpuStarvedDetector
 from collectors.detectors.streak import StreakDetector, StreakState
 from collectors.detectors.wait_score import WaitScore
 from telemetry.names import ARRIVAL_METRIC as ARRIVAL
 from telemetry.names import RUNQUEUE_METRIC, WAIT_METRIC, WAIT_SHARE_METRIC
 from telemetry.summary import Summary
+
+CPU_STARVED = CpuStarvedDetector.kind
 
 
 @dataclass
@@ -88,6 +94,15 @@ class StragglerConfig:
     wait_reference: float = 0.12   # the evidence level the references are set for (a job above it raises them)
     wait_warmup: int = 10          # a job's first steps of waits, not judged (start-up: the slowest, noisiest)
     wait_clear_steps: int = 5      # steps in a row another rank waits least that close the event
+    # A rank starved of CPU is a host problem (cpu_starved.py), not a straggler: the waits' lanes do not open (or
+    # hold) an event on a rank the open cpu_starved event names, or one whose run-queue wait exceeded the median
+    # rank's by `starved_excess` of the step (and `starved_min_s`) on `starved_hits` of the job's last
+    # `starved_window` steps (cpu_starved's own per-step test). Injected and real slow ranks do not queue more.
+    starved_leave: bool = True
+    starved_excess: float = 0.25
+    starved_min_s: float = 0.005
+    starved_hits: int = 5
+    starved_window: int = 10
     factor: float = 1.5
     min_wait_frac: float = 0.25
     min_wait_s: float = 0.02
@@ -123,6 +138,7 @@ class _State(StreakState):
     share_gap: float = 0.0    # the latest running-share gap judged
     # the last few steps' run-queue waits, by step: (p50, {rank: seconds} of the exact top-k)
     queued: dict[int, tuple[float, dict[int, float]]] = field(default_factory=dict)
+    starved: dict[int, deque[int]] = field(default_factory=dict)  # rank -> its recent starved steps
 
 
 @dataclass
@@ -250,8 +266,35 @@ class StragglerDetector(StreakDetector[_State]):
         if not math.isfinite(median) or not s.max > 0:
             return  # a kernel that counts nothing (every rank 0): no discount can act on this step
         state.queued[step] = (median, {rank: value for value, rank in s.top()})
+        StragglerDetector._note_starved(state, s, step)
         while len(state.queued) > 16:
             del state.queued[min(state.queued)]
+
+    @staticmethod
+    def _note_starved(state: _State, s: Summary, step: int) -> None:
+        """The ranks of the step's exact run-queue top-k that cpu_starved would call starved on it (its
+        defaults; the step's length is its step_time p50, the last one seen when its window has not come)."""
+        scale = state.step_scales.get(step, state.step_scale)
+        if not scale > 0:
+            return
+        median = p50(s) if s.count > 2 else s.min
+        for value, rank in s.top():
+            if value >= 0.005 and value - median >= 0.25 * scale:
+                hits = state.starved.setdefault(rank, deque(maxlen=16))
+                if not hits or hits[-1] < step:
+                    hits.append(step)
+
+    def _left_to_cpu_starved(self, state: _State, job: str, rank: int, step: int) -> bool:
+        """`rank` is starved of CPU now (cpu_starved's event names it, or its run-queue wait says so on
+        `starved_hits` of the last `starved_window` steps): its event is cpu_starved's, not a straggler's."""
+        c = self.config
+        if not c.starved_leave:
+            return False
+        hits = state.starved.get(rank)
+        if hits and sum(1 for s in hits if step - c.starved_window < s <= step) >= c.starved_hits:
+            return True
+        starved = self.events.get_open(CPU_STARVED, job)
+        return starved is not None and rank in starved.ranks
 
     def _excess(self, state: _State, step: int, rank: int, busy: float, busy_median: float) -> float | None:
         """How much longer `rank` waited on the run queue in `step` than the median rank would have in its place:
@@ -465,6 +508,10 @@ class StragglerDetector(StreakDetector[_State]):
         the median rank waited for it this step (per-step waits; None on the running shares), counted into the
         event's totals when `count`."""
         c, job, step, s = self.config, row.key.job, row.key.index, row.summary
+        if self._left_to_cpu_starved(state, job, rank, step):
+            if self.is_open(job) and state.streak_rank == rank:
+                self._normal(job, state, step, counts=count)  # starved now: towards closing, not held
+            return
         score = self._score(state)
         since = score.since(rank)
         if self.over(state, step if since is None else since, event_time(row)):
