@@ -49,3 +49,15 @@ def test_claims_no_child_reports_are_forgotten_after_the_timeout_but_contested_o
     assert ledger.forget_unreported(FLEET_JOB, BitMap([source(4, 64), source(3, 65)]), 205.0, 10.0) == 0
     assert ledger.forget_unreported(FLEET_JOB, BitMap(), 212.0, 10.0) == 0
     assert ledger.forget_unreported(FLEET_JOB, BitMap(), 222.0, 10.0) == 2
+
+
+def test_claims_of_a_child_just_forgotten_go_at_once_unless_reported_or_contested() -> None:
+    """The root sees a host unreported only once its rack forgot the host's agent (gone past the timeout): the
+    rack forgets that agent's claims in the same sweep, so no index can be given back while a rack still holds them."""
+    ledger = RunLedger()
+    ledger.claim("agent-a", FLEET_JOB, _claims("a", 1, range(64, 66)))
+    ledger.claim("agent-b", FLEET_JOB, _claims("b", 2, range(64, 65)))
+    ledger.claim("agent-x", FLEET_JOB, _claims("x", 1, range(64, 65)))  # contests source(1, 64)
+    reported = BitMap([source(2, 64)])
+    assert ledger.forget_unreported(FLEET_JOB, reported, 100.0, 600.0, frozenset({"agent-a", "agent-b"})) == 1
+    assert set(ledger.claims(FLEET_JOB)) == {source(1, 64), source(2, 64)}  # contested; reported

@@ -51,6 +51,7 @@ class CollectorServer(Tier):
         self.upstream.outbox.on_requests = self._requests_down
         self.service.register_host = self._register_host
         self._claims_swept_at = float("-inf")
+        self._children: frozenset[str] = frozenset()  # the children known at the last sweep
 
     def _register_host(self, request: forward_pb2.HostRegistration) -> forward_pb2.HostAssignment:
         """Passed up to the root; an index it hands out is this host's from now on: claims this tier's ledger still
@@ -68,16 +69,19 @@ class CollectorServer(Tier):
         index given back is released on its new host's registration path only: RunLedger.forget_unreported)."""
         finished = super()._sweep(now)
         timeout = self.config.job_idle_timeout_s
-        if now - self._claims_swept_at < min(60.0, timeout / 4):  # bounded: a pass walks every fleet claim here
-            return finished
-        self._claims_swept_at = now
         with self.node.lock:
+            children = frozenset(self.node.child_ranks)
+            departed, self._children = self._children - children, children
+            # bounded: a pass walks every fleet claim here (at once when a child was just forgotten)
+            if not departed and now - self._claims_swept_at < min(60.0, timeout / 4):
+                return finished
+            self._claims_swept_at = now
             if self.node.runs.holds(FLEET_JOB):
                 forgotten = self.node.runs.forget_unreported(FLEET_JOB, self.node.states(FLEET_JOB).covered, now,
-                                                             timeout)
+                                                             timeout, departed)
                 if forgotten:
-                    log.info("%d fleet source claim(s) reported by no child for %.0f s: forgotten here (the root "
-                             "still holds them)", forgotten, timeout)
+                    log.info("%d fleet source claim(s) reported by no child for %.0f s (or made by a child just "
+                             "forgotten): forgotten here (the root still holds them)", forgotten, timeout)
         return finished
 
     def _captures_up(self, captures: list[forensics_pb2.Capture]) -> None:

@@ -218,15 +218,18 @@ class RunLedger:
         """Some claim on `job` is known here."""
         return bool(self._runs.get(job))
 
-    def forget_unreported(self, job: str, reported: BitMap, now: float, after_s: float) -> int:
+    def forget_unreported(self, job: str, reported: BitMap, now: float, after_s: float,
+                          departed: frozenset[str] = frozenset()) -> int:
         """Forget the claims on sources of `job` that no child has reported (`reported`: the sources this tier's
         children name now) for `after_s` seconds, but contested ones (a collision standing here stays refused).
 
         Below the root only (the fleet's job): a host index given back is released on its new host's registration
         path only, and a rack off that path that knew the old host would refuse the new host as a second claimant
         (its agent failing over to --fallback-parent). A claim forgotten here is still held by the root's ledger
-        (its stored claims are the authority): a second claimant of a live host's index is refused there.
-        Returns how many claims were forgotten."""
+        (its stored claims are the authority): a second claimant of a live host's index is refused there. Claims
+        made by a child in `departed` (forgotten just now, gone past the same timeout) go at once when no child
+        reports their source: the root sees such a host unreported only from that moment on, so it can give the
+        index back no sooner. Returns how many claims were forgotten."""
         known = self._runs.get(job)
         if not known:
             self._unreported.pop(job, None)
@@ -239,7 +242,7 @@ class RunLedger:
                 unseen.setdefault(src, now)
         for src in [src for src in unseen if src not in known]:
             del unseen[src]
-        due = [src for src, since in unseen.items() if now - since >= after_s]
+        due = [src for src, since in unseen.items() if now - since >= after_s or known[src].sender in departed]
         if not due:
             return 0
         contested = {src for table in (self._conflicts, self._above) for (_, name), conflicts in table.items()
