@@ -56,12 +56,21 @@ def test_a_rank_starved_by_its_neighbours_is_named(tree: dict, tmp_path: Path) -
         assert status == 200, body
         return body.get("events") or None
 
-    events = wait_for(raised, timeout=30, what="a cpu_starved event")
-    status, rows = api_get(tree["api"], f"/api/v1/jobs/{job}/steps?metric=runqueue_wait&last=100")
-    figures = [(r["step"], r["top"]) for r in rows.get("steps", [])]
-    assert [e["ranks"] for e in events] == [[STARVED]], (events, figures)
+    def figures() -> list:
+        _, rows = api_get(tree["api"], f"/api/v1/jobs/{job}/steps?metric=runqueue_wait&last=100")
+        _, times = api_get(tree["api"], f"/api/v1/jobs/{job}/steps?metric=step_time&last=100")
+        p50 = {r["step"]: r.get("p50") for r in times.get("steps", [])}
+        return [(r["step"], p50.get(r["step"]), r["top"]) for r in rows.get("steps", [])]
+
+    try:
+        events = wait_for(raised, timeout=30, what="a cpu_starved event")
+    except AssertionError as exc:  # a failing run explains itself: each step's step_time p50 and run-queue top-k
+        raise AssertionError(f"{exc}; neighbours came {came}; (step, step_time p50, runqueue_wait top): "
+                             f"{figures()}") from exc
+    table = figures()
+    assert [e["ranks"] for e in events] == [[STARVED]], (events, table)
     (event,) = events
     assert event["severity"] == "warning" and event["hosts"], event
     # raised after the neighbours came (its `step` is the first starved step in the rank's window: this loaded
     # machine may have kept the rank off a CPU a step or two before they came, so the time is what is asserted)
-    assert event["time"] > came["time"] and event["detail"]["ranks"][0]["queued_share"] > 0.4, (event, came, figures)
+    assert event["time"] > came["time"] and event["detail"]["ranks"][0]["queued_share"] > 0.4, (event, came, table)
