@@ -45,7 +45,10 @@ def test_work_given_to_a_closed_host_is_refused_at_once():
         warnings.simplefilter("always")
         started = time.monotonic()
         with pytest.raises(RuntimeError):
-            host.run(work, timeout=5.0)
+            host.run(work, timeout=60.0)
+        refused_after = time.monotonic() - started
         gc.collect()
-    assert time.monotonic() - started < 1.0
+    # Refused, not left to time out: far below the timeout whatever the load (1.2 s was seen on a loaded machine,
+    # with the gc.collect() then inside the measured span).
+    assert refused_after < 20.0
     assert _never_awaited(caught) == []

@@ -60,14 +60,25 @@ def test_a_slow_rank_that_does_not_queue_is_named_as_before() -> None:
 
 
 def test_a_rank_the_open_cpu_starved_event_names_is_left_to_it() -> None:
-    """The run-queue test off (`starved_hits` past the window): the straggler's fast lane names rank 2 within 3
+    """The run-queue test off (a `starved_excess` no rank meets): the straggler's fast lane names rank 2 within 3
     steps, before cpu_starved can (8 of 10 steps); once cpu_starved's event names it, the straggler's closes
     and none opens again."""
     log = EventLog(None)
     starved = CpuStarvedDetector(log)
-    det = StragglerDetector(log, config=StragglerConfig(starved_hits=11))  # the run-queue test alone never leaves
+    det = StragglerDetector(log, config=StragglerConfig(starved_excess=100.0))  # the run-queue test never leaves
     _feed([starved, det], 60, held={2: 0.12}, queued={2: 0.06})
     assert [e["ranks"] for e in log.query(JOB) if e["kind"] == "cpu_starved"] == [[2]]
     events = _stragglers(log)
     assert events and all(e["status"] == "closed" for e in events), events
     assert len(events) == 1, "closed for good: not reopened while cpu_starved names the rank"
+
+
+def test_the_starved_settings_are_checked_and_used() -> None:
+    for bad in ({"starved_window": 0}, {"starved_hits": 11}, {"starved_hits": 0}, {"starved_excess": 0.0}):
+        with pytest.raises(ValueError, match="straggler: starved_"):
+            StragglerConfig(**bad)
+    # An excess no rank meets: the starved rank the defaults leave to cpu_starved is named again (the setting acts).
+    log = EventLog(None)
+    _feed([StragglerDetector(log, config=StragglerConfig(starved_excess=100.0))], 60, held={2: 0.12},
+          queued={2: 0.06})
+    assert [e["ranks"] for e in _stragglers(log)][:1] == [[2]]

@@ -117,6 +117,15 @@ class StragglerConfig:
     top: int = 5
     severity: str = "warning"
 
+    def __post_init__(self) -> None:
+        if not 0 < self.starved_window <= 1000:
+            raise ValueError(f"straggler: starved_window must be in 1..1000, got {self.starved_window}")
+        if not 0 < self.starved_hits <= self.starved_window:
+            raise ValueError(f"straggler: starved_hits must be in 1..starved_window ({self.starved_window}), "
+                             f"got {self.starved_hits}")
+        if not self.starved_excess > 0:
+            raise ValueError(f"straggler: starved_excess must be > 0, got {self.starved_excess}")
+
 
 @dataclass
 class _State(StreakState):
@@ -255,8 +264,7 @@ class StragglerDetector(StreakDetector[_State]):
             while len(state.step_scales) > 16:
                 del state.step_scales[min(state.step_scales)]
 
-    @staticmethod
-    def _queued(state: _State, s: Summary, step: int, expected: int) -> None:
+    def _queued(self, state: _State, s: Summary, step: int, expected: int) -> None:
         """A step's run-queue waits: kept (the median and the exact top-k by rank) for that step's waits. A row
         missing ranks is not kept (no discount that step, as `_waits` judges no step missing a rank's wait): its
         median is not the job's, and a rank absent from it may be the one judged."""
@@ -266,21 +274,22 @@ class StragglerDetector(StreakDetector[_State]):
         if not math.isfinite(median) or not s.max > 0:
             return  # a kernel that counts nothing (every rank 0): no discount can act on this step
         state.queued[step] = (median, {rank: value for value, rank in s.top()})
-        StragglerDetector._note_starved(state, s, step)
+        self._note_starved(state, s, step)
         while len(state.queued) > 16:
             del state.queued[min(state.queued)]
 
-    @staticmethod
-    def _note_starved(state: _State, s: Summary, step: int) -> None:
-        """The ranks of the step's exact run-queue top-k that cpu_starved would call starved on it (its
-        defaults; the step's length is its step_time p50, the last one seen when its window has not come)."""
+    def _note_starved(self, state: _State, s: Summary, step: int) -> None:
+        """The ranks of the step's exact run-queue top-k starved on it by `starved_excess` and `starved_min_s`
+        (cpu_starved's per-step test; the step's length is its step_time p50, the last one seen when its window
+        has not come)."""
+        c = self.config
         scale = state.step_scales.get(step, state.step_scale)
         if not scale > 0:
             return
         median = p50(s) if s.count > 2 else s.min
         for value, rank in s.top():
-            if value >= 0.005 and value - median >= 0.25 * scale:
-                hits = state.starved.setdefault(rank, deque(maxlen=16))
+            if value >= c.starved_min_s and value - median >= c.starved_excess * scale:
+                hits = state.starved.setdefault(rank, deque(maxlen=c.starved_window))
                 if not hits or hits[-1] < step:
                     hits.append(step)
 
