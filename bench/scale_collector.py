@@ -17,6 +17,7 @@ from bench.scale_workload import MAX_METRICS_PER_JOB
 def child_collector(cfg: dict) -> None:
     """A real CollectorServer; counts the bytes of every SummaryBatch it is handed (the receiving side)."""
     from collectors.collector.server import CollectorConfig, CollectorServer
+    from collectors.common.aioserve import NOT_INLINE
     from collectors.root.server import RootConfig, RootServer
 
     root = not cfg["parents"]
@@ -45,9 +46,7 @@ def child_collector(cfg: dict) -> None:
                         stats["step_work_s"] += time.thread_time() - t0
         return wrapper
 
-    handle = server.service._handle
-
-    def counted(sender: Any, unit: Any, responses: Any) -> Any:
+    def count(unit: Any) -> None:
         # A unit as the stream's deserialiser (CollectorService._receive) hands it over: its size on the wire, and its
         # windows read natively (or, where a window read did not take, in its message parsed whole).
         batch = unit.batch
@@ -61,11 +60,33 @@ def child_collector(cfg: dict) -> None:
         for states in batch.ranks:
             stats["rank_state_bytes"] += states.ByteSize()
             stats["hosts_listed"] += len(states.hosts)
+
+    def has_windows(unit: Any) -> bool:
+        return bool(unit.batch.windows if unit.read is None else len(unit.read))
+
+    handle = server.service._handle
+
+    def counted(sender: Any, unit: Any, responses: Any) -> Any:
+        count(unit)
         return handle(sender, unit, responses)
 
-    handled = timed(counted, lambda sender, unit, responses: bool(
-        unit.batch.windows if unit.read is None else len(unit.read)))
-    server.service._handle = handled  # type: ignore[method-assign]  # the bench wraps it here to time it
+    server.service._handle = timed(  # type: ignore[method-assign]  # the bench wraps it here to time it
+        counted, lambda sender, unit, responses: has_windows(unit))
+    # A unit taken in on the event loop (CollectorService._inline) never reaches _handle: counted and timed here
+    # when it was taken (NOT_INLINE: it goes on to the pool, and to _handle above).
+    inline = server.service._inline
+
+    def counted_inline(stream: Any, unit: Any) -> Any:
+        t0 = time.thread_time()
+        done = inline(stream, unit)
+        if done is not NOT_INLINE:
+            count(unit)
+            if has_windows(unit):
+                with lock:
+                    stats["step_work_s"] += time.thread_time() - t0
+        return done
+
+    server.service._inline = counted_inline  # type: ignore[method-assign]  # the bench wraps it here to time it
     table = server.node.table
     native = table.native  # a collector's: its unsealed windows are watched natively, not in _pending
 
