@@ -9,6 +9,7 @@ sysfs trees: collectors/sim/sysfs.py, a TEST DOUBLE of /sys), on loopback.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,33 @@ def _table_with(api: str, host: str) -> dict[str, int]:
 
 def _log(work: Path, proc: Proc) -> str:
     return (work / f"{proc.name}.log").read_text(errors="replace")
+
+
+def _reusing_root(work: Path, listen: str, api: str) -> Proc:
+    """A root that gives an index back 1 s after its host is reported by no tier (children forgotten after 2 s)."""
+    return Proc("root", python_module("collectors.cli", "collector", "--id", "root", "--listen", listen, "--db",
+                                      str(work / "root.db"), "--api", api, "--job-idle-timeout", "2",
+                                      "--host-index-reuse-after", "1s", "-v"), work).start()
+
+
+def _devices(api: str, host: str, index: int) -> list[dict] | None:
+    """`host`'s entry in /api/v1/hosts when it lists devices under `index`, else None."""
+    found = [h for h in _hosts(api)["hosts"] if h["host"] == host and h.get("devices")]
+    return found if found and found[0]["index"] == index else None
+
+
+def _node_a_gone_for_good(work: Path, api: str, parent: str, procs: list[Proc]) -> None:
+    """node-c (index 0) stays under `parent` throughout, so its tiers keep the fleet's claims; node-a gets index 1
+    there, reports, then leaves for good: returns once no tier reports node-a."""
+    procs.append(_agent(work, parent, "node-c", "machine-c", "--host-index", "auto"))
+    assert _table_with(api, "node-c") == {"node-c": 0}
+    old = _agent(work, parent, "node-a", "machine-a", "--host-index", "auto")
+    procs.append(old)
+    assert _table_with(api, "node-a") == {"node-c": 0, "node-a": 1}
+    wait_for(lambda: _devices(api, "node-a", 1), WAIT, interval=0.2, what="node-a's devices under index 1")
+    old.stop()
+    procs.remove(old)
+    wait_for(lambda: not _devices(api, "node-a", 1), WAIT, interval=0.2, what="node-a reported by no tier")
 
 
 def test_the_tree_hands_out_host_indexes_remembers_them_and_refuses_collisions(tmp_path):
@@ -277,29 +305,14 @@ def test_an_index_given_back_reaches_the_root_under_its_new_host_through_a_rack_
     listen, api = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     procs: list[Proc] = []
     try:
-        root = Proc("root", python_module("collectors.cli", "collector", "--id", "root", "--listen", listen,
-                                          "--db", str(work / "root.db"), "--api", api, "--job-idle-timeout", "2",
-                                          "--host-index-reuse-after", "1s", "-v"), work).start()
+        root = _reusing_root(work, listen, api)
         procs.append(root)
         rack = Proc("rack", python_module("collectors.cli", "collector", "--id", "rack", "--listen", "127.0.0.1:0",
                                           "--parent", listen, "--job-idle-timeout", "2"), work).start()
         procs.append(rack)
         address = rack.ready["address"]
-
-        def devices(host: str, index: int):
-            found = [h for h in _hosts(api)["hosts"] if h["host"] == host and h.get("devices")]
-            return found if found and found[0]["index"] == index else None
-
-        stays = _agent(work, address, "node-c", "machine-c", "--host-index", "auto")
-        procs.append(stays)
-        assert _table_with(api, "node-c") == {"node-c": 0}
-        old = _agent(work, address, "node-a", "machine-a", "--host-index", "auto")
-        procs.append(old)
-        assert _table_with(api, "node-a") == {"node-c": 0, "node-a": 1}
-        wait_for(lambda: devices("node-a", 1), WAIT, interval=0.2, what="node-a's devices under index 1")
-        old.stop()
-        procs.remove(old)
-        wait_for(lambda: not devices("node-a", 1), WAIT, interval=0.2, what="node-a reported by no tier")
+        devices = functools.partial(_devices, api)
+        _node_a_gone_for_good(work, api, address, procs)
         assert devices("node-c", 0)
         new = _agent(work, address, "node-b", "machine-b", "--host-index", "auto")
         procs.append(new)
@@ -451,9 +464,7 @@ def test_a_new_host_given_a_reused_index_fails_over_to_a_rack_that_knew_the_old_
     listen, api = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     procs: list[Proc] = []
     try:
-        root = Proc("root", python_module("collectors.cli", "collector", "--id", "root", "--listen", listen,
-                                          "--db", str(work / "root.db"), "--api", api, "--job-idle-timeout", "2",
-                                          "--host-index-reuse-after", "1s", "-v"), work).start()
+        root = _reusing_root(work, listen, api)
         procs.append(root)
         racks = {}
         for name in ("rack1", "rack2"):
@@ -462,21 +473,8 @@ def test_a_new_host_given_a_reused_index_fails_over_to_a_rack_that_knew_the_old_
                                                    "-v"), work).start()
             procs.append(racks[name])
         r1, r2 = racks["rack1"].ready["address"], racks["rack2"].ready["address"]
-
-        def devices(host: str, index: int):
-            found = [h for h in _hosts(api)["hosts"] if h["host"] == host and h.get("devices")]
-            return found if found and found[0]["index"] == index else None
-
-        stays = _agent(work, r1, "node-c", "machine-c", "--host-index", "auto")  # rack1 keeps the fleet's claims
-        procs.append(stays)
-        assert _table_with(api, "node-c") == {"node-c": 0}
-        old = _agent(work, r1, "node-a", "machine-a", "--host-index", "auto")
-        procs.append(old)
-        assert _table_with(api, "node-a") == {"node-c": 0, "node-a": 1}
-        wait_for(lambda: devices("node-a", 1), WAIT, interval=0.2, what="node-a's devices under index 1")
-        old.stop()
-        procs.remove(old)
-        wait_for(lambda: not devices("node-a", 1), WAIT, interval=0.2, what="node-a reported by no tier")
+        devices = functools.partial(_devices, api)
+        _node_a_gone_for_good(work, api, r1, procs)  # rack1 keeps the fleet's claims (node-c stays under it)
         # rack1, off node-b's registration path, forgot node-a's claims when it forgot node-a's agent (gone past the
         # 2 s timeout): only from then on does the root see node-a unreported and give its index back
         assert "reported by no child" in _log(work, racks["rack1"])
