@@ -66,22 +66,26 @@ class CollectorServer(Tier):
 
     def _sweep(self, now: float) -> bool:
         """The tier's sweep; and the fleet claims no child has reported for the job idle timeout forgotten (a host
-        index given back is released on its new host's registration path only: RunLedger.forget_unreported)."""
+        index given back is released on its new host's registration path only: RunLedger.forget_unreported), at once
+        those of a child just forgotten here and those of sources a child stopped covering (a rack below that forgot
+        the host's agent: the host went)."""
         finished = super()._sweep(now)
         timeout = self.config.job_idle_timeout_s
         with self.node.lock:
             children = frozenset(self.node.child_ranks)
             departed, self._children = self._children - children, children
-            # bounded: a pass walks every fleet claim here (at once when a child was just forgotten)
-            if not departed and now - self._claims_swept_at < min(60.0, timeout / 4):
+            runs = self.node.runs
+            # bounded: a pass walks every fleet claim here (at once when a child was just forgotten or dropped some)
+            if not departed and not runs.dropping(FLEET_JOB) and now - self._claims_swept_at < min(60.0, timeout / 4):
                 return finished
             self._claims_swept_at = now
-            if self.node.runs.holds(FLEET_JOB):
-                forgotten = self.node.runs.forget_unreported(FLEET_JOB, self.node.states(FLEET_JOB).covered, now,
-                                                             timeout, departed)
+            if runs.holds(FLEET_JOB):
+                forgotten = runs.forget_unreported(FLEET_JOB, self.node.states(FLEET_JOB).covered, now, timeout,
+                                                   departed)
                 if forgotten:
                     log.info("%d fleet source claim(s) reported by no child for %.0f s (or made by a child just "
-                             "forgotten): forgotten here (the root still holds them)", forgotten, timeout)
+                             "forgotten, or no longer covered by the child that named them): forgotten here (the "
+                             "root still holds them)", forgotten, timeout)
         return finished
 
     def _captures_up(self, captures: list[forensics_pb2.Capture]) -> None:

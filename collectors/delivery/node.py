@@ -232,6 +232,13 @@ class Node:
                 self.hosts_version += 1
         if previous.keys() - views.keys():
             self.hosts_version += 1
+        fleet_before = previous.get(FLEET_JOB)
+        if fleet_before is not None:  # sources the child no longer covers: the ledger may forget their claims
+            fleet_now = views.get(FLEET_JOB)
+            if fleet_now is None or _states_differ(fleet_before, fleet_now):
+                gone = fleet_before.covered - fleet_now.covered if fleet_now is not None else fleet_before.covered
+                if gone:
+                    self.runs.dropped(FLEET_JOB, gone)
         self.child_ranks[sender] = views
 
     # ----------------------------------------------------------- intake

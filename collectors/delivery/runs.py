@@ -69,6 +69,9 @@ class RunLedger:
         #: claims on sources no child reports, by job: source -> when it was first seen unreported
         #: (forget_unreported)
         self._unreported: dict[str, dict[int, float]] = {}
+        #: sources a child stopped covering since the last forget_unreported pass, by job (`dropped`): a child tier
+        #: that forgot the host reporting them (its own agent gone past the timeout) no longer names them
+        self._dropped: dict[str, BitMap] = {}
 
     def claim(self, sender: str, job: str, claims: dict[int, Claim]) -> bool:
         """A child's word on which process runs some ranks of `job` (a delta: ranks not named keep their
@@ -218,6 +221,19 @@ class RunLedger:
         """Some claim on `job` is known here."""
         return bool(self._runs.get(job))
 
+    def dropped(self, job: str, sources: BitMap) -> None:
+        """A child stopped covering `sources` of `job` (Node.child_states: they left its rank states). A rack drops a
+        host's sources when it forgets the host's agent (gone past its timeout), so a tier above racks learns there
+        that the host went, not an idle timeout later: `forget_unreported` forgets such a claim at its next pass
+        when no child reports the source then. Not noted at the root (the ledger that recalls its claims from the
+        store): its stored claims are the authority and are never forgotten for being unreported."""
+        if self._recall is None and job in self._runs:
+            self._dropped.setdefault(job, BitMap()).update(sources)
+
+    def dropping(self, job: str) -> bool:
+        """Some source of `job` was dropped by a child since the last `forget_unreported` pass."""
+        return bool(self._dropped.get(job))
+
     def forget_unreported(self, job: str, reported: BitMap, now: float, after_s: float,
                           departed: frozenset[str] = frozenset()) -> int:
         """Forget the claims on sources of `job` that no child has reported (`reported`: the sources this tier's
@@ -227,10 +243,12 @@ class RunLedger:
         path only, and a rack off that path that knew the old host would refuse the new host as a second claimant
         (its agent failing over to --fallback-parent). A claim forgotten here is still held by the root's ledger
         (its stored claims are the authority): a second claimant of a live host's index is refused there. Claims
-        made by a child in `departed` (forgotten just now, gone past the same timeout) go at once when no child
-        reports their source: the root sees such a host unreported only from that moment on, so it can give the
-        index back no sooner. Returns how many claims were forgotten."""
+        made by a child in `departed` (forgotten just now, gone past the same timeout), and claims on sources a child
+        stopped covering (`dropped`: a rack that forgot the host's agent), go at once when no child reports their
+        source: the root sees such a host unreported only from that moment on, so it can give the index back no
+        sooner. Returns how many claims were forgotten."""
         known = self._runs.get(job)
+        dropped = self._dropped.pop(job, BitMap())
         if not known:
             self._unreported.pop(job, None)
             return 0
@@ -242,7 +260,8 @@ class RunLedger:
                 unseen.setdefault(src, now)
         for src in [src for src in unseen if src not in known]:
             del unseen[src]
-        due = [src for src, since in unseen.items() if now - since >= after_s or known[src].sender in departed]
+        due = [src for src, since in unseen.items()
+               if now - since >= after_s or known[src].sender in departed or src in dropped]
         if not due:
             return 0
         contested = {src for table in (self._conflicts, self._above) for (_, name), conflicts in table.items()
@@ -256,6 +275,7 @@ class RunLedger:
     def forget_job(self, job: str) -> None:
         self._runs.pop(job, None)
         self._unreported.pop(job, None)
+        self._dropped.pop(job, None)
         for key in [key for key in self._conflicts if key[1] == job]:
             del self._conflicts[key]
         for key in [key for key in self._above if key[1] == job]:
