@@ -177,6 +177,8 @@ def unit(rng: random.Random, bases: list[bytes]) -> bool:
         if rng.random() < 0.5:
             summary = mutate(rng, summary)
         expected = varint(3 << 3) + varint(rng.randrange(9000))
+        if rng.random() < 0.3:  # a late delta (1), a late written as no bool is (2), or an explicit 0
+            expected += varint(4 << 3) + varint(rng.choice([0, 1, 1, 2]))
         windows.append(_field(3, _field(1, key) + _field(2, summary) + expected))
         plain.append(_field(3, _field(1, key) + _field(2, base) + expected))
     data = _field(1, b"child") + varint(2 << 3) + varint(5) + b"".join(windows) + _field(4, b"\x0a\x03job")
@@ -190,7 +192,7 @@ def unit(rng: random.Random, bases: list[bytes]) -> bool:
     assert isinstance(rest, bytes) and all(isinstance(group, bytes) for group in groups)
     taken = [found for found in read if found is not None]
     for found in taken:
-        assert 0 <= found[7] < len(groups)
+        assert 0 <= found[7] < len(groups) and isinstance(found[8], bool)
         check(found[6].to_bytes())
     table(rng, data)
     return bool(taken)
@@ -214,8 +216,8 @@ def table(rng: random.Random, data: bytes) -> None:
     native = read_native_unit(data, 2**53, 2**63, 4096, k=3)
     if not native.all_fast:
         return
-    created, became, refused, accepted, _ = windows.offer_unit(native, rng.randrange(2**40))
-    assert accepted + len(refused) == len(native)
+    created, became, refused, accepted, _, late = windows.offer_unit(native, rng.randrange(2**40))
+    assert accepted + len(refused) == len(native) and len(late) <= accepted
     slots = sorted({slot for _, slot in created} | set(became) | {r[1] for r in refused})
     for slot in slots:
         sources = windows.sources(slot)  # counted right

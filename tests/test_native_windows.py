@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
+import collectors.collector.service as service_module
 import collectors.delivery.windows as windows_module
-from collectors.collector.service import CollectorService, _ChildStream
+from collectors.collector.service import CollectorService, _ChildStream, _Unit
 from collectors.common.validation import MetricBudget
 from collectors.delivery.node import Node, Upstream
 from collectors.delivery.windows import WINDOW_BYTES, Deadlines
@@ -53,7 +54,8 @@ def _by_index(data: bytes) -> bytes:
 class Rack:
     """A rack's service, node and Upstream, driven by hand; its parent is a stub outbox."""
 
-    def __init__(self, native: bool, budget_windows: int) -> None:
+    def __init__(self, native: bool, budget_windows: int, per_window: bool = False) -> None:
+        self.per_window = per_window  # every unit parsed whole by protobuf and judged window by window
         self.node = Node("rack", Deadlines(600.0), ack_down=lambda *a, **k: self.service.ack_down(*a, **k),
                          window_budget_bytes=budget_windows * WINDOW_BYTES, native=native)
         self.outbox = StubOutbox()
@@ -70,7 +72,7 @@ class Rack:
             self.streams[c] = stream
 
     def receive(self, child: int, data: bytes) -> None:
-        self.service._one(self.streams[child], self.service._receive(data))
+        self.service._one(self.streams[child], _received(self.service, data, self.per_window))
 
     def flush(self, late: bool) -> None:
         before = len(self.outbox.units)
@@ -112,6 +114,22 @@ class Rack:
         return (acks, node.subtree_counters(),
                 node.durability.outstanding(), self.sent,
                 sorted((key, list(node.table.sources(win))) for key, win in node.table.windows.items()))
+
+
+def _unreadable(*args: object) -> object:
+    raise ValueError("refused by the test")
+
+
+def _received(service: CollectorService, data: bytes, per_window: bool) -> _Unit:
+    """A unit as the stream's deserialiser hands it over: read natively (the batch path where every window read
+    takes), or, `per_window`, as when the native read refuses it (parsed whole, every window judged alone)."""
+    if not per_window:
+        return service._receive(data)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(service_module, "read_native_unit", _unreadable)
+        unit = service._receive(data)
+    assert unit.read is None and set(unit.windows) <= {None}
+    return unit
 
 
 def unit_bytes(child: int, seq: int, step: int, metrics: list[tuple[int, int]], bad: bool, late: bool = False) -> bytes:
@@ -285,13 +303,16 @@ def _sent_late(rack: Rack) -> list[list[bool]]:
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_a_window_of_only_late_parts_goes_up_late_and_a_first_part_after_it_does_not(native: bool) -> None:
+@pytest.mark.parametrize("per_window", [False, True])
+def test_a_window_of_only_late_parts_goes_up_late_and_a_first_part_after_it_does_not(native: bool,
+                                                                                   per_window: bool) -> None:
     """A child's late delta (its window's first parts went up before, or it refused them) into a window this tier
     holds nothing of goes up late: the tier above must not take it for the window's first part (before: the flag
     was dropped, by the native reader and by the per-window path, and it went up with late=False). A first part
     of that window from another child after it goes up as a first part (late=False), and one from a child in the
-    same flush as a late delta makes the whole window a first part."""
-    rack = Rack(native=native, budget_windows=1000)
+    same flush as a late delta makes the whole window a first part. Alike whether the units are taken as read
+    natively (late deltas on the batch path: `read_unit` carries the flag) or judged window by window."""
+    rack = Rack(native=native, budget_windows=1000, per_window=per_window)
     for c in range(CHILDREN):
         rack.receive(c, forward_pb2.SummaryBatch(sender_id=f"c{c}", seq=0).SerializeToString())
     rack.receive(0, unit_bytes(0, 1, 0, [(0, 0)], False, late=True))
@@ -330,9 +351,9 @@ class Root:
         self.service._links["rack"] = self.stream.answers
         self.stream.sender = "rack"
 
-    def receive(self, unit: forward_pb2.SummaryBatch, seq: int) -> None:
+    def receive(self, unit: forward_pb2.SummaryBatch, seq: int, per_window: bool = False) -> None:
         unit.sender_id, unit.seq = "rack", seq  # the outbox numbers the units it sends
-        self.service._one(self.stream, self.service._receive(unit.SerializeToString()))
+        self.service._one(self.stream, _received(self.service, unit.SerializeToString(), per_window))
 
     def flush(self) -> None:
         self.node.flush()
@@ -374,7 +395,8 @@ def test_a_later_part_of_a_window_a_rack_refused_is_refused_at_the_root(native: 
     assert root.node.durability.outstanding() == 0 and root.node.durability.unheld_releases == 0
 
 
-def test_a_resend_of_a_late_part_the_root_refused_is_refused_again(tmp_path) -> None:
+@pytest.mark.parametrize("per_window", [False, True])
+def test_a_resend_of_a_late_part_the_root_refused_is_refused_again(tmp_path, per_window: bool) -> None:
     """A late part of a window the root holds no row of is refused; the rack resends it (its stream broke before the
     ack came): the resend is refused again, never absorbed as a duplicate and acknowledged durable for data that
     was never stored (before: the refused part's sources stayed in the window). A first part of that window coming
@@ -382,7 +404,8 @@ def test_a_resend_of_a_late_part_the_root_refused_is_refused_again(tmp_path) -> 
     root = Root(str(tmp_path / "root.db"))
     root.receive(forward_pb2.SummaryBatch(), 0)
     for seq in (1, 2):  # the unit, then its resend
-        root.receive(forward_pb2.SummaryBatch.FromString(unit_bytes(1, 1, 0, [(0, 0)], False, late=True)), seq)
+        root.receive(forward_pb2.SummaryBatch.FromString(unit_bytes(1, 1, 0, [(0, 0)], False, late=True)), seq,
+                     per_window)
         root.flush()
         assert not root.finaliser.final
         durable = root.durable()

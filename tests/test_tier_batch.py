@@ -158,11 +158,57 @@ def test_the_native_read_leaves_odd_windows_to_the_per_window_path() -> None:
     read, groups, rest = read_unit(batch.SerializeToString(), 2**53, 2**63, WORLD_CAP)
     assert rest == b""
     taken = {name for name, found in zip(HOSTILE, read) if found is not None}
-    # the sources' extent is judged per group in Python; the rarer odd ones (non-ASCII, before 1970) are left to it,
-    # and a late delta, whose flag the per-window path carries into its Part
-    assert taken == {"plain", "second job, attempt", "bucket", "step 2**53", "fleet job, sparse sources",
+    # the sources' extent is judged per group in Python; the rarer odd ones (non-ASCII, before 1970) are left to it;
+    # a late delta is read as any window, with its flag
+    assert taken == {"plain", "late delta", "second job, attempt", "bucket", "step 2**53", "fleet job, sparse sources",
                      "source beyond the cap", "bad metric name"}
-    assert len(groups) == 4  # ranks 0-7 (three windows), 8-15, the fleet's sparse ids, the cap's
+    assert [name for name, found in zip(HOSTILE, read) if found is not None and found[8]] == ["late delta"]
+    assert len(groups) == 4  # ranks 0-7 (four windows), 8-15, the fleet's sparse ids, the cap's
+
+
+@pytest.mark.parametrize("late", [0, 1, 2])
+def test_a_late_flag_is_read_natively_when_it_is_a_bool_as_upb_writes_one(late: int) -> None:
+    """late = 0 or 1 is read natively (the flag in the window's tuple); any other varint, which protobuf reads as
+    true, is left to the per-window path. Either way the window is judged as the per-window path judges it."""
+    body = _field(1, _field(1, b"job") + _field(2, b"loss") + varint(3 << 3) + varint(3))
+    body += _field(2, summary_bytes(range(8))) + varint(3 << 3) + varint(16) + varint(4 << 3) + varint(late)
+    raw = _field(3, body)
+    read, _, _ = read_unit(raw, 2**53, 2**63, WORLD_CAP)
+    assert (read[0] is None) == (late == 2)
+    if read[0] is not None:
+        assert read[0][8] is (late == 1)
+    svc = service()
+    fast = [found if isinstance(found, str) else (found[0], found[1].to_bytes(), list(found[2]), found[3], found[4])
+            for found in svc._parse_unit(svc._receive(raw))[0]]
+    assert fast == one_by_one(svc, forward_pb2.SummaryBatch.FromString(raw))
+    assert fast[0][4] is (late != 0)  # type: ignore[index]  # a window, not a refusal
+
+
+def test_a_unit_of_late_deltas_goes_into_a_native_table_in_one_call() -> None:
+    """The batch path takes late deltas (issue 29: a late window cost 4.9x the per-window path, bench/late_intake.py):
+    a unit of late deltas is read natively whole and offered in one call (Node.offer_read), and each window it went
+    into counts the late part (Window.late_parts: `only_late` then sends it up as a late delta)."""
+    svc = service(True)
+    svc.budget.admit_all("job", [f"m{i}" for i in range(4)])  # else a first unit is judged window by window
+    states = forward_pb2.RankStates(job="job", alive=BitMap(range(8)).serialize(), world_size=16)
+    batch = forward_pb2.SummaryBatch(sender_id="child", seq=1, ranks=[states], windows=[
+        window(metric=f"m{i}", summary=summary_bytes(range(8), i), late=i % 2 == 0) for i in range(4)])
+    received = svc._receive(batch.SerializeToString())
+    assert received.read is not None and received.read.all_fast
+    calls: list[int] = []
+    offer_read = svc.node.offer_read
+
+    def counted(*args: object) -> object:
+        calls.append(1)
+        return offer_read(*args)  # type: ignore[arg-type]  # passed through as given
+
+    svc.node.offer_read = counted  # type: ignore[method-assign]  # counting the calls
+    acks, held, bad_inputs = _answers(svc, received)
+    assert calls == [1] and bad_inputs == 0 and acks[-1].status == forward_pb2.Ack.RECEIVED
+    assert held == ["m0:8", "m1:8", "m2:8", "m3:8"]
+    table = svc.node.table
+    assert {key.metric: (win.late_parts, win.only_late) for key, win in table.windows.items()} == {
+        "m0": (1, True), "m1": (0, False), "m2": (1, True), "m3": (0, False)}
 
 
 def test_windows_of_equal_sources_share_one_bitmap() -> None:

@@ -413,7 +413,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 out.append(self._parse(windows[position]))
                 keys.append(None)
                 continue
-            job, attempt, metric, index, width_ms, expected, summary, group = found
+            job, attempt, metric, index, width_ms, expected, summary, group, late = found
             name = names.get((job, attempt))
             if name is None:
                 name = names[job, attempt] = scoped(job, attempt)
@@ -423,7 +423,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             if (job, group) not in extents:
                 extents[job, group] = _extent_refused(job, sources, self.max_world_size)
             refused = extents[job, group]
-            out.append((key, summary, sources, expected, False) if refused is None else refused)  # read: not late
+            out.append((key, summary, sources, expected, late) if refused is None else refused)
         return out, keys
 
     def _fast(self, origin: Origin, read: _NativeRead) -> bool:

@@ -398,7 +398,7 @@ class WindowTable:
         native = self.native
         assert native is not None, "offer_read needs a native table"
         origin_id, new_id = self._origin_id(origin)
-        created, became_pending, refused, accepted, added = native.offer_unit(unit, origin_id)
+        created, became_pending, refused, accepted, added, late = native.offer_unit(unit, origin_id)
         if not accepted and new_id:
             self.forget_origin(origin)
         nbytes = SOURCE_BYTES * added
@@ -414,6 +414,8 @@ class WindowTable:
                 self._watch(win)
                 nbytes += WINDOW_BYTES
         by_slot = self._by_slot
+        for slot in late:  # a child's late deltas accepted (Window.only_late), after the windows new to the table
+            by_slot[slot].late_parts += 1
         self._pending.update(win.key for win in map(by_slot.__getitem__, became_pending) if not win.watched)
         out = [(pos, by_slot[slot], "duplicate" if verdict == DUPLICATE else "overlap", BitMap(overlap), n)
                for pos, slot, verdict, overlap, n in refused]

@@ -441,8 +441,8 @@ class Summary:
         return (Summary.from_bytes, (self.to_bytes(),))
 
 
-UnitWindow = tuple[str, int, str, int, int, int, Summary, int]
-"""A window read by `read_unit`: (job, attempt, metric, index, width_ms, expected, summary, sources group)."""
+UnitWindow = tuple[str, int, str, int, int, int, Summary, int, bool]
+"""A window read by `read_unit`: (job, attempt, metric, index, width_ms, expected, summary, sources group, late)."""
 
 
 def read_unit(data: bytes, max_index: int, max_attempt: int, max_world: int, k: int = DEFAULT_K,
@@ -455,10 +455,10 @@ def read_unit(data: bytes, max_index: int, max_attempt: int, max_world: int, k: 
 
     A window is None unless it is plain and valid: a job name [A-Za-z0-9_.:-]{1,128}, an ASCII metric, a step or a
     bucket of width > 0, index <= max_index, attempt < max_attempt, expected <= max_world, a summary that decodes,
-    of shape (k, max_centroids), each field once, not a late delta (`late`: the per-window path carries it). The
-    caller judges a None window with its own per-window checks, so a bad window is refused in the same words as
-    without this path. ValueError if the message itself is not
-    well formed.
+    of shape (k, max_centroids), each field once, `late` 0 or 1 (a late delta is read as any window, its flag the
+    tuple's last field, which the caller carries into its Part). The caller judges a None window with its own
+    per-window checks, so a bad window is refused in the same words as without this path. ValueError if the message
+    itself is not well formed.
     """
     unit = read_native_unit(data, max_index, max_attempt, max_world, k, max_centroids)
     return unit_windows(unit), unit.groups(), unit.rest()

@@ -272,7 +272,7 @@ PyObject* read_unit_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 // Unit.windows(wrapper): per WindowSummary, None (the caller's per-window path judges it) or (job, attempt, metric,
-// index, width_ms, expected, summary, group), the summary an instance of `wrapper` (a class with a `_core` slot:
+// index, width_ms, expected, summary, group, late), the summary an instance of `wrapper` (a class with a `_core` slot:
 // Summary) holding the core. Takes the cores.
 py::list unit_windows(Unit& unit, py::handle wrapper_type) {
     if (!PyType_Check(wrapper_type.ptr())) throw py::type_error("the wrapper must be a class");
@@ -297,7 +297,7 @@ py::list unit_windows(Unit& unit, py::handle wrapper_type) {
         if (PyObject_SetAttr(summary.ptr(), core_slot.ptr(), py::cast(std::move(w.core)).ptr()) < 0)
             throw py::error_already_set();
         windows[i] = py::make_tuple(job, w.attempt, py::str(w.metric), w.index, w.width_ms, w.expected, summary,
-                                    w.group);
+                                    w.group, w.late);
     }
     return windows;
 }
@@ -448,9 +448,9 @@ PYBIND11_MODULE(_native, m) {
             UnitOffer o = t.offer_unit(u.take(), origin);
             py::list refused(o.refused.size());
             for (size_t i = 0; i < o.refused.size(); ++i) refused[i] = refused_tuple(o.refused[i]);
-            return py::make_tuple(o.created, o.became_pending, refused, o.accepted, o.added_sources);
+            return py::make_tuple(o.created, o.became_pending, refused, o.accepted, o.added_sources, o.late);
         }, "(created [(pos, slot)], became_pending [slot], refused [(pos, slot, verdict, overlap, part's sources)], "
-           "accepted, added_sources)")
+           "accepted, added_sources, late [slot of each late delta accepted])")
         .def("slot", [](Windows& t, const std::string& job, uint64_t attempt, const std::string& metric,
                         uint64_t index, uint32_t width_ms, uint32_t expected) {
             return t.slot_of(window_key(job, attempt, metric, index, width_ms), expected);

@@ -133,6 +133,7 @@ UnitOffer Windows::offer_unit(UnitIn& unit, uint64_t origin) {
             out.added_sources += n;
             ++s.version;
             if (s.pending.empty()) out.became_pending.push_back(slot);
+            if (w.late) out.late.push_back(slot);
             s.pending.push_back(Entry{std::move(w.core), origin, static_cast<uint32_t>(pos)});
             ++out.accepted;
             continue;

@@ -62,6 +62,7 @@ struct UnitOffer {
     std::vector<std::pair<size_t, uint32_t>> created;  // (position in the unit, slot): windows new to the table
     std::vector<uint32_t> became_pending;              // slots that held nothing pending before this unit
     std::vector<Refused> refused;
+    std::vector<uint32_t> late;  // per late delta accepted, its window's slot (the table counts its late parts)
     size_t accepted = 0;
     uint64_t added_sources = 0;
 };

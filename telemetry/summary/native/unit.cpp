@@ -81,8 +81,9 @@ bool read_key(Reader r, WindowIn& w, const UnitLimits& limits) {
 }
 
 // One WindowSummary{key = 1, summary = 2, expected = 3, late = 4}: `w.fast` set when it is plain and valid. A late
-// delta (late = 1) is never plain: it is judged by the per-window path, which carries the flag into its Part (a
-// tier must not send a window's late parts up as its first, nor the root store them as its first row).
+// delta (late = 1) is read as any window, its flag kept in `w.late` for the caller to carry (a tier must not send a
+// window's late parts up as its first, nor the root store them as its first row); a `late` other than 0 or 1 is
+// left to the per-window path (protobuf reads it as true).
 void read_window(Reader r, WindowIn& w, const UnitLimits& limits) {
     bool seen[5] = {};
     const uint8_t* summary = nullptr;
@@ -107,8 +108,9 @@ void read_window(Reader r, WindowIn& w, const UnitLimits& limits) {
             if (field == 3) {
                 if (v > 0xffffffffu || v > limits.max_world) return;
                 w.expected = static_cast<uint32_t>(v);
-            } else if (v != 0) {
-                return;  // late (or not a bool): the per-window path
+            } else {
+                if (v > 1) return;  // not a bool as upb writes one: the per-window path
+                w.late = v == 1;
             }
         }
     }

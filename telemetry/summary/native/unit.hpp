@@ -22,7 +22,7 @@ struct UnitLimits {
 
 // One WindowSummary of the unit. `fast` is false when the window is anything but plain and valid (a malformed or
 // odd key, a summary that does not decode or has another shape, a bound exceeded, a field repeated or unknown, a
-// late delta, whose flag the caller's per-window path carries):
+// `late` that is no bool):
 // the caller then judges that window the way it judges every window without this path, so a bad window is refused
 // with the same words as before.
 struct WindowIn {
@@ -31,6 +31,7 @@ struct WindowIn {
     uint64_t attempt = 0, index = 0;
     uint32_t width_ms = 0;  // 0: a step window
     uint32_t expected = 0;
+    bool late = false;  // a child's late delta (WindowSummary.late): its table counts it (Window.late_parts)
     Core core;
     size_t group = 0;  // windows with equal sources share a group: the caller builds one bitmap per group
 };
