@@ -66,6 +66,8 @@ from telemetry.names import RUNQUEUE_METRIC, WAIT_METRIC, WAIT_SHARE_METRIC
 TRAIN = REPO / "bench" / "detection_jobs" / "train.py"
 SHAPES = REPO / "bench" / "detection_jobs" / "shapes.py"
 FAULTS = ("slow_rank", "loader_stuck", "nan", "bad_batch", "slow_loader")
+# The per-rank figures a matrix run records per step (its `per_rank`, in this order after the step)
+PER_RANK = (WAIT_METRIC, RUNQUEUE_METRIC, "bench.runqueue_threads", "bench.oncpu_step", "bench.oncpu_threads")
 QUICK = {"models": "mlp", "clean_seeds": 1, "fault_seeds": 1, "faults": "nan,bad_batch", "mlp_steps": 200}
 
 
@@ -255,7 +257,7 @@ def run_cell(cell: matrix.Cell, args: argparse.Namespace, api: str, agent: str, 
     shares = api_get(api, f"/api/v1/jobs/{job}/steps?metric={WAIT_SHARE_METRIC}&last=10000")["steps"]
     per_rank = {name: {s["step"]: s["top"] for s in
                        api_get(api, f"/api/v1/jobs/{job}/steps?metric={name}&last=10000")["steps"]}
-                for name in (WAIT_METRIC, RUNQUEUE_METRIC, "bench.runqueue_threads")}
+                for name in PER_RANK}
     truths = [json.loads(line) for line in truth_path.read_text().splitlines()] if truth_path.exists() else []
     return {"job": job, "cell": cell.name, "shape": cell.shape, "factor": cell.factor, "where": cell.where,
             "world": cell.world, "steps": cell.steps, "steps_done": len(steps), "wall_s": round(wall, 1),
@@ -269,11 +271,10 @@ def run_cell(cell: matrix.Cell, args: argparse.Namespace, api: str, agent: str, 
             # [step, rank with the lowest running wait share, min, p50, count]: the agents' running shares (the
             # slow and persistence lanes' input), for replay
             "shares": [[w["step"], w["argmin"], w["min"], w["p50"], w["count"]] for w in shares],
-            # [step, {rank: collective_wait}, {rank: runqueue_wait}, {rank: every thread's run-queue wait}]: each
-            # rank's own figures (the summaries' exact top-k holds every rank of these small jobs), for
-            # bench/detection_jobs/runqueue.py
-            "per_rank": [[step, *({str(r): v for v, r in per_rank[name].get(step) or []}
-                                  for name in (WAIT_METRIC, RUNQUEUE_METRIC, "bench.runqueue_threads"))]
+            # [step, {rank: collective_wait}, {rank: runqueue_wait}, {rank: every thread's run-queue wait},
+            # {rank: the step thread's on-CPU time}, {rank: every thread's on-CPU time}]: each rank's own figures
+            # (the summaries' exact top-k holds every rank of these small jobs), for bench/detection_jobs/runqueue.py
+            "per_rank": [[step, *({str(r): v for v, r in per_rank[name].get(step) or []} for name in PER_RANK)]
                          for step in sorted(per_rank[WAIT_METRIC])],
             "ranks_done": [{"rank": d["rank"], "durable": d["durable"], "median_step_s": d["median_step_s"]}
                            for d in done_lines(log_path)]}

@@ -38,7 +38,7 @@ def inject(run: dict[str, Any], factor: float, rank: int, onset: int) -> dict[st
     """A fault cell made of clean `run`: `rank` slowed by `factor` from `onset`, to the matrix's end of it."""
     out = copy.deepcopy(run)
     end = onset + matrix.AFTER[factor]
-    per_rank = {step: (waits, queued, every) for step, waits, queued, every in out["per_rank"]}
+    per_rank = {step: (waits, queued, every) for step, waits, queued, every, *_ in out["per_rank"]}
     before = [w[5] for w in out["waits"] if onset - 25 <= w[0] < onset - 5 and w[5]]
     extra = (factor - 1.0) * statistics.median(before)  # as shapes.py: (f - 1) x the rank's median step before
     waits = []

@@ -43,7 +43,7 @@ def per_step(run: dict[str, Any]) -> dict[int, dict[str, Any]]:
     run-queue wait (step thread, every thread)."""
     scale_of = {w[0]: max(w[5] or 0.0, w[6] or 0.0) for w in run["waits"]}
     out = {}
-    for step, waits, rq, rq_all in run.get("per_rank", []):
+    for step, waits, rq, rq_all, *_ in run.get("per_rank", []):
         if len(waits) < run["world"] or scale_of.get(step, 0.0) <= 0:
             continue
         ranks = sorted(waits, key=lambda r: (waits[r], int(r)))

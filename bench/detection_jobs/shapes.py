@@ -229,18 +229,31 @@ def build(shape: str, slow: Slow, rank: int, world: int, seed: int) -> Built:
     return Built(raw, raw, d=384, dp_group=dp_groups[rank % 2], dp_size=world // 2)
 
 
-def threads_runqueue_ns() -> int:
-    """The run-queue wait of every thread of this process so far (torch's intra-op and gloo's threads, the
-    SDK's sender, the step thread): logged per step as `bench.runqueue_threads` to see what the SDK's
-    step-thread `runqueue_wait` leaves out (bench/detection_jobs/runqueue.py)."""
-    total = 0
+def threads_schedstat_ns() -> tuple[int, int]:
+    """(on-CPU, run-queue wait) of every thread of this process so far (torch's intra-op and gloo's threads,
+    the SDK's sender, the step thread), schedstat's first two fields: logged per step as `bench.oncpu_threads`
+    and `bench.runqueue_threads` to see what the SDK's step-thread `runqueue_wait` leaves out
+    (bench/detection_jobs/runqueue.py)."""
+    oncpu = queued = 0
     for task in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{task}/schedstat", "rb") as f:
-                total += int(f.read().split()[1])
+                fields = f.read().split()
+            oncpu, queued = oncpu + int(fields[0]), queued + int(fields[1])
         except (OSError, IndexError, ValueError):
             continue  # a thread that ended meanwhile
-    return total
+    return oncpu, queued
+
+
+def step_thread_oncpu_ns() -> int:
+    """The calling (step) thread's on-CPU nanoseconds so far (schedstat's first field; 0 where unreadable):
+    logged per step as `bench.oncpu_step`, the figure a run-queue discount proportional to CPU demand would
+    scale by (how much of a rank's lead is its own CPU work, how much is blocked time)."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[0])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def train(args: argparse.Namespace, shape: str, where: str, fault_rank: int, run: telemetry.Run, rank: int,
@@ -261,7 +274,8 @@ def train(args: argparse.Namespace, shape: str, where: str, fault_rank: int, run
                                      "extra_s": slow.seconds})
         if here and step == args.fault_step and where == "data":
             time.sleep(slow.seconds)  # this step's batch was fetched before the fault began
-        queued = threads_runqueue_ns()
+        oncpu, queued = threads_schedstat_ns()
+        oncpu_step = step_thread_oncpu_ns()
         with run.step(step):
             t0 = time.perf_counter()
             slow.at("forward")
@@ -293,7 +307,10 @@ def train(args: argparse.Namespace, shape: str, where: str, fault_rank: int, run
             if step < args.fault_step:
                 own.append(elapsed)
             run.log(step, loss=total)
-        run.log(step, **{"bench.runqueue_threads": (threads_runqueue_ns() - queued) / 1e9})
+        oncpu_step = step_thread_oncpu_ns() - oncpu_step
+        oncpu_after, queued_after = threads_schedstat_ns()
+        run.log(step, **{"bench.runqueue_threads": (queued_after - queued) / 1e9,
+                         "bench.oncpu_threads": (oncpu_after - oncpu) / 1e9, "bench.oncpu_step": oncpu_step / 1e9})
     return own
 
 
