@@ -103,6 +103,16 @@ class StragglerConfig:
     starved_min_s: float = 0.005
     starved_hits: int = 5
     starved_window: int = 10
+    # A rank whose lead is, over its recent steps, mostly its step thread's run-queue wait over the median rank's
+    # was descheduled, not slow, even where no single step shows it starved: the waits' lanes do not open (or
+    # hold) an event on a rank whose excess run-queue wait summed over its least-waiting steps of the job's last
+    # `descheduled_window` steps (at least `descheduled_min_steps` of them) is `descheduled_share` or more of the
+    # lead those steps gave it. A CPU-bound straggler on a host of L threads per CPU queues (L - 1) / L of its
+    # lead: left only from L = 5 (0.8), and then cpu_starved names it. Off with `runqueue_discount` (the waits alone).
+    descheduled_leave: bool = True
+    descheduled_share: float = 0.8
+    descheduled_window: int = 60
+    descheduled_min_steps: int = 8
     factor: float = 1.5
     min_wait_frac: float = 0.25
     min_wait_s: float = 0.02
@@ -125,6 +135,12 @@ class StragglerConfig:
                              f"got {self.starved_hits}")
         if not self.starved_excess > 0:
             raise ValueError(f"straggler: starved_excess must be > 0, got {self.starved_excess}")
+        if not 0 < self.descheduled_share <= 1:
+            raise ValueError(f"straggler: descheduled_share must be in (0, 1], got {self.descheduled_share}")
+        if not 0 < self.descheduled_min_steps <= self.descheduled_window <= 1000:
+            raise ValueError("straggler: descheduled_min_steps and descheduled_window must satisfy "
+                             f"1 <= descheduled_min_steps <= descheduled_window <= 1000, got "
+                             f"{self.descheduled_min_steps} and {self.descheduled_window}")
 
 
 @dataclass
@@ -148,6 +164,9 @@ class _State(StreakState):
     # the last few steps' run-queue waits, by step: (p50, {rank: seconds} of the exact top-k)
     queued: dict[int, tuple[float, dict[int, float]]] = field(default_factory=dict)
     starved: dict[int, deque[int]] = field(default_factory=dict)  # rank -> its recent starved steps
+    # the job's last judged steps whose run-queue waits were known: (step, least-waiting rank, its lead over the
+    # median rank, its run-queue wait over the median rank's), for `_descheduled` (O(descheduled_window))
+    leads: deque[tuple[int, int, float, float]] = field(default_factory=deque)
 
 
 @dataclass
@@ -293,10 +312,44 @@ class StragglerDetector(StreakDetector[_State]):
                 if not hits or hits[-1] < step:
                     hits.append(step)
 
+    def _note_lead(self, state: _State, step: int, rank: int, lead: float) -> None:
+        """The step's least-waiting rank, its lead and its run-queue wait over the median rank's (absolute: the
+        question is how much of the lead the queue explains), for `_descheduled`; a step whose run-queue waits
+        are unknown for the rank adds nothing."""
+        c = self.config
+        queued = state.queued.get(step)
+        if queued is None:
+            return
+        value = queued[1].get(rank)
+        if value is None or not math.isfinite(value) or not math.isfinite(lead):
+            return
+        state.leads.append((step, rank, lead, value - queued[0]))
+        while state.leads and state.leads[0][0] <= step - c.descheduled_window:
+            state.leads.popleft()
+
+    def _descheduled(self, state: _State, rank: int, step: int) -> bool:
+        """Over its least-waiting steps of the last `descheduled_window` (`descheduled_min_steps` at least), the
+        run-queue wait `rank` had over the median rank's adds up to `descheduled_share` of the lead it had: the
+        others waited for a rank that was ready to run and got no CPU. Pooled over the steps, not per step: the
+        per-step discount keeps each step's positive remainder, and on clean runs of this loaded 2-core machine
+        those remainders, summed over 60 steps, named ranks whose queueing explained 0.9-1.0 of their lead
+        (docs/detectors.md, "Descheduled over many steps")."""
+        c = self.config
+        if not (c.descheduled_leave and c.runqueue_discount):  # without the discount, judged on the waits alone
+            return False
+        mine = [(lead, excess) for s, r, lead, excess in state.leads if r == rank and step - c.descheduled_window < s]
+        if len(mine) < c.descheduled_min_steps:
+            return False
+        lead = math.fsum(v for v, _ in mine)
+        return lead > 0 and math.fsum(e for _, e in mine) >= c.descheduled_share * lead
+
     def _left_to_cpu_starved(self, state: _State, job: str, rank: int, step: int) -> bool:
         """`rank` is starved of CPU now (cpu_starved's event names it, or its run-queue wait says so on
-        `starved_hits` of the last `starved_window` steps): its event is cpu_starved's, not a straggler's."""
+        `starved_hits` of the last `starved_window` steps), or was descheduled over its recent least-waiting
+        steps (`_descheduled`): its event is cpu_starved's (or nobody's), not a straggler's."""
         c = self.config
+        if self._descheduled(state, rank, step):
+            return True
         if not c.starved_leave:
             return False
         hits = state.starved.get(rank)
@@ -356,6 +409,7 @@ class StragglerDetector(StreakDetector[_State]):
         scale = self._wait_scale(state, step, s) if state.step_scale > 0 else 0.0
         excess = self._excess(state, step, s.argmin, scale - s.min, scale - median)
         queued = excess or 0.0
+        self._note_lead(state, step, s.argmin, median - s.min)
         gap = max(0.0, median - s.min - queued)
         # The fast lane's own threshold only on a step where the discount could act on the rank it judges: a
         # job that logs run-queue waits the discount cannot use (a kernel printing 0 0 0, a rank whose clock gave
