@@ -114,7 +114,11 @@ def simulate(argv: list[str]) -> None:
                     with node.lock:
                         node.own_ranks = registry.views()
                         registry.changed = False
-                node.flush()  # as a real agent's flush loop, woken by the sample (AgentServer): nothing else is due
+            # Then each host's flush, as a real agent's flush loop does when its sample wakes it (AgentServer): one
+            # burst of units to the outboxes, which the process's client loop takes in at one wake-up
+            # (collectors/common/loopcalls.py), where a flush after each host's sample woke it once per host.
+            for node, _, _, _ in hosts:
+                node.flush()
             round_ns = time.time_ns() - started_ns
 
     threading.Thread(target=sample_loop, daemon=True).start()
