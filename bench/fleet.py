@@ -47,7 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collectors.common.fleet import source
+from collectors.common.fleet import FLEET_JOB, source
 from collectors.sim.procs import Proc, free_port, python_module, stop_process
 from collectors.sim.sysfs import set_ib, write_host
 from harness import BenchError, apply_quick, failure, parser, run_in_workdir, write_result
@@ -57,12 +57,14 @@ NAME = "fleet"
 QUICK = {"hosts": "16,64", "seconds": 10.0, "warmup": 8.0, "week_step": 60}
 NICS, HCAS = 2, 8
 IB_METRIC = "ib.symbol_error_delta"
+FLUSH_EVERY = 1  # the simulator flushes its hosts this many at a time, after sampling them
 
 
 # ============================================================== the simulated hosts (a child process)
 
 def simulate(argv: list[str]) -> None:
-    """`fleet.py --sim FIRST COUNT LAYOUT SYSFS RACKS_JSON RACK_SIZE`: COUNT hosts from index FIRST."""
+    """`fleet.py --sim FIRST COUNT LAYOUT SYSFS RACKS_JSON RACK_SIZE COUNTER`: COUNT hosts from index FIRST; the host
+    samples done so far written to the file COUNTER after each round."""
     from collectors.agent.hardware import HardwareSampler, next_sample_ns
     from collectors.agent.host_index import HostIndexRegistration
     from collectors.agent.ranks import RankRegistry
@@ -75,7 +77,8 @@ def simulate(argv: list[str]) -> None:
 
     die_with_parent()
     tune_gc()  # as `telemetry agent` does (collectors/common/gctune.py)
-    first, count, layout, sysfs, racks_json, rack_size = argv
+    first, count, layout, sysfs, racks_json, rack_size, counter = argv
+    done = [0]
     first, count, rack_size = int(first), int(count), int(rack_size)
     racks = json.loads(racks_json)
     hosts = []
@@ -108,21 +111,155 @@ def simulate(argv: list[str]) -> None:
             at_ns = next_sample_ns(time.time_ns() + round_ns, 1.0)
             time.sleep(max(0.0, (at_ns - min(round_ns, 500_000_000) - time.time_ns()) / 1e9))
             started_ns = time.time_ns()
-            for node, _, registry, sampler in hosts:
-                sampler.sample_once(next_wall_ns=at_ns + 1_000_000_000)
-                if registry.changed:
-                    with node.lock:
-                        node.own_ranks = registry.views()
-                        registry.changed = False
-            # Then each host's flush, as a real agent's flush loop does when its sample wakes it (AgentServer): one
-            # burst of units to the outboxes, which the process's client loop takes in at one wake-up
-            # (collectors/common/loopcalls.py), where a flush after each host's sample woke it once per host.
-            for node, _, _, _ in hosts:
-                node.flush()
+            for first in range(0, len(hosts), FLUSH_EVERY):
+                chunk = hosts[first:first + FLUSH_EVERY]
+                for node, _, registry, sampler in chunk:
+                    sampler.sample_once(next_wall_ns=at_ns + 1_000_000_000)
+                    if registry.changed:
+                        with node.lock:
+                            node.own_ranks = registry.views()
+                            registry.changed = False
+                # Then each host's flush, as a real agent's flush loop does when its sample wakes it (AgentServer):
+                # a few hosts' units at a time reach the process's client loop at one wake-up
+                # (collectors/common/loopcalls.py), where a flush after each host's sample woke it once per host;
+                # a few, not all: the first hosts' units do not wait for the whole round.
+                for node, _, _, _ in chunk:
+                    node.flush()
+                    done[0] += 1
+            with open(f"{counter}.tmp", "w") as out:  # host samples done, for CPU per host sample (run_tree)
+                out.write(str(done[0]))
+            os.replace(f"{counter}.tmp", counter)
             round_ns = time.time_ns() - started_ns
 
     threading.Thread(target=sample_loop, daemon=True).start()
     print(json.dumps({"ready": True, "role": "hosts", "hosts": count}), flush=True)
+    try:
+        while True:  # until SIGTERM (the bench), or the bench's death (PDEATHSIG, armed above)
+            time.sleep(3600)
+    finally:
+        stop.set()
+
+
+# ============================================================== replayed racks (--racks replayed)
+
+def sample_racks(sysfs: Path, hosts: int, rack_size: int, path: Path) -> dict[str, Any]:
+    """--racks replayed: what each rack of `hosts` would send its parent for one second, from the real hardware path.
+
+    Per host, as bench/fleet_wire.py: its generated sysfs tree read by the real NicProbe and HardwareSampler twice
+    (1 s apart: counters have deltas) into a real Node, its sealed windows of the second taken as `Upstream.ship`
+    takes them; per rack of `rack_size`, each metric's window is the native merge of its hosts' parts
+    (`Summary.merge_all`, as a rack merges), and its rank states of `_fleet` the union of its hosts' (sources,
+    names, claims). Written to `path` (pickle) for the replaying process; returns how long it took."""
+    import pickle
+
+    from collectors.agent.hardware import HardwareSampler
+    from collectors.agent.ranks import RankRegistry
+    from collectors.delivery.node import Node
+    from collectors.delivery.windows import Deadlines
+    from collectors.probes import NicProbe
+    from telemetry import Summary
+
+    class Capture:  # a node's sink keeping each sealed window's merged part, as Upstream.ship would send it
+        def __init__(self) -> None:
+            self.parts: dict[Any, Any] = {}
+
+        def ship(self, node: Any, windows: list[Any], now: float) -> None:
+            for win in windows:
+                if win.has_pending:
+                    self.parts[win.key] = win.take(False).summary
+
+        def forget(self, keys: list[Any]) -> None:
+            pass
+
+    started = time.monotonic()
+    t0 = (time.time_ns() // 1_000_000_000 - 10) * 1_000_000_000 + 700_000_000
+    second_ms = t0 // 1_000_000 // 1000 * 1000 + 1000
+    racks: list[dict[str, Any]] = []
+    for first in range(0, hosts, rack_size):
+        metrics: dict[str, list[Any]] = {}
+        alive: set[int] = set()
+        names: dict[int, str] = {}
+        claims: dict[int, int] = {}
+        for i in range(first, min(hosts, first + rack_size)):
+            sink = Capture()
+            node = Node(f"agent-host-{i:05d}", Deadlines(0.5, 3.0), ack_down=lambda *a, **k: None, sink=sink)
+            node.complete = lambda win: True
+            registry = RankRegistry()
+            probe = NicProbe(sysfs / f"h{i}")
+            sampler = HardwareSampler(node, registry, host_id=f"host-{i:05d}", nic=probe, host_index=i)
+            for second in (0, 1):
+                at = t0 + second * 1_000_000_000
+                sampler.sample_once(now_ns=at, next_wall_ns=at + 1_000_000_000)
+                node.flush()
+            probe.close()
+            for key, summary in sink.parts.items():
+                if key.index == second_ms:
+                    metrics.setdefault(key.metric, []).append(summary)
+            view = registry.views()[FLEET_JOB]
+            alive.update(view.alive)
+            names.update(view.hosts)
+            claims.update(view.processes)
+        racks.append({"windows": {metric: Summary.merge_all(parts).to_bytes() for metric, parts in metrics.items()},
+                      "alive": sorted(alive), "hosts": names, "processes": claims})
+    with open(path, "wb") as out:
+        pickle.dump(racks, out)
+    return {"racks": len(racks), "windows_per_rack": len(racks[0]["windows"]) if racks else 0,
+            "sampled_in_s": round(time.monotonic() - started, 1)}
+
+
+def replay(argv: list[str]) -> None:
+    """`fleet.py --replay RACKS_PICKLE CLUSTER`: each rack of the pickle (sample_racks) as a real Node, Upstream and
+    Outbox to the cluster collector, as a rack's own; every second, at the point of it the hosts sample at, the
+    rack's windows of the second before offered to its node under that second's key and flushed: the cluster
+    receives from each rack what a live rack of those hosts sends, with the same values every second."""
+    import pickle
+
+    from pyroaring import BitMap
+
+    from collectors.agent.hardware import next_sample_ns
+    from collectors.common.gctune import tune_gc
+    from collectors.common.keys import Key
+    from collectors.common.lifetime import die_with_parent
+    from collectors.delivery.node import Node, RankView, Upstream
+    from collectors.delivery.outbox import Outbox
+    from collectors.delivery.windows import Deadlines, Part
+    from telemetry import Summary
+
+    die_with_parent()
+    tune_gc()
+    path, cluster = argv
+    with open(path, "rb") as src:
+        racks = pickle.load(src)
+    nodes = []
+    for r, rack in enumerate(racks):
+        node_id = f"rack{r}"
+        node = Node(node_id, Deadlines(0.5, 3.0), ack_down=lambda *a, **k: None, retain_s=30.0)
+        node.complete = lambda win: True
+        upstream = Upstream(node, lambda on_ack, node_id=node_id: Outbox(node_id, [cluster], None, on_ack))
+        node.sink = upstream
+        with node.lock:
+            node.own_ranks = {FLEET_JOB: RankView(alive=BitMap(rack["alive"]), hosts=dict(rack["hosts"]),
+                                                  processes=dict(rack["processes"]))}
+        upstream.outbox.start()
+        nodes.append((node, rack["windows"]))
+    stop = threading.Event()
+
+    def replay_loop() -> None:
+        while not stop.is_set():
+            at_ns = next_sample_ns(time.time_ns(), 1.0)
+            time.sleep(max(0.0, (at_ns - time.time_ns()) / 1e9))
+            second_ms = at_ns // 1_000_000 // 1000 * 1000  # the second a host's sample at at_ns goes into
+            for node, windows in nodes:
+                with node.lock:
+                    for metric, blob in windows.items():
+                        summary = Summary.from_bytes(blob)
+                        node.offer(Part(Key(FLEET_JOB, metric, second_ms, 1000), [], BitMap(summary.sources),
+                                        built=summary), 0)
+            for node, _ in nodes:
+                node.flush()
+
+    threading.Thread(target=replay_loop, daemon=True).start()
+    print(json.dumps({"ready": True, "role": "replayed racks", "racks": len(nodes)}), flush=True)
     try:
         while True:  # until SIGTERM (the bench), or the bench's death (PDEATHSIG, armed above)
             time.sleep(3600)
@@ -138,6 +275,11 @@ def _bytes_in(port: int) -> int:
     out = subprocess.run(["ss", "-tinH", "state", "established", f"( sport = :{port} )"], capture_output=True,
                          text=True, timeout=10, check=True).stdout
     return sum(int(m) for m in re.findall(r"bytes_received:(\d+)", out))
+
+
+def _host_samples(where: Path) -> int:
+    """Host samples the simulator processes have done so far (each writes its count after each round)."""
+    return sum(int(path.read_text() or 0) for path in where.glob("hosts*.samples"))
 
 
 def _get(api: str, path: str) -> Any:
@@ -191,17 +333,25 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
                                                 "127.0.0.1:0", "--parent", root.ready["address"]), where).start()
         procs.append(cluster)
         racks = []
-        for r in range((hosts + args.rack_size - 1) // args.rack_size):
+        sysfs = work / "sys"
+        replayed = layout == "fleet" and args.racks == "replayed"
+        if replayed:  # the racks' units of one second, sampled from the hosts' trees, re-sent every second
+            sampled = sample_racks(sysfs, hosts, args.rack_size, where / "racks.pickle")
+            replayer = Proc("replayed-racks", [sys.executable, __file__, "--replay", str(where / "racks.pickle"),
+                                               cluster.ready["address"]], where).start(timeout=300)
+            procs.append(replayer)
+            racks = [f"replayed rack {r}" for r in range(sampled["racks"])]
+        for r in range(0 if replayed else (hosts + args.rack_size - 1) // args.rack_size):
             rack = Proc(f"rack{r}", python_module("collectors.cli", "collector", "--id", f"rack{r}", "--listen",
                                                   "127.0.0.1:0", "--parent", cluster.ready["address"]), where).start()
             procs.append(rack)
             racks.append(rack.ready["address"])
-        sysfs = work / "sys"
-        for start in range(0, hosts, args.hosts_per_process):
+        for start in range(0, 0 if replayed else hosts, args.hosts_per_process):
             count = min(args.hosts_per_process, hosts - start)
             sim_layout = "fleet:tree" if layout == "fleet" and args.indexes == "tree" else layout
             sim = Proc(f"hosts{start}", [sys.executable, __file__, "--sim", str(start), str(count), sim_layout,
-                                         str(sysfs), json.dumps(racks), str(args.rack_size)], where).start(timeout=300)
+                                         str(sysfs), json.dumps(racks), str(args.rack_size),
+                                         str(where / f"hosts{start}.samples")], where).start(timeout=300)
             procs.append(sim)
         api = f"127.0.0.1:{api_port}"
         registered: dict[str, Any] = {}
@@ -211,6 +361,7 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
         pid, port = root.popen.pid, int(root.ready["address"].rsplit(":", 1)[1])
         tiers = {p.name: p.popen.pid for p in procs if p.name != "root"}
         tiers0 = {name: cpu_seconds(tpid) for name, tpid in tiers.items()}
+        samples0 = _host_samples(where)
         late0 = _late(api)
         cpu0, bytes0, stored0, t0 = cpu_seconds(pid), _bytes_in(port), _stored(db), time.monotonic()
         wall0 = time.time_ns()
@@ -218,6 +369,7 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
         cpu1, bytes1, stored1, t1 = cpu_seconds(pid), _bytes_in(port), _stored(db), time.monotonic()
         wall = t1 - t0
         tiers1 = {name: cpu_seconds(tpid) for name, tpid in tiers.items()}
+        samples = _host_samples(where) - samples0
         late1 = _late(api)
 
         def tier_cpu(prefix: str) -> float:
@@ -225,6 +377,10 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
         from collectors.root.retention import store_bytes
         result: dict[str, Any] = {
             "hosts": hosts, "layout": layout, "racks": len(racks), "seconds": round(wall, 1),
+            # live: every host runs the agent's hardware path at 1 Hz in the simulator's processes, its rack a
+            # `telemetry collector`; replayed: each rack's unit of one second, made once from the hosts' real
+            # samples (sample_racks), re-sent every second by one process; the cluster and the root are live
+            "racks_fed": "replayed" if replayed else "live",
             "root_cpu_per_s": round((cpu1 - cpu0) / wall, 4),
             "root_rss_mb": round(status_kb(pid, "VmRSS") / 1024, 1),
             "root_bytes_in_per_s": round((bytes1 - bytes0) / wall),
@@ -235,6 +391,11 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
             "root_bytes_in_per_window": round((bytes1 - bytes0) / max(1, stored1 - stored0)),
             "store_bytes_per_window": round(store_bytes(db) / max(1, stored1)),
             "sim_cpu_per_s": tier_cpu("hosts"), "racks_cpu_per_s": tier_cpu("rack"),
+            "replay_cpu_per_s": tier_cpu("replayed"),
+            # what a simulated host costs per second it sampled (all its work: sample, offer, flush, outbox), however
+            # many seconds a starved simulator skipped; and the share of host-seconds it sampled at all
+            "sim_cpu_ms_per_host_sample": round(1000 * wall * tier_cpu("hosts") / samples, 3) if samples else None,
+            "host_samples_per_host_second": round(samples / (hosts * wall), 3) if not replayed else None,
             "cluster_cpu_per_s": tier_cpu("cluster"),
             # what reached the root of what the hosts should send at 1 Hz (1.0: nothing starved)
             "coverage": _coverage(db, layout, hosts, wall0, time.time_ns()),
@@ -244,7 +405,9 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
         }
         if registered:
             result["host_indexes"] = registered
-        if link_down:
+        if replayed:
+            result["replayed_racks"] = sampled
+        if link_down and not replayed:  # a replayed rack re-sends the second it sampled: no sysfs write reaches it
             result["link_down"] = _link_down(api, sysfs, hosts, args)
         return result
     finally:
@@ -381,10 +544,10 @@ def run(work: Path, args: argparse.Namespace) -> dict[str, Any]:
                               "machine_cpus": os.cpu_count()}
     try:
         if not args.skip_tree:
-            for hosts in counts:
-                write_host_trees(work / "sys", hosts)
+            write_host_trees(work / "sys", max(counts + [int(n) for n in args.naive_hosts.split(",") if n]))
+            naive_counts = [int(n) for n in args.naive_hosts.split(",")] if args.naive_hosts else counts
             for layout in args.layouts.split(","):
-                for hosts in counts:
+                for hosts in naive_counts if layout == "naive" else counts:
                     one = run_tree(work, hosts, layout, args, link_down=layout == "fleet" and hosts == max(counts))
                     result["runs"].append(one)
                     print(json.dumps(one), flush=True)
@@ -395,6 +558,13 @@ def run(work: Path, args: argparse.Namespace) -> dict[str, Any]:
                     name: round(large[name] / small[name], 2) if small[name] else None
                     for name in ("root_cpu_per_s", "root_rss_mb", "root_bytes_in_per_s", "root_bytes_in_per_window",
                                  "root_windows_stored_per_s")}
+            fleet_by_hosts = {r["hosts"]: r for r in result["runs"] if r["layout"] == "fleet"}
+            for naive in (r for r in result["runs"] if r["layout"] == "naive"):
+                fleet_run = fleet_by_hosts.get(naive["hosts"])
+                if fleet_run is not None:  # the baseline: what the per-host layout costs the root at the same count
+                    result[f"naive_over_fleet_{naive['hosts']}"] = {
+                        name: round(naive[name] / fleet_run[name], 2) if fleet_run[name] else None
+                        for name in ("root_cpu_per_s", "root_rss_mb", "root_bytes_in_per_s")}
         if not args.skip_week:
             result["week"] = run_week(work, args)
         result["complete"] = True
@@ -410,15 +580,15 @@ def write_host_trees(sysfs: Path, hosts: int) -> None:
 
 
 def report(result: dict[str, Any]) -> None:
-    print(f"{'layout':<7} {'hosts':>6} {'racks':>5} {'root CPU/s':>10} {'RSS MB':>8} {'bytes in/s':>11} "
+    print(f"{'layout':<7} {'racks fed':>9} {'hosts':>6} {'racks':>5} {'root CPU/s':>10} {'RSS MB':>8} {'bytes in/s':>11} "
           f"{'windows/s':>9} {'coverage':>8} {'late/s':>6} {'hosts CPU':>9} {'racks CPU':>9} {'load':>5}")
     for r in result["runs"]:
-        print(f"{r['layout']:<7} {r['hosts']:>6} {r['racks']:>5} {r['root_cpu_per_s']:>10.3f} {r['root_rss_mb']:>8.1f} "
+        print(f"{r['layout']:<7} {r.get('racks_fed', 'live'):>9} {r['hosts']:>6} {r['racks']:>5} {r['root_cpu_per_s']:>10.3f} {r['root_rss_mb']:>8.1f} "
               f"{r['root_bytes_in_per_s']:>11,} {r['root_windows_stored_per_s']:>9.1f} {r['coverage'] or 0:>8.3f} "
               f"{r.get('late_per_s', 0):>6.1f} "
               f"{r['sim_cpu_per_s']:>9.2f} {r['racks_cpu_per_s']:>9.2f} {r['load_average']:>5.1f}")
     for key, value in result.items():
-        if "_ratio_" in key:
+        if "_ratio_" in key or key.startswith("naive_over_fleet"):
             print(f"{key}: {value}")
     for r in result["runs"]:
         if "host_indexes" in r:
@@ -437,16 +607,27 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--sim"]:
         simulate(argv[1:])
         return 0
+    if argv[:1] == ["--replay"]:
+        replay(argv[1:])
+        return 0
     p = parser(__doc__, NAME, QUICK)
     p.add_argument("--hosts", default="250,2000", help="host counts, comma-separated (the first is the baseline)")
     p.add_argument("--layouts", default="fleet,naive", choices=["fleet,naive", "fleet", "naive"],
                    help="which layouts to run (both by default: the naive one is the baseline)")
+    p.add_argument("--naive-hosts", default="",
+                   help="the naive layout's host counts, comma-separated (default: --hosts): e.g. the baseline at the "
+                        "count the machine runs live beside --racks replayed at counts it cannot")
     p.add_argument("--rack-size", type=int, default=64)
     p.add_argument("--hosts-per-process", type=int, default=128)
     p.add_argument("--indexes", choices=["fixed", "tree"], default="fixed",
                    help="fleet layout: host i is --host-index i (fixed), or each host asks the tree for its index "
                         "at start (tree: --host-index auto, docs/fleet.md 'Host indexes'; the time until all have one "
                         "is reported)")
+    p.add_argument("--racks", choices=["live", "replayed"], default="live",
+                   help="fleet layout: live (every host a simulated agent at 1 Hz, racks of `telemetry collector`), "
+                        "or replayed (each rack's unit of one second made once from its hosts' real samples and "
+                        "re-sent every second by one process: the cluster and the root live at host counts the "
+                        "machine cannot simulate; no link down; docs/fleet.md)")
     p.add_argument("--seconds", type=float, default=30.0, help="measured seconds per run")
     p.add_argument("--warmup", type=float, default=15.0)
     p.add_argument("--link-timeout", type=float, default=20.0)

@@ -37,3 +37,20 @@ def test_fleet_wire_makes_the_roots_fleet_windows_one_per_metric_whatever_the_ho
     assert large["values_per_window"] == pytest.approx(12 * small["values_per_window"], abs=1)  # 12x the hosts
     assert small["centroids_per_window"] < large["centroids_per_window"] <= 210
     assert large["sources_bytes_per_s"] == small["sources_bytes_per_s"]  # one run per slot, whatever the hosts
+
+
+def test_replayed_racks_feed_the_live_cluster_and_root_every_hosts_readings(tmp_path) -> None:
+    """bench/fleet.py --racks replayed, small: 16 hosts' real samples merged per rack of 8, re-sent every second by
+    one process to a live cluster collector and root: the root stores the fleet's windows holding every host's
+    IB ports (coverage), one per metric and second, and the run says its racks were replayed."""
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "fleet.py"), "--hosts", "16", "--rack-size", "8",
+                           "--layouts", "fleet", "--racks", "replayed", "--skip-week", "--seconds", "4", "--warmup",
+                           "4", "--out", str(tmp_path)], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "fleet.json").read_text())
+    assert result["complete"], result.get("error")
+    (run,) = result["runs"]
+    assert run["racks_fed"] == "replayed" and run["racks"] == 2 and "link_down" not in run
+    assert run["replayed_racks"] == {"racks": 2, "windows_per_rack": 25, "sampled_in_s": pytest.approx(1, abs=60)}
+    assert run["coverage"] is not None and run["coverage"] > 0.9  # the windows stored hold every host's ports
+    assert run["root_windows_stored_per_s"] > 10 and run["sim_cpu_per_s"] == 0.0
