@@ -57,7 +57,6 @@ NAME = "fleet"
 QUICK = {"hosts": "16,64", "seconds": 10.0, "warmup": 8.0, "week_step": 60}
 NICS, HCAS = 2, 8
 IB_METRIC = "ib.symbol_error_delta"
-FLUSH_EVERY = 1  # the simulator flushes its hosts this many at a time, after sampling them
 
 
 # ============================================================== the simulated hosts (a child process)
@@ -111,21 +110,14 @@ def simulate(argv: list[str]) -> None:
             at_ns = next_sample_ns(time.time_ns() + round_ns, 1.0)
             time.sleep(max(0.0, (at_ns - min(round_ns, 500_000_000) - time.time_ns()) / 1e9))
             started_ns = time.time_ns()
-            for first in range(0, len(hosts), FLUSH_EVERY):
-                chunk = hosts[first:first + FLUSH_EVERY]
-                for node, _, registry, sampler in chunk:
-                    sampler.sample_once(next_wall_ns=at_ns + 1_000_000_000)
-                    if registry.changed:
-                        with node.lock:
-                            node.own_ranks = registry.views()
-                            registry.changed = False
-                # Then each host's flush, as a real agent's flush loop does when its sample wakes it (AgentServer):
-                # a few hosts' units at a time reach the process's client loop at one wake-up
-                # (collectors/common/loopcalls.py), where a flush after each host's sample woke it once per host;
-                # a few, not all: the first hosts' units do not wait for the whole round.
-                for node, _, _, _ in chunk:
-                    node.flush()
-                    done[0] += 1
+            for node, _, registry, sampler in hosts:
+                sampler.sample_once(next_wall_ns=at_ns + 1_000_000_000)
+                if registry.changed:
+                    with node.lock:
+                        node.own_ranks = registry.views()
+                        registry.changed = False
+                node.flush()  # as a real agent's flush loop, woken by the sample (AgentServer): nothing else is due
+                done[0] += 1
             with open(f"{counter}.tmp", "w") as out:  # host samples done, for CPU per host sample (run_tree)
                 out.write(str(done[0]))
             os.replace(f"{counter}.tmp", counter)
@@ -142,14 +134,15 @@ def simulate(argv: list[str]) -> None:
 
 # ============================================================== replayed racks (--racks replayed)
 
-def sample_racks(sysfs: Path, hosts: int, rack_size: int, path: Path) -> dict[str, Any]:
+def sample_racks(sysfs: Path, hosts: int, rack_size: int, path: Path | None = None) -> tuple[list[dict[str, Any]],
+                                                                                           dict[str, Any]]:
     """--racks replayed: what each rack of `hosts` would send its parent for one second, from the real hardware path.
 
     Per host, as bench/fleet_wire.py: its generated sysfs tree read by the real NicProbe and HardwareSampler twice
     (1 s apart: counters have deltas) into a real Node, its sealed windows of the second taken as `Upstream.ship`
     takes them; per rack of `rack_size`, each metric's window is the native merge of its hosts' parts
     (`Summary.merge_all`, as a rack merges), and its rank states of `_fleet` the union of its hosts' (sources,
-    names, claims). Written to `path` (pickle) for the replaying process; returns how long it took."""
+    names, claims). Written to `path` (pickle) for the replaying process; returns the racks and what it took."""
     import pickle
 
     from collectors.agent.hardware import HardwareSampler
@@ -201,70 +194,92 @@ def sample_racks(sysfs: Path, hosts: int, rack_size: int, path: Path) -> dict[st
             claims.update(view.processes)
         racks.append({"windows": {metric: Summary.merge_all(parts).to_bytes() for metric, parts in metrics.items()},
                       "alive": sorted(alive), "hosts": names, "processes": claims})
-    with open(path, "wb") as out:
-        pickle.dump(racks, out)
-    return {"racks": len(racks), "windows_per_rack": len(racks[0]["windows"]) if racks else 0,
-            "sampled_in_s": round(time.monotonic() - started, 1)}
+    if path is not None:
+        with open(path, "wb") as out:
+            pickle.dump(racks, out)
+    return racks, {"racks": len(racks), "windows_per_rack": len(racks[0]["windows"]) if racks else 0,
+                   "sampled_in_s": round(time.monotonic() - started, 1)}
+
+
+class ReplayedRacks:
+    """Each rack of `racks` (sample_racks) as a real Node, Upstream and Outbox to the cluster collector, as a rack's
+    own; every second, at the point of it the hosts sample at, the rack's windows offered to its node under that
+    second's key and flushed: the cluster receives from each rack what a live rack of those hosts sends, with the
+    same values every second."""
+
+    def __init__(self, racks: list[dict[str, Any]], cluster: str) -> None:
+        from pyroaring import BitMap
+
+        from collectors.delivery.node import Node, RankView, Upstream
+        from collectors.delivery.outbox import Outbox
+        from collectors.delivery.windows import Deadlines
+
+        self.nodes = []
+        for r, rack in enumerate(racks):
+            node_id = f"rack{r}"
+            node = Node(node_id, Deadlines(0.5, 3.0), ack_down=lambda *a, **k: None, retain_s=30.0)
+            node.complete = lambda win: True
+            upstream = Upstream(node, lambda on_ack, node_id=node_id: Outbox(node_id, [cluster], None, on_ack))
+            node.sink = upstream
+            with node.lock:
+                node.own_ranks = {FLEET_JOB: RankView(alive=BitMap(rack["alive"]), hosts=dict(rack["hosts"]),
+                                                      processes=dict(rack["processes"]))}
+            self.nodes.append((node, upstream, rack["windows"]))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> ReplayedRacks:
+        for _, upstream, _ in self.nodes:
+            upstream.outbox.start()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for _, upstream, _ in self.nodes:
+            upstream.outbox.close()
+
+    def _run(self) -> None:
+        from pyroaring import BitMap
+
+        from collectors.agent.hardware import next_sample_ns
+        from collectors.common.keys import Key
+        from collectors.delivery.windows import Part
+        from telemetry import Summary
+
+        while True:
+            at_ns = next_sample_ns(time.time_ns(), 1.0)
+            if self._stop.wait(max(0.0, (at_ns - time.time_ns()) / 1e9)):
+                return
+            second_ms = at_ns // 1_000_000 // 1000 * 1000  # the second a host's sample at at_ns goes into
+            for node, _, windows in self.nodes:
+                with node.lock:
+                    for metric, blob in windows.items():
+                        summary = Summary.from_bytes(blob)
+                        node.offer(Part(Key(FLEET_JOB, metric, second_ms, 1000), [], BitMap(summary.sources),
+                                        built=summary), 0)
+            for node, _, _ in self.nodes:
+                node.flush()
 
 
 def replay(argv: list[str]) -> None:
-    """`fleet.py --replay RACKS_PICKLE CLUSTER`: each rack of the pickle (sample_racks) as a real Node, Upstream and
-    Outbox to the cluster collector, as a rack's own; every second, at the point of it the hosts sample at, the
-    rack's windows of the second before offered to its node under that second's key and flushed: the cluster
-    receives from each rack what a live rack of those hosts sends, with the same values every second."""
+    """`fleet.py --replay RACKS_PICKLE CLUSTER`: ReplayedRacks of the pickle (sample_racks) to the cluster collector
+    at CLUSTER, until SIGTERM."""
     import pickle
 
-    from pyroaring import BitMap
-
-    from collectors.agent.hardware import next_sample_ns
     from collectors.common.gctune import tune_gc
-    from collectors.common.keys import Key
     from collectors.common.lifetime import die_with_parent
-    from collectors.delivery.node import Node, RankView, Upstream
-    from collectors.delivery.outbox import Outbox
-    from collectors.delivery.windows import Deadlines, Part
-    from telemetry import Summary
 
     die_with_parent()
     tune_gc()
     path, cluster = argv
     with open(path, "rb") as src:
         racks = pickle.load(src)
-    nodes = []
-    for r, rack in enumerate(racks):
-        node_id = f"rack{r}"
-        node = Node(node_id, Deadlines(0.5, 3.0), ack_down=lambda *a, **k: None, retain_s=30.0)
-        node.complete = lambda win: True
-        upstream = Upstream(node, lambda on_ack, node_id=node_id: Outbox(node_id, [cluster], None, on_ack))
-        node.sink = upstream
-        with node.lock:
-            node.own_ranks = {FLEET_JOB: RankView(alive=BitMap(rack["alive"]), hosts=dict(rack["hosts"]),
-                                                  processes=dict(rack["processes"]))}
-        upstream.outbox.start()
-        nodes.append((node, rack["windows"]))
-    stop = threading.Event()
-
-    def replay_loop() -> None:
-        while not stop.is_set():
-            at_ns = next_sample_ns(time.time_ns(), 1.0)
-            time.sleep(max(0.0, (at_ns - time.time_ns()) / 1e9))
-            second_ms = at_ns // 1_000_000 // 1000 * 1000  # the second a host's sample at at_ns goes into
-            for node, windows in nodes:
-                with node.lock:
-                    for metric, blob in windows.items():
-                        summary = Summary.from_bytes(blob)
-                        node.offer(Part(Key(FLEET_JOB, metric, second_ms, 1000), [], BitMap(summary.sources),
-                                        built=summary), 0)
-            for node, _ in nodes:
-                node.flush()
-
-    threading.Thread(target=replay_loop, daemon=True).start()
-    print(json.dumps({"ready": True, "role": "replayed racks", "racks": len(nodes)}), flush=True)
-    try:
-        while True:  # until SIGTERM (the bench), or the bench's death (PDEATHSIG, armed above)
-            time.sleep(3600)
-    finally:
-        stop.set()
+    ReplayedRacks(racks, cluster).start()
+    print(json.dumps({"ready": True, "role": "replayed racks", "racks": len(racks)}), flush=True)
+    while True:  # until SIGTERM (the bench), or the bench's death (PDEATHSIG, armed above)
+        time.sleep(3600)
 
 
 # ============================================================== part 1 and 2: the tree
@@ -336,7 +351,7 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
         sysfs = work / "sys"
         replayed = layout == "fleet" and args.racks == "replayed"
         if replayed:  # the racks' units of one second, sampled from the hosts' trees, re-sent every second
-            sampled = sample_racks(sysfs, hosts, args.rack_size, where / "racks.pickle")
+            _, sampled = sample_racks(sysfs, hosts, args.rack_size, where / "racks.pickle")
             replayer = Proc("replayed-racks", [sys.executable, __file__, "--replay", str(where / "racks.pickle"),
                                                cluster.ready["address"]], where).start(timeout=300)
             procs.append(replayer)
