@@ -63,7 +63,7 @@ def test_replayed_racks_feed_a_cluster_and_root_every_hosts_readings_under_their
                 rows = db.execute("SELECT summary FROM windows WHERE job=? AND metric='ib.port_active'",
                                   (fleet_ids.FLEET_JOB,)).fetchall()
             return [s for s in (Summary.from_bytes(row["summary"]) for row in rows) if s.count == 8 * HCAS]
-        (first, *_) = wait_for(whole_second, 30.0, what="a second of ib.port_active holding all 8 hosts' ports")
+        (first, *_) = wait_for(whole_second, 60.0, what="a second of ib.port_active holding all 8 hosts' ports")
         assert {fleet_ids.host_index_of(src) for src in first.sources} == set(range(8))
         names = set(root.node.hosts(fleet_ids.FLEET_JOB).values())
         assert {name.split(":")[0] for name in names} == {f"host-{i:05d}" for i in range(8)}
