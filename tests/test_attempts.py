@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import telemetry
-from collectors.root.goodput import AttemptSteps, compute
+from collectors.root.goodput import AttemptSteps, compute, goodput
+from collectors.root.store import _SCHEMA
 from helpers_tree import api_get, counters, make_agent, make_collector, make_root, stop_all, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -127,6 +128,36 @@ def test_goodput_accounts_every_second() -> None:
     assert [(a["attempt"], a["steps_replayed"], a["downtime_s"]) for a in figures["attempts"]] == [(1, 0, 0.0),
                                                                                                    (7, 2, 10.0)]
     assert compute("j", [])["goodput"] is None
+
+
+def test_the_step_a_crash_broke_into_is_not_one_the_attempt_reached() -> None:
+    """Rank 1 of 2 dies entering step 3; rank 0 reports step 3 alone (its collective failed), and that window is
+    sealed without rank 1 whenever the deadline passes: before or after the restart's steps reach the root, the
+    figures are the same (tests/test_restarts_torchrun.py raced on it). A step some rank missed in the middle of
+    an attempt, and an attempt whose ranks never all report a step (ranks that log nothing), keep their steps."""
+    import sqlite3
+
+    def store(first_steps: list[tuple[int, int, int]]) -> sqlite3.Connection:
+        db = sqlite3.connect(":memory:")
+        db.executescript(_SCHEMA)
+        for name, steps in (("j@1", first_steps), ("j@2", [(3, 2, 2), (4, 2, 2)])):
+            db.execute("INSERT INTO jobs VALUES (?, 2, 0)", (name,))
+            for step, sources, expected in steps:
+                db.execute("INSERT INTO windows (job, metric, idx, width_ms, expected, count, sources, missing, top, "
+                           "nonfinite_count, nonfinite_sources, late, last_time_ns, finalised_ns, summary) VALUES "
+                           "(?, 'step_time', ?, 0, ?, ?, ?, '[]', '[]', 0, '[]', 0, ?, 0, x'')",
+                           (name, step, expected, sources, sources, step * 1_000_000_000 + (10**10 if name == "j@2"
+                                                                                            else 0)))
+        return db
+
+    crashed = goodput(store([(1, 2, 2), (2, 2, 2), (3, 1, 2)]), "j")
+    assert [(a["last_step"], a["steps"], a["steps_replayed"]) for a in crashed["attempts"]] == [(2, 2, 0), (4, 2, 0)]
+    assert crashed["lost_s"] == 0.0 and crashed["restart_downtime_s"] == 11.0
+    assert crashed == goodput(store([(1, 2, 2), (2, 2, 2)]), "j")  # as if the partial window were not sealed yet
+    straggled = goodput(store([(1, 2, 2), (2, 1, 2), (3, 2, 2)]), "j")
+    assert [(a["last_step"], a["steps"]) for a in straggled["attempts"]][0] == (3, 3)
+    silent = goodput(store([(1, 1, 2), (2, 1, 2)]), "j")
+    assert [(a["last_step"], a["steps"]) for a in silent["attempts"]][0] == (2, 2)
 
 
 def test_slurm_attempts_differ_for_requeues_steps_and_resubmissions(monkeypatch) -> None:

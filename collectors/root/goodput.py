@@ -14,6 +14,9 @@ downtime (for the first attempt, the wall time starts when it ends). So, exactly
   (about lost_s when step times are steady);
 * goodput: productive_s / wall_s (the "effective training time ratio").
 
+An attempt's steps end at its last step that every rank ended (some window of it holds every rank): the step a
+crash broke into, reported by the surviving ranks only, is not one the attempt reached (`_ended_by_every_rank`).
+
 Each attempt also says why it ended (`ended_by`), when the root's `crash` event for it says so (the events
 table of the same database, docs/forensics.md "When ranks die"): the cause and ranks of the first death and the
 event's summary; None for an attempt that finished, still runs, or ended without a word reaching the root.
@@ -104,11 +107,22 @@ def load(db: sqlite3.Connection, job: str) -> list[AttemptSteps]:
     """Every attempt of `job` its views read (`view_names`) with at least one step window, oldest first."""
     out = []
     for order, (name, world) in enumerate(view_names(db, job)):
-        ends = db.execute("SELECT idx, max(last_time_ns) FROM windows WHERE job=? AND width_ms=0 GROUP BY idx "
-                          "ORDER BY idx", (name,)).fetchall()
+        steps = db.execute("SELECT idx, max(last_time_ns), max(sources >= expected) FROM windows WHERE job=? AND "
+                           "width_ms=0 GROUP BY idx ORDER BY idx", (name,)).fetchall()
+        ends = [(int(i), int(t)) for i, t, _ in steps[:_ended_by_every_rank(steps)]]
         if ends:
-            out.append(AttemptSteps(split(name)[1], world, [(int(i), int(t)) for i, t in ends], order))
+            out.append(AttemptSteps(split(name)[1], world, ends, order))
     return out
+
+
+def _ended_by_every_rank(steps: list[tuple[int, int, int]]) -> int:
+    """How many of an attempt's (step, end, every rank in some window) to count: up to its last step that every
+    rank ended. The steps after it are the attempt's unfinished end: the step a crash broke into, which only
+    the surviving ranks reported (their windows sealed without the dead rank, whenever the deadline passes);
+    counting it would have the attempt reach a step it never finished, and a restart replay it. An attempt
+    none of whose steps every rank reported (ranks that log nothing per step) keeps them all."""
+    complete = [i for i, (_, _, every) in enumerate(steps) if every]
+    return complete[-1] + 1 if complete else len(steps)
 
 
 def compute(job: str, attempts: Iterable[AttemptSteps]) -> Goodput:
