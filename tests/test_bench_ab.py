@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from ab import compare, leaves  # noqa: E402  (bench/ is put on sys.path just above)
+from ab import NATIVE_SOURCES, compare, leaves, reusable_build  # noqa: E402  (bench/ is put on sys.path just above)
 
 
 def test_leaves_and_ratios() -> None:
@@ -23,12 +27,29 @@ def test_leaves_and_ratios() -> None:
 
 def test_ab_runs_a_bench_at_both_revisions(tmp_path: Path) -> None:
     out = tmp_path / "ab.json"
-    subprocess.run([sys.executable, str(REPO / "bench" / "ab.py"), "--base", "HEAD", "--rounds", "1", "--keys",
-                    "commits_per_s", "--json", str(out), "--", "bench/store_sync.py", "--rounds", "1", "--commits",
-                    "5", "--windows", "4", "--dir", "{out}", "--out", "{out}"], check=True, timeout=300,
-                   capture_output=True, cwd=REPO)
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "ab.py"), "--base", "HEAD", "--rounds", "1",
+                           "--keys", "commits_per_s", "--json", str(out), "--", "bench/store_sync.py", "--rounds", "1",
+                           "--commits", "5", "--windows", "4", "--dir", "{out}", "--out", "{out}"], check=True,
+                          timeout=300, capture_output=True, cwd=REPO, text=True)
     result = json.loads(out.read_text())
     assert {row["figure"] for row in result["table"]} == {"commits_per_s.process", "commits_per_s.power"}
     assert len(result["runs"]["base"]) == len(result["runs"]["head"]) == 1
+    [base_tree] = re.findall(r"^base worktree (\S+): native extension", done.stdout, re.M)
+    assert "telemetry-ab-" in base_tree
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
-    assert "telemetry-ab-" not in worktrees  # the base's worktree is removed after
+    assert base_tree not in worktrees  # the base's worktree is removed after (others' runs of ab.py may be alive)
+
+
+def test_the_working_trees_build_is_reused_only_for_the_same_sources(tmp_path: Path) -> None:
+    """What lets the A/B above skip compiling the base: its build inputs are the working tree's, byte for byte."""
+    if not list(REPO.glob("telemetry/summary/_native*.so")):
+        pytest.skip("the native extension is not built in this tree")
+    shutil.copy2(REPO / "setup.py", tmp_path / "setup.py")
+    shutil.copytree(REPO / NATIVE_SOURCES, tmp_path / NATIVE_SOURCES)
+    assert reusable_build(tmp_path) == sorted(REPO.glob("telemetry/summary/_native*.so"))
+    with (tmp_path / NATIVE_SOURCES / "core.cpp").open("a") as changed:
+        changed.write("// another revision\n")
+    assert reusable_build(tmp_path) == []
+    (tmp_path / NATIVE_SOURCES / "core.cpp").write_bytes((REPO / NATIVE_SOURCES / "core.cpp").read_bytes())
+    (tmp_path / NATIVE_SOURCES / "extra.hpp").write_text("// a file the working tree has not\n")
+    assert reusable_build(tmp_path) == []
