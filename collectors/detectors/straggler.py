@@ -103,6 +103,9 @@ class StragglerConfig:
     starved_min_s: float = 0.005
     starved_hits: int = 5
     starved_window: int = 10
+    # ... and one of those within its last `starved_recent` steps: a rank starved for a while and no longer (a
+    # straggler the CPU starved too, before and at its onset) is named once that is over, not `starved_window` later
+    starved_recent: int = 3
     # A rank whose lead is, over its recent steps, mostly its step thread's run-queue wait over the median rank's
     # was descheduled, not slow, even where no single step shows it starved: the waits' lanes do not open (or
     # hold) an event on a rank whose excess run-queue wait summed over its least-waiting steps of the job's last
@@ -135,6 +138,9 @@ class StragglerConfig:
                              f"got {self.starved_hits}")
         if not self.starved_excess > 0:
             raise ValueError(f"straggler: starved_excess must be > 0, got {self.starved_excess}")
+        if not 0 < self.starved_recent <= self.starved_window:
+            raise ValueError(f"straggler: starved_recent must be in 1..starved_window ({self.starved_window}), "
+                             f"got {self.starved_recent}")
         if not 0 < self.descheduled_share <= 1:
             raise ValueError(f"straggler: descheduled_share must be in (0, 1], got {self.descheduled_share}")
         if not 0 < self.descheduled_min_steps <= self.descheduled_window <= 1000:
@@ -337,11 +343,18 @@ class StragglerDetector(StreakDetector[_State]):
         c = self.config
         if not (c.descheduled_leave and c.runqueue_discount):  # without the discount, judged on the waits alone
             return False
-        mine = [(lead, excess) for s, r, lead, excess in state.leads if r == rank and step - c.descheduled_window < s]
-        if len(mine) < c.descheduled_min_steps:
+        return self._queue_explains(state, rank, step, c.descheduled_window, c.descheduled_min_steps,
+                                    c.descheduled_share)
+
+    @staticmethod
+    def _queue_explains(state: _State, rank: int, step: int, window: int, least_steps: int, share: float) -> bool:
+        """Over its least-waiting steps of the last `window` (`least_steps` of them at least), `rank`'s run-queue
+        wait over the median rank's adds up to `share` of the lead it had on them."""
+        mine = [(lead, excess) for s, r, lead, excess in state.leads if r == rank and step - window < s]
+        if len(mine) < least_steps:
             return False
         lead = math.fsum(v for v, _ in mine)
-        return lead > 0 and math.fsum(e for _, e in mine) >= c.descheduled_share * lead
+        return lead > 0 and math.fsum(e for _, e in mine) >= share * lead
 
     def _left_to_cpu_starved(self, state: _State, job: str, rank: int, step: int) -> bool:
         """`rank` is starved of CPU now (cpu_starved's event names it, or its run-queue wait says so on
@@ -353,7 +366,8 @@ class StragglerDetector(StreakDetector[_State]):
         if not c.starved_leave:
             return False
         hits = state.starved.get(rank)
-        if hits and sum(1 for s in hits if step - c.starved_window < s <= step) >= c.starved_hits:
+        if (hits and step - c.starved_recent < hits[-1] <= step
+                and sum(1 for s in hits if step - c.starved_window < s <= step) >= c.starved_hits):
             return True
         starved = self.events.get_open(CPU_STARVED, job)
         return starved is not None and rank in starved.ranks
