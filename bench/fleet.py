@@ -16,6 +16,10 @@ pseudo-jobs), with fresh processes each time. Measured over --seconds after --wa
 second and RSS (/proc), and the bytes the root received on its gRPC port (the kernel's per-socket
 bytes_received, `ss -tin`), per second; and the windows the root stored per second.
 
+--racks replayed (the fleet layout at counts this machine cannot simulate): each rack's unit of one second is made
+once from its hosts' real samples (sample_racks) and re-sent every second by one process (ReplayedRacks) to the live
+cluster collector and root; each run's `racks_fed` says which (docs/fleet.md, "Replayed racks").
+
 Part 2, a link down. In the fleet layout at the largest host count, one IB port of one host goes down (its
 `state` and its `link_downed` counter, as a kernel reports it); the time until the root's API serves a
 hardware event naming that host and port.
@@ -105,9 +109,11 @@ def simulate(argv: list[str]) -> None:
         # at. A real host takes ~1 ms to sample itself; here one thread samples COUNT hosts in turn, so the round
         # starts as long before that point as the last round took (at most 0.5 s), not after it, where its last
         # hosts would sample into the next second on a loaded machine.
-        round_ns = 0
+        round_ns, last_ns = 0, 0
         while not stop.is_set():
-            at_ns = next_sample_ns(time.time_ns() + round_ns, 1.0)
+            # never the phase point just sampled again (a round shorter than the one before would end before it)
+            at_ns = max(next_sample_ns(time.time_ns() + round_ns, 1.0), next_sample_ns(last_ns, 1.0))
+            last_ns = at_ns
             time.sleep(max(0.0, (at_ns - min(round_ns, 500_000_000) - time.time_ns()) / 1e9))
             started_ns = time.time_ns()
             for node, _, registry, sampler in hosts:
@@ -248,8 +254,10 @@ class ReplayedRacks:
         from collectors.delivery.windows import Part
         from telemetry import Summary
 
+        last_ns = 0
         while True:
-            at_ns = next_sample_ns(time.time_ns(), 1.0)
+            at_ns = max(next_sample_ns(time.time_ns(), 1.0), next_sample_ns(last_ns, 1.0))  # each second once
+            last_ns = at_ns
             if self._stop.wait(max(0.0, (at_ns - time.time_ns()) / 1e9)):
                 return
             second_ms = at_ns // 1_000_000 // 1000 * 1000  # the second a host's sample at at_ns goes into
