@@ -200,6 +200,8 @@ def sample_racks(sysfs: Path, hosts: int, rack_size: int, path: Path | None = No
             claims.update(view.processes)
         racks.append({"windows": {metric: Summary.merge_all(parts).to_bytes() for metric, parts in metrics.items()},
                       "alive": sorted(alive), "hosts": names, "processes": claims})
+        print(f"replayed racks: sampled {min(hosts, first + rack_size)} of {hosts} hosts "
+              f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
     if path is not None:
         with open(path, "wb") as out:
             pickle.dump(racks, out)
