@@ -453,7 +453,7 @@ PYBIND11_MODULE(_native, m) {
            "accepted, added_sources, late [slot of each late delta accepted])")
         .def("slot", [](Windows& t, const std::string& job, uint64_t attempt, const std::string& metric,
                         uint64_t index, uint32_t width_ms, uint32_t expected) {
-            return t.slot_of(window_key(job, attempt, metric, index, width_ms), expected);
+            return t.slot_of(job, attempt, metric, index, width_ms, expected);
         }, "(slot, created) of a window; its expected world raised to at least `expected`.")
         .def("expect", &Windows::expect)
         .def("offer_core", [](Windows& t, uint32_t slot, const Core& core, uint64_t origin, uint32_t index) {

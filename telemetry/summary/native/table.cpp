@@ -20,7 +20,7 @@ std::vector<uint32_t> members(const roaring_bitmap_t* r) {
     return out;
 }
 
-// A window key's (job, attempt) prefix (window_key's layout): the key of its group.
+// A window key's (job, attempt) prefix (window_prefix's layout): the key of its group.
 std::string group_key(const std::string& key) {
     uint32_t job = 0;
     for (size_t i = 0; i < 4; ++i) job |= static_cast<uint32_t>(static_cast<unsigned char>(key[i])) << (8 * i);
@@ -37,18 +37,17 @@ std::string group_of(const std::string& job, uint64_t attempt) {
 
 }  // namespace
 
-std::string window_key(const std::string& job, uint64_t attempt, const std::string& metric, uint64_t index,
-                       uint32_t width_ms) {
+std::string window_prefix(const std::string& job, uint64_t attempt, uint64_t index, uint32_t width_ms) {
     std::string key;
-    key.reserve(job.size() + metric.size() + 32);
+    key.reserve(job.size() + 56);
     put(key, job.size(), 4);  // length-prefixed: no job and metric can run into each other
     key += job;
     put(key, attempt, 8);
     put(key, index, 8);
     put(key, width_ms, 4);
-    key += metric;
     return key;
 }
+
 
 const Slot& Windows::at(uint32_t slot) const {
     if (slot >= slots_.size() || !slots_[slot].used) throw std::out_of_range("no window in slot " + std::to_string(slot));
@@ -59,7 +58,8 @@ Slot& Windows::at(uint32_t slot) {
     return const_cast<Slot&>(static_cast<const Windows*>(this)->at(slot));
 }
 
-uint32_t Windows::create(const std::string& key, uint32_t expected) {
+uint32_t Windows::create(ByMetric& metrics, const std::string& prefix, const std::string& metric,
+                         uint32_t expected) {
     uint32_t slot;
     if (!free_.empty()) {
         slot = free_.back();
@@ -70,20 +70,29 @@ uint32_t Windows::create(const std::string& key, uint32_t expected) {
         slots_.emplace_back();
     }
     Slot& s = slots_[slot];
-    s.key = key;
+    s.key = prefix + metric;
+    s.prefix = static_cast<uint32_t>(prefix.size());
     s.used = true;
     s.expected = expected;
-    index_.emplace(key, slot);
+    metrics.emplace(metric, slot);
+    ++count_;
     return slot;
 }
 
-std::pair<uint32_t, bool> Windows::slot_of(const std::string& key, uint32_t expected) {
-    auto found = index_.find(key);
-    if (found != index_.end()) {
+std::pair<uint32_t, bool> Windows::slot_in(ByMetric& metrics, const std::string& prefix, const std::string& metric,
+                                           uint32_t expected) {
+    auto found = metrics.find(metric);
+    if (found != metrics.end()) {
         expect(found->second, expected);
         return {found->second, false};
     }
-    return {create(key, expected), true};
+    return {create(metrics, prefix, metric, expected), true};
+}
+
+std::pair<uint32_t, bool> Windows::slot_of(const std::string& job, uint64_t attempt, const std::string& metric,
+                                           uint64_t index, uint32_t width_ms, uint32_t expected) {
+    std::string prefix = window_prefix(job, attempt, index, width_ms);
+    return slot_in(index_[prefix], prefix, metric, expected);
 }
 
 void Windows::expect(uint32_t slot, uint32_t expected) {
@@ -119,10 +128,19 @@ Refused Windows::offer_core(uint32_t slot, const Core& core, uint64_t origin, ui
 
 UnitOffer Windows::offer_unit(UnitIn& unit, uint64_t origin) {
     UnitOffer out;
+    ByMetric* metrics = nullptr;  // the windows of the step of the window before, and that step's prefix
+    std::string prefix;
+    const WindowIn* before = nullptr;
     for (size_t pos = 0; pos < unit.windows.size(); ++pos) {
         WindowIn& w = unit.windows[pos];
         if (!w.fast) throw std::invalid_argument("offer_unit takes only units whose every window was read fast");
-        auto [slot, created] = slot_of(window_key(w.job, w.attempt, w.metric, w.index, w.width_ms), w.expected);
+        if (before == nullptr || w.index != before->index || w.width_ms != before->width_ms ||
+            w.attempt != before->attempt || w.job != before->job) {
+            prefix = window_prefix(w.job, w.attempt, w.index, w.width_ms);
+            metrics = &index_[prefix];  // a node's value: its address holds while others are added
+        }
+        before = &w;
+        auto [slot, created] = slot_in(*metrics, prefix, w.metric, w.expected);
         if (created) out.created.emplace_back(pos, slot);
         Slot& s = slots_[slot];
         const roaring_bitmap_t* sources = w.core.sources.get();
@@ -132,7 +150,10 @@ UnitOffer Windows::offer_unit(UnitIn& unit, uint64_t origin) {
             s.charged += n;
             out.added_sources += n;
             ++s.version;
-            if (s.pending.empty()) out.became_pending.push_back(slot);
+            if (s.pending.empty()) {
+                out.became_pending.push_back(slot);
+                s.pending.reserve(parts_hint_);  // a window takes as many children's parts as the one before
+            }
             if (w.late) out.late.push_back(slot);
             s.pending.push_back(Entry{std::move(w.core), origin, static_cast<uint32_t>(pos)});
             ++out.accepted;
@@ -155,6 +176,7 @@ UnitOffer Windows::offer_unit(UnitIn& unit, uint64_t origin) {
 Batch Windows::take(uint32_t slot) {
     Batch out;
     out.entries.swap(at(slot).pending);
+    parts_hint_ = out.entries.size();
     return out;
 }
 
@@ -217,7 +239,10 @@ std::vector<uint32_t> Windows::complete(const std::string& job, uint64_t attempt
 void Windows::remove(uint32_t slot) {
     watch(slot, false);
     Slot& s = at(slot);
-    index_.erase(s.key);
+    auto step = index_.find(s.key.substr(0, s.prefix));
+    step->second.erase(s.key.substr(s.prefix));
+    if (step->second.empty()) index_.erase(step);
+    --count_;
     s = Slot();
     free_.push_back(slot);
 }

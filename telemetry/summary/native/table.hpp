@@ -29,7 +29,8 @@ struct Batch {
 };
 
 struct Slot {
-    std::string key;
+    std::string key;  // its step's prefix (window_prefix), then the metric
+    uint32_t prefix = 0;  // the prefix's length in `key`
     Bitmap sources = empty_bitmap();
     std::vector<Entry> pending;
     uint64_t charged = 0;  // sources accepted over the window's life (what its table charges it, per source)
@@ -67,9 +68,9 @@ struct UnitOffer {
     uint64_t added_sources = 0;
 };
 
-// The key of a window in the table: job (as on the wire), attempt, metric, index, width.
-std::string window_key(const std::string& job, uint64_t attempt, const std::string& metric, uint64_t index,
-                       uint32_t width_ms);
+// A window's key in the table is its prefix, the job (as on the wire), attempt, index and width, which every metric of
+// that step or bucket shares, then its metric.
+std::string window_prefix(const std::string& job, uint64_t attempt, uint64_t index, uint32_t width_ms);
 
 class Windows {
 public:
@@ -78,7 +79,8 @@ public:
     // overlap. The unit's cores are consumed (its keys stay).
     UnitOffer offer_unit(UnitIn& unit, uint64_t origin);
     // The slot of a window (created when new, `expected` raised to at least the one given): (slot, created).
-    std::pair<uint32_t, bool> slot_of(const std::string& key, uint32_t expected);
+    std::pair<uint32_t, bool> slot_of(const std::string& job, uint64_t attempt, const std::string& metric,
+                                      uint64_t index, uint32_t width_ms, uint32_t expected);
     void expect(uint32_t slot, uint32_t expected);
     // One part offered alone (a window read by the per-window path): the verdict and overlap; the core is copied.
     Refused offer_core(uint32_t slot, const Core& core, uint64_t origin, uint32_t index, bool& became_pending,
@@ -97,11 +99,19 @@ public:
 
     const Slot& at(uint32_t slot) const;
     Slot& at(uint32_t slot);
-    size_t size() const { return index_.size(); }
+    size_t size() const { return count_; }
 
 private:
-    uint32_t create(const std::string& key, uint32_t expected);
-    std::unordered_map<std::string, uint32_t> index_;
+    // The windows of one step or bucket of a job's attempt, by metric: a unit's windows (one step's, in a child's
+    // unit) are found with one lookup of their prefix and one of each metric in this small map, which the units of
+    // one step keep hot, instead of a lookup of a whole key per window in a map of every window held.
+    using ByMetric = std::unordered_map<std::string, uint32_t>;
+    uint32_t create(ByMetric& metrics, const std::string& prefix, const std::string& metric, uint32_t expected);
+    std::pair<uint32_t, bool> slot_in(ByMetric& metrics, const std::string& prefix, const std::string& metric,
+                                      uint32_t expected);
+    std::unordered_map<std::string, ByMetric> index_;  // by window_prefix
+    size_t count_ = 0;
+    size_t parts_hint_ = 0;  // the parts the last window taken held: what a window's first part reserves room for
     std::unordered_map<std::string, Group> groups_;  // by the window key's (job, attempt) prefix
     std::vector<Slot> slots_;
     std::vector<uint32_t> free_;

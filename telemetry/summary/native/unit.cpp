@@ -124,10 +124,29 @@ void read_window(Reader r, WindowIn& w, const UnitLimits& limits) {
     w.fast = true;
 }
 
+// How many windows (field-3 records) the message holds, to size the unit's vector once (each WindowIn holds a Core);
+// 0 when it is not well formed (read_unit then throws as it reads).
+size_t count_windows(const uint8_t* data, size_t n) {
+    size_t windows = 0;
+    try {
+        Reader r(data, n);
+        while (!r.done()) {
+            uint32_t field, type;
+            r.tag(field, type);
+            if (field == 3 && type == LEN) ++windows;
+            r.skip_field(field, type);
+        }
+    } catch (const WireError&) {
+        return 0;
+    }
+    return windows;
+}
+
 }  // namespace
 
 UnitIn read_unit(const uint8_t* data, size_t n, const UnitLimits& limits) {
     UnitIn out;
+    out.windows.reserve(count_windows(data, n));
     std::vector<size_t> firsts;  // per group, its first window
     Reader r(data, n);
     while (!r.done()) {
