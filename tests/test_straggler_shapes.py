@@ -102,7 +102,10 @@ def test_slow_rank_is_named_in_each_shape(tree: dict, shapes_job: dict, shape: s
         status, body = api_get(tree["api"], f"/api/v1/jobs/{job}/events?kind=straggler&last=100")
         assert status == 200, body
         return body["events"] or None
-    found = wait_for(events, timeout=20, what="a straggler event")
+    try:
+        found = wait_for(events, timeout=20, what="a straggler event")
+    except AssertionError as exc:  # none at all: what the root judged says why
+        raise AssertionError(f"{exc}\n{judged(tree, job, [])}") from None
     # Named exactly, within a few steps of the onset (2x: 3 steps by the issue's bound; a few more when the loaded
     # machine meddles), by an event that stays open to the job's end. (An event before the fault is the machine's
     # own noise on a loaded host: counted as a false alarm by bench/detection.py --matrix, not judged here.)
@@ -117,13 +120,17 @@ def test_slow_rank_is_named_in_each_shape(tree: dict, shapes_job: dict, shape: s
 
 
 def judged(tree: dict, job: str, found: list[dict]) -> str:
-    """What the root judged, for a failing assertion to explain itself: every straggler event's detail, and per
+    """What the root judged, for a failing assertion to explain itself: every straggler event's detail (and the
+    job's cpu_starved events: a rank they name is left to them), and per
     step the figures the rule read (collective_wait p50 / min / argmin, step_time p50 and max, run-queue wait p50
     and top-k by rank)."""
     rows = {metric: {r["step"]: r for r in api_steps(tree["api"], job, metric, last=10_000)}
             for metric in ("collective_wait", "step_time", "runqueue_wait")}
     lines = [f"events of {job}:"]
     lines += [f"  step {e['step']} .. {e['last_step']} ranks {e['ranks']}: {json.dumps(e['detail'])}" for e in found]
+    _, starved = api_get(tree["api"], f"/api/v1/jobs/{job}/events?kind=cpu_starved&last=100")
+    lines += [f"  cpu_starved step {e['step']} .. {e['last_step']} ranks {e['ranks']}"
+              for e in (starved or {}).get("events", [])]
     lines.append("  step  wait p50      min argmin | step p50      max | runq p50 top")
     for step in sorted(rows["collective_wait"]):
         w, t, q = (rows[m].get(step, {}) for m in ("collective_wait", "step_time", "runqueue_wait"))

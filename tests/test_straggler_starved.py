@@ -60,12 +60,13 @@ def test_a_slow_rank_that_does_not_queue_is_named_as_before() -> None:
 
 
 def test_a_rank_the_open_cpu_starved_event_names_is_left_to_it() -> None:
-    """The run-queue test off (a `starved_excess` no rank meets): the straggler's fast lane names rank 2 within 3
-    steps, before cpu_starved can (8 of 10 steps); once cpu_starved's event names it, the straggler's closes
+    """The run-queue test slower than cpu_starved (all 10 of the last 10 steps starved, not 5): the straggler's
+    fast lane names rank 2 within 3 steps, before cpu_starved can (8 of 10 steps); once cpu_starved's event
+    names it (and it is still starved: a starved step among its last `starved_recent`), the straggler's closes
     and none opens again."""
     log = EventLog(None)
     starved = CpuStarvedDetector(log)
-    det = StragglerDetector(log, config=StragglerConfig(starved_excess=100.0))  # the run-queue test never leaves
+    det = StragglerDetector(log, config=StragglerConfig(starved_hits=10))  # the run-queue test leaves last
     _feed([starved, det], 60, held={2: 0.12}, queued={2: 0.06})
     assert [e["ranks"] for e in log.query(JOB) if e["kind"] == "cpu_starved"] == [[2]]
     events = _stragglers(log)

@@ -19,6 +19,7 @@ import pytest
 from collectors.common.keys import Key
 from collectors.common.rows import Row
 from collectors.detectors import EventLog
+from collectors.detectors.cpu_starved import CpuStarvedDetector
 from collectors.detectors.straggler import StragglerConfig, StragglerDetector
 from collectors.detectors.wait_score import WaitScore
 from telemetry.summary import Summary
@@ -647,18 +648,67 @@ _TP_STARVED = [
 ]
 
 
+# A recorded FSDP2 job (tests/test_straggler_shapes.py[fsdp2], load 13-24): rank 2, 2x slower in its backward from step
+# 14, was starved of CPU on steps 2-13 (0.1-0.43 s a step more than the median rank, 4.5 times the lead it had on
+# them; cpu_starved opened an event naming it) and not from step 15. No straggler event in the job's 26 steps: the
+# open cpu_starved event left it whatever its lead (and the surplus of its earlier queueing counted against the
+# lead of its fault in `descheduled_leave`'s sum). Same columns as _TP_STARVED.
+_FSDP2_STARVED = [
+    (0, 0.5659, 0.3333, 0.2710, 3, (0.1567, 0.1729, 0.2091, 0.1405)),
+    (1, 0.4279, 0.3554, 0.3324, 3, (0.0026, 0.0266, 0.0072, 0.1645)),
+    (2, 0.5757, 0.5102, 0.4907, 2, (0.0047, 0.0112, 0.2780, 0.1408)),
+    (3, 0.6525, 0.5897, 0.5077, 2, (0.0040, 0.0049, 0.4217, 0.0307)),
+    (4, 0.6194, 0.5609, 0.4643, 2, (0.0041, 0.0045, 0.2960, 0.0147)),
+    (5, 0.6317, 0.5711, 0.5253, 2, (0.0018, 0.0058, 0.4308, 0.0111)),
+    (6, 0.6320, 0.5693, 0.4541, 2, (0.0046, 0.0026, 0.3396, 0.0354)),
+    (7, 0.5001, 0.4583, 0.3832, 2, (0.0016, 0.0096, 0.3441, 0.0135)),
+    (8, 0.3639, 0.3107, 0.2950, 2, (0.0023, 0.0021, 0.1317, 0.0368)),
+    (9, 0.5072, 0.4455, 0.4122, 2, (0.0016, 0.0033, 0.2378, 0.0539)),
+    (10, 0.4019, 0.3581, 0.3479, 2, (0.0017, 0.0019, 0.1005, 0.0777)),
+    (11, 0.5737, 0.5005, 0.4498, 2, (0.0015, 0.0054, 0.1481, 0.1355)),
+    (12, 0.5367, 0.4685, 0.4470, 2, (0.0077, 0.0057, 0.1996, 0.1910)),
+    (13, 0.5186, 0.4689, 0.4313, 2, (0.0018, 0.0129, 0.2556, 0.0457)),
+    (14, 1.1043, 1.0450, 0.4633, 2, (0.0242, 0.0254, 0.2051, 0.0240)),
+    (15, 0.8130, 0.7530, 0.2371, 2, (0.0163, 0.0017, 0.0100, 0.0083)),
+    (16, 0.7976, 0.7292, 0.1856, 2, (0.0153, 0.0614, 0.0642, 0.0341)),
+    (17, 0.8009, 0.7283, 0.1943, 2, (0.0241, 0.0247, 0.0398, 0.0353)),
+    (18, 0.8072, 0.7540, 0.2422, 2, (0.0161, 0.0105, 0.0116, 0.0428)),
+    (19, 0.7599, 0.7071, 0.1908, 2, (0.0044, 0.0373, 0.0070, 0.0238)),
+    (20, 0.9650, 0.8729, 0.3938, 2, (0.0142, 0.0133, 0.0056, 0.1071)),
+    (21, 0.9133, 0.8271, 0.3363, 2, (0.0183, 0.0947, 0.0168, 0.1117)),
+    (22, 0.8167, 0.7168, 0.2190, 2, (0.0197, 0.0364, 0.0142, 0.0578)),
+    (23, 0.8856, 0.8068, 0.2914, 2, (0.0127, 0.0249, 0.0414, 0.0462)),
+    (24, 0.7577, 0.6961, 0.1622, 2, (0.0316, 0.0239, 0.0452, 0.0482)),
+    (25, 0.7991, 0.7347, 0.2254, 2, (0.0537, 0.0135, 0.0198, 0.0520)),
+]
+
+
+def _replayed(recorded: list[tuple], settings: dict) -> list[tuple[str, list[int], int | None]]:
+    """The recorded steps (the least-waiting rank at the min, the others at the p50) through the straggler and
+    cpu_starved detectors, as the root runs them: (kind, ranks, detected step) of each event."""
+    log = EventLog(None)
+    detectors = (CpuStarvedDetector(log), StragglerDetector(log, config=StragglerConfig(**settings)))
+    for step, step_p50, p50, least, argmin, queued in recorded:
+        waits = np.full(4, p50)
+        waits[argmin] = least
+        for row in (_row("step_time", step, np.full(4, step_p50)), _row("runqueue_wait", step, np.array(queued)),
+                    _row("collective_wait", step, waits)):
+            for det in detectors:
+                if det.wants(row):
+                    det.observe(row)
+    return [(e["kind"], e["ranks"], e["detail"].get("detected_step")) for e in log.query(JOB)]
+
+
 def test_a_straggler_the_cpu_also_starves_is_named_once_the_starving_is_over() -> None:
     """Left to cpu_starved only while it is starved now (a starved step among its last `starved_recent`): named at
     step 18, three steps after its last starved step (at 21 with the whole `starved_window`: `starved_recent` 10)."""
-    def named(settings: dict) -> list[tuple[list[int], int]]:
-        log = EventLog(None)
-        det = StragglerDetector(log, config=StragglerConfig(**settings))
-        for step, step_p50, p50, least, argmin, queued in _TP_STARVED:
-            waits = np.full(4, p50)
-            waits[argmin] = least
-            det.observe(_row("step_time", step, np.full(4, step_p50)))
-            det.observe(_row("runqueue_wait", step, np.array(queued)))
-            det.observe(_row("collective_wait", step, waits))
-        return [(e["ranks"], e["detail"]["detected_step"]) for e in log.query(JOB)]
-    assert named({}) == [([3], 18)]
-    assert named({"starved_recent": 10}) == [([3], 21)]
+    assert _replayed(_TP_STARVED, {}) == [("straggler", [3], 18)]
+    assert _replayed(_TP_STARVED, {"starved_recent": 10}) == [("straggler", [3], 21)]
+
+
+def test_a_straggler_starved_before_its_onset_is_named() -> None:
+    """The open cpu_starved event no longer holds it once it is not starved now: named at step 19 (never, before;
+    the shapes test's bound is 20). What still holds it until then is the surplus of its earlier queueing in
+    `descheduled_leave`'s sum (capping each step's queueing at its lead named it at 16, but replayed over the
+    held-out runs raised their false alarms from 5 to 9: not done)."""
+    assert _replayed(_FSDP2_STARVED, {}) == [("cpu_starved", [2], None), ("straggler", [2], 19)]

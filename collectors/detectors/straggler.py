@@ -366,8 +366,9 @@ class StragglerDetector(StreakDetector[_State]):
         if not c.starved_leave:
             return False
         hits = state.starved.get(rank)
-        if (hits and step - c.starved_recent < hits[-1] <= step
-                and sum(1 for s in hits if step - c.starved_window < s <= step) >= c.starved_hits):
+        if not (hits and step - c.starved_recent < hits[-1] <= step):
+            return False  # not starved now: whatever it was, its lead is its own (a straggler starved before its onset)
+        if sum(1 for s in hits if step - c.starved_window < s <= step) >= c.starved_hits:
             return True
         starved = self.events.get_open(CPU_STARVED, job)
         return starved is not None and rank in starved.ranks
