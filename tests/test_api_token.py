@@ -38,8 +38,10 @@ def _root(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, dict]:
     return proc, json.loads(line)
 
 
-@pytest.fixture
-def root(tmp_path):
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory):
+    """One root for the read-only requests below (each of them only GETs): one process start, not eight."""
+    tmp_path = tmp_path_factory.mktemp("token-root")
     (tmp_path / "api.token").write_text(TOKEN + "\n")
     proc, ready = _root(tmp_path, "--api", "127.0.0.1:0", "--api-token-file", str(tmp_path / "api.token"))
     yield ready["api"]
