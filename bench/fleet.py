@@ -4,7 +4,8 @@
     python bench/fleet.py --hosts 32,256       # what a small machine can run at 1 Hz
     python bench/fleet.py --quick              # a development preset
 
-Part 1, the tree. Simulated hosts run the agent's real hardware path: a generated sysfs tree each
+Part 1, the tree (live; --racks replayed, below, feeds the fleet layout's cluster from replayed racks instead of
+live hosts and racks). Simulated hosts run the agent's real hardware path: a generated sysfs tree each
 (collectors/sim/sysfs.py: 2 NICs, 8 IB ports; a TEST DOUBLE of /sys), the real NicProbe reading it, the real
 HardwareSampler bucketing the readings into 1 s windows, and per host its own Node, Upstream and Outbox to its
 rack collector, as in `telemetry agent` (without the rank socket: no ranks here; a process's outboxes share its
@@ -18,7 +19,8 @@ bytes_received, `ss -tin`), per second; and the windows the root stored per seco
 
 --racks replayed (the fleet layout at counts this machine cannot simulate): each rack's unit of one second is made
 once from its hosts' real samples (sample_racks) and re-sent every second by one process (ReplayedRacks) to the live
-cluster collector and root; each run's `racks_fed` says which (docs/fleet.md, "Replayed racks").
+cluster collector and root; each run's `racks_fed` says which (docs/fleet.md, "Replayed racks"), as does the top level
+and every ratio's key (fleet_replayed_ratio_2000_over_250, naive_live_over_fleet_replayed_250).
 
 Part 2, a link down. In the fleet layout at the largest host count, one IB port of one host goes down (its
 `state` and its `link_downed` counter, as a kernel reports it); the time until the root's API serves a
@@ -211,13 +213,24 @@ def sample_racks(sysfs: Path, hosts: int, rack_size: int, path: Path | None = No
                    "sampled_in_s": round(time.monotonic() - started, 1)}
 
 
+def next_second(now_ns: int, last_ns: int) -> tuple[int, int]:
+    """The sampling point of the next second to send after one sent at `last_ns` (0: none yet), and how many seconds
+    between them were skipped: each second once, never one twice, and a round that ran past a second's point skips
+    it (counted: a replayer or simulator that skips seconds feeds the root less than it claims)."""
+    from collectors.agent.hardware import next_sample_ns
+
+    after_last = next_sample_ns(last_ns, 1.0)
+    at_ns = max(next_sample_ns(now_ns, 1.0), after_last)
+    return at_ns, (at_ns - after_last) // 1_000_000_000 if last_ns else 0
+
+
 class ReplayedRacks:
     """Each rack of `racks` (sample_racks) as a real Node, Upstream and Outbox to the cluster collector, as a rack's
     own; every second, at the point of it the hosts sample at, the rack's windows offered to its node under that
     second's key and flushed: the cluster receives from each rack what a live rack of those hosts sends, with the
     same values every second."""
 
-    def __init__(self, racks: list[dict[str, Any]], cluster: str) -> None:
+    def __init__(self, racks: list[dict[str, Any]], cluster: str, counter: str | None = None) -> None:
         from pyroaring import BitMap
 
         from collectors.delivery.node import Node, RankView, Upstream
@@ -235,6 +248,10 @@ class ReplayedRacks:
                 node.own_ranks = {FLEET_JOB: RankView(alive=BitMap(rack["alive"]), hosts=dict(rack["hosts"]),
                                                       processes=dict(rack["processes"]))}
             self.nodes.append((node, upstream, rack["windows"]))
+        # seconds sent, and seconds skipped because a round ran past the next second's sampling point (the root
+        # then gets less work per wall second: its CPU looks lower while every stored row is whole)
+        self.sent = self.skipped = 0
+        self._counter = counter
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -253,15 +270,15 @@ class ReplayedRacks:
     def _run(self) -> None:
         from pyroaring import BitMap
 
-        from collectors.agent.hardware import next_sample_ns
         from collectors.common.keys import Key
         from collectors.delivery.windows import Part
         from telemetry import Summary
 
         last_ns = 0
         while True:
-            at_ns = max(next_sample_ns(time.time_ns(), 1.0), next_sample_ns(last_ns, 1.0))  # each second once
+            at_ns, skipped = next_second(time.time_ns(), last_ns)
             last_ns = at_ns
+            self.skipped += skipped
             if self._stop.wait(max(0.0, (at_ns - time.time_ns()) / 1e9)):
                 return
             second_ms = at_ns // 1_000_000 // 1000 * 1000  # the second a host's sample at at_ns goes into
@@ -273,11 +290,16 @@ class ReplayedRacks:
                                         built=summary), 0)
             for node, _, _ in self.nodes:
                 node.flush()
+            self.sent += 1
+            if self._counter is not None:  # seconds sent and skipped, for run_tree's replayed_seconds_per_s
+                with open(f"{self._counter}.tmp", "w") as out:
+                    out.write(f"{self.sent} {self.skipped}")
+                os.replace(f"{self._counter}.tmp", self._counter)
 
 
 def replay(argv: list[str]) -> None:
-    """`fleet.py --replay RACKS_PICKLE CLUSTER`: ReplayedRacks of the pickle (sample_racks) to the cluster collector
-    at CLUSTER, until SIGTERM."""
+    """`fleet.py --replay RACKS_PICKLE CLUSTER COUNTER`: ReplayedRacks of the pickle (sample_racks) to the cluster
+    collector at CLUSTER, until SIGTERM, writing the seconds it sent and skipped to COUNTER after each."""
     import pickle
 
     from collectors.common.gctune import tune_gc
@@ -285,10 +307,10 @@ def replay(argv: list[str]) -> None:
 
     die_with_parent()
     tune_gc()
-    path, cluster = argv
+    path, cluster, counter = argv
     with open(path, "rb") as src:
         racks = pickle.load(src)
-    ReplayedRacks(racks, cluster).start()
+    ReplayedRacks(racks, cluster, counter).start()
     print(json.dumps({"ready": True, "role": "replayed racks", "racks": len(racks)}), flush=True)
     while True:  # until SIGTERM (the bench), or the bench's death (PDEATHSIG, armed above)
         time.sleep(3600)
@@ -307,6 +329,15 @@ def _bytes_in(port: int) -> int:
 def _host_samples(where: Path) -> int:
     """Host samples the simulator processes have done so far (each writes its count after each round)."""
     return sum(int(path.read_text() or 0) for path in where.glob("hosts*.samples"))
+
+
+def _replayed_seconds(where: Path) -> tuple[int, int]:
+    """Seconds the replayed racks sent and skipped so far (ReplayedRacks writes both after each second)."""
+    path = where / "replayed.seconds"
+    if not path.exists():
+        return 0, 0
+    sent, skipped = path.read_text().split()
+    return int(sent), int(skipped)
 
 
 def _get(api: str, path: str) -> Any:
@@ -330,20 +361,42 @@ def _stored(db: Path) -> int:
         return conn.execute("SELECT count(*) FROM windows").fetchone()[0]
 
 
+# the root's rows of each layout's hosts: the fleet's windows, or the naive layout's `_host:<host>` pseudo-jobs
+_JOBS = {"fleet": "job='_fleet'", "naive": "job LIKE '\\_host:%' ESCAPE '\\'"}
+
+
 def _coverage(db: Path, layout: str, hosts: int, since_ns: int, until_ns: int) -> float | None:
-    """How much of what the hosts should have sent at 1 Hz reached the root's store in time, 0..1: the fleet's
-    `ib.port_active` windows hold HCAS sources of every host; the naive layout stores one such window per host
-    per second. Below 1: the hosts or the tiers could not keep up (starved), so the run's figures are a floor."""
+    """How much of what the hosts should have sent at 1 Hz reached the root's store, 0..1: the sources of every
+    `ib.port_active` window of a second starting in [since_ns, until_ns), over hosts x HCAS x those seconds (the
+    fleet's window of a second holds HCAS sources of every host; the naive layout stores one window of HCAS sources
+    per host per second). A second that never reached the root (a starved simulator or replayer skipped it, a tier
+    dropped it) counts as nothing: the mean sources per stored row would call a store holding every other second
+    whole. Below 1: the hosts or the tiers could not keep up (starved), so the run's figures are a floor."""
     import sqlite3
+    first_ms, end_ms = -(-since_ns // 1_000_000_000) * 1000, -(-until_ns // 1_000_000_000) * 1000
+    seconds = (end_ms - first_ms) // 1000
+    if seconds <= 0:
+        return None
     with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
-        if layout == "fleet":
-            found = conn.execute("SELECT avg(sources) FROM windows WHERE job='_fleet' AND metric='ib.port_active' "
-                                 "AND width_ms=1000 AND finalised_ns BETWEEN ? AND ?", (since_ns, until_ns)).fetchone()
-            return round(found[0] / (hosts * HCAS), 3) if found[0] is not None else None
-        found = conn.execute("SELECT count(*) FROM windows WHERE job LIKE '\\_host:%' ESCAPE '\\' AND "
-                             "metric='ib.port_active' AND width_ms=1000 AND finalised_ns BETWEEN ? AND ?",
-                             (since_ns, until_ns)).fetchone()
-        return round(found[0] / (hosts * (until_ns - since_ns) / 1e9), 3)
+        found = conn.execute(f"SELECT sum(sources) FROM windows WHERE {_JOBS[layout]} AND metric='ib.port_active' "
+                             "AND width_ms=1000 AND idx >= ? AND idx < ?", (first_ms, end_ms)).fetchone()
+    return round((found[0] or 0) / (hosts * HCAS * seconds), 3)
+
+
+def _last_second_stored(db: Path, layout: str, until_ns: int, timeout: float) -> None:
+    """Waits (at most `timeout`) until the root stored a window of the last second starting before `until_ns`: a
+    second is stored after it ends and each tier's deadline passed, so coverage read at once would miss the last
+    one or two of a stretch that had them all. A starved tree that never stores it costs the timeout."""
+    import sqlite3
+    last_ms = (until_ns - 1) // 1_000_000_000 * 1000
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
+            found = conn.execute(f"SELECT max(idx) FROM windows WHERE {_JOBS[layout]} AND metric='ib.port_active' "
+                                 "AND width_ms=1000").fetchone()
+        if found[0] is not None and found[0] >= last_ms:
+            return
+        time.sleep(0.2)
 
 
 def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link_down: bool) -> dict[str, Any]:
@@ -365,7 +418,8 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
         if replayed:  # the racks' units of one second, sampled from the hosts' trees, re-sent every second
             _, sampled = sample_racks(sysfs, hosts, args.rack_size, where / "racks.pickle")
             replayer = Proc("replayed-racks", [sys.executable, __file__, "--replay", str(where / "racks.pickle"),
-                                               cluster.ready["address"]], where).start(timeout=300)
+                                               cluster.ready["address"], str(where / "replayed.seconds")],
+                            where).start(timeout=300)
             procs.append(replayer)
             racks = [f"replayed rack {r}" for r in range(sampled["racks"])]
         for r in range(0 if replayed else (hosts + args.rack_size - 1) // args.rack_size):
@@ -388,7 +442,7 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
         pid, port = root.popen.pid, int(root.ready["address"].rsplit(":", 1)[1])
         tiers = {p.name: p.popen.pid for p in procs if p.name != "root"}
         tiers0 = {name: cpu_seconds(tpid) for name, tpid in tiers.items()}
-        samples0 = _host_samples(where)
+        samples0, replayed0 = _host_samples(where), _replayed_seconds(where)
         late0 = _late(api)
         cpu0, bytes0, stored0, t0 = cpu_seconds(pid), _bytes_in(port), _stored(db), time.monotonic()
         wall0 = time.time_ns()
@@ -397,6 +451,9 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
         wall = t1 - t0
         tiers1 = {name: cpu_seconds(tpid) for name, tpid in tiers.items()}
         samples = _host_samples(where) - samples0
+        replayed1 = _replayed_seconds(where)
+        until_ns = time.time_ns()
+        _last_second_stored(db, layout, until_ns, timeout=10.0)
         late1 = _late(api)
 
         def tier_cpu(prefix: str) -> float:
@@ -425,7 +482,7 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
             "host_samples_per_host_second": round(samples / (hosts * wall), 3) if not replayed else None,
             "cluster_cpu_per_s": tier_cpu("cluster"),
             # what reached the root of what the hosts should send at 1 Hz (1.0: nothing starved)
-            "coverage": _coverage(db, layout, hosts, wall0, time.time_ns()),
+            "coverage": _coverage(db, layout, hosts, wall0, until_ns),
             # parts that reached a tier after it sealed their window (hosts or tiers behind their second)
             "late_per_s": round((late1 - late0) / wall, 2),
             "load_average": round(os.getloadavg()[0], 1),
@@ -434,6 +491,9 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
             result["host_indexes"] = registered
         if replayed:
             result["replayed_racks"] = sampled
+            # seconds the replayer sent per wall second (1.0: every second), and the seconds it skipped
+            result["replayed_seconds_per_s"] = round((replayed1[0] - replayed0[0]) / wall, 3)
+            result["replayed_seconds_skipped"] = replayed1[1] - replayed0[1]
         if link_down and not replayed:  # a replayed rack re-sends the second it sampled: no sysfs write reaches it
             result["link_down"] = _link_down(api, sysfs, hosts, args)
         return result
@@ -568,7 +628,7 @@ def run(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     counts = [int(n) for n in args.hosts.split(",")]
     result: dict[str, Any] = {"complete": False, "hosts": counts, "rack_size": args.rack_size,
                               "nics_per_host": NICS, "ib_ports_per_host": HCAS, "runs": [],
-                              "machine_cpus": os.cpu_count()}
+                              "machine_cpus": os.cpu_count(), "racks_fed": args.racks}
     # The hosts' trees (78 small files a host) on /dev/shm where there is one: removing 2,000 hosts' trees from a
     # disk took 10 minutes on this loaded machine, from tmpfs about 3
     args.sysfs = Path(tempfile.mkdtemp(prefix="telemetry-fleet-sys-", dir="/dev/shm")) \
@@ -582,10 +642,12 @@ def run(work: Path, args: argparse.Namespace) -> dict[str, Any]:
                     one = run_tree(work, hosts, layout, args, link_down=layout == "fleet" and hosts == max(counts))
                     result["runs"].append(one)
                     print(json.dumps(one), flush=True)
+            # each key names how its runs' racks were fed (live or replayed: a naive run is always live)
+            fed = {r["layout"]: r["racks_fed"] for r in result["runs"]}
             for layout in args.layouts.split(","):
                 runs = [r for r in result["runs"] if r["layout"] == layout]
                 small, large = runs[0], runs[-1]
-                result[f"{layout}_ratio_{large['hosts']}_over_{small['hosts']}"] = {
+                result[f"{layout}_{fed[layout]}_ratio_{large['hosts']}_over_{small['hosts']}"] = {
                     name: round(large[name] / small[name], 2) if small[name] else None
                     for name in ("root_cpu_per_s", "root_rss_mb", "root_bytes_in_per_s", "root_bytes_in_per_window",
                                  "root_windows_stored_per_s")}
@@ -593,7 +655,7 @@ def run(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             for naive in (r for r in result["runs"] if r["layout"] == "naive"):
                 fleet_run = fleet_by_hosts.get(naive["hosts"])
                 if fleet_run is not None:  # the baseline: what the per-host layout costs the root at the same count
-                    result[f"naive_over_fleet_{naive['hosts']}"] = {
+                    result[f"naive_{naive['racks_fed']}_over_fleet_{fleet_run['racks_fed']}_{naive['hosts']}"] = {
                         name: round(naive[name] / fleet_run[name], 2) if fleet_run[name] else None
                         for name in ("root_cpu_per_s", "root_rss_mb", "root_bytes_in_per_s")}
         if not args.skip_week:
@@ -621,7 +683,7 @@ def report(result: dict[str, Any]) -> None:
               f"{r.get('late_per_s', 0):>6.1f} "
               f"{r['sim_cpu_per_s']:>9.2f} {r['racks_cpu_per_s']:>9.2f} {r['load_average']:>5.1f}")
     for key, value in result.items():
-        if "_ratio_" in key or key.startswith("naive_over_fleet"):
+        if "_ratio_" in key or "_over_fleet_" in key:
             print(f"{key}: {value}")
     for r in result["runs"]:
         if "host_indexes" in r:

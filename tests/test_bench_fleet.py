@@ -5,6 +5,7 @@ run by hand (docs/fleet.md); tests/test_fleet.py covers the same path end to end
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from contextlib import closing
@@ -65,8 +66,55 @@ def test_replayed_racks_feed_a_cluster_and_root_every_hosts_readings_under_their
             return [s for s in (Summary.from_bytes(row["summary"]) for row in rows) if s.count == 8 * HCAS]
         (first, *_) = wait_for(whole_second, 60.0, what="a second of ib.port_active holding all 8 hosts' ports")
         assert {fleet_ids.host_index_of(src) for src in first.sources} == set(range(8))
+        assert replayed.sent >= 1
         names = set(root.node.hosts(fleet_ids.FLEET_JOB).values())
         assert {name.split(":")[0] for name in names} == {f"host-{i:05d}" for i in range(8)}
     finally:
         replayed.stop()
         stop_all(cluster, root)
+
+
+def _store_with_seconds(path: Path, job: str, seconds: list[int], sources: int, rows_per_second: int = 1) -> None:
+    """A real root store holding `ib.port_active` windows of the given seconds (ms since the epoch) only."""
+    from collectors.root.store import Store
+
+    Store(path).close()
+    with closing(sqlite3.connect(path)) as db:
+        for second_ms in seconds:
+            for row in range(rows_per_second):
+                db.execute("INSERT INTO windows (job, metric, idx, width_ms, expected, count, sources, missing, top, "
+                           "nonfinite_count, nonfinite_sources, late, last_time_ns, finalised_ns, summary) VALUES "
+                           "(?, 'ib.port_active', ?, 1000, 0, ?, ?, '', '', 0, '', 0, 0, ?, x'')",
+                           (job if rows_per_second == 1 else f"{job}{row}", second_ms, sources, sources,
+                            (second_ms + 1500) * 1_000_000))  # finalised after the second ended
+        db.commit()
+
+
+def test_coverage_counts_the_seconds_that_never_reached_the_root(tmp_path) -> None:
+    """bench/fleet.py's coverage is the share of host-seconds stored, not the mean sources per stored row: a store
+    holding every other second of 30 at 2,000 hosts is at 0.5 (the mean per row called it 1.0), and a second
+    outside the measured stretch counts for nothing."""
+    from bench.fleet import HCAS, _coverage
+
+    t0_ms = 1_000_000_000_000
+    since, until = t0_ms * 1_000_000, (t0_ms + 30_000) * 1_000_000
+    _store_with_seconds(tmp_path / "half.db", "_fleet", [t0_ms + s * 1000 for s in range(0, 30, 2)], 2000 * HCAS)
+    assert _coverage(tmp_path / "half.db", "fleet", 2000, since, until) == 0.5
+    whole = [t0_ms + s * 1000 for s in range(-5, 35)]  # seconds before and after the stretch too
+    _store_with_seconds(tmp_path / "whole.db", "_fleet", whole, 2000 * HCAS)
+    assert _coverage(tmp_path / "whole.db", "fleet", 2000, since, until) == 1.0
+    _store_with_seconds(tmp_path / "naive.db", "_host:h", whole[:20], HCAS, rows_per_second=4)  # 4 hosts, 15 s
+    assert _coverage(tmp_path / "naive.db", "naive", 4, since, until) == 0.5
+
+
+def test_the_replayer_counts_the_seconds_it_skips() -> None:
+    """A replaying round that ran past the next second's sampling point skips that second and says so: its root
+    gets less work per wall second, so replayed_seconds_per_s and replayed_seconds_skipped go with the figures."""
+    from bench.fleet import next_second
+    from collectors.agent.hardware import next_sample_ns
+
+    first, skipped = next_second(5_000_000_000, 0)
+    assert skipped == 0 and first == next_sample_ns(5_000_000_000, 1.0)
+    assert next_second(first + 1, first) == (first + 1_000_000_000, 0)  # on time: the next second
+    assert next_second(first - 10, first) == (first + 1_000_000_000, 0)  # a short round never sends a second twice
+    assert next_second(first + 2_500_000_000, first) == (first + 3_000_000_000, 2)  # 2.5 s late: 2 seconds skipped
