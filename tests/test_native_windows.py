@@ -593,3 +593,39 @@ def test_a_native_table_answers_as_the_python_table(events: list[tuple], budget_
                        if forward_pb2.Ack.FromString(a).status == forward_pb2.Ack.DURABLE]
             assert set(durable) == set(deliveries[c]), "a unit never acknowledged"
             assert all(durable.count(seq) <= deliveries[c].count(seq) for seq in set(durable)), "acknowledged twice"
+
+
+def _vm_size_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmSize in /proc/self/status")
+
+
+def test_one_window_of_many_parts_does_not_make_every_later_window_reserve_as_many() -> None:
+    """A window's first part reserves room for as many parts as the last window taken held, capped: one hostile
+    child's window of 4,096 disjoint one-rank parts, taken, then 600 ordinary windows of one part each. Uncapped,
+    each of the 600 reserved 4,096 entries (~700 MB of address space, outside the window byte budget); capped, a
+    few MB."""
+    from telemetry.summary.summary import read_native_unit
+
+    def unit(windows: list[tuple[str, int, list[int]]]) -> bytes:
+        batch = forward_pb2.SummaryBatch(sender_id="child", seq=1)
+        for metric, step, ranks in windows:
+            summary = Summary.from_arrays(np.ones(len(ranks)), np.array(ranks, dtype=np.int64), time_ns=1)
+            batch.windows.add(key=summary_pb2.WindowKey(job="job", metric=metric, step=step),
+                              summary=summary.to_proto(), expected=0)
+        return batch.SerializeToString()
+
+    table = _native.Windows()
+    hostile = read_native_unit(unit([("m0", 0, [rank]) for rank in range(4096)]), 2**53, 2**63, 1 << 20)
+    created, _, refused, accepted, _, _ = table.offer_unit(hostile, 1)
+    assert accepted == 4096 and not refused
+    del hostile
+    table.take(created[0][1])  # the window sent up (its batch freed): the table's hint is now 4,096 parts
+    before = _vm_size_mb()
+    for step in (1, 2):
+        ordinary = read_native_unit(unit([(f"m{m}", step, list(range(64))) for m in range(300)]), 2**53, 2**63, 1 << 20)
+        table.offer_unit(ordinary, 2 + step)
+    assert _vm_size_mb() - before < 150

@@ -1,6 +1,7 @@
 // Windows: see table.hpp.
 #include "table.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -152,7 +153,10 @@ UnitOffer Windows::offer_unit(UnitIn& unit, uint64_t origin) {
             ++s.version;
             if (s.pending.empty()) {
                 out.became_pending.push_back(slot);
-                s.pending.reserve(parts_hint_);  // a window takes as many children's parts as the one before
+                // a window takes as many children's parts as the one before, up to kPartsHintMax: one hostile
+                // child's window of thousands of one-source parts must not make every window after it reserve
+                // that much (600 windows x 16,384 parts was 2.8 GB of address space, outside the window budget)
+                s.pending.reserve(std::min(parts_hint_, kPartsHintMax));
             }
             if (w.late) out.late.push_back(slot);
             s.pending.push_back(Entry{std::move(w.core), origin, static_cast<uint32_t>(pos)});

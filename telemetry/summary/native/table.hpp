@@ -111,6 +111,7 @@ private:
                                       uint32_t expected);
     std::unordered_map<std::string, ByMetric> index_;  // by window_prefix
     size_t count_ = 0;
+    static constexpr size_t kPartsHintMax = 64;  // a rack's or cluster's children, generously; more just grow
     size_t parts_hint_ = 0;  // the parts the last window taken held: what a window's first part reserves room for
     std::unordered_map<std::string, Group> groups_;  // by the window key's (job, attempt) prefix
     std::vector<Slot> slots_;
