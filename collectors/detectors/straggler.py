@@ -167,8 +167,8 @@ class _State(StreakState):
     raw_held: int = -1        # the last step whose per-step waits named or held the event's rank
     share_peak: float = 0.0   # the event's highest running-share gap (a recovered rank's falls from it)
     share_gap: float = 0.0    # the latest running-share gap judged
-    # the last few steps' run-queue waits, by step: (p50, {rank: seconds} of the exact top-k)
-    queued: dict[int, tuple[float, dict[int, float]]] = field(default_factory=dict)
+    # the last few steps' run-queue waits, by step: (p50, {rank: seconds} of the exact top-k, of the exact bottom-k)
+    queued: dict[int, tuple[float, dict[int, float], dict[int, float]]] = field(default_factory=dict)
     starved: dict[int, deque[int]] = field(default_factory=dict)  # rank -> its recent starved steps
     # the job's last judged steps whose run-queue waits were known: (step, least-waiting rank, its lead over the
     # median rank, its run-queue wait over the median rank's), for `_descheduled` (O(descheduled_window))
@@ -298,7 +298,8 @@ class StragglerDetector(StreakDetector[_State]):
         median = p50(s)
         if not math.isfinite(median) or not s.max > 0:
             return  # a kernel that counts nothing (every rank 0): no discount can act on this step
-        state.queued[step] = (median, {rank: value for value, rank in s.top()})
+        state.queued[step] = (median, {rank: value for value, rank in s.top()},
+                              {rank: value for value, rank in s.bottom()})
         self._note_starved(state, s, step)
         while len(state.queued) > 16:
             del state.queued[min(state.queued)]
@@ -321,15 +322,18 @@ class StragglerDetector(StreakDetector[_State]):
     def _note_lead(self, state: _State, step: int, rank: int, lead: float) -> None:
         """The step's least-waiting rank, its lead and its run-queue wait over the median rank's (absolute: the
         question is how much of the lead the queue explains), for `_descheduled`; a step whose run-queue waits
-        are unknown for the rank adds nothing."""
+        are unknown adds nothing. A rank outside the step's exact top-k (a world over its k) counts with its exact
+        wait where the bottom-k holds it, else (between the two, about the median) with no excess: dropping the
+        step kept only the steps where the rank queued unusually long, and a 1.1x sleeping straggler of a 16-rank
+        world was left on every seed."""
         c = self.config
         queued = state.queued.get(step)
-        if queued is None:
+        if queued is None or not math.isfinite(lead):
             return
-        value = queued[1].get(rank)
-        if value is None or not math.isfinite(value) or not math.isfinite(lead):
+        value = queued[1].get(rank, queued[2].get(rank))
+        if value is not None and not math.isfinite(value):
             return
-        state.leads.append((step, rank, lead, value - queued[0]))
+        state.leads.append((step, rank, lead, 0.0 if value is None else value - queued[0]))
         while state.leads and state.leads[0][0] <= step - c.descheduled_window:
             state.leads.popleft()
 
