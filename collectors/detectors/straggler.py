@@ -111,7 +111,8 @@ class StragglerConfig:
     # hold) an event on a rank whose excess run-queue wait summed over its least-waiting steps of the job's last
     # `descheduled_window` steps (at least `descheduled_min_steps` of them) is `descheduled_share` or more of the
     # lead those steps gave it. A CPU-bound straggler on a host of L threads per CPU queues (L - 1) / L of its
-    # lead: left only from L = 5 (0.8), and then cpu_starved names it. Off with `runqueue_discount` (the waits alone).
+    # lead: left from L = 5 (0.8), and below 4/3x nothing names it then (docs/detectors.md: what it cannot see).
+    # Off with `runqueue_discount` (the waits alone).
     descheduled_leave: bool = True
     descheduled_share: float = 0.8
     descheduled_window: int = 60
