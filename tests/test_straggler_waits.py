@@ -575,8 +575,9 @@ def _persistent_run(det: StragglerDetector, seed: int, queued_seen: bool, steps:
                     onset: int = 30) -> None:
     """3 ranks; from `onset` rank 2 is ~12 % of a step behind on ~70 % of the steps (a 1.1x-1.15x rank, never a
     quarter of a step: cpu_starved's per-step test does not see it). With `queued_seen` that time was its step
-    thread's run-queue wait (descheduled: 0.9 of it in the mean, from 0.3 to 1.5 on one step, as on the recorded
-    runs), else it was slow (no run-queue wait)."""
+    thread's run-queue wait, as on the recorded runs: over the steps about all of it (1.1 of it in the mean), on
+    one step much less or much more (0.2 or 2.0 of it, half the steps each), so that the per-step discount keeps
+    each short step's remainder; else it was slow (no run-queue wait)."""
     rng = np.random.default_rng(seed)
     for step in range(steps):
         behind = step >= onset and rng.random() < 0.7
@@ -584,23 +585,33 @@ def _persistent_run(det: StragglerDetector, seed: int, queued_seen: bool, steps:
         step_time, wait = _step(rng, 3, extra, burst=0.0)
         queued = np.abs(rng.normal(0.002, 0.001, 3))
         if queued_seen and behind:
-            queued[2] += extra[2] * (0.3 + 1.2 * rng.random())  # 0.9 of the lead in the mean, not on each step
+            queued[2] += extra[2] * (0.2 if rng.random() < 0.5 else 2.0)
         det.observe(_row("step_time", step, step_time))
         det.observe(_row("runqueue_wait", step, queued))
         det.observe(_row("collective_wait", step, wait))
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_a_slight_lead_its_run_queue_wait_explains_over_many_steps_is_not_a_straggler(seed: int) -> None:
-    """The pooled rule (`descheduled_leave`) leaves a slight, persistent lead its run-queue wait explains and still
-    names the same lead when the rank was slow (here the per-step discount alone also leaves the first: the
-    recorded runs above are where it did not)."""
+def test_a_slight_slow_lead_is_named_with_the_pooled_rule(seed: int) -> None:
+    """`descheduled_leave` still names a slight, persistent lead where the rank was slow (no run-queue wait)."""
     log = EventLog(None)
     _persistent_run(StragglerDetector(log), seed, queued_seen=False)
     assert [e["ranks"] for e in log.query(JOB)] == [[2]], (seed, log.query(JOB))
-    log = EventLog(None)
-    _persistent_run(StragglerDetector(log), seed, queued_seen=True)
-    assert log.query(JOB) == [], (seed, log.query(JOB))
+
+
+def test_a_slight_lead_its_run_queue_wait_explains_over_many_steps_is_not_a_straggler() -> None:
+    """The pooled rule (`descheduled_leave`) leaves a slight, persistent lead its run-queue wait explains over the
+    steps though not on each step (descheduled from the job's start, as the recorded ranks were): without it the
+    per-step discount's remainders name the rank on most seeds (4 of these 5), with it on none."""
+    def events(leave: bool, seed: int) -> list[list[int]]:
+        log = EventLog(None)
+        _persistent_run(StragglerDetector(log, config=StragglerConfig(descheduled_leave=leave)), seed,
+                        queued_seen=True, onset=0)
+        return [e["ranks"] for e in log.query(JOB)]
+
+    without = [events(False, seed) for seed in range(5)]
+    assert sum(1 for e in without if e and e[0] == [2]) >= 3, without
+    assert [events(True, seed) for seed in range(5)] == [[]] * 5
 
 
 def _sleeping_straggler_among_many(det: StragglerDetector, world: int, factor: float, seed: int,
