@@ -160,6 +160,44 @@ def test_the_step_a_crash_broke_into_is_not_one_the_attempt_reached() -> None:
     assert [(a["last_step"], a["steps"]) for a in silent["attempts"]][0] == (2, 2)
 
 
+def test_a_rank_whose_telemetry_stops_mid_attempt_loses_the_attempt_no_step() -> None:
+    """Rank 1's telemetry stops reaching the root at step 11 (its agent gone) while training goes on: every later
+    step misses it, and they all ran. Only a lone last step missing ranks after one every rank ended is a crash's
+    (ranks run in lock step: a crash breaks into one step). Steps of 1 s; attempt 2 starts 10 s later."""
+    import sqlite3
+
+    def store(*attempts: list[tuple[int, int]]) -> sqlite3.Connection:
+        db = sqlite3.connect(":memory:")
+        db.executescript(_SCHEMA)
+        for number, steps in enumerate(attempts, 1):
+            name = f"j@{number}"
+            db.execute("INSERT INTO jobs VALUES (?, 2, 0)", (name,))
+            for step, sources in steps:
+                db.execute("INSERT INTO windows (job, metric, idx, width_ms, expected, count, sources, missing, top, "
+                           "nonfinite_count, nonfinite_sources, late, last_time_ns, finalised_ns, summary) VALUES "
+                           "(?, 'step_time', ?, 0, 2, ?, ?, '[]', '[]', 0, '[]', 0, ?, 0, x'')",
+                           (name, step, sources, sources, (step + 10 * (number - 1)) * 1_000_000_000))
+        return db
+
+    def gap(first: int, last: int) -> list[tuple[int, int]]:
+        return [(s, 2 if s <= 10 else 1) for s in range(first, last + 1)]
+
+    one = goodput(store(gap(1, 100)), "j")
+    assert [(a["last_step"], a["steps"]) for a in one["attempts"]] == [(100, 100)]
+    assert one["wall_s"] == one["productive_s"] == 99.0
+    # crashed at step 20 (rank 1's telemetry gone since 11), resumed from the checkpoint of step 15
+    two = goodput(store(gap(1, 20), [(s, 2) for s in range(16, 31)]), "j")
+    assert [(a["last_step"], a["steps"], a["steps_replayed"]) for a in two["attempts"]] == [(20, 20, 0), (30, 15, 5)]
+    assert (two["lost_s"], two["restart_downtime_s"], two["productive_s"], two["wall_s"]) == (5.0, 6.0, 28.0, 39.0)
+    # the gap ends one step before the last: the last step misses ranks after one every rank ended, a crash's
+    gap_then_crash = [*gap(1, 15), *[(s, 2) for s in range(16, 20)], (20, 1)]
+    three = goodput(store(gap_then_crash, [(s, 2) for s in range(16, 31)]), "j")
+    assert [(a["last_step"], a["steps"], a["steps_replayed"]) for a in three["attempts"]] == [(19, 19, 0), (30, 15, 4)]
+    # the gap starts at the last step of a run that went on: one step is taken for a crash's (nothing tells them apart)
+    assert [(a["last_step"], a["steps"]) for a in goodput(store(gap(1, 11)), "j")["attempts"]] == [(10, 10)]
+    assert [(a["last_step"], a["steps"]) for a in goodput(store(gap(1, 12)), "j")["attempts"]] == [(12, 12)]
+
+
 def test_slurm_attempts_differ_for_requeues_steps_and_resubmissions(monkeypatch) -> None:
     """A script submitted twice under one job name gets two job ids: their attempts must differ (the second run
     would otherwise be taken for resends of the first once the tree forgot it), and each later one is larger."""

@@ -14,8 +14,9 @@ downtime (for the first attempt, the wall time starts when it ends). So, exactly
   (about lost_s when step times are steady);
 * goodput: productive_s / wall_s (the "effective training time ratio").
 
-An attempt's steps end at its last step that every rank ended (some window of it holds every rank): the step a
-crash broke into, reported by the surviving ranks only, is not one the attempt reached (`_ended_by_every_rank`).
+An attempt's last step, when it misses ranks (no window of it holds every rank) and the step before it does not, is
+the step a crash broke into, reported by the surviving ranks only: not one the attempt reached. Trailing steps
+missing ranks beyond that one are a gap in telemetry, not a crash's, and count (`_steps_reached`).
 
 Each attempt also says why it ended (`ended_by`), when the root's `crash` event for it says so (the events
 table of the same database, docs/forensics.md "When ranks die"): the cause and ranks of the first death and the
@@ -109,20 +110,25 @@ def load(db: sqlite3.Connection, job: str) -> list[AttemptSteps]:
     for order, (name, world) in enumerate(view_names(db, job)):
         steps = db.execute("SELECT idx, max(last_time_ns), max(sources >= expected) FROM windows WHERE job=? AND "
                            "width_ms=0 GROUP BY idx ORDER BY idx", (name,)).fetchall()
-        ends = [(int(i), int(t)) for i, t, _ in steps[:_ended_by_every_rank(steps)]]
+        ends = [(int(i), int(t)) for i, t, _ in steps[:_steps_reached(steps)]]
         if ends:
             out.append(AttemptSteps(split(name)[1], world, ends, order))
     return out
 
 
-def _ended_by_every_rank(steps: list[tuple[int, int, int]]) -> int:
-    """How many of an attempt's (step, end, every rank in some window) to count: up to its last step that every
-    rank ended. The steps after it are the attempt's unfinished end: the step a crash broke into, which only
-    the surviving ranks reported (their windows sealed without the dead rank, whenever the deadline passes);
-    counting it would have the attempt reach a step it never finished, and a restart replay it. An attempt
-    none of whose steps every rank reported (ranks that log nothing per step) keeps them all."""
-    complete = [i for i, (_, _, every) in enumerate(steps) if every]
-    return complete[-1] + 1 if complete else len(steps)
+def _steps_reached(steps: list[tuple[int, int, int]]) -> int:
+    """How many of an attempt's (step, end, every rank in some window) to count: all of them, but the last step
+    when it is the step a crash broke into. Ranks run in lock step (each step's collectives need every rank), so
+    a crash can break into one step only, the attempt's last: the surviving ranks report it alone (their windows
+    sealed without the dead rank, whenever the deadline passes), while every rank ended the step before it.
+    Counting that step would have the attempt reach a step it never finished, and a restart replay it, or not,
+    by when its window was sealed. So the last step is dropped when it misses ranks and the step before it does
+    not. A run of trailing steps missing ranks is a gap in telemetry (a rank's agent gone while training went
+    on; ranks that log nothing per step): the steps were run, and they all count. (A lone last step missing a
+    rank that ended every step before it is taken for a crash's: without one, the attempt loses that one step.)"""
+    if len(steps) >= 2 and not steps[-1][2] and steps[-2][2]:
+        return len(steps) - 1
+    return len(steps)
 
 
 def compute(job: str, attempts: Iterable[AttemptSteps]) -> Goodput:
