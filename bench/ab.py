@@ -89,13 +89,14 @@ def native_inputs(tree: Path) -> list[tuple[str, bytes]]:
     return [(str(p.relative_to(tree)), p.read_bytes()) for p in files if p.is_file()]
 
 
-def reusable_build(tree: Path) -> list[Path]:
+def reusable_build(tree: Path, working: Path = REPO) -> list[Path]:
     """The working tree's compiled part, when it is what building `tree` would make: the same build inputs, byte
     for byte, and built after every one of them was last changed (not a build left from older sources)."""
-    built = sorted(REPO.glob(NATIVE_BUILT))
-    if not built or native_inputs(tree) != native_inputs(REPO):
+    built = sorted(working.glob(NATIVE_BUILT))
+    inputs = native_inputs(working)
+    if not built or native_inputs(tree) != inputs:
         return []
-    newest_input = max((REPO / name).stat().st_mtime for name, _ in native_inputs(REPO))
+    newest_input = max((working / name).stat().st_mtime for name, _ in inputs)
     return built if all(p.stat().st_mtime >= newest_input for p in built) else []
 
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
@@ -34,6 +32,10 @@ def test_ab_runs_a_bench_at_both_revisions(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert {row["figure"] for row in result["table"]} == {"commits_per_s.process", "commits_per_s.power"}
     assert len(result["runs"]["base"]) == len(result["runs"]["head"]) == 1
+    # HEAD's build inputs are the working tree's: its build is copied, not compiled again (a reuse that silently
+    # broke would compile for minutes). Fails where the tree's extension is older than its sources: rebuild it
+    # (scripts/bootstrap).
+    assert result["base_native"] == "copied", done.stdout
     [base_tree] = re.findall(r"^base worktree (\S+): native extension", done.stdout, re.M)
     assert "telemetry-ab-" in base_tree
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
@@ -41,15 +43,35 @@ def test_ab_runs_a_bench_at_both_revisions(tmp_path: Path) -> None:
 
 
 def test_the_working_trees_build_is_reused_only_for_the_same_sources(tmp_path: Path) -> None:
-    """What lets the A/B above skip compiling the base: its build inputs are the working tree's, byte for byte."""
-    if not list(REPO.glob("telemetry/summary/_native*.so")):
-        pytest.skip("the native extension is not built in this tree")
-    shutil.copy2(REPO / "setup.py", tmp_path / "setup.py")
-    shutil.copytree(REPO / NATIVE_SOURCES, tmp_path / NATIVE_SOURCES)
-    assert reusable_build(tmp_path) == sorted(REPO.glob("telemetry/summary/_native*.so"))
-    with (tmp_path / NATIVE_SOURCES / "core.cpp").open("a") as changed:
+    """What lets the A/B above skip compiling the base: its build inputs are the working tree's, byte for byte,
+    and the working tree's build is newer than all of them. On fake trees (the real one's build may be older than
+    its sources, after a rebase that was not followed by a build)."""
+    working, base = tmp_path / "working", tmp_path / "base"
+    for tree in (working, base):
+        (tree / NATIVE_SOURCES).mkdir(parents=True)
+        (tree / "setup.py").write_text("# builds the extension\n")
+        (tree / NATIVE_SOURCES / "core.cpp").write_text("int core() { return 1; }\n")
+        (tree / NATIVE_SOURCES / "sub").mkdir()
+        (tree / NATIVE_SOURCES / "sub" / "core.hpp").write_text("int core();\n")
+    assert reusable_build(base, working) == []  # nothing built
+    built = working / "telemetry" / "summary" / "_native.cpython-311-x86_64-linux-gnu.so"
+    built.write_bytes(b"\x7fELF")
+    sources = [working / "setup.py", working / NATIVE_SOURCES / "core.cpp", working / NATIVE_SOURCES / "sub" / "core.hpp"]
+    for source in sources:
+        os.utime(source, (1_000_000, 1_000_000))
+    assert reusable_build(base, working) == [built]
+    for source in sources:  # a build older than any one of its inputs is not reused
+        os.utime(source, (1_000_000, built.stat().st_mtime + 10))
+        assert reusable_build(base, working) == []
+        os.utime(source, (1_000_000, 1_000_000))
+    assert reusable_build(base, working) == [built]
+    with (base / NATIVE_SOURCES / "core.cpp").open("a") as changed:
         changed.write("// another revision\n")
-    assert reusable_build(tmp_path) == []
-    (tmp_path / NATIVE_SOURCES / "core.cpp").write_bytes((REPO / NATIVE_SOURCES / "core.cpp").read_bytes())
-    (tmp_path / NATIVE_SOURCES / "extra.hpp").write_text("// a file the working tree has not\n")
-    assert reusable_build(tmp_path) == []
+    assert reusable_build(base, working) == []
+    (base / NATIVE_SOURCES / "core.cpp").write_bytes((working / NATIVE_SOURCES / "core.cpp").read_bytes())
+    assert reusable_build(base, working) == [built]
+    (base / NATIVE_SOURCES / "extra.hpp").write_text("// a file the working tree has not\n")
+    assert reusable_build(base, working) == []
+    (base / NATIVE_SOURCES / "extra.hpp").unlink()
+    (base / "setup.py").write_text("# builds it another way\n")
+    assert reusable_build(base, working) == []
