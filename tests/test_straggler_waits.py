@@ -647,6 +647,37 @@ def test_a_slight_sleeping_straggler_of_a_world_over_the_top_k_is_not_left_as_de
             assert with_rule <= 100, (seed, with_rule)
 
 
+def _held_once_then_slow(det: StragglerDetector, factor: float, seed: int, held_s: float, steps: int = 90,
+                         onset: int = 30) -> None:
+    """3 ranks; rank 2's step thread held on the run queue for `held_s` once, 3 steps before it turns `factor`x
+    slower (sleeping) from `onset`; otherwise small independent run-queue waits."""
+    rng = np.random.default_rng(seed)
+    for step in range(steps):
+        extra = {2: (factor - 1.0) * 0.1} if step >= onset else {}
+        queued = np.abs(rng.normal(0.002, 0.001, 3))
+        if step == onset - 3:
+            extra = {2: held_s}
+            queued[2] += held_s
+        step_time, wait = _step(rng, 3, extra)
+        det.observe(_row("step_time", step, step_time))
+        det.observe(_row("runqueue_wait", step, queued))
+        det.observe(_row("collective_wait", step, wait))
+
+
+@pytest.mark.parametrize("factor", [2.0, 1.5])
+def test_one_long_hold_on_the_run_queue_does_not_hide_a_severe_straggler(factor: float) -> None:
+    """`descheduled_leave` counts each step's lead and excess up to the job's typical step: uncapped, one 2 s hold
+    (20 steps' worth) outweighed every lead after it, and a 2x rank was named at 4-5 steps (bound 3), 1.5x at
+    9-10 (bound 5)."""
+    bound = {2.0: 3, 1.5: 5}[factor]
+    for seed in range(5):
+        log = EventLog(None)
+        _held_once_then_slow(StragglerDetector(log), factor, seed, 2.0)
+        events = [e for e in log.query(JOB) if e["ranks"] == [2]]
+        assert events, (seed, log.query(JOB))
+        assert events[0]["detail"]["detected_step"] - 30 <= bound, (seed, events[0]["detail"])
+
+
 def test_descheduled_settings_are_checked() -> None:
     for bad in ({"descheduled_share": 0.0}, {"descheduled_share": 1.5}, {"descheduled_min_steps": 0},
                 {"descheduled_min_steps": 61}, {"descheduled_window": 1001}, {"starved_recent": 0},

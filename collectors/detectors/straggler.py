@@ -43,6 +43,7 @@ in total over the event.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -326,7 +327,12 @@ class StragglerDetector(StreakDetector[_State]):
         are unknown adds nothing. A rank outside the step's exact top-k (a world over its k) counts with its exact
         wait where the bottom-k holds it, else (between the two, about the median) with no excess: dropping the
         step kept only the steps where the rank queued unusually long, and a 1.1x sleeping straggler of a 16-rank
-        world was left on every seed."""
+        world was left on every seed. Each step's lead and excess count up to the job's typical step (the median
+        of its recent step_time p50s): in seconds uncapped, one step held on the run queue for 2 s (20 steps'
+        worth) outweighed every lead after it, and a 2x straggler whose onset followed it was left for 4-5 steps
+        (1.5x: 9-10). Capped, not divided by each step's length: as shares, a rank starved before its onset (its
+        excess half of each short step) carried that surplus over its fault's long steps (the recorded fsdp2
+        run of tests/test_straggler_waits.py named at 22 instead of 19)."""
         c = self.config
         queued = state.queued.get(step)
         if queued is None or not math.isfinite(lead):
@@ -334,7 +340,9 @@ class StragglerDetector(StreakDetector[_State]):
         value = queued[1].get(rank, queued[2].get(rank))
         if value is not None and not math.isfinite(value):
             return
-        state.leads.append((step, rank, lead, 0.0 if value is None else value - queued[0]))
+        typical = statistics.median(state.step_scales.values()) if state.step_scales else math.inf
+        excess = 0.0 if value is None else value - queued[0]
+        state.leads.append((step, rank, min(lead, typical), max(-typical, min(excess, typical))))
         while state.leads and state.leads[0][0] <= step - c.descheduled_window:
             state.leads.popleft()
 
