@@ -160,19 +160,8 @@ def sample_racks(sysfs: Path, hosts: int, rack_size: int, path: Path | None = No
     from collectors.delivery.node import Node
     from collectors.delivery.windows import Deadlines
     from collectors.probes import NicProbe
+    from fleet_wire import Capture
     from telemetry import Summary
-
-    class Capture:  # a node's sink keeping each sealed window's merged part, as Upstream.ship would send it
-        def __init__(self) -> None:
-            self.parts: dict[Any, Any] = {}
-
-        def ship(self, node: Any, windows: list[Any], now: float) -> None:
-            for win in windows:
-                if win.has_pending:
-                    self.parts[win.key] = win.take(False).summary
-
-        def forget(self, keys: list[Any]) -> None:
-            pass
 
     started = time.monotonic()
     t0 = (time.time_ns() // 1_000_000_000 - 10) * 1_000_000_000 + 700_000_000

@@ -39,7 +39,7 @@ NAME = "fleet_wire"
 NICS, HCAS = 2, 8
 
 
-class _Capture:
+class Capture:
     """A node's sink that keeps what `Upstream.ship` would send: each sealed window's merged part."""
 
     def __init__(self) -> None:
@@ -90,7 +90,7 @@ def sample_hosts(work: Path, hosts: int, values: str) -> dict[Any, list[Any]]:
     parts: dict[Any, list[Any]] = {}
     for i in range(hosts):
         root = work / f"h{i}"
-        sink = _Capture()
+        sink = Capture()
         node = Node(f"agent-{i}", Deadlines(0.5, 3.0), ack_down=lambda *a, **k: None, sink=sink)
         node.complete = lambda win: True
         probe = NicProbe(root)
