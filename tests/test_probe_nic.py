@@ -207,3 +207,43 @@ def test_parse_rate(text: str, expected: float | None) -> None:
 )
 def test_parse_state(text: str, expected: tuple[int, str] | None) -> None:
     assert parse_port_state(text) == expected
+
+
+def test_an_hcas_ports_are_listed_again_only_when_it_changed_or_every_relist(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sample lists class/net and class/infiniband, not each HCA's ports folder again: those are listed at an
+    HCA's first sight, when its folder is another one (gone and back: test above), while it has none, and every
+    PORTS_RELIST_EVERY samples (a port that appears in an HCA kept is read by then)."""
+    import os
+
+    from collectors.probes import nic
+
+    for hca in range(4):
+        write_ib(tmp_path, f"mlx5_{hca}", 1, {})
+    write_nic(tmp_path, "eth0", {})
+    (tmp_path / "class" / "infiniband" / "mlx5_9" / "ports").mkdir(parents=True)  # an HCA without ports yet
+    listed: list[str] = []
+    real_listdir = os.listdir
+
+    def listdir(path: str) -> list[str]:
+        listed.append(path)
+        return real_listdir(path)
+
+    monkeypatch.setattr(nic.os, "listdir", listdir)
+    probe = NicProbe(tmp_path)
+    probe.sample()
+    assert len(listed) == 2 + 5, listed  # the two classes, then each HCA's ports once
+    listed.clear()
+    probe.sample()
+    assert sorted(listed) == sorted([str(tmp_path / "class" / "net"), str(tmp_path / "class" / "infiniband"),
+                                     str(tmp_path / "class" / "infiniband" / "mlx5_9" / "ports")]), listed
+    write_ib(tmp_path, "mlx5_9", 1, {"symbol_error": 3})  # its port came: read at the next sample
+    assert ("mlx5_9/1", "ib.symbol_error_total") in by_key(probe.sample())
+    write_ib(tmp_path, "mlx5_0", 2, {"symbol_error": 5})  # a second port in an HCA whose folder is the same
+    samples = 1
+    while ("mlx5_0/2", "ib.symbol_error_total") not in by_key(probe.sample()):
+        samples += 1
+        assert samples <= nic.PORTS_RELIST_EVERY, "a port of a kept HCA was never listed"
+    listed.clear()
+    probe.sample()
+    assert len(listed) == 2, listed

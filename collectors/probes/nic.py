@@ -26,6 +26,12 @@ Each file is opened once and re-read with ``pread`` at offset 0, which makes sys
 three. A read that fails on a kept descriptor (a device removed under it) is tried once more on a fresh open;
 the descriptors of a device that disappears are closed, and at most MAX_OPEN_FILES are kept (past them a file
 is opened, read and closed as before).
+
+An HCA's ports are listed when the HCA is first seen, again when its folder is another one (a driver reload: one
+stat of the HCA's folder per sample, which also stands for its ports' folders), while it has none yet, and every
+PORTS_RELIST_EVERY samples whatever happens (ports come with their HCA; a kernel need not change a folder's times
+when a port folder appears): the ports' listings were most of a sample's folder work (8 of 10 listings and 8 of
+10 stats on a host of 8 single-port HCAs).
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ def parse_rate_gbps(text: str) -> float | None:
 
 
 MAX_OPEN_FILES = 1024  # descriptors one probe keeps (a host with 2 NICs and 8 IB ports reads 76 files)
+PORTS_RELIST_EVERY = 60  # samples: an HCA's ports are listed again at least this often (module docstring)
 
 
 def _open_and_read(path: str) -> tuple[int, str]:
@@ -88,6 +95,16 @@ def _open_and_read(path: str) -> tuple[int, str]:
     except OSError:
         os.close(fd)
         raise
+
+
+def _identity(folder: str) -> tuple[int, int]:
+    """A folder's (inode, ctime): another folder under the same name (a device gone and back) differs in one of
+    them (the ctime too: a folder made again may reuse the inode number); (-1, -1) when it cannot be read."""
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return (-1, -1)
+    return (st.st_ino, st.st_ctime_ns)
 
 
 def _read_text(path: str) -> str:
@@ -124,6 +141,9 @@ class NicProbe:
         self._fds: dict[str, int] = {}  # path -> a descriptor kept open, re-read with pread at 0
         # device -> its folder's (inode, ctime) when its descriptors were opened
         self._inodes: dict[str, tuple[int, int]] = {}
+        # HCA -> its folder's (inode, ctime) and its ports, as last listed; samples until the next listing of all
+        self._hcas: dict[str, tuple[tuple[int, int], list[str]]] = {}
+        self._relist_in = PORTS_RELIST_EVERY
         self.skipped = 0  # values read but refused: not integers, negative, past MAX_COUNTER, absurd rates/states
 
     def _list(self, path: str) -> list[str]:
@@ -187,11 +207,31 @@ class NicProbe:
         return [name for name in names if not excluded[name]]
 
     def ib_ports(self) -> list[tuple[str, str]]:
-        """(HCA, port) pairs, e.g. ("mlx5_0", "1")."""
-        out = []
-        for dev in self._list(self._ib):
-            for port in self._list(os.path.join(self._ib, dev, "ports")):
-                out.append((dev, port))
+        """(HCA, port) pairs, e.g. ("mlx5_0", "1"). An HCA whose folder is another one than when its ports were
+        listed (removed and created again) has its ports' descriptors closed and its ports listed again."""
+        out: list[tuple[str, str]] = []
+        self._relist_in -= 1
+        relist_all = self._relist_in <= 0
+        if relist_all:
+            self._relist_in = PORTS_RELIST_EVERY
+        hcas = self._list(self._ib)
+        for dev in hcas:
+            folder = os.path.join(self._ib, dev)
+            ident = _identity(folder)
+            known = self._hcas.get(dev)
+            if known is not None and known[0] != ident:  # the HCA went and came back: its ports' files are new
+                for port in known[1]:
+                    self._close_device(f"{dev}/{port}")
+                known = None
+            if known is None or relist_all or not known[1]:
+                ports = self._list(os.path.join(folder, "ports"))
+                self._hcas[dev] = (ident, ports)
+            else:
+                ports = known[1]
+            out.extend((dev, port) for port in ports)
+        if len(self._hcas) > len(hcas):
+            for dev in self._hcas.keys() - set(hcas):
+                del self._hcas[dev]
         return out
 
     def _emit_counters(self, out: list[Reading], files: Iterable[tuple[str, str]], device: str) -> None:
@@ -235,8 +275,7 @@ class NicProbe:
                 out.append(Reading("nic.up", 1.0 if state.strip() == "up" else 0.0, None, ifname))
         for dev, port in self.ib_ports():
             device, counters, state_path, phys_path, rate_path = self._ib_paths(dev, port)
-            seen.add(device)
-            self._same_device(device, os.path.dirname(state_path))
+            seen.add(device)  # its folder's identity is its HCA's (ib_ports)
             self._emit_counters(out, counters, device)
             parsed = self._state(state_path, self._read(state_path))
             if parsed is not None:
@@ -262,11 +301,7 @@ class NicProbe:
     def _same_device(self, device: str, folder: str) -> None:
         """Close the kept descriptors of a device whose folder is another one than when they were opened (a
         driver reload between two samples; a generated tree rewritten): one stat per device, not per file."""
-        try:
-            st = os.stat(folder)
-            inode = (st.st_ino, st.st_ctime_ns)  # the ctime too: a folder made again may reuse the inode number
-        except OSError:
-            inode = (-1, -1)
+        inode = _identity(folder)
         if self._inodes.get(device, inode) != inode:
             self._close_device(device)
         self._inodes[device] = inode
