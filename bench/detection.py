@@ -61,13 +61,15 @@ from bench.detection_jobs.score import aggregate, score_run, table
 from bench.torchrun_jobs import root_and_agent, torchrun
 from collectors.demo.train import kill_job
 from collectors.sim.procs import Proc
-from telemetry.names import RUNQUEUE_METRIC, WAIT_METRIC, WAIT_SHARE_METRIC
+from telemetry.names import ONCPU_METRIC, RUNQUEUE_METRIC, WAIT_METRIC, WAIT_SHARE_METRIC
 
 TRAIN = REPO / "bench" / "detection_jobs" / "train.py"
 SHAPES = REPO / "bench" / "detection_jobs" / "shapes.py"
 FAULTS = ("slow_rank", "loader_stuck", "nan", "bad_batch", "slow_loader")
-# The per-rank figures a matrix run records per step (its `per_rank`, in this order after the step)
-PER_RANK = (WAIT_METRIC, RUNQUEUE_METRIC, "bench.runqueue_threads", "bench.oncpu_step", "bench.oncpu_threads")
+# The per-rank figures a matrix run records per step (its `per_rank`, in this order after the step). The step
+# thread's on-CPU time is the SDK's `oncpu_time`; runs recorded before the SDK logged it hold the bench's own
+# `bench.oncpu_step` (the same figure) in its place
+PER_RANK = (WAIT_METRIC, RUNQUEUE_METRIC, "bench.runqueue_threads", ONCPU_METRIC, "bench.oncpu_threads")
 QUICK = {"models": "mlp", "clean_seeds": 1, "fault_seeds": 1, "faults": "nan,bad_batch", "mlp_steps": 200}
 
 
@@ -248,7 +250,7 @@ def run_cell(cell: matrix.Cell, args: argparse.Namespace, api: str, agent: str, 
     argv = ["--job", job, "--shape", cell.shape, "--steps", str(cell.steps), "--seed", str(cell.seed),
             "--fault-rank", str(cell.fault_rank), "--fault-step", str(cell.fault_step),
             "--factor", str(cell.factor or 1.0), "--where", cell.where if cell.factor else "forward",
-            "--truth", str(truth_path)]
+            "--truth", str(truth_path), "--slowness", args.slowness]
     load_start = os.getloadavg()[0]
     wall = drive(job, cell.world, SHAPES, argv, cell.steps, agent, log_path, watch, services, args.run_timeout,
                  args.poll_s)
@@ -344,6 +346,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--slight-wheres", default="",
                    help="--matrix: where the 1.1x runs (110 steps after the fault each) put it (default: every --wheres)")
     p.add_argument("--fault-step", type=int, default=30, help="--matrix: the step the slowness begins (default 30)")
+    p.add_argument("--slowness", choices=("sleep", "cpu"), default="sleep",
+                   help="--matrix: the slow rank sleeps, or does more CPU work (shapes.py --slowness; default sleep)")
     p.add_argument("--clean-steps", type=int, default=300, help="--matrix: steps of a clean run (default 300)")
     p.add_argument("--clean-runs", type=int, default=1, help="--matrix: clean runs per shape (default 1)")
     p.add_argument("--workdir", type=Path,

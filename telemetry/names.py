@@ -32,6 +32,10 @@ WORK_METRIC = "work_time"
 #: rank's step thread was runnable but not running (waiting on the kernel's run queue: descheduled, not slow).
 RUNQUEUE_METRIC = "runqueue_wait"
 
+#: ... and, from the same read, the seconds of the step the step thread ran on a CPU: its CPU work (a rank that does
+#: more of it than its peers queues more in proportion on a loaded host: slow by itself, not descheduled).
+ONCPU_METRIC = "oncpu_time"
+
 #: The per-step metric each rank's agent makes of those two (collectors/agent/wait_share.py): the rank's running
 #: (exponentially weighted) share of its steps spent waiting in collectives; its exact argmin across ranks, merged
 #: up the tree, is the rank that has waited least over its recent steps (the straggler rule's slight lanes).

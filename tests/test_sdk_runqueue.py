@@ -169,3 +169,45 @@ def test_each_thread_keeps_its_own_descriptor(monkeypatch) -> None:
     thread.join()
     assert len(opened) == 2, opened
     clock.close()
+
+
+def test_one_read_gives_the_threads_time_on_a_cpu_too() -> None:
+    """`spent(mark)`: (run-queue wait, time on a CPU) since the mark, from the same read (the SDK logs both per
+    step: `runqueue_wait`, `oncpu_time`). A thread that spins sharing its CPU with a spinner is on the run queue
+    or on the CPU for the whole of its spin; one that sleeps hardly runs."""
+    cpu = min(os.sched_getaffinity(0))
+    neighbour = multiprocessing.get_context("fork").Process(target=_spinner, args=(cpu, 3.0))
+    saved = os.sched_getaffinity(0)
+    got: list = []
+
+    def measured() -> None:
+        os.sched_setaffinity(0, {cpu})  # this thread only
+        clock = RunQueueClock()
+        mark = clock.mark()
+        started = time.monotonic()
+        _spin(0.6)
+        got.append((clock.spent(mark), time.monotonic() - started))
+        mark = clock.mark()
+        time.sleep(0.3)
+        got.append((clock.spent(mark), 0.3))
+
+    neighbour.start()
+    try:
+        time.sleep(0.2)  # the neighbour is spinning on the CPU
+        thread = threading.Thread(target=measured)
+        thread.start()
+        thread.join(10)
+    finally:
+        neighbour.terminate()
+        neighbour.join(5)
+        os.sched_setaffinity(0, saved)
+    (spun, wall), (slept, _) = got
+    assert spun is not None and slept is not None
+    queued, oncpu = spun
+    # sharing its CPU with a spinner (and whatever else runs on this machine): queued for a good part of it, on
+    # the CPU for the rest; runnable the whole spin, so the two add up to it
+    assert oncpu > 0.0 and queued > 0.1, spun
+    assert abs(queued + oncpu - wall) < 0.15, (spun, wall)
+    # blocked: hardly on a CPU (its wait for one once it woke, on a CPU shared with a spinner, can be long)
+    assert slept[1] < 0.05 and slept[1] < oncpu, (slept, spun)
+

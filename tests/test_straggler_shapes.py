@@ -68,7 +68,7 @@ def test_every_shape_ran_to_the_end_durably(shapes_job: dict) -> None:
 
 
 def test_every_rank_logs_its_run_queue_wait_each_step(tree: dict, shapes_job: dict) -> None:
-    """The SDK logs `runqueue_wait` beside `collective_wait` (telemetry/sdk/runqueue.py): every rank, every step,
+    """The SDK logs `runqueue_wait` and `oncpu_time` beside `collective_wait` (telemetry/sdk/runqueue.py): every rank, every step,
     in every shape. The injected slowness is a sleep (blocked, not runnable): over the steps after the fault the
     slow rank's run-queue wait lies, in the median, less than half its sleep above the median rank's (the
     straggler rule discounts only a lead that excess run-queue wait explains)."""
@@ -82,6 +82,16 @@ def test_every_rank_logs_its_run_queue_wait_each_step(tree: dict, shapes_job: di
         assert all(r["count"] == WORLD and r["min"] >= 0.0 for r in rows), (shape, rows)
         excess = [next(v for v, rank in r["top"] if rank == slow) - r["p50"] for r in rows if r["step"] > FAULT_STEP]
         assert statistics.median(excess) < shapes_job["truths"][shape]["extra_s"] / 2, (shape, excess)
+        # ... and its step thread's time on a CPU (`oncpu_time`, the same read): the sleep adds none of it (the rule
+        # does not take its queueing for its own CPU work: collectors/detectors/cpu_work.py)
+
+        def all_oncpu(job: str = job) -> list[dict] | None:
+            rows = api_steps(tree["api"], job, "oncpu_time", last=10_000)
+            return rows if len(rows) == STEPS else None
+        cpu = wait_for(all_oncpu, timeout=30, what=f"every step's oncpu_time of {shape} at the root")
+        assert all(r["count"] == WORLD and r["min"] > 0.0 for r in cpu), (shape, cpu)
+        extra = [next(v for v, rank in r["top"] if rank == slow) - r["p50"] for r in cpu if r["step"] > FAULT_STEP]
+        assert statistics.median(extra) < shapes_job["truths"][shape]["extra_s"] / 4, (shape, extra)
 
 
 @pytest.mark.parametrize(("shape", "where", "slow"), CASES, ids=[c[0] for c in CASES])

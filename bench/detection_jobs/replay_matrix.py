@@ -34,9 +34,9 @@ from bench.detection_jobs.replay import clocked_log
 from collectors.agent.wait_share import WaitShares, excess_queued
 from collectors.common.keys import Key
 from collectors.common.rows import Row
-from collectors.detectors.cpu_starved import CpuStarvedDetector
+from collectors.detectors.cpu_starved import CpuStarvedConfig, CpuStarvedDetector
 from collectors.detectors.straggler import StragglerConfig, StragglerDetector
-from telemetry.names import RUNQUEUE_METRIC, WAIT_SHARE_METRIC
+from telemetry.names import ONCPU_METRIC, RUNQUEUE_METRIC, WAIT_SHARE_METRIC
 from telemetry.summary import Summary
 
 
@@ -56,10 +56,16 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     since the recorded ones may be an older agent's. Other runs are replayed from the least rank and the p50."""
     events, now, seen = clocked_log()
     detector = StragglerDetector(events, config=StragglerConfig(**settings))
-    starved = CpuStarvedDetector(events)  # as at the root: its open event leaves its ranks out of the straggler's
+    cpu_work = settings.get("oncpu_scale", True)  # cpu_starved's use of the on-CPU times follows the straggler's
+    # as at the root: its open event leaves its ranks out of the straggler's
+    starved = CpuStarvedDetector(events, config=CpuStarvedConfig(oncpu_scale=cpu_work))
     finalised = dict((step, ns) for step, ns in run["finalised"])
     world, job = run["world"], run["job"]
-    per_rank = {step: (waits, queued) for step, waits, queued, *_ in run.get("per_rank", [])}
+    # each rank's collective and run-queue waits and, where recorded (bench/detection.py's PER_RANK: the step
+    # thread's on-CPU time, the SDK's `oncpu_time`; `bench.oncpu_step` in runs from before the SDK logged it), its
+    # on-CPU time
+    per_rank = {entry[0]: (entry[1], entry[2], entry[4] if len(entry) > 4 else {})
+                for entry in run.get("per_rank", [])}
     # The agents' running wait shares, where the run recorded them (runs from before them have none: the rule
     # then judges the per-step waits alone, as the live root did)
     shares = {step: (least, low, p50) for step, least, low, p50, *_ in run.get("shares", [])}
@@ -74,12 +80,18 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
         waits[least] = low
         own = per_rank.get(step)
         queued: list[float] | None = None
+        oncpu: list[float] | None = None
         if own is not None and len(own[0]) == world:
             waits = [own[0][str(r)] for r in range(world)]
             if len(own[1]) == world:
                 queued = [own[1][str(r)] for r in range(world)]
+            if len(own[2]) == world:
+                oncpu = [own[2][str(r)] for r in range(world)]
         detector.observe(_row(job, "step_time", step, [step_p50] * world, ns))
         starved.observe(_row(job, "step_time", step, [step_p50] * world, ns))
+        if oncpu is not None and cpu_work:  # before the step's run-queue waits, as the root's suite orders them
+            detector.observe(_row(job, ONCPU_METRIC, step, oncpu, ns))
+            starved.observe(_row(job, ONCPU_METRIC, step, oncpu, ns))
         if queued is not None:
             detector.observe(_row(job, RUNQUEUE_METRIC, step, queued, ns))
             starved.observe(_row(job, RUNQUEUE_METRIC, step, queued, ns))

@@ -21,8 +21,11 @@ only (`telemetry.init()`, `for step, batch in enumerate(run.wrap_loader(loader))
 The fault (`--factor F --where W` on `--fault-rank` from `--fault-step`): that rank's step gets
 (F - 1) x its median step before the fault longer, spent in W: `forward` (before the forward), `backward`
 (inside the backward, from a gradient hook half-way through the model), `optimizer` (after the optimizer
-step: after every collective of the step) or `data` (in its data loader, before the step). The rank
-appends one JSON line to `--truth` when it begins (the harness measures the delay from it).
+step: after every collective of the step) or `data` (in its data loader, before the step). `--slowness`
+says how: `sleep` (the default: blocked, as a slow device or a lock holds a rank) or `cpu` (CPU work: the
+step thread spins for (F - 1) x its median on-CPU time per step before the fault, as a rank with more work
+does: on a loaded host it also waits for a CPU in proportion). The rank appends one JSON line to `--truth`
+when it begins (the harness measures the delay from it).
 """
 
 from __future__ import annotations
@@ -54,15 +57,25 @@ BATCH = {"ddp": 512, "sync2": 512, "accum": 128, "fsdp2": 128, "tp": 256}  # sam
 
 
 class Slow:
-    """The injected slowness: seconds to sleep now, 0 until the fault begins (or on other ranks)."""
+    """The injected slowness: seconds to sleep (or of CPU work to do) now, 0 until the fault begins (or on
+    other ranks)."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.where = ""
+        self.cpu = False  # --slowness cpu: spin on the calling thread's CPU time instead of sleeping
 
     def at(self, where: str) -> None:
         if self.seconds and self.where == where:
+            self.now()
+
+    def now(self) -> None:
+        if not self.cpu:
             time.sleep(self.seconds)
+            return
+        end = time.thread_time() + self.seconds  # the thread's own CPU time: its work, whatever the host's load
+        while time.thread_time() < end:
+            pass
 
 
 class MLP(nn.Module):
@@ -174,6 +187,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--factor", type=float, default=2.0, help="the slow rank's step takes this x its median step")
     p.add_argument("--where", default="forward", help=f"one of {', '.join(WHERE)} (comma-separated: per shape)")
     p.add_argument("--batch", type=int, default=0, help="samples per micro-batch (default: the shape's, BATCH)")
+    p.add_argument("--slowness", choices=("sleep", "cpu"), default="sleep",
+                   help="sleep: the slow rank blocks; cpu: it does (F - 1) x its median step's CPU work more")
     args = p.parse_args(argv)
     args.shapes = args.shape.split(",")
     wheres = args.where.split(",")
@@ -245,17 +260,6 @@ def threads_schedstat_ns() -> tuple[int, int]:
     return oncpu, queued
 
 
-def step_thread_oncpu_ns() -> int:
-    """The calling (step) thread's on-CPU nanoseconds so far (schedstat's first field; 0 where unreadable):
-    logged per step as `bench.oncpu_step`, the figure a run-queue discount proportional to CPU demand would
-    scale by (how much of a rank's lead is its own CPU work, how much is blocked time)."""
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as f:
-            return int(f.read().split()[0])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
 def train(args: argparse.Namespace, shape: str, where: str, fault_rank: int, run: telemetry.Run, rank: int,
           world: int) -> list[float]:
     """One shape's run; returns this rank's step times before the fault (the slowness is relative to them)."""
@@ -263,19 +267,22 @@ def train(args: argparse.Namespace, shape: str, where: str, fault_rank: int, run
     m = build(shape, slow, rank, world, args.seed)
     opt = torch.optim.SGD(m.raw.parameters(), lr=0.01)
     own: list[float] = []
+    own_cpu: list[float] = []  # the step thread's CPU seconds per step before the fault (--slowness cpu)
     here = rank == fault_rank
     loader = batches(args.steps, rank, args.seed, m.d, slow, m.micro, args.batch or BATCH[shape])
     for step, micro_batches in enumerate(run.wrap_loader(loader)):
         if here and step == args.fault_step:
-            slow.seconds = (args.factor - 1.0) * statistics.median(own[5:] or own)
+            slow.cpu = args.slowness == "cpu"
+            slow.seconds = (args.factor - 1.0) * statistics.median((own_cpu if slow.cpu else own)[5:]
+                                                                   or (own_cpu if slow.cpu else own))
             slow.where = where
             write_truth(args.truth, {"fault": "slow_rank", "rank": rank, "step": step, "time": time.time(),
                                      "shape": shape, "factor": args.factor, "where": where,
-                                     "extra_s": slow.seconds})
+                                     "slowness": args.slowness, "extra_s": slow.seconds})
         if here and step == args.fault_step and where == "data":
-            time.sleep(slow.seconds)  # this step's batch was fetched before the fault began
+            slow.now()  # this step's batch was fetched before the fault began
         oncpu, queued = threads_schedstat_ns()
-        oncpu_step = step_thread_oncpu_ns()
+        cpu_start = time.thread_time()
         with run.step(step):
             t0 = time.perf_counter()
             slow.at("forward")
@@ -306,11 +313,12 @@ def train(args: argparse.Namespace, shape: str, where: str, fault_rank: int, run
             elapsed = time.perf_counter() - t0
             if step < args.fault_step:
                 own.append(elapsed)
+                own_cpu.append(time.thread_time() - cpu_start)
             run.log(step, loss=total)
-        oncpu_step = step_thread_oncpu_ns() - oncpu_step
         oncpu_after, queued_after = threads_schedstat_ns()
+        # (the step thread's own on-CPU time is the SDK's `oncpu_time` now: `bench.oncpu_step` before it)
         run.log(step, **{"bench.runqueue_threads": (queued_after - queued) / 1e9,
-                         "bench.oncpu_threads": (oncpu_after - oncpu) / 1e9, "bench.oncpu_step": oncpu_step / 1e9})
+                         "bench.oncpu_threads": (oncpu_after - oncpu) / 1e9})
     return own
 
 

@@ -6,12 +6,14 @@ is not slow: docs/detectors.md, "straggler"), so until now it raised nothing. Th
 `runqueue_wait` (telemetry/sdk/runqueue.py): the seconds of the step the rank's step thread was runnable but not
 running, from /proc/thread-self/schedstat, two preads a step. Nothing else is read or sent for it.
 
-The rule, per job and step, once both the step's `runqueue_wait` and `step_time` windows are in: a rank of the
-run-queue window's exact top-k is *starved* at the step when its run-queue wait exceeds the job's median rank's
-by at least `min_excess` of the job's median step time (in a job of two ranks: the other rank's), and is at
-least `min_wait_s`. Relative to the median
-rank, because a host every rank of which queues alike is the job's own oversubscription (or a machine loaded
-evenly), not a neighbour taking one rank's CPU; and a job of one rank has no peer to compare with (not judged).
+The rule, per job and step, once both the step's `runqueue_wait` and `step_time` windows are in: a rank of the run-queue
+window's exact top-k is *starved* at the step when its run-queue wait exceeds the job's median rank's by at least
+`min_excess` of the job's median step time (in a job of two ranks: the other rank's), and is at least `min_wait_s`;
+where the job logs `oncpu_time` (the same read), the median rank's wait is first scaled by the rank's CPU work over the
+median rank's (collectors/detectors/cpu_work.py): a rank that does more CPU work queues more in proportion on a loaded
+host, and is slow by itself (the straggler rule's), not starved. Relative to the median rank, because a host every rank
+of which queues alike is the job's own oversubscription (or a machine loaded evenly), not a neighbour taking one rank's
+CPU; and a job of one rank has no peer to compare with (not judged).
 A rank starved in `needed` of the job's last `window` steps is named; the event (one per job, severity
 warning) names every such rank and its host, with its queued share of the step and the median rank's, and
 closes once no rank has been starved in more than `clear_below` of the last `window` steps for `clear_steps`
@@ -34,11 +36,15 @@ from dataclasses import dataclass, field
 
 from collectors.common.rows import Row
 from collectors.detectors.base import Detector, fnum
-from telemetry.names import RUNQUEUE_METRIC
+from collectors.detectors.cpu_work import StepCpu, cpu_ratio, expected_queue
+from telemetry.names import ONCPU_METRIC, RUNQUEUE_METRIC
 from telemetry.summary import Summary
 
 STEP_TIME = "step_time"
 PENDING_STEPS = 16  # steps per job waiting for their other window (the two are finalised one by one)
+# a rank's CPU work over the median rank's: the least of its last CPU_STEPS steps' ratios, or the step's own less
+# CPU_MARGIN (cpu_work.cpu_ratio; as the straggler rule's oncpu_steps and oncpu_margin)
+CPU_STEPS, CPU_MARGIN = 5, 0.5
 
 
 @dataclass
@@ -51,6 +57,10 @@ class CpuStarvedConfig:
     clear_below: int = 2       # the event closes once no rank is starved in more than this many of its window
     clear_steps: int = 30      # ... for this many steps in a row
     severity: str = "warning"
+    # Where the job logs each rank's step-thread time on a CPU (`oncpu_time`), a rank's run-queue wait is compared
+    # with the median rank's scaled by its CPU work over the median rank's (cpu_work.py): a rank that queues more
+    # because it does more work (a CPU-bound straggler on a loaded host) is not starved by a neighbour
+    oncpu_scale: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.needed <= self.window:
@@ -88,12 +98,13 @@ class _Job:
     last_judged: int = -1
     saturated_at: int | None = None  # the last step whose top-k held only starved ranks, with ranks outside it
     quiet: int = 0  # steps in a row with no rank starved in more than clear_below of its window
+    cpu: dict[int, StepCpu] = field(default_factory=dict)  # the last CPU_STEPS steps' on-CPU times (cpu_work.py)
     ranks: dict[int, _Rank] = field(default_factory=dict)
 
 
 class CpuStarvedDetector(Detector):
     kind = "cpu_starved"
-    metrics = frozenset({RUNQUEUE_METRIC, STEP_TIME})
+    metrics = frozenset({RUNQUEUE_METRIC, STEP_TIME, ONCPU_METRIC})
 
     def __init__(self, events, context=None, config: CpuStarvedConfig | None = None) -> None:
         super().__init__(events, context)
@@ -109,7 +120,13 @@ class CpuStarvedDetector(Detector):
             return
         windows = state.pending.setdefault(step, {})
         windows[row.key.metric] = row.summary
-        if len(windows) < 2:
+        if row.key.metric == ONCPU_METRIC:
+            cpu = StepCpu.of(row.summary, row.expected) if self.config.oncpu_scale else None
+            if cpu is not None:
+                state.cpu[step] = cpu
+                while len(state.cpu) > CPU_STEPS:
+                    del state.cpu[min(state.cpu)]
+        if RUNQUEUE_METRIC not in windows or STEP_TIME not in windows:
             while len(state.pending) > PENDING_STEPS:  # a job without one of the two: nothing to judge
                 del state.pending[min(state.pending)]
             return
@@ -129,12 +146,15 @@ class CpuStarvedDetector(Detector):
         median = queued.quantile(0.5) if queued.count > 2 else queued.min  # of two ranks: the other one's
         top = queued.top()
 
-        def hit(wait: float) -> bool:
-            return wait >= c.min_wait_s and (wait - median) >= c.min_excess * step_s
+        def hit(wait: float, rank: int) -> bool:
+            # over what the median rank would have queued doing the rank's CPU work (the suite hands a step's
+            # on-CPU times before its run-queue waits)
+            expected = expected_queue(median, cpu_ratio(state.cpu, rank, step, CPU_STEPS, CPU_MARGIN))
+            return wait >= c.min_wait_s and (wait - expected) >= c.min_excess * step_s
 
         for wait, rank in top:
-            self._note(state, rank, step, hit(wait), wait / step_s, median / step_s)
-        saturated = bool(top) and hit(top[-1][0]) and queued.count > len(top)
+            self._note(state, rank, step, hit(wait, rank), wait / step_s, median / step_s)
+        saturated = bool(top) and hit(*top[-1]) and queued.count > len(top)
         if saturated:
             state.saturated_at = step
         elif top:

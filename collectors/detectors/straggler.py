@@ -50,10 +50,11 @@ from dataclasses import dataclass, field
 from collectors.common.rows import Row
 from collectors.detectors.base import Baseline, distinct, event_time, fnum, p50
 from collectors.detectors.cpu_starved import CpuStarvedDetector
+from collectors.detectors.cpu_work import StepCpu, cpu_ratio, expected_queue
 from collectors.detectors.streak import StreakDetector, StreakState
 from collectors.detectors.wait_score import WaitScore
 from telemetry.names import ARRIVAL_METRIC as ARRIVAL
-from telemetry.names import RUNQUEUE_METRIC, WAIT_METRIC, WAIT_SHARE_METRIC
+from telemetry.names import ONCPU_METRIC, RUNQUEUE_METRIC, WAIT_METRIC, WAIT_SHARE_METRIC
 from telemetry.summary import Summary
 
 CPU_STARVED = CpuStarvedDetector.kind
@@ -72,6 +73,14 @@ class StragglerConfig:
     # that its run-queue wait over the median rank's explains is discounted (it was descheduled, not slow)
     runqueue_metric: str = RUNQUEUE_METRIC
     runqueue_discount: bool = True
+    # Each rank's step-thread time on a CPU per step (telemetry/sdk/runqueue.py): where the job logs it, the rules
+    # that leave a rank whose run-queue wait explains its lead (descheduled_leave, starved_leave) compare that wait
+    # with the median rank's scaled by the rank's CPU work over the median rank's (collectors/detectors/cpu_work.py):
+    # a CPU-bound straggler on a loaded host queues more in proportion to its own work and is not excused by it
+    oncpu_metric: str = ONCPU_METRIC
+    oncpu_scale: bool = True
+    oncpu_steps: int = 5  # ... by the least of the rank's ratios of its last this many steps (cpu_work.cpu_ratio),
+    oncpu_margin: float = 0.5  # ... or by its ratio this step less this, whichever is more
     # ... and on a step where the discount can act on the rank judged (its run-queue wait known: not a kernel
     # counting nothing, a row missing ranks, a rank outside the top-k) the fast lane names at this threshold
     # instead of wait_fast_threshold (1.5x within 5 steps on more of the shapes)
@@ -171,6 +180,7 @@ class _State(StreakState):
     share_gap: float = 0.0    # the latest running-share gap judged
     # the last few steps' run-queue waits, by step: (p50, {rank: seconds} of the exact top-k, of the exact bottom-k)
     queued: dict[int, tuple[float, dict[int, float], dict[int, float]]] = field(default_factory=dict)
+    oncpu: dict[int, StepCpu] = field(default_factory=dict)  # the last `oncpu_steps` steps' on-CPU times, by step
     starved: dict[int, deque[int]] = field(default_factory=dict)  # rank -> its recent starved steps
     # the job's last judged steps whose run-queue waits were known: (step, least-waiting rank, its lead over the
     # median rank, its run-queue wait over the median rank's), for `_descheduled` (O(descheduled_window))
@@ -198,7 +208,8 @@ class StragglerDetector(StreakDetector[_State]):
         self.config = config or StragglerConfig()
         super().__init__(events, context, self.config.baseline_steps)
         self.metrics = frozenset({self.config.metric, self.config.arrival_metric, self.config.wait_metric,
-                                  self.config.wait_share_metric, self.config.runqueue_metric})
+                                  self.config.wait_share_metric, self.config.runqueue_metric,
+                                  self.config.oncpu_metric})
         self._recent: dict[str, deque[frozenset[int]]] = {}  # job -> ranks late on each of its last steps
 
     def new_state(self) -> _State:
@@ -217,6 +228,9 @@ class StragglerDetector(StreakDetector[_State]):
             return
         if row.key.metric == c.runqueue_metric:
             self._queued(state, s, step, row.expected)
+            return
+        if row.key.metric == c.oncpu_metric:
+            self._oncpu(state, s, step, row.expected)
             return
         arrival = row.key.metric == c.arrival_metric
         if state.waits:
@@ -306,24 +320,46 @@ class StragglerDetector(StreakDetector[_State]):
         while len(state.queued) > 16:
             del state.queued[min(state.queued)]
 
+    def _oncpu(self, state: _State, s: Summary, step: int, expected: int) -> None:
+        """A step's on-CPU times (the median and the exact top-k and bottom-k by rank), kept for that step's
+        run-queue waits and waits (the suite hands a step's on-CPU row first); none where they cannot scale."""
+        if not self.config.oncpu_scale:
+            return
+        cpu = StepCpu.of(s, expected)
+        if cpu is None:
+            return
+        state.oncpu[step] = cpu
+        while len(state.oncpu) > self.config.oncpu_steps:
+            del state.oncpu[min(state.oncpu)]
+
+    def _expected_queue(self, state: _State, step: int, rank: int, median: float) -> float:
+        """What the median rank would have queued doing `rank`'s CPU work this step (cpu_work.py): its run-queue
+        wait `median` scaled by the rank's on-CPU time over the median rank's, where the step's are known."""
+        return expected_queue(median, cpu_ratio(state.oncpu, rank, step, self.config.oncpu_steps,
+                                                 self.config.oncpu_margin))
+
     def _note_starved(self, state: _State, s: Summary, step: int) -> None:
         """The ranks of the step's exact run-queue top-k starved on it by `starved_excess` and `starved_min_s`
         (cpu_starved's per-step test; the step's length is its step_time p50, the last one seen when its window
-        has not come)."""
+        has not come), over what the median rank would have queued doing the rank's CPU work."""
         c = self.config
         scale = state.step_scales.get(step, state.step_scale)
         if not scale > 0:
             return
         median = p50(s) if s.count > 2 else s.min
         for value, rank in s.top():
-            if value >= c.starved_min_s and value - median >= c.starved_excess * scale:
+            if value >= c.starved_min_s and value - self._expected_queue(state, step, rank, median) \
+                    >= c.starved_excess * scale:
                 hits = state.starved.setdefault(rank, deque(maxlen=c.starved_window))
                 if not hits or hits[-1] < step:
                     hits.append(step)
 
     def _note_lead(self, state: _State, step: int, rank: int, lead: float) -> None:
         """The step's least-waiting rank, its lead and its run-queue wait over the median rank's (absolute: the
-        question is how much of the lead the queue explains), for `_descheduled`; a step whose run-queue waits
+        question is how much of the lead the queue explains; the median rank's scaled by the rank's CPU work over
+        the median rank's where the step's on-CPU times are known: a CPU-bound straggler on a host of L threads per
+        CPU queues (L - 1) / L of its lead for its own work, and was left from L = 5), for `_descheduled`; a step
+        whose run-queue waits
         are unknown adds nothing. A rank outside the step's exact top-k (a world over its k) counts with its exact
         wait where the bottom-k holds it, else (between the two, about the median) with no excess: dropping the
         step kept only the steps where the rank queued unusually long, and a 1.1x sleeping straggler of a 16-rank
@@ -341,7 +377,7 @@ class StragglerDetector(StreakDetector[_State]):
         if value is not None and not math.isfinite(value):
             return
         typical = statistics.median(state.step_scales.values()) if state.step_scales else math.inf
-        excess = 0.0 if value is None else value - queued[0]
+        excess = 0.0 if value is None else value - self._expected_queue(state, step, rank, queued[0])
         state.leads.append((step, rank, min(lead, typical), max(-typical, min(excess, typical))))
         while state.leads and state.leads[0][0] <= step - c.descheduled_window:
             state.leads.popleft()
@@ -392,7 +428,12 @@ class StragglerDetector(StreakDetector[_State]):
         run-queue wait) over the median rank's (`busy_median` less the median run-queue wait), when over 1. On a
         host where every thread gets only part of a CPU a rank doing more CPU work (a real CPU-bound straggler)
         queues more in proportion: its absolute excess took ~(L - 1) / L of its lead at L threads per CPU (named
-        at 6-20 steps instead of 2-3). Its running time, not its busy time: a descheduled rank's busy time holds
+        at 6-20 steps instead of 2-3). Where the step's on-CPU times are known the rank's running time is at least
+        its time on a CPU: the root's `busy` is the step's p50 less the rank's wait, not the rank's own step, and
+        on a loaded host a CPU-bound straggler's busy less its run-queue wait read under half its CPU time (a live
+        2x rank at 5 runnable threads per CPU: 0.045 s against 0.107 on a CPU), which took its lead for queueing
+        (the median rank's is left as it was: raising it would discount more of any rank's lead, a sleeping
+        straggler's too). Its running time, not its busy time: a descheduled rank's busy time holds
         the very wait that is discounted (scaling by it kept part of that lead; replayed, 10 false alarms in 3,150
         clean steps instead of 1). None where no discount can act: the step's run-queue waits unknown (none yet,
         a kernel that counts nothing, a row missing ranks) or the rank not among their exact top-k (it waited
@@ -407,6 +448,9 @@ class StragglerDetector(StreakDetector[_State]):
             return None  # outside the exact top-k: it waited no longer than those, and no discount acts
         median = queued[0]
         running, running_median = busy - value, busy_median - median
+        cpu = state.oncpu.get(step)
+        if cpu is not None:  # a thread runs at least as long as it is on a CPU
+            running = max(running, cpu.by_rank.get(rank, cpu.median))
         ratio = running / running_median if running_median > 0 else 1.0
         return max(0.0, value - median * max(1.0, ratio))
 

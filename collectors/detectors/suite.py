@@ -36,7 +36,9 @@ from collectors.detectors.nonfinite import NonfiniteConfig, NonfiniteDetector
 from collectors.detectors.settings import RuntimeSettings
 from collectors.detectors.sinks import SinkConfig
 from collectors.detectors.straggler import StragglerConfig, StragglerDetector
-from telemetry.names import RUNQUEUE_METRIC
+from telemetry.names import ONCPU_METRIC, RUNQUEUE_METRIC
+
+_FIRST = {ONCPU_METRIC: 0, RUNQUEUE_METRIC: 1}  # a step's rows other rows of it are judged with, in this order
 
 log = logging.getLogger(__name__)
 
@@ -211,8 +213,9 @@ class Detectors:
     def on_rows(self, rows: list[Row]) -> None:
         # One flush may finalise several steps in any order; detectors judge steps in order (a step older
         # than one already judged is skipped by the step detectors, so order within the batch matters). Within
-        # a step, the run-queue waits come first: the straggler rule reads them when it judges the step's waits.
-        ordered = sorted(rows, key=lambda r: (r.key.width_ms, r.key.index, r.key.metric != RUNQUEUE_METRIC))
+        # a step, the on-CPU times come first, then the run-queue waits: the straggler rule and cpu_starved read the
+        # first when they judge the second, the straggler rule both when it judges the step's waits.
+        ordered = sorted(rows, key=lambda r: (r.key.width_ms, r.key.index, _FIRST.get(r.key.metric, len(_FIRST))))
         with self.lock:
             for row in ordered:
                 job = row.key.job

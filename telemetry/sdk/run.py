@@ -28,6 +28,7 @@ from typing import Any
 
 from telemetry.names import ARRIVAL_METRIC as ARRIVAL
 from telemetry.names import MAX_STEP, is_metric_name, job_name_problem
+from telemetry.names import ONCPU_METRIC as ONCPU
 from telemetry.names import RUNQUEUE_METRIC as RUNQUEUE
 from telemetry.names import WAIT_METRIC as WAIT
 from telemetry.names import WORK_METRIC as WORK
@@ -193,9 +194,9 @@ class Run:
                 if wait_s is not None:  # None: NCCL's GPU-side figure not settled yet (telemetry.torch.nccl_timing)
                     values[WAIT] = wait_s
                     values[WORK] = max(0.0, values["step_time"] - wait_s)
-                queued_s = self._runqueue.since(queued_mark)  # None when the step ended on another thread
-                if queued_s is not None:
-                    values[RUNQUEUE] = queued_s
+                spent = self._runqueue.spent(queued_mark)  # None when the step ended on another thread
+                if spent is not None:  # one read: run-queue wait and CPU time (telemetry/sdk/runqueue.py)
+                    values[RUNQUEUE], values[ONCPU] = spent
             end_ns = time.time_ns()
             if clock is not None:
                 arrived_ns = clock.end(end_ns)

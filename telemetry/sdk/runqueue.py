@@ -12,15 +12,22 @@ as ``runqueue_wait`` (seconds; telemetry.names.RUNQUEUE_METRIC), beside ``collec
 rule discounts the part of a rank's lead over its peers that its excess run-queue wait explains
 (docs/detectors.md, "straggler").
 
+The same read gives the file's 1st field, the nanoseconds the thread ran on a CPU, logged as ``oncpu_time``
+(telemetry.names.ONCPU_METRIC): on a host where every runnable thread gets 1/L of a CPU a thread queues (L - 1)
+times its CPU time, so a rank doing more CPU work per step than its peers (a real CPU-bound straggler) also
+queues more, in proportion, and its excess run-queue wait must not excuse it; one that queues more for the same
+CPU work was descheduled. The rules that weigh a rank's run-queue wait scale the median rank's by the rank's
+CPU work over the median's (docs/detectors.md, "CPU work is not descheduling").
+
 What it sees and what it does not: the step thread only. torch's intra-op threads (one per rank under
 torchrun: ``OMP_NUM_THREADS=1``) and gloo's transport threads are not read (a rank whose compute runs on
 intra-op pool threads that wait for a CPU is seen only where the step thread itself waits to run). A host's
 CPU starvation by a neighbour is the kernel's run queue; a slow GPU kernel, a slow NIC, a page-fault storm,
 or a lock held by another thread are not (those are the rank's own slowness: still named).
 
-What it costs: one ``pread`` of a ~30-byte procfs file on an open descriptor, twice a step (measured by
-bench/runqueue_cost.py). Each thread keeps its own descriptor (threading.local). A step entered on one thread
-and exited on another logs nothing (the two counters are of different threads). Where the file is missing (not
+What it costs: one ``pread`` of a ~30-byte procfs file on an open descriptor, twice a step, both figures from the one
+read (measured by bench/runqueue_cost.py). Each thread keeps its own descriptor (threading.local). A step entered on one
+thread and exited on another logs nothing (the two counters are of different threads). Where the file is missing (not
 Linux, a kernel without schedstats) nothing is logged.
 """
 
@@ -57,21 +64,36 @@ class RunQueueClock:
         # Run.step on another OS)
         self.available = sys.platform.startswith("linux")
 
-    def mark(self) -> tuple[int, int] | None:
-        """(the calling thread's id, its run-queue wait so far), or None (unavailable)."""
-        ns = self.read_ns()
-        return None if ns is None else (threading.get_native_id(), ns)
+    def mark(self) -> tuple[int, int, int] | None:
+        """(the calling thread's id, its run-queue wait so far, its time on a CPU so far), or None
+        (unavailable)."""
+        both = self.read_both_ns()
+        return None if both is None else (threading.get_native_id(), both[1], both[0])
 
-    def since(self, mark: tuple[int, int] | None) -> float | None:
+    def since(self, mark: tuple[int, int, int] | None) -> float | None:
         """Seconds the calling thread waited on the run queue since `mark`; None without a mark, unavailable, or
         on another thread than the mark's."""
+        spent = self.spent(mark)
+        return None if spent is None else spent[0]
+
+    def spent(self, mark: tuple[int, int, int] | None) -> tuple[float, float] | None:
+        """(seconds on the run queue, seconds on a CPU) of the calling thread since `mark`, from one read; None
+        without a mark, unavailable, or on another thread than the mark's."""
         if mark is None or mark[0] != threading.get_native_id():
             return None
-        ns = self.read_ns()
-        return None if ns is None else max(0, ns - mark[1]) / 1e9
+        both = self.read_both_ns()
+        if both is None:
+            return None
+        return max(0, both[1] - mark[1]) / 1e9, max(0, both[0] - mark[2]) / 1e9
 
     def read_ns(self) -> int | None:
         """The calling thread's total run-queue wait so far, or None (unavailable: never again tried)."""
+        both = self.read_both_ns()
+        return None if both is None else both[1]
+
+    def read_both_ns(self) -> tuple[int, int] | None:
+        """The calling thread's (time on a CPU, run-queue wait) so far, in nanoseconds, from one read of its
+        schedstat file; None when unavailable (never again tried)."""
         if not self.available:
             return None
         local = self._local
@@ -84,7 +106,8 @@ class RunQueueClock:
             except OSError:  # a descriptor of a thread that ended (its id reused): once more, freshly opened
                 self._open(thread, pid)
                 data = os.pread(local.fd, 128, 0)
-            return int(data.split()[1])
+            fields = data.split()
+            return int(fields[0]), int(fields[1])
         except (OSError, IndexError, ValueError, AttributeError):
             self.available = False
             self.close()
