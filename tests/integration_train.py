@@ -1,11 +1,13 @@
 """A tiny model trained under torchrun (CPU, gloo) with Lightning or the HF Trainer, for tests/test_integrations.py.
 
     torchrun --nproc-per-node 2 tests/integration_train.py lightning --steps 8 --accumulate 2
+    torchrun --nproc-per-node 2 tests/integration_train.py lightning transformers --job J   # jobs J-lightning, ...
 
-Not a test module. Each rank trains twice from the same seed - first without telemetry, then with
-``TelemetryCallback`` - and prints one JSON line: both runs' losses and a checksum of the final
-weights (the callback must not change training), and whether the telemetry run's data was durable
-at the root. ``--slow-rank R`` makes rank R sleep ``--slow-seconds`` per micro-batch from optimizer
+Not a test module. Each rank trains twice per framework from the same seed - first without telemetry, then
+with ``TelemetryCallback`` - and prints one JSON line per framework: both runs' losses and a checksum of the
+final weights (the callback must not change training), and whether the telemetry run's data was durable
+at the root. Several frameworks run one after the other in the same ranks (torch and the libraries start
+once), each as its own job (``--job`` and the framework's name). ``--slow-rank R`` makes rank R sleep ``--slow-seconds`` per micro-batch from optimizer
 step ``--slow-from`` on, in the telemetry run only.
 """
 
@@ -153,8 +155,8 @@ def transformers_run(args: argparse.Namespace, rank: int, world: int, telemetry:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("framework", choices=["lightning", "transformers"])
-    p.add_argument("--job", required=True)
+    p.add_argument("framework", nargs="+", choices=["lightning", "transformers"])
+    p.add_argument("--job", required=True, help="the job; with several frameworks, each's is JOB-FRAMEWORK")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--accumulate", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=4)
@@ -166,10 +168,14 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    train = lightning_run if args.framework == "lightning" else transformers_run
-    plain = None if args.telemetry_only else train(args, rank, world, telemetry=False)
-    with_telemetry = train(args, rank, world, telemetry=True)
-    print(json.dumps({"rank": rank, "plain": plain, "telemetry": with_telemetry}), flush=True)
+    for framework in args.framework:
+        job = args.job if len(args.framework) == 1 else f"{args.job}-{framework}"
+        one = argparse.Namespace(**{**vars(args), "job": job})
+        train = lightning_run if framework == "lightning" else transformers_run
+        plain = None if args.telemetry_only else train(one, rank, world, telemetry=False)
+        with_telemetry = train(one, rank, world, telemetry=True)
+        print(json.dumps({"rank": rank, "framework": framework, "plain": plain, "telemetry": with_telemetry}),
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,18 @@
 """The Lightning and Hugging Face Trainer callbacks with the real libraries: 2 CPU ranks under torchrun (DDP on
 gloo) against a real local tree (an in-process root and agent; the ranks are real processes on its socket).
 
-Each torchrun trains twice from one seed, without and with the callback (tests/integration_train.py):
+Each rank trains twice per framework from one seed, without and with the callback (tests/integration_train.py):
 the losses and final weights must be identical, every rank's figures must reach the root for every
 optimizer step (gradient accumulation: one step per optimizer step), and the rank made slow must be
 named by the straggler detector (judged on compute_time, as under DDP every rank's wall step time is
-the slowest one's).
+the slowest one's). The frameworks run one after the other in ONE torchrun job (`trained`), each as its own
+telemetry job: torch, Lightning and transformers start once per rank, not once per framework (each start
+was most of a test's time: ~5 s quiet, a minute or more on a loaded 2-core machine).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import uuid
@@ -27,8 +30,9 @@ from torchrun_tree import run_job
 pytest.importorskip("torch")
 import torch.distributed as dist
 
+FRAMEWORK_TIMEOUT_S = 150  # one framework's two trainings under torchrun, at most
 pytestmark = [
-    pytest.mark.timeout(180),
+    pytest.mark.timeout(2 * FRAMEWORK_TIMEOUT_S + 60),  # the first test starts the job of both frameworks
     pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
 ]
 
@@ -65,19 +69,43 @@ def rank_lines(out: str) -> list[dict]:
     return found
 
 
-def run_ranks(script: Path, args: list[str], job: str, agent: str) -> list[dict]:
-    """`script ARGS` under torchrun (WORLD ranks, offline Hugging Face) to its end: each rank's JSON line, by rank."""
-    out = run_job(WORLD, script, args, agent, job, timeout=150, launcher=("--rdzv-id", job, "--max-restarts", "0"),
-                  env={"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"})
-    ranks = rank_lines(out)
-    assert sorted(r["rank"] for r in ranks) == list(range(WORLD)), out[-3000:]
-    return sorted(ranks, key=lambda r: r["rank"])
+def installed(*modules: str) -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in modules)
 
 
-def _torchrun(framework: str, job: str, agent: str) -> list[dict]:
-    return run_ranks(SCRIPT, [framework, "--job", job, "--steps", str(STEPS), "--accumulate", str(ACCUMULATE),
-                              "--peak-flops", str(PEAK), "--slow-rank", str(SLOW_RANK), "--slow-from", str(SLOW_FROM),
-                              "--slow-seconds", str(SLOW_S)], job, agent)
+def run_frameworks(script: Path, frameworks: list[str], args: list[str], prefix: str, agent: str) -> dict[str, Any]:
+    """`script FRAMEWORK... --job PREFIX ARGS` under torchrun (WORLD ranks, offline Hugging Face) to its end, the
+    frameworks one after the other in the same ranks (framework F's telemetry job: PREFIX-F). Returns what
+    `framework_ranks` reads: every rank's JSON lines, or the job's failure (which then fails every test)."""
+    if not frameworks:
+        return {"prefix": prefix, "frameworks": frameworks, "lines": [], "error": "no framework installed"}
+    try:
+        out = run_job(WORLD, script, [*frameworks, "--job", prefix, *args], agent, prefix,
+                      timeout=FRAMEWORK_TIMEOUT_S * len(frameworks),
+                      launcher=("--rdzv-id", prefix, "--max-restarts", "0"),
+                      env={"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"})
+    except AssertionError as failed:
+        return {"prefix": prefix, "frameworks": frameworks, "lines": [], "error": str(failed)}
+    return {"prefix": prefix, "frameworks": frameworks, "lines": rank_lines(out), "error": None, "out": out}
+
+
+def framework_ranks(trained: dict[str, Any], framework: str) -> tuple[str, list[dict]]:
+    """One framework's job and its ranks' JSON lines, by rank (from `run_frameworks`)."""
+    if trained["error"] is not None:
+        raise AssertionError(f"the torchrun job of {trained['frameworks']} failed: {trained['error']}")
+    ranks = [r for r in trained["lines"] if r["framework"] == framework]
+    assert sorted(r["rank"] for r in ranks) == list(range(WORLD)), (framework, trained["out"][-3000:])
+    return f"{trained['prefix']}-{framework}", sorted(ranks, key=lambda r: r["rank"])
+
+
+@pytest.fixture(scope="module")
+def trained(tree: dict) -> dict[str, Any]:
+    """Both frameworks (those installed) trained under DDP in one torchrun job."""
+    frameworks = [f for f in ("lightning", "transformers") if installed(f)]
+    return run_frameworks(SCRIPT, frameworks, ["--steps", str(STEPS), "--accumulate", str(ACCUMULATE), "--peak-flops",
+                                               str(PEAK), "--slow-rank", str(SLOW_RANK), "--slow-from",
+                                               str(SLOW_FROM), "--slow-seconds", str(SLOW_S)],
+                          f"ddp-{uuid.uuid4().hex[:8]}", tree["agent"])
 
 
 def _rows(api: str, job: str, metric: str, steps: range) -> dict[int, dict]:
@@ -123,10 +151,9 @@ def _check(api: str, job: str, ranks: list[dict]) -> dict[str, dict[int, dict]]:
     return figures
 
 
-def test_lightning_callback_under_ddp_with_accumulation(tree: dict) -> None:
+def test_lightning_callback_under_ddp_with_accumulation(tree: dict, trained: dict) -> None:
     pytest.importorskip("lightning")
-    job = f"lightning-{uuid.uuid4().hex[:8]}"
-    ranks = _torchrun("lightning", job, tree["agent"])
+    job, ranks = framework_ranks(trained, "lightning")
     figures = _check(tree["api"], job, ranks)
     for step in range(STEPS):
         # the step's loss: each rank's micro-batch losses (Lightning divides them by the accumulation count) summed
@@ -137,10 +164,9 @@ def test_lightning_callback_under_ddp_with_accumulation(tree: dict) -> None:
     assert max(figures["grad_norm"][s]["mean"] for s in range(STEPS)) > 0.5
 
 
-def test_transformers_callback_under_ddp_with_accumulation(tree: dict) -> None:
+def test_transformers_callback_under_ddp_with_accumulation(tree: dict, trained: dict) -> None:
     pytest.importorskip("transformers")
-    job = f"hf-{uuid.uuid4().hex[:8]}"
-    ranks = _torchrun("transformers", job, tree["agent"])
+    job, ranks = framework_ranks(trained, "transformers")
     figures = _check(tree["api"], job, ranks)
     # The Trainer's own logged loss (logging_steps=1: mean over ranks) is what the root holds per step.
     logged = ranks[0]["plain"]["losses"]

@@ -10,10 +10,13 @@ docs/integrations.md, "FSDP"):
 * The HF Trainer's ``fsdp`` on CPU: accelerate only turns FSDP on for accelerator devices, so with ``use_cpu``
   the Trainer trains under DDP (FSDP2, the default) or refuses (FSDP1): tested here as such.
 
-This file is also the training script: ``torchrun --nproc-per-node 2 tests/test_integrations_fsdp.py lightning
---job J`` trains a tiny model twice per rank from one seed, without and with ``TelemetryCallback``, and prints one
-JSON line per rank (both runs' losses and final weights, the reference whole-model gradient norm per optimizer
-step, whether the parameters were really sharded).
+This file is also the training script: ``torchrun --nproc-per-node 2 tests/test_integrations_fsdp.py
+lightning-fsdp2 --job J`` trains a tiny model twice per rank from one seed, without and with ``TelemetryCallback``,
+and prints one JSON line per rank (both runs' losses and final weights, the reference whole-model gradient norm per
+optimizer step, whether the parameters were really sharded). Given several set-ups (``probe lightning-fsdp2
+transformers-fsdp2 ...``) it runs them one after the other in the same ranks, each as its own job (J-SETUP): the
+tests run every set-up in ONE torchrun job (``trained``), so that torch, Lightning and transformers start once per
+rank rather than once per set-up (each start was most of a test's time: ~5 s quiet, a minute or more loaded).
 """
 
 from __future__ import annotations
@@ -41,16 +44,21 @@ import torch.distributed as dist  # noqa: E402  (after the sys.path line above)
 from integration_train import SEED, Tokens  # noqa: E402  (after the sys.path line above)
 from test_integrations import (  # noqa: E402,F401  (tree: the fixture)
     ACCUMULATE,
+    FRAMEWORK_TIMEOUT_S,
     PEAK,
     STEPS,
     WORLD,
     check_training_and_figures,
-    run_ranks,
+    framework_ranks,
+    installed,
+    run_frameworks,
     tree,
 )
 
+SETUPS = ("probe", "lightning-fsdp2", "lightning-hsdp", "lightning-fsdp1", "lightning-fsdp1-flat", "transformers-fsdp2")
+
 pytestmark = [
-    pytest.mark.timeout(180),
+    pytest.mark.timeout(len(SETUPS) * FRAMEWORK_TIMEOUT_S + 60),  # the first test starts the job of every set-up
     pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
 ]
 
@@ -282,9 +290,9 @@ def probe(rank: int, world: int) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("framework", choices=["lightning-fsdp2", "lightning-hsdp", "lightning-fsdp1",
-                                         "lightning-fsdp1-flat", "transformers-fsdp2", "probe"])
-    p.add_argument("--job", required=True)
+    p.add_argument("framework", nargs="+", choices=SETUPS, help="set-ups, run one after the other (probe first: "
+                   "it starts the process group itself, as a fresh process)")
+    p.add_argument("--job", required=True, help="the job; with several set-ups, each's is JOB-SETUP")
     p.add_argument("--steps", type=int, default=STEPS)
     p.add_argument("--accumulate", type=int, default=ACCUMULATE)
     p.add_argument("--batch-size", type=int, default=4)
@@ -292,21 +300,30 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if args.framework == "probe":
-        print(json.dumps({"rank": rank, "probe": probe(rank, world)}), flush=True)
-        return
-    train = transformers_run if args.framework.startswith("transformers") else lightning_run
-    plain = train(args, rank, world, telemetry=False)
-    with_telemetry = train(args, rank, world, telemetry=True)
-    print(json.dumps({"rank": rank, "plain": plain, "telemetry": with_telemetry}), flush=True)
+    for framework in args.framework:
+        if framework == "probe":
+            print(json.dumps({"rank": rank, "framework": framework, "probe": probe(rank, world)}), flush=True)
+            continue
+        job = args.job if len(args.framework) == 1 else f"{args.job}-{framework}"
+        one = argparse.Namespace(**{**vars(args), "framework": framework, "job": job})
+        train = transformers_run if framework.startswith("transformers") else lightning_run
+        plain = train(one, rank, world, telemetry=False)
+        with_telemetry = train(one, rank, world, telemetry=True)
+        print(json.dumps({"rank": rank, "framework": framework, "plain": plain, "telemetry": with_telemetry}),
+              flush=True)
 
 
 # ---------------------------------------------------------------- the tests
 
 
-def _torchrun(framework: str, job: str, agent: str) -> list[dict]:
-    return run_ranks(Path(__file__).resolve(), [framework, "--job", job, "--steps", str(STEPS), "--accumulate",
-                                                str(ACCUMULATE), "--peak-flops", str(PEAK)], job, agent)
+@pytest.fixture(scope="module")
+def trained(tree: dict) -> dict[str, Any]:
+    """Every set-up whose libraries are installed, in one torchrun job (the probe first: see main)."""
+    needs = {"probe": ("lightning", "transformers"), "transformers-fsdp2": ("transformers",)}
+    setups = [s for s in SETUPS if installed(*needs.get(s, ("lightning",)))]
+    return run_frameworks(Path(__file__).resolve(), setups, ["--steps", str(STEPS), "--accumulate", str(ACCUMULATE),
+                                                             "--peak-flops", str(PEAK)],
+                          f"fsdp-{uuid.uuid4().hex[:8]}", tree["agent"])
 
 
 def _check(api: str, job: str, ranks: list[dict], sharded: bool = True) -> dict[str, dict[int, dict]]:
@@ -327,14 +344,13 @@ def _check(api: str, job: str, ranks: list[dict], sharded: bool = True) -> dict[
 
 
 @pytest.mark.parametrize("fsdp", ["fsdp2", "hsdp", "fsdp1", "fsdp1-flat"])
-def test_lightning_callback_under_fsdp_with_accumulation(tree: dict, fsdp: str) -> None:
+def test_lightning_callback_under_fsdp_with_accumulation(tree: dict, trained: dict, fsdp: str) -> None:
     """fsdp2: ModelParallelStrategy with fully_shard (Lightning's FSDP2, runs on CPU as shipped); fsdp1:
     FSDPStrategy forced onto CPU (see lightning_run), with the original parameters (Lightning's default) or flat
     ones; hsdp: FSDP2 with hybrid sharding (2 replicas of 1 shard: each rank's gradient is the whole one, and
     summing the replicas' squares would overstate the norm by sqrt(2))."""
     pytest.importorskip("lightning")
-    job = f"lightning-{fsdp}-{uuid.uuid4().hex[:8]}"
-    ranks = _torchrun(f"lightning-{fsdp}", job, tree["agent"])
+    job, ranks = framework_ranks(trained, f"lightning-{fsdp}")
     figures = _check(tree["api"], job, ranks, sharded=fsdp != "hsdp")
     for step in range(STEPS):
         # the step's loss: each rank's micro-batch losses (Lightning divides them by the accumulation count) summed
@@ -345,11 +361,10 @@ def test_lightning_callback_under_fsdp_with_accumulation(tree: dict, fsdp: str) 
         assert max(ranks[0]["plain"]["grad_norms"]) > CLIP  # so logged before Lightning clips
 
 
-def test_transformers_callback_under_fsdp2_with_accumulation(tree: dict) -> None:
+def test_transformers_callback_under_fsdp2_with_accumulation(tree: dict, trained: dict) -> None:
     """The Trainer's FSDP2 forced onto CPU (see transformers_run)."""
     pytest.importorskip("transformers")
-    job = f"hf-fsdp2-{uuid.uuid4().hex[:8]}"
-    ranks = _torchrun("transformers-fsdp2", job, tree["agent"])
+    job, ranks = framework_ranks(trained, "transformers-fsdp2")
     assert all(r["telemetry"]["fsdp"] for r in ranks)
     figures = _check(tree["api"], job, ranks)  # the reference norm: the Trainer's own logged (pre-clip) grad_norm
     logged = ranks[0]["plain"]["losses"]  # logging_steps=1: the Trainer's loss (mean over ranks) per step
@@ -359,13 +374,13 @@ def test_transformers_callback_under_fsdp2_with_accumulation(tree: dict) -> None
     assert max(ranks[0]["plain"]["grad_norms"]) > CLIP  # so logged before the Trainer clips
 
 
-def test_fsdp_on_cpu_as_the_libraries_ship() -> None:
+def test_fsdp_on_cpu_as_the_libraries_ship(trained: dict) -> None:
     """Unforced, on CPU: Lightning's "fsdp" is refused, FSDP1 wants an accelerator, and the HF Trainer's fsdp
     is dropped silently (FSDP2: the run is DDP) or refused (FSDP1). If one of these changes, the forced set-ups
     above and docs/integrations.md ("FSDP") need a second look."""
     pytest.importorskip("lightning")
     pytest.importorskip("transformers")
-    found = [r["probe"] for r in _torchrun("probe", f"probe-{uuid.uuid4().hex[:8]}", "unix:/nonexistent")]
+    found = [r["probe"] for r in framework_ranks(trained, "probe")[1]]
     assert found[0] == found[1], found
     probe = found[0]
     assert "The strategy `fsdp` requires a GPU accelerator" in probe["lightning_fsdp"], probe
