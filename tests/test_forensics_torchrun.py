@@ -36,9 +36,10 @@ JOB_SCRIPT = Path(__file__).with_name("forensics_job.py")
 DETECTORS = json.dumps({"hang": {"no_progress_floor_s": 4.0, "check_interval_s": 0.25}})
 
 
-@pytest.fixture
-def tree(tmp_path: Path) -> Iterator[dict]:
-    with root_and_agent(tmp_path, root_args=("--detectors", DETECTORS),
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """One root and agent for the file's jobs (each job has its own name, so its own events and captures)."""
+    with root_and_agent(tmp_path_factory.mktemp("forensics"), root_args=("--detectors", DETECTORS),
                         agent_args=("--stuck-after", "3", "--capture-timeout", "2")) as found:
         yield found
 

@@ -45,25 +45,41 @@ def launch(world: int, job: str, agent: str, steps: int, flags: list[str], log_p
                                 env=torchrun_env(agent), stdout=log, stderr=log, stdin=subprocess.DEVNULL)
 
 
-def kill_job(torchrun: subprocess.Popen, job: str, grace: float = 15.0) -> None:
-    """Stop a torchrun started here and its ranks: SIGTERM (torchrun forwards it), then SIGKILL to any rank of
-    `job` still running (each rank runs in a session of its own; job ids are unique, so the marker is safe)."""
-    if torchrun.poll() is None:
-        torchrun.terminate()
-        try:
-            torchrun.wait(grace)
-        except subprocess.TimeoutExpired:
-            torchrun.kill()
-            torchrun.wait(5)
-    marker = f"--job\0{job}\0".encode()
+def _job_pids(job: str) -> list[int]:
+    """The processes whose command line names `job` (`--job JOB`): its ranks, each in a session of its own."""
+    marker, found = f"--job\0{job}\0".encode(), []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             if marker in (entry / "cmdline").read_bytes():
-                os.kill(int(entry.name), signal.SIGKILL)
+                found.append(int(entry.name))
         except (OSError, ValueError):
             pass
+    return found
+
+
+def _signal(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def kill_job(torchrun: subprocess.Popen, job: str, grace: float = 15.0) -> None:
+    """Stop a torchrun started here and its ranks: SIGTERM (torchrun forwards it), then SIGKILL to any rank of
+    `job` still running (job ids are unique, so the marker is safe). A stopped rank (SIGSTOP, a debugger's) is
+    continued first: it acts on SIGTERM only once it runs, and torchrun would wait for it all of `grace`."""
+    if torchrun.poll() is None:
+        torchrun.terminate()
+        _signal(_job_pids(job), signal.SIGCONT)
+        try:
+            torchrun.wait(grace)
+        except subprocess.TimeoutExpired:
+            torchrun.kill()
+            torchrun.wait(5)
+    _signal(_job_pids(job), signal.SIGKILL)
 
 
 def run(world: int, job: str, agent: str, *example_args: str, timeout: float) -> tuple[subprocess.CompletedProcess,
