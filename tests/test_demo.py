@@ -36,25 +36,34 @@ def _demo(tmp_path: Path, *extra: str, timeout: float = 240) -> tuple[subprocess
 def _demo_stopped_by_ctrl_c_while_lingering(tmp_path: Path, *extra: str,
                                             timeout: float = 240) -> tuple[subprocess.CompletedProcess, dict]:
     """The demo with --linger, stopped as a user stops it: Ctrl-C, which the terminal sends to the whole process
-    group (the demo and its tree), once it says it lingers. The report and the plot must still be written."""
+    group (the demo and its tree), once it says it lingers. The report and the plot must still be written, and
+    Ctrl-C must end the linger (an hour: a demo that took no Ctrl-C would run into the test's timeout)."""
     report = tmp_path / "report.json"
     cmd = [sys.executable, "-m", "collectors.cli", "demo", "--api-port", "0", "--no-live", "--report", str(report),
-           "--plot", str(tmp_path / "demo.png"), "--workdir", str(tmp_path / "work"), "--linger", "120", *extra]
+           "--plot", str(tmp_path / "demo.png"), "--workdir", str(tmp_path / "work"), "--linger", "3600", *extra]
+    # A process group of its own, as a terminal's job, with SIGINT at its default as in a terminal's foreground job:
+    # a shell's background job (nohup, a CI runner's `&`) inherits SIGINT ignored, and Python then takes no Ctrl-C.
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # a process group of its own, as a terminal's job
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     out: list[str] = []
     err: list[str] = []
     threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True).start()
     deadline = time.monotonic() + timeout
     try:
+        assert proc.stdout is not None
         for line in proc.stdout:
             out.append(line)
             if "Ctrl-C to stop" in line:
                 os.killpg(proc.pid, signal.SIGINT)
                 break
             assert time.monotonic() < deadline, "the demo never lingered"
-        out.extend(proc.stdout)
-        proc.wait(60)
+        rest = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
+        rest.start()
+        try:
+            proc.wait(120)  # the tree's stop, the report and the plot
+        except subprocess.TimeoutExpired:
+            raise AssertionError("Ctrl-C did not end the demo's linger\n" + "".join(out)[-3000:]) from None
+        rest.join(10)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
