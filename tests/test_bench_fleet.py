@@ -118,3 +118,18 @@ def test_the_replayer_counts_the_seconds_it_skips() -> None:
     assert next_second(first + 1, first) == (first + 1_000_000_000, 0)  # on time: the next second
     assert next_second(first - 10, first) == (first + 1_000_000_000, 0)  # a short round never sends a second twice
     assert next_second(first + 2_500_000_000, first) == (first + 3_000_000_000, 2)  # 2.5 s late: 2 seconds skipped
+
+
+def test_host_cost_measures_a_simulated_host_second_by_stage(tmp_path) -> None:
+    """bench/host_cost.py, small: a few hosts' real hardware path in one process, every stage's CPU measured, and
+    each host offering its second as the fleet's 25 windows from its ~134 readings (the first sample, without
+    deltas, fewer), each acknowledged."""
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "host_cost.py"), "--hosts", "3", "--rounds", "4",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "host_cost.json").read_text())
+    assert result["complete"]
+    for stage in ("sample_ms", "probe_ms", "flush_ms", "wire_ms", "ack_ms"):
+        assert result[stage] > 0, (stage, result)
+    assert result["total_ms"] >= result["sample_ms"] + result["flush_ms"]
+    assert 20 <= result["windows_per_host_second"] <= 25 and 100 <= result["readings_per_host_second"] <= 134

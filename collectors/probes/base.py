@@ -67,18 +67,22 @@ def counter_delta(previous: float, current: float) -> float:
 class CounterTracker:
     """Turns counter totals into ``_total`` and ``_delta`` readings, per device."""
 
-    __slots__ = ("_prev",)
+    __slots__ = ("_prev", "_names")
 
     def __init__(self) -> None:
         self._prev: dict[tuple[str, str], float] = {}
+        self._names: dict[str, tuple[str, str]] = {}  # base -> its _total and _delta names, made once
 
     def emit(self, out: list[Reading], base: str, total: float, gpu: int | None, device: str) -> None:
         total = float(total)
-        out.append(Reading(base + "_total", total, gpu, device))
+        names = self._names.get(base)
+        if names is None:
+            names = self._names[base] = (base + "_total", base + "_delta")
+        out.append(Reading(names[0], total, gpu, device))
         key = (device, base)
         prev = self._prev.get(key)
         if prev is not None:
-            out.append(Reading(base + "_delta", counter_delta(prev, total), gpu, device))
+            out.append(Reading(names[1], counter_delta(prev, total), gpu, device))
         self._prev[key] = total
 
     def forget(self, device: str) -> None:
