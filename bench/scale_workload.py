@@ -6,6 +6,7 @@ bench/scale.py --metrics N sets it for the run it starts (issue 29: per-layer me
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -30,11 +31,20 @@ def step_values(seed: int, step: int, world: int) -> np.ndarray:
     return 0.5 * rng.lognormal(0.0, 1.0, size=(len(METRICS), world))
 
 
+@functools.lru_cache(maxsize=1)
+def _step_values_kept(seed: int, step: int, world: int) -> np.ndarray:
+    """`step_values`, kept for the next call: a hosting process asks it once per agent for the same step (256
+    agents at 16,384 ranks x 300 metrics drew 256 x 4.9 M lognormal values a step, minutes of CPU before step 1)."""
+    values = step_values(seed, step, world)
+    values.flags.writeable = False
+    return values
+
+
 def rank_messages(seed: int, step: int, world: int, ranks: list[int]) -> list[bytes]:
     """Each rank's step as the SDK sends it: a RankMessage of every metric, one value each. end_time_ns is left 0, so
     the agent stamps the values with their arrival time."""
     from telemetry.v1 import ingest_pb2
-    values = step_values(seed, step, world)
+    values = _step_values_kept(seed, step, world)
     return [ingest_pb2.RankMessage(batch=ingest_pb2.RankBatch(job=JOB, rank=r, seq=step, steps=[
         ingest_pb2.RankStepBatch(step=step, closed=True, metrics=[
             ingest_pb2.MetricValues(metric=m, values=[float(values[i, r])]) for i, m in enumerate(METRICS)])]))
