@@ -40,10 +40,24 @@ class Security:
         return self.ca is not None or self.cert is not None
 
 
+# A client's keepalive ping on an open stream (every channel: agents to collectors, collectors to parents), and the
+# shortest interval between pings a server accepts on a connection it sends nothing on. gRPC's server default is
+# 5 minutes: a stream silent for ~30 s (its third ping) was cut with GOAWAY "too_many_pings", every stream of the
+# connection broke, and the children reconnected and resent (bench/scale.py at 8,192-16,384 ranks x 300 metrics,
+# whose steps take a minute there: 64-128 cuts per agents process a run, the racks' windows shipped without the
+# cut children and their parts following as late deltas; docs/scale.md). A server accepts its clients' interval.
+KEEPALIVE_TIME_MS = 10_000
+KEEPALIVE_TIMEOUT_MS = 5_000
+
+
 def _options(max_message_bytes: int) -> list[tuple[str, int | str]]:
     return [("grpc.max_receive_message_length", max_message_bytes + HARD_CAP_SLACK),
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.so_reuseport", 0)]
+
+
+def _server_options(max_message_bytes: int) -> list[tuple[str, int | str]]:
+    return _options(max_message_bytes) + [("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2)]
 
 
 class _TokenInterceptor(grpc.aio.ServerInterceptor):
@@ -72,7 +86,7 @@ def make_server(security: Security | None = None, max_message_bytes: int = DEFAU
                 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
     """A grpc.aio server with the health service; call on the event loop that will run it (aioserve.Host)."""
     interceptors = [_TokenInterceptor(security.token)] if security and security.token else []
-    server = grpc.aio.server(interceptors=interceptors, options=_options(max_message_bytes))
+    server = grpc.aio.server(interceptors=interceptors, options=_server_options(max_message_bytes))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     return server, health_servicer
@@ -142,8 +156,8 @@ async def set_serving(health_servicer: health.aio.HealthServicer, serving: bool,
 def _channel_setup(address: str, security: Security | None, max_message_bytes: int
                    ) -> tuple[grpc.ChannelCredentials | None, list[tuple[str, int | str]]]:
     """A client channel's credentials (None: plaintext) and options, for a sync or an aio channel alike."""
-    options = _options(max_message_bytes) + [("grpc.keepalive_time_ms", 10_000),
-                                             ("grpc.keepalive_timeout_ms", 5_000)]
+    options = _options(max_message_bytes) + [("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+                                             ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS)]
     if security and security.tls and not address.startswith("unix:"):
         creds = grpc.ssl_channel_credentials(
             root_certificates=security.ca.read_bytes() if security.ca else None,
