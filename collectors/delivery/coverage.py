@@ -27,7 +27,7 @@ thread-safe: callers hold the node's lock.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pyroaring import BitMap
@@ -56,7 +56,7 @@ class Coverage:
         self._covered: OrderedDict[tuple[str, str], BitMap] = OrderedDict()
         self._proven: dict[tuple[str, str], BitMap] = {}  # ranks the child named with the ledger's process
 
-    def note(self, child: str, views: dict[str, RankView], processes: Callable[[str], dict[int, int]]
+    def note(self, child: str, views: dict[str, RankView], processes: Callable[[str], Mapping[int, int]]
              ) -> list[Revoked]:
         """A child's rank states (by scoped job); `processes(job)`: the ledger's accepted process per rank.
         Returns the coverage this took from other children (`Revoked`), for the caller to count and log."""
@@ -70,6 +70,7 @@ class Coverage:
             if covered is None:
                 covered = self._covered[key] = BitMap()
             new = named - covered
+            known: Mapping[int, int] | None = None
             if new:
                 known = processes(job)
                 doubtful = BitMap(rank for rank in new if rank in known and view.processes.get(rank) != known[rank])
@@ -83,7 +84,7 @@ class Coverage:
                 covered |= new
             self._covered.move_to_end(key)
             if view.processes:
-                known = processes(job)
+                known = processes(job) if known is None else known
                 proven = BitMap(rank for rank, process in view.processes.items()
                                 if rank in covered and known.get(rank) == process)
                 if proven:
