@@ -207,3 +207,38 @@ def test_calls_handed_to_a_closed_loop_raise_every_time_and_are_not_kept() -> No
     for _ in range(1_000):
         host.call_soon(lambda: None)
     assert len(host._calls._calls) == 0
+
+
+def test_calls_made_on_the_loops_own_thread_run_in_order_without_waking_it() -> None:
+    """A call made on the loop's thread (a tier acknowledging a unit it took in inline) runs, in order with the calls
+    of other threads, and writes nothing to the loop's self-pipe: the loop is awake (one syscall there and one read
+    here per unit before)."""
+    from collectors.common.loopcalls import LoopCalls
+
+    loop = asyncio.new_event_loop()
+    calls = LoopCalls(loop)
+    writes = []
+    real_write = loop._write_to_self  # type: ignore[attr-defined]  # counted: the self-pipe write of a wake-up
+    loop._write_to_self = lambda: (writes.append(1), real_write())  # type: ignore[attr-defined]  # private: counted per wake-up
+    ran: list[int] = []
+
+    async def on_the_loop() -> None:
+        for i in range(5):
+            calls.call_soon(ran.append, i)
+        await asyncio.sleep(0)
+        assert ran == [0, 1, 2, 3, 4]
+        assert writes == [], "a call made on the loop's own thread wrote to its self-pipe"
+        other = threading.Thread(target=lambda: [calls.call_soon(ran.append, i) for i in range(5, 8)])
+        other.start()
+        other.join()
+        for _ in range(100):
+            if len(ran) == 8:
+                break
+            await asyncio.sleep(0.01)
+        assert ran == list(range(8))
+        assert writes == [1], "calls from another thread wake the loop once per burst"
+
+    try:
+        loop.run_until_complete(on_the_loop())
+    finally:
+        loop.close()

@@ -4,7 +4,7 @@ pending.
 Why: `loop.call_soon_threadsafe` writes to the loop's self-pipe on every call. A tier acknowledges each child's
 unit from its flush thread (64 calls in a row per rack and second), and a process of simulated hosts submits a unit
 per host in a row: py-spy put 8-11 % of those processes' CPU in that write (docs/fleet.md). Here a call is a deque
-append, and only the first of a burst wakes the loop.
+append, and only the first of a burst wakes the loop; a call made on the loop's own thread wakes nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +33,11 @@ class LoopCalls:
         self._calls.append((func, args))  # deque.append and popleft are atomic
         if not self._wake_pending:  # a wake-up already on its way runs this call too
             self._wake_pending = True
+            if asyncio.events._get_running_loop() is self._loop:
+                # On the loop's own thread (a unit taken in inline acknowledges it from there): the loop is awake,
+                # so no write to its self-pipe (a syscall here and a read there, per unit).
+                self._loop.call_soon(self._run)
+                return
             try:
                 self._loop.call_soon_threadsafe(self._run)
             except RuntimeError:  # the loop closed since the check above
