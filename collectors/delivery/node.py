@@ -201,6 +201,8 @@ class Node:
         if views.keys() != old.keys() or any(views[job].hosts != old[job].hosts
                                              or views[job].processes != old[job].processes for job in views):
             self.hosts_version += 1
+        for view in views.values():
+            _run_optimize(view)
         self._own_ranks = views
         self._ranks_version += 1
 
@@ -232,6 +234,8 @@ class Node:
                 self.hosts_version += 1
         if previous.keys() - views.keys():
             self.hosts_version += 1
+        for view in views.values():
+            _run_optimize(view)
         fleet_before = previous.get(FLEET_JOB)
         if fleet_before is not None:  # sources the child no longer covers: the ledger may forget their claims
             fleet_now = views.get(FLEET_JOB)
@@ -416,7 +420,8 @@ class Node:
         """The ranks of a job under this node by liveness, without hosts (cheaper: bitmap unions only). Its bitmaps
         are read, never changed: where one view holds the job (an agent's own ranks, a tier's one child) they are
         that view's, not copies (a copy of a host's 10 fleet sources, one roaring container each, cost ~4 us, and
-        an agent sends its states with every unit). Views are replaced whole, never changed in place."""
+        an agent sends its states with every unit). Views are replaced whole, never changed in place, and are
+        run-optimised as they come (`_run_optimize`)."""
         views = self._views(job)
         if len(views) == 1:
             one = views[0]
@@ -691,6 +696,15 @@ class Node:
         self.release(win.key, pending, absorbed,
                      refused=f"dropped at {self.node_id}: its window table was over its budget (dropped_windows)",
                      batch=batch)
+
+
+def _run_optimize(view: RankView) -> None:
+    """A view's bitmaps in their run-optimised form as it becomes the node's, while nothing else holds them: `states`
+    hands them out uncopied where one view holds a job, and `RankView.to_proto`'s own run_optimize then finds each
+    container in its best form already and changes none (CRoaring's convert_run_optimize returns the container it
+    was given), so a bitmap read elsewhere is never changed under its reader."""
+    for bitmap in (view.alive, view.stuck, view.dead, view.closed):
+        bitmap.run_optimize()
 
 
 def _states_differ(before: RankView, view: RankView) -> bool:
