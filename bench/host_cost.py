@@ -14,11 +14,13 @@ Per host and second (thread CPU, `time.thread_time`), the means over the rounds 
 `sample_ms` (HardwareSampler.sample_once: the probe, bucketing ~134 readings, offering ~25 windows), of which
 `probe_ms` (NicProbe.sample alone, measured in a separate pass of the same rounds' length), `flush_ms` (Node.flush:
 taking, merging and encoding the windows into one unit), `wire_ms` (the unit serialised), `ack_ms` (its
-acknowledgement handled), and `total_ms` (sample + flush + wire + ack).
+acknowledgement handled), and `total_ms` (sample + flush + wire + ack); `gc_ms`, the garbage collector's share of
+the total (its collections' thread CPU, run inside those stages), with `gc_collections` per generation.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import sys
 import tempfile
@@ -78,9 +80,21 @@ def run(work: Path, hosts: int, rounds: int) -> dict[str, Any]:
                                   host_index=i)
         sims.append((node, upstream, registry, sampler))
     stages: dict[str, list[float]] = {"sample_ms": [], "flush_ms": [], "wire_ms": [], "ack_ms": []}
+    collections, gc_s, gc_started = [0, 0, 0], [0.0], [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:  # the collector's thread CPU, measured rounds only
+        if phase == "start":
+            gc_started[0] = time.thread_time()
+        elif measuring[0]:
+            collections[info["generation"]] += 1
+            gc_s[0] += time.thread_time() - gc_started[0]
+
+    measuring = [False]
+    gc.callbacks.append(on_gc)
     durable = forward_pb2.Ack.DURABLE
     first_ns = (time.time_ns() // 1_000_000_000) * 1_000_000_000 + 700_000_000
     for r in range(rounds + 2):
+        measuring[0] = r >= 2
         at_ns = first_ns + r * 1_000_000_000
         spent = dict.fromkeys(stages, 0.0)
         for node, _, registry, sampler in sims:
@@ -108,6 +122,8 @@ def run(work: Path, hosts: int, rounds: int) -> dict[str, Any]:
         if r >= 2:
             for name, value in spent.items():
                 stages[name].append(1000 * value / hosts)
+    measuring[0] = False
+    gc.callbacks.remove(on_gc)
     probe = []
     for _ in range(rounds):
         t0 = time.thread_time()
@@ -118,6 +134,8 @@ def run(work: Path, hosts: int, rounds: int) -> dict[str, Any]:
     result: dict[str, Any] = {name: round(statistics.fmean(values), 4) for name, values in stages.items()}
     result["probe_ms"] = round(statistics.fmean(probe), 4)
     result["total_ms"] = round(sum(result[name] for name in stages), 4)
+    result["gc_ms"] = round(1000 * gc_s[0] / (hosts * rounds), 4)
+    result["gc_collections"] = collections
     result["windows_per_host_second"] = round(sims[0][3].stats.offered_windows / (rounds + 2), 1)
     result["readings_per_host_second"] = round(sims[0][3].stats.readings / (rounds + 2), 1)
     return result
@@ -144,7 +162,8 @@ def main(argv: list[str]) -> int:
     result = run_in_workdir(NAME, None, one)
     return write_result(args.out, NAME, result, "the host cost bench",
                         lambda r: print(", ".join(f"{k} {r[k]}" for k in ("sample_ms", "probe_ms", "flush_ms",
-                                                                           "wire_ms", "ack_ms", "total_ms"))))
+                                                                           "wire_ms", "ack_ms", "total_ms",
+                                                                           "gc_ms"))))
 
 
 if __name__ == "__main__":

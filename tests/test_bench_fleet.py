@@ -132,4 +132,5 @@ def test_host_cost_measures_a_simulated_host_second_by_stage(tmp_path) -> None:
     for stage in ("sample_ms", "probe_ms", "flush_ms", "wire_ms", "ack_ms"):
         assert result[stage] > 0, (stage, result)
     assert result["total_ms"] >= result["sample_ms"] + result["flush_ms"]
+    assert 0 <= result["gc_ms"] <= result["total_ms"] and len(result["gc_collections"]) == 3
     assert 20 <= result["windows_per_host_second"] <= 25 and 100 <= result["readings_per_host_second"] <= 134
