@@ -82,3 +82,17 @@ def test_without_on_cpu_time_a_cpu_bound_straggler_on_a_loaded_host_is_left() ->
     off = {"straggler": {"oncpu_scale": False}, "cpu_starved": {"oncpu_scale": False}}
     assert _stragglers(_job("cpu", 8.0, 1.2, 0, steps, settings=off)) == []
     assert [e["ranks"] for e in _stragglers(_job("cpu", 8.0, 1.2, 0, steps))][:1] == [[SLOW]]
+
+
+@pytest.mark.parametrize("load", [3.0, 5.0, 8.0])
+@pytest.mark.parametrize("kind", ["cpu", "sleep"])
+def test_a_severe_straggler_is_named_in_time_whatever_order_the_root_hands_a_steps_rows(kind: str, load: float) -> None:
+    """The root hands a flush's windows in no set order (a set of keys): the suite judges a step's step_time
+    before its waits, so the waits are read against their own step's length. Before, a step's waits judged
+    first were read against the previous step's, which at an onset that lengthens the steps (a CPU-bound rank
+    on a loaded host) made the rank's running time look short and the run-queue discount take its lead: a 2x
+    CPU-bound rank at 5-8 runnable threads per CPU was named 2-9 steps after its onset (bound 3)."""
+    for seed in range(6):
+        found = _stragglers(simulate(kind, load, 2.0, seed, ONSET + 15, shuffled=True))
+        assert found and found[0]["ranks"] == [SLOW], (kind, load, seed, found)
+        assert ONSET <= found[0]["detail"]["detected_step"] <= ONSET + BOUND[2.0], (kind, load, seed, found[0])

@@ -59,9 +59,10 @@ def _row(metric: str, step: int, values: np.ndarray) -> Row:
 
 
 def simulate(kind: str, load: float, factor: float, seed: int, steps: int, oncpu: bool = True,
-             settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+             settings: dict[str, Any] | None = None, shuffled: bool = False) -> list[dict[str, Any]]:
     """One job on a host of `load` runnable threads per CPU, rank SLOW slowed from ONSET as `kind` says by
-    `factor`; the events the detectors raised (oldest first)."""
+    `factor`; the events the detectors raised (oldest first). `shuffled`: each step's rows in a random order, as
+    the root hands a flush's windows (else step_time, run-queue waits, waits, shares, on-CPU times)."""
     rng = np.random.default_rng(seed)
     shares = WaitShares()
     log = EventLog(None)
@@ -90,7 +91,7 @@ def simulate(kind: str, load: float, factor: float, seed: int, steps: int, oncpu
                 _row(WAIT_METRIC, step, wait), _row(WAIT_SHARE_METRIC, step, np.array(share, dtype=np.float64))]
         if oncpu:
             rows.append(_row(ONCPU_METRIC, step, cpu))
-        suite.on_rows(rows)
+        suite.on_rows([rows[i] for i in rng.permutation(len(rows))] if shuffled else rows)
     return log.query(JOB, limit=1000)
 
 

@@ -38,7 +38,11 @@ from collectors.detectors.sinks import SinkConfig
 from collectors.detectors.straggler import StragglerConfig, StragglerDetector
 from telemetry.names import ONCPU_METRIC, RUNQUEUE_METRIC
 
-_FIRST = {ONCPU_METRIC: 0, RUNQUEUE_METRIC: 1}  # a step's rows other rows of it are judged with, in this order
+STEP_TIME_METRIC = "step_time"
+
+# A step's rows other rows of it are judged with, in this order: its step_time (the length the straggler rule reads
+# the step's waits and run-queue waits against), its on-CPU times, its run-queue waits.
+_FIRST = {STEP_TIME_METRIC: 0, ONCPU_METRIC: 1, RUNQUEUE_METRIC: 2}
 
 log = logging.getLogger(__name__)
 
@@ -213,8 +217,11 @@ class Detectors:
     def on_rows(self, rows: list[Row]) -> None:
         # One flush may finalise several steps in any order; detectors judge steps in order (a step older
         # than one already judged is skipped by the step detectors, so order within the batch matters). Within
-        # a step, the on-CPU times come first, then the run-queue waits: the straggler rule and cpu_starved read the
-        # first when they judge the second, the straggler rule both when it judges the step's waits.
+        # a step, its step_time comes first, then the on-CPU times, then the run-queue waits: the straggler rule reads
+        # them when it judges the step's waits (and cpu_starved the on-CPU times with the run-queue waits). The root
+        # hands a flush's windows in no set order (a set of keys): a step's waits judged before its step_time were
+        # read against the previous step's length, which at an onset that lengthens the steps made the rank's running
+        # time look short and the run-queue discount take most of its lead.
         ordered = sorted(rows, key=lambda r: (r.key.width_ms, r.key.index, _FIRST.get(r.key.metric, len(_FIRST))))
         with self.lock:
             for row in ordered:
