@@ -41,11 +41,13 @@ class Security:
 
 
 # A client's keepalive ping on an open stream (every channel: agents to collectors, collectors to parents), and the
-# shortest interval between pings a server accepts on a connection it sends nothing on. gRPC's server default is
-# 5 minutes: a stream silent for ~30 s (its third ping) was cut with GOAWAY "too_many_pings", every stream of the
-# connection broke, and the children reconnected and resent (bench/scale.py at 8,192-16,384 ranks x 300 metrics,
-# whose steps take a minute there: 64-128 cuts per agents process a run, the racks' windows shipped without the
-# cut children and their parts following as late deltas; docs/scale.md). A server accepts its clients' interval.
+# shortest interval between pings a server accepts while it writes nothing on the connection. gRPC's server default
+# is 5 minutes, and its third strike (the 4th such ping) cuts the connection with GOAWAY "too_many_pings": every
+# stream on it breaks and the children reconnect and resend. A client's pings without data of its own are few (2), then
+# one a minute, so a stream on which nothing flows either way (data from either side clears the strikes: the server
+# answers a client's data with a WINDOW_UPDATE) was cut after ~80 s of silence: pings at 0 (BDP), 10, 20 and 80 s
+# (tests/test_transport_keepalive.py, with the shape; docs/scale.md has the whole tree before and after). A server
+# accepts its clients' interval.
 KEEPALIVE_TIME_MS = 10_000
 KEEPALIVE_TIMEOUT_MS = 5_000
 

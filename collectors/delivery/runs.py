@@ -53,8 +53,8 @@ def process_digest(host: str, pid: int, start_ticks: int | None) -> int:
 class AcceptedProcesses(Mapping[int, int]):
     """The accepted process of each rank of a job, read through from the ledger's claims, not copied: a child's unit
     asks it for the few ranks its rank states name (collectors/delivery/coverage.py), and a copy of every rank's
-    (`known` made one per unit: 16,384 entries, 15.6 % of the root's CPU at 16,384 ranks x 300 metrics, docs/scale.md)
-    cost O(world) per unit. Valid while the caller holds the node's lock, as the ledger."""
+    (`known` made one per unit: 16,384 entries at 16,384 ranks) cost O(world) per unit. Valid while the caller holds
+    the node's lock, as the ledger."""
 
     __slots__ = ("_claims",)
 
