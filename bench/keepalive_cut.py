@@ -32,7 +32,8 @@ async def _watch(address: str, hold_s: float) -> dict[str, Any]:
     _, options = transport._channel_setup(address, None, MAX_MESSAGE_BYTES)
     options.append(("grpc.use_local_subchannel_pool", 1))  # a connection of its own
     async with grpc.aio.insecure_channel(address, options=options) as channel:
-        call = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
+        stub: Any = health_pb2_grpc.HealthStub(channel)  # the stubs package declares no methods on it
+        call = stub.Watch(health_pb2.HealthCheckRequest(service=""))
         await call.read()
         start = time.monotonic()
         try:

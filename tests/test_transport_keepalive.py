@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import grpc
 import pytest
@@ -80,7 +81,8 @@ async def _watch_silently(address: str, cut_by: asyncio.Future[float] | None, ho
                 ("grpc.use_local_subchannel_pool", 1)]     # a connection of its own, not shared with the other test's
     start = time.monotonic()
     async with grpc.aio.insecure_channel(address, options=options) as channel:
-        call = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
+        stub: Any = health_pb2_grpc.HealthStub(channel)  # the stubs package declares no methods on it
+        call = stub.Watch(health_pb2.HealthCheckRequest(service=""))
         first = await call.read()
         assert isinstance(first, health_pb2.HealthCheckResponse), first
         assert first.status == health_pb2.HealthCheckResponse.SERVING
