@@ -65,7 +65,7 @@ CONFIGS = {"none": ["--no-telemetry"], "sdk": [], "allgather": ["--no-telemetry"
 CONFIG_LABELS = {"none": "no telemetry", "sdk": "SDK", "allgather": "all_gather"}
 LOG_CASES = ("1 float", "10 floats", "10 CPU tensors", "floor: empty function, 10 kwargs")
 QUICK = {"calls": 300, "repeats": 3, "steps": 12, "warmup": 4, "rounds": 1, "reader_rounds": 2, "reader_steps": 10,
-         "reader_ring": 200}
+         "reader_ring": 200, "idle_s": 2.0}
 MEASURES = {"wall": "per_step_s", "thread_cpu": "thread_cpu_per_step_s", "process_cpu": "process_cpu_per_step_s"}
 MEASURE_LABELS = {"wall": "wall time", "thread_cpu": "training-thread CPU", "process_cpu": "process CPU"}
 
@@ -291,14 +291,15 @@ def run_example(config: str, world: int, steps: int, warmup: int, agent: str, jo
 
 
 def bench_steps(agent: str, services: list[int], world: int, steps: int, warmup: int, rounds: int, tmp: Path,
-                timeout: float,
+                timeout: float, idle_s: float,
                 progress: Progress) -> dict[str, Any]:
     runs: list[dict] = []
     order = list(CONFIGS)
-    # The agent's and the root's idle CPU rate (their flush loops, liveness and detector ticks), subtracted from
-    # what they spend during each run so that what is left is the work the ranks' telemetry gives them.
+    # The agent's and the root's idle CPU rate (their flush loops, liveness and detector ticks) over `idle_s`,
+    # subtracted from what they spend during each run so that what is left is the work the ranks' telemetry gives
+    # them.
     idle_from, idle_wall = cpu_seconds(*services), time.monotonic()
-    time.sleep(10.0)
+    time.sleep(idle_s)
     idle_rate = (cpu_seconds(*services) - idle_from) / (time.monotonic() - idle_wall)
     progress.phase("example step time", rounds * len(order))
     for r in range(rounds):
@@ -516,6 +517,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="interleaved rounds of the three configurations (a multiple of 3 puts each first equally often) "
                         "[default: 9]")
     p.add_argument("--run-timeout", type=float, default=600.0, help="seconds one example run may take")
+    p.add_argument("--idle-s", type=float, default=None,
+                   help="seconds the agent's and root's idle CPU rate is measured, before the example runs (it is "
+                        "subtracted from their CPU per run) [default: 10; --quick: 2]")
     p.add_argument("--skip-steps", action="store_true", help="no example runs (log() and the readers only)")
     p.add_argument("--skip-readers", action="store_true", help="do not measure the flight-recorder readers")
     p.add_argument("--reader-rounds", type=int, default=None,
@@ -531,12 +535,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true", help="no progress bar (notes are still printed)")
     args = p.parse_args(argv)
     defaults = {"calls": 2000, "repeats": 25, "steps": 200, "warmup": 20, "rounds": 9, "reader_rounds": 10,
-                "reader_steps": 50, "reader_ring": 2100}
+                "reader_steps": 50, "reader_ring": 2100, "idle_s": 10.0}
     for key, value in (QUICK if args.quick else defaults).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.steps <= args.warmup or args.rounds < 1 or args.calls < 1 or args.repeats < 1:
         p.error("need --steps > --warmup and at least one round, call and repeat")
+    if args.idle_s <= 0:
+        p.error("need a positive --idle-s")
     if args.reader_rounds < 1 or args.reader_steps < 1 or args.reader_work_ms <= 0:
         p.error("need at least one reader round and step, and positive --reader-work-ms")
     json_path = Path(args.json) if args.json else (None if args.quick else DEFAULT_JSON)
@@ -559,7 +565,8 @@ def main(argv: list[str] | None = None) -> int:
                 step_results = None
                 if not args.skip_steps:
                     step_results = bench_steps(agent, [root.pid, agent_proc.pid], args.world, args.steps,
-                                               args.warmup, args.rounds, tmp, args.run_timeout, progress)
+                                               args.warmup, args.rounds, tmp, args.run_timeout, args.idle_s,
+                                               progress)
                 reader_results = None
                 if not args.skip_readers:
                     progress.note("flight-recorder readers: on vs off ...")
@@ -586,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
            "quick": args.quick,
            "parameters": {k: getattr(args, k) for k in ("calls", "repeats", "world", "steps", "warmup", "rounds",
                                                         "reader_rounds", "reader_steps", "reader_work_ms",
-                                                        "reader_ring")},
+                                                        "reader_ring", "idle_s")},
            "targets": TARGETS, "summary": summary, "machine": machine,
            "log": log_results, "steps": step_results, "readers": reader_results, "printed": lines}
     if json_path is not None:
