@@ -20,6 +20,7 @@ built as the root finalises them (exact summaries, every rank a source) and go t
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from bench.detection_jobs.cpu_work import BOUND, LOADS, ONSET, SLOW, simulate
@@ -96,3 +97,19 @@ def test_a_severe_straggler_is_named_in_time_whatever_order_the_root_hands_a_ste
         found = _stragglers(simulate(kind, load, 2.0, seed, ONSET + 15, shuffled=True))
         assert found and found[0]["ranks"] == [SLOW], (kind, load, seed, found)
         assert ONSET <= found[0]["detail"]["detected_step"] <= ONSET + BOUND[2.0], (kind, load, seed, found[0])
+
+
+def test_an_on_cpu_time_longer_than_the_step_is_not_believed() -> None:
+    """A rank's step thread is on a CPU at most as long as its step: a rank descheduled at 2x on a host of 8
+    runnable threads per CPU whose client reports 10 s on a CPU in a ~0.9 s step is taken as doing the median
+    rank's work (cpu_work.StepCpu.of). Believed, its run-queue wait read as the price of its own work: it was
+    named a straggler the step after its onset and cpu_starved stayed silent (the host problem hidden)."""
+    def absurd(step: int, values: np.ndarray) -> np.ndarray:
+        values[SLOW] = 10.0
+        return values
+
+    for hook in (None, absurd):
+        events = simulate("descheduled", 8.0, 2.0, 0, ONSET + 30, oncpu_hook=hook)
+        assert _stragglers(events) == [], (hook, _stragglers(events)[:1])
+        starved = [e for e in events if e["kind"] == "cpu_starved"]
+        assert starved and starved[0]["ranks"] == [SLOW], (hook, starved[:1])

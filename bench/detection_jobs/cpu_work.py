@@ -29,6 +29,7 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,39 +59,48 @@ def _row(metric: str, step: int, values: np.ndarray) -> Row:
     return Row(Key(JOB, metric, step, 0), len(values), summary, 0, time.time_ns())
 
 
+def slow_rank(world: int) -> int:
+    """The rank slowed in a job of `world` ranks: SLOW, or the last rank of a smaller world."""
+    return min(SLOW, world - 1)
+
+
 def simulate(kind: str, load: float, factor: float, seed: int, steps: int, oncpu: bool = True,
-             settings: dict[str, Any] | None = None, shuffled: bool = False) -> list[dict[str, Any]]:
-    """One job on a host of `load` runnable threads per CPU, rank SLOW slowed from ONSET as `kind` says by
-    `factor`; the events the detectors raised (oldest first). `shuffled`: each step's rows in a random order, as
-    the root hands a flush's windows (else step_time, run-queue waits, waits, shares, on-CPU times)."""
+             settings: dict[str, Any] | None = None, shuffled: bool = False, world: int = WORLD,
+             oncpu_hook: Callable[[int, np.ndarray], np.ndarray] | None = None) -> list[dict[str, Any]]:
+    """One job of `world` ranks on a host of `load` runnable threads per CPU, rank slow_rank(world) slowed from
+    ONSET as `kind` says by `factor`; the events the detectors raised (oldest first). `shuffled`: each step's rows
+    in a random order, as the root hands a flush's windows (else step_time, run-queue waits, waits, shares, on-CPU
+    times). `oncpu_hook(step, values)` replaces the on-CPU row's values as the ranks report them (a broken or
+    hostile client)."""
+    slow = slow_rank(world)
     rng = np.random.default_rng(seed)
     shares = WaitShares()
     log = EventLog(None)
     suite = Detectors(log, config=DetectorsConfig.from_mapping(settings or {}))
     for step in range(steps):
-        cpu = CPU_S * np.exp(rng.normal(0, 0.04, WORLD))
-        slept = np.zeros(WORLD)
-        held = np.zeros(WORLD)
+        cpu = CPU_S * np.exp(rng.normal(0, 0.04, world))
+        slept = np.zeros(world)
+        held = np.zeros(world)
         if step >= ONSET:
             if kind == "cpu":
-                cpu[SLOW] *= factor
+                cpu[slow] *= factor
             elif kind == "sleep":
-                slept[SLOW] = (factor - 1.0) * CPU_S * load
+                slept[slow] = (factor - 1.0) * CPU_S * load
             elif kind == "descheduled":
-                held[SLOW] = (factor - 1.0) * CPU_S * load
-        queued = (load - 1.0) * cpu * np.exp(rng.normal(0, 0.1, WORLD)) + held + np.abs(rng.normal(0.002, 0.001, WORLD))
-        if slept[SLOW] and load > 1.0:  # a sleeper waking on a busy host waits for a CPU before it runs again
-            queued[SLOW] += rng.uniform(0.0, 0.3) * slept[SLOW] * (load - 1.0) / load
+                held[slow] = (factor - 1.0) * CPU_S * load
+        queued = (load - 1.0) * cpu * np.exp(rng.normal(0, 0.1, world)) + held + np.abs(rng.normal(0.002, 0.001, world))
+        if slept[slow] and load > 1.0:  # a sleeper waking on a busy host waits for a CPU before it runs again
+            queued[slow] += rng.uniform(0.0, 0.3) * slept[slow] * (load - 1.0) / load
         if rng.random() < 0.15:
-            queued[rng.integers(WORLD)] += 0.5 * CPU_S * load * rng.random()
+            queued[rng.integers(world)] += 0.5 * CPU_S * load * rng.random()
         busy = cpu + queued + slept
-        wait = busy.max() - busy + 0.01 * np.exp(rng.normal(0, 0.1, WORLD))
+        wait = busy.max() - busy + 0.01 * np.exp(rng.normal(0, 0.1, world))
         excess = excess_queued(dict(enumerate(queued)), dict(enumerate(busy)))
-        share = [shares.update(JOB, rank, step, wait[rank], busy[rank], excess[rank]) for rank in range(WORLD)]
+        share = [shares.update(JOB, rank, step, wait[rank], busy[rank], excess[rank]) for rank in range(world)]
         rows = [_row("step_time", step, busy + wait), _row(RUNQUEUE_METRIC, step, queued),
                 _row(WAIT_METRIC, step, wait), _row(WAIT_SHARE_METRIC, step, np.array(share, dtype=np.float64))]
         if oncpu:
-            rows.append(_row(ONCPU_METRIC, step, cpu))
+            rows.append(_row(ONCPU_METRIC, step, cpu if oncpu_hook is None else oncpu_hook(step, cpu.copy())))
         suite.on_rows([rows[i] for i in rng.permutation(len(rows))] if shuffled else rows)
     return log.query(JOB, limit=1000)
 

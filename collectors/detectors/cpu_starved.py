@@ -31,6 +31,7 @@ them, and a job whose SDK does not log `runqueue_wait` (not Linux, a kernel with
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -98,6 +99,7 @@ class _Job:
     last_judged: int = -1
     saturated_at: int | None = None  # the last step whose top-k held only starved ranks, with ranks outside it
     quiet: int = 0  # steps in a row with no rank starved in more than clear_below of its window
+    step_s: float = 0.0  # the last judged step's step_time p50 (bounds an on-CPU row whose step_time is not in)
     cpu: dict[int, StepCpu] = field(default_factory=dict)  # the last CPU_STEPS steps' on-CPU times (cpu_work.py)
     ranks: dict[int, _Rank] = field(default_factory=dict)
 
@@ -121,7 +123,9 @@ class CpuStarvedDetector(Detector):
         windows = state.pending.setdefault(step, {})
         windows[row.key.metric] = row.summary
         if row.key.metric == ONCPU_METRIC:
-            cpu = StepCpu.of(row.summary, row.expected) if self.config.oncpu_scale else None
+            steps = windows.get(STEP_TIME)  # a step thread is on a CPU at most its step (cpu_work.StepCpu.of)
+            step_s = steps.quantile(0.5) if steps is not None and steps.count else state.step_s
+            cpu = StepCpu.of(row.summary, row.expected, step_s or math.inf) if self.config.oncpu_scale else None
             if cpu is not None:
                 state.cpu[step] = cpu
                 while len(state.cpu) > CPU_STEPS:
@@ -143,6 +147,7 @@ class CpuStarvedDetector(Detector):
         step_s = steps.quantile(0.5)
         if not step_s > 0:
             return
+        state.step_s = step_s
         median = queued.quantile(0.5) if queued.count > 2 else queued.min  # of two ranks: the other one's
         top = queued.top()
 

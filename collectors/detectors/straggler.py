@@ -325,7 +325,7 @@ class StragglerDetector(StreakDetector[_State]):
         run-queue waits and waits (the suite hands a step's on-CPU row first); none where they cannot scale."""
         if not self.config.oncpu_scale:
             return
-        cpu = StepCpu.of(s, expected)
+        cpu = StepCpu.of(s, expected, state.step_scales.get(step, state.step_scale) or math.inf)
         if cpu is None:
             return
         state.oncpu[step] = cpu
