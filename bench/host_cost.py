@@ -21,6 +21,7 @@ the total (its collections' thread CPU, run inside those stages), with `gc_colle
 from __future__ import annotations
 
 import gc
+import shutil
 import statistics
 import sys
 import tempfile
@@ -57,6 +58,15 @@ class _Outbox:
 
 
 def run(work: Path, hosts: int, rounds: int) -> dict[str, Any]:
+    """The hosts' trees on /dev/shm where there is one, removed after, whatever happens (tmpfs is memory)."""
+    sysfs = Path(tempfile.mkdtemp(prefix="host-cost-", dir="/dev/shm" if Path("/dev/shm").is_dir() else work))
+    try:
+        return measure(sysfs, hosts, rounds)
+    finally:
+        shutil.rmtree(sysfs, ignore_errors=True)
+
+
+def measure(sysfs: Path, hosts: int, rounds: int) -> dict[str, Any]:
     from collectors.agent.hardware import HardwareSampler
     from collectors.agent.ranks import RankRegistry
     from collectors.common.gctune import tune_gc
@@ -67,7 +77,6 @@ def run(work: Path, hosts: int, rounds: int) -> dict[str, Any]:
     from telemetry.v1 import forward_pb2
 
     tune_gc()  # as `telemetry agent` and the simulator do
-    sysfs = Path(tempfile.mkdtemp(prefix="host-cost-", dir="/dev/shm" if Path("/dev/shm").is_dir() else work))
     sims = []
     for i in range(hosts):
         write_host(sysfs / f"h{i}", nics=2, hcas=8)

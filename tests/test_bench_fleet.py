@@ -123,10 +123,14 @@ def test_the_replayer_counts_the_seconds_it_skips() -> None:
 def test_host_cost_measures_a_simulated_host_second_by_stage(tmp_path) -> None:
     """bench/host_cost.py, small: a few hosts' real hardware path in one process, every stage's CPU measured, and
     each host offering its second as the fleet's 25 windows from its ~134 readings (the first sample, without
-    deltas, fewer), each acknowledged."""
+    deltas, fewer), each acknowledged; its hosts' trees (on /dev/shm, memory) are gone after."""
+    shm = Path("/dev/shm")
+    before = set(shm.glob("host-cost-*"))
     done = subprocess.run([sys.executable, str(REPO / "bench" / "host_cost.py"), "--hosts", "3", "--rounds", "4",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    left = [d for d in set(shm.glob("host-cost-*")) - before if {p.name for p in d.iterdir()} == {"h0", "h1", "h2"}]
+    assert not left, f"host trees left on /dev/shm: {left}"
     result = json.loads((tmp_path / "host_cost.json").read_text())
     assert result["complete"]
     for stage in ("sample_ms", "probe_ms", "flush_ms", "wire_ms", "ack_ms"):
