@@ -111,6 +111,8 @@ def test_settings_change_at_runtime_per_job_are_recorded_in_events_and_survive_a
                         ({"loss_spike": {"severity": "loud"}}, "loss_spike.severity"),
                         ({"mfu_drop": {"lanes": [[0.1]]}}, "mfu_drop.lanes"),
                         ({"straggler": {"wait_threshold": 0}}, "straggler.wait_threshold"),
+                        ({"straggler": {"oncpu_steps": 0}}, "straggler.oncpu_steps"),
+                        ({"straggler": {"starved_window": 0}}, "straggler.starved_window"),
                         ({"sinks": {"webhook_url": "http://127.0.0.1:1/"}}, "sinks"),
                         ({"no_such": {}}, "no_such"),
                         (["mfu_drop"], "body")):

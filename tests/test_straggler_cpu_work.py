@@ -20,6 +20,8 @@ built as the root finalises them (exact summaries, every rank a source) and go t
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -113,3 +115,29 @@ def test_an_on_cpu_time_longer_than_the_step_is_not_believed() -> None:
         assert _stragglers(events) == [], (hook, _stragglers(events)[:1])
         starved = [e for e in events if e["kind"] == "cpu_starved"]
         assert starved and starved[0]["ranks"] == [SLOW], (hook, starved[:1])
+
+
+@pytest.mark.parametrize("section", ["straggler", "cpu_starved"])
+@pytest.mark.parametrize(("option", "value"), [("oncpu_steps", -1), ("oncpu_steps", 0), ("oncpu_steps", 1001),
+                                               ("oncpu_steps", 2.5), ("oncpu_margin", -0.1),
+                                               ("oncpu_margin", float("nan")), ("oncpu_margin", float("inf"))])
+def test_the_on_cpu_ratio_settings_are_validated(section: str, option: str, value: float) -> None:
+    """From the configuration file (the root refuses to start) and through the runtime settings API (a 400 naming
+    the field, nothing changed). Before, {"straggler": {"oncpu_steps": -1}} was accepted and every on-CPU row
+    then raised ValueError in the detector (min() of an empty history); 0 was accepted by the API (silently off);
+    a NaN or negative margin from the file."""
+    from collectors.detectors.settings import RuntimeSettings, SettingsError
+    from collectors.detectors.suite import DetectorsConfig
+
+    with pytest.raises(ValueError, match=f"{section}: {option} must"):
+        DetectorsConfig.from_mapping({section: {option: value}})
+    settings = RuntimeSettings(None)
+    base = DetectorsConfig.from_mapping({})
+    if math.isfinite(value):  # the API's JSON has no NaN or infinity (check_value refuses them as any figure)
+        with pytest.raises(SettingsError) as refused:
+            settings.patch(None, {section: {option: value}}, base)
+        assert refused.value.field == f"{section}.{option}", str(refused.value)
+        assert settings.version == 0 and settings.override(None) == {}
+    for good in ({"oncpu_steps": 1}, {"oncpu_steps": 1000}, {"oncpu_margin": 0}, {"oncpu_margin": 1000}):
+        DetectorsConfig.from_mapping({section: good})
+    settings.close()

@@ -43,9 +43,6 @@ from telemetry.summary import Summary
 
 STEP_TIME = "step_time"
 PENDING_STEPS = 16  # steps per job waiting for their other window (the two are finalised one by one)
-# a rank's CPU work over the median rank's: the least of its last CPU_STEPS steps' ratios, or the step's own less
-# CPU_MARGIN (cpu_work.cpu_ratio; as the straggler rule's oncpu_steps and oncpu_margin)
-CPU_STEPS, CPU_MARGIN = 5, 0.5
 
 
 @dataclass
@@ -62,8 +59,18 @@ class CpuStarvedConfig:
     # with the median rank's scaled by its CPU work over the median rank's (cpu_work.py): a rank that queues more
     # because it does more work (a CPU-bound straggler on a loaded host) is not starved by a neighbour
     oncpu_scale: bool = True
+    # ... by the least of the rank's ratios of its last `oncpu_steps` steps, or its ratio this step less
+    # `oncpu_margin`, whichever is more (cpu_work.cpu_ratio). This section's own: the same defaults as the straggler
+    # rule's options of those names, set apart from them (changing one section's leaves the other's as it was)
+    oncpu_steps: int = 5
+    oncpu_margin: float = 0.5
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.oncpu_steps, int) and 1 <= self.oncpu_steps <= 1000):
+            raise ValueError(f"cpu_starved: oncpu_steps must be in 1..1000, got {self.oncpu_steps!r}")
+        if not (isinstance(self.oncpu_margin, (int, float)) and math.isfinite(self.oncpu_margin)
+                and self.oncpu_margin >= 0):
+            raise ValueError(f"cpu_starved: oncpu_margin must be a finite number >= 0, got {self.oncpu_margin!r}")
         if not 0 < self.needed <= self.window:
             raise ValueError(f"cpu_starved: needed must be in 1..window ({self.window}), got {self.needed}")
         if not 0 <= self.clear_below < self.needed:
@@ -100,7 +107,7 @@ class _Job:
     saturated_at: int | None = None  # the last step whose top-k held only starved ranks, with ranks outside it
     quiet: int = 0  # steps in a row with no rank starved in more than clear_below of its window
     step_s: float = 0.0  # the last judged step's step_time p50 (bounds an on-CPU row whose step_time is not in)
-    cpu: dict[int, StepCpu] = field(default_factory=dict)  # the last CPU_STEPS steps' on-CPU times (cpu_work.py)
+    cpu: dict[int, StepCpu] = field(default_factory=dict)  # the last oncpu_steps steps' on-CPU times (cpu_work.py)
     ranks: dict[int, _Rank] = field(default_factory=dict)
 
 
@@ -128,7 +135,7 @@ class CpuStarvedDetector(Detector):
             cpu = StepCpu.of(row.summary, row.expected, step_s or math.inf) if self.config.oncpu_scale else None
             if cpu is not None:
                 state.cpu[step] = cpu
-                while len(state.cpu) > CPU_STEPS:
+                while len(state.cpu) > self.config.oncpu_steps:
                     del state.cpu[min(state.cpu)]
         if RUNQUEUE_METRIC not in windows or STEP_TIME not in windows:
             while len(state.pending) > PENDING_STEPS:  # a job without one of the two: nothing to judge
@@ -154,7 +161,7 @@ class CpuStarvedDetector(Detector):
         def hit(wait: float, rank: int) -> bool:
             # over what the median rank would have queued doing the rank's CPU work (the suite hands a step's
             # on-CPU times before its run-queue waits)
-            expected = expected_queue(median, cpu_ratio(state.cpu, rank, step, CPU_STEPS, CPU_MARGIN))
+            expected = expected_queue(median, cpu_ratio(state.cpu, rank, step, c.oncpu_steps, c.oncpu_margin))
             return wait >= c.min_wait_s and (wait - expected) >= c.min_excess * step_s
 
         for wait, rank in top:

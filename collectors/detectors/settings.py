@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sqlite3
 import threading
 import time
@@ -104,6 +105,16 @@ def check_value(section: str, option: str, value: Any, default: Any) -> Any:
             raise SettingsError(field, f"must be a JSON object or list, got {value!r}")
         return value
     raise SettingsError(field, "cannot be changed at runtime")  # pragma: no cover - every option's kind is above
+
+
+def _refused(exc: Exception, base: Any) -> SettingsError:
+    """A detector's refusal as the API's 400: naming section.option where the detector's message begins with
+    one ("straggler: oncpu_steps must be ..."), as the checks of check_value do; else the settings as a whole."""
+    match = re.match(r"(\w+): (\w+) (must .*)", str(exc), re.S)
+    if match and match[1] in {f.name for f in fields(base)} \
+            and match[2] in {f.name for f in fields(getattr(base, match[1]))}:
+        return SettingsError(f"{match[1]}.{match[2]}", match[3])
+    return SettingsError("settings", f"refused by the detectors: {exc}")
 
 
 def overlay(base: Any, *overrides: dict[str, dict[str, Any]]) -> Any:
@@ -209,7 +220,7 @@ class RuntimeSettings:
                     for own in others.values():
                         check(overlay(base, current, own))
         except (ValueError, TypeError) as exc:
-            raise SettingsError("settings", f"refused by the detectors: {exc}") from None
+            raise _refused(exc, base) from None
         with self._lock:
             self.version += 1
             self.overrides[scope] = current

@@ -142,6 +142,11 @@ class StragglerConfig:
     severity: str = "warning"
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.oncpu_steps, int) and 1 <= self.oncpu_steps <= 1000):
+            raise ValueError(f"straggler: oncpu_steps must be in 1..1000, got {self.oncpu_steps!r}")
+        if not (isinstance(self.oncpu_margin, (int, float)) and math.isfinite(self.oncpu_margin)
+                and self.oncpu_margin >= 0):
+            raise ValueError(f"straggler: oncpu_margin must be a finite number >= 0, got {self.oncpu_margin!r}")
         if not 0 < self.starved_window <= 1000:
             raise ValueError(f"straggler: starved_window must be in 1..1000, got {self.starved_window}")
         if not 0 < self.starved_hits <= self.starved_window:
