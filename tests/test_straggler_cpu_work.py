@@ -27,7 +27,7 @@ import math
 import numpy as np
 import pytest
 
-from bench.detection_jobs.cpu_work import BOUND, LOADS, ONSET, SLOW, simulate
+from bench.detection_jobs.cpu_work import BOUND, LOADS, ONSET, SLOW, simulate, slow_rank
 from bench.detection_jobs.cpu_work import stragglers as _stragglers
 
 # The issue's bounds (BOUND), as this model meets them at every load: a CPU-bound 1.5x rank is named at 3-6 steps
@@ -165,3 +165,27 @@ def test_the_discount_reads_a_rank_as_running_at_least_its_on_cpu_time() -> None
     assert detector._excess(state, 7, SLOW, 0.5, 0.6) == pytest.approx(0.15)
     state.oncpu[7] = StepCpu(0.2, {})  # the rank outside the row's exact top-k and bottom-k: the median rank's
     assert detector._excess(state, 7, SLOW, 0.5, 0.6) == pytest.approx(0.3)
+
+
+# What the model meets by world size (bench/results/detection_cpu_work_world{2,3,16}.json, detection_cpu_work.json
+# for 4; docs/detectors.md, "By world size"). Two ranks: the median of the waits is the mean of the two, which halves
+# the least-waiting rank's lead (a 2x rank named at 5-7 steps, bound 3; 1.5x at 18-24, bound 5) - a limit of the
+# rule, not of the on-CPU times (the same with them off). Three ranks: 1.5x at 2-6, 1.2x at 17-33 (as four).
+MET_BY_WORLD = {2: {2.0: 7, 1.5: 24, 1.2: 30, 1.1: 100}, 3: MET,
+                4: MET, 16: {2.0: 3, 1.5: 5, 1.2: 30, 1.1: 100}}
+
+
+@pytest.mark.parametrize("world", sorted(MET_BY_WORLD))
+@pytest.mark.parametrize("factor", list(BOUND))
+@pytest.mark.parametrize("kind", ["cpu", "sleep"])
+def test_a_slow_rank_is_named_in_time_whatever_the_world(kind: str, factor: float, world: int) -> None:
+    """The matrix's CPU-bound and sleeping ranks in jobs of 2, 3, 4 and 16 ranks (loads 1, 3 and 8, two seeds):
+    named exactly within what the model meets at that world (MET_BY_WORLD), never before the onset."""
+    within = MET_BY_WORLD[world][factor]
+    slow = slow_rank(world)
+    for load in (1.0, 3.0, 8.0):
+        for seed in range(2):
+            found = _stragglers(simulate(kind, load, factor, seed, ONSET + within + 2, world=world))
+            where = (kind, world, load, factor, seed)
+            assert found and all(e["ranks"] == [slow] for e in found), (where, found)
+            assert ONSET <= found[0]["detail"]["detected_step"] <= ONSET + within, (where, found[0]["detail"])

@@ -109,24 +109,31 @@ def stragglers(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e["kind"] == "straggler"]
 
 
-def cell(kind: str, load: float, factor: float, seed: int, oncpu: bool) -> dict[str, Any]:
+def cell(kind: str, load: float, factor: float, seed: int, oncpu: bool, world: int = WORLD,
+         extra: int = 12) -> dict[str, Any]:
     """One job scored: steps from the onset to its first straggler event (None: none), whether every event named
     the slow rank, whether the last one was open at the end, and whether cpu_starved named the slow rank."""
-    events = simulate(kind, load, factor, seed, ONSET + BOUND[factor] + 12, oncpu=oncpu)
+    events = simulate(kind, load, factor, seed, ONSET + BOUND[factor] + extra, oncpu=oncpu, world=world)
     found = stragglers(events)
-    return {"kind": kind, "load": load, "factor": factor, "seed": seed, "oncpu": oncpu,
+    slow = slow_rank(world)
+    return {"kind": kind, "load": load, "factor": factor, "seed": seed, "oncpu": oncpu, "world": world,
             "named_after": found[0]["detail"]["detected_step"] - ONSET if found else None,
-            "exact": all(e["ranks"] == [SLOW] for e in found), "open_at_end": bool(found) and found[-1]["status"] == "open",
-            "starved": any(e["kind"] == "cpu_starved" and SLOW in e["ranks"] for e in events)}
+            "exact": all(e["ranks"] == [slow] for e in found), "open_at_end": bool(found) and found[-1]["status"] == "open",
+            "starved": any(e["kind"] == "cpu_starved" and slow in e["ranks"] for e in events)}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=4, help="noise seeds per cell (default 4)")
+    p.add_argument("--world", type=int, default=WORLD, help=f"ranks per job (default {WORLD}; another world writes "
+                   "detection_cpu_work_world<N>.json)")
+    p.add_argument("--extra", type=int, default=12, help="steps each job runs past its severity's bound (default 12)")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     args = p.parse_args(argv)
     logging.disable(logging.CRITICAL)
-    cells = [cell(kind, load, factor, seed, oncpu) for oncpu in (False, True) for kind in KINDS for factor in FACTORS
+    if args.world < 2:
+        p.error("--world must be at least 2 (a job of one rank has no peer)")
+    cells = [cell(kind, load, factor, seed, oncpu, args.world, args.extra) for oncpu in (False, True) for kind in KINDS for factor in FACTORS
              for load in LOADS for seed in range(args.seeds)]
     summary: dict[str, dict[str, Any]] = {}
     for oncpu in (False, True):
@@ -152,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     print("cells named (in the issue's bound) / cells, per kind and severity:")
     for key, entry in summary.items():
         print(f"  {key:28s} {entry['named']}/{entry['cells']} ({entry['in_time']} in time)")
-    write_json(args.out / "detection_cpu_work.json",
-               {"benchmark": "detection_cpu_work", "seeds": args.seeds, "loads": LOADS,
+    name = "detection_cpu_work" + ("" if args.world == WORLD else f"_world{args.world}")
+    write_json(args.out / f"{name}.json",
+               {"benchmark": "detection_cpu_work", "world": args.world, "extra": args.extra, "seeds": args.seeds, "loads": LOADS,
                 "bound": {f"{k:g}x": v for k, v in BOUND.items()}, "summary": summary, "cells": cells})
     return 0
 
