@@ -212,8 +212,8 @@ def test_parse_state(text: str, expected: tuple[int, str] | None) -> None:
 def test_an_hcas_ports_are_listed_again_only_when_it_changed_or_every_relist(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """A sample lists class/net and class/infiniband, not each HCA's ports folder again: those are listed at an
-    HCA's first sight, when its folder is another one (gone and back: test above), while it has none, and every
-    PORTS_RELIST_EVERY samples (a port that appears in an HCA kept is read by then)."""
+    HCA's first sight, when its ports folder is another one or changed (gone and back: test above; a port added,
+    removed or re-created: tests below), while it has none, and every PORTS_RELIST_EVERY samples."""
     import os
 
     from collectors.probes import nic
@@ -247,3 +247,87 @@ def test_an_hcas_ports_are_listed_again_only_when_it_changed_or_every_relist(tmp
     listed.clear()
     probe.sample()
     assert len(listed) == 2, listed
+
+
+def _ports_folder_changes(tmp_path: Path, change: str) -> None:
+    """What `change` does to a host of four HCAs with two ports each (collectors.sim's generated tree, the one
+    bench/fleet.py and the agent tests rewrite) after a first sample: a port folder re-created with the link down
+    (a generated tree rewritten; a port re-registered), a port removed, a port added, to an HCA kept."""
+    import shutil
+
+    from collectors.sim.sysfs import set_ib
+
+    ports = tmp_path / "class" / "infiniband" / "mlx5_1" / "ports"
+    if change == "rewritten":
+        shutil.rmtree(ports / "2")
+        set_ib(tmp_path, "mlx5_1", 2, active=False, symbol_error=7)
+    elif change == "removed":
+        shutil.rmtree(ports / "2")
+    else:
+        set_ib(tmp_path, "mlx5_1", 3, active=False, symbol_error=7)
+
+
+@pytest.mark.parametrize("change", ["rewritten", "removed", "added"])
+@pytest.mark.parametrize("samples_before", [1, 2, 59, 60])
+def test_a_port_folder_rewritten_removed_or_added_in_a_kept_hca_is_read_at_the_next_sample(
+        tmp_path: Path, change: str, samples_before: int) -> None:
+    """The ports of an HCA kept between two samples are not listed each sample (the HCA's `ports` folder is
+    stat'ed instead): a port folder deleted and made again must not be read through the descriptors of its deleted
+    files (they keep the old values: a link down read ACTIVE for ever), a removed port must not keep its last
+    values, and an added one must be read, each at the next sample, wherever in the relisting period it falls."""
+    from collectors.sim.sysfs import set_ib, write_host
+
+    write_host(tmp_path, nics=2, hcas=4, ports_per_hca=2)
+    set_ib(tmp_path, "mlx5_1", 2, symbol_error=3)
+    probe = NicProbe(tmp_path)
+    for _ in range(samples_before):
+        s = by_key(probe.sample())
+    assert s[("mlx5_1/2", "ib.port_active")] == 1 and s[("mlx5_1/2", "ib.symbol_error_total")] == 3
+    kept = len(probe._fds)
+    _ports_folder_changes(tmp_path, change)
+    s = by_key(probe.sample())
+    if change == "rewritten":
+        assert s[("mlx5_1/2", "ib.port_active")] == 0, "a link down re-created in the folder was not read"
+        assert s[("mlx5_1/2", "ib.phys_state")] == 3
+        assert s[("mlx5_1/2", "ib.symbol_error_total")] == 7
+        assert len(probe._fds) == kept, "the deleted files' descriptors were kept beside the new ones"
+    elif change == "removed":
+        assert not any(device == "mlx5_1/2" for device, _ in s), "a removed port kept its last values"
+        assert not any("mlx5_1/ports/2" in path for path in probe._fds)
+    else:
+        assert s[("mlx5_1/3", "ib.port_active")] == 0 and s[("mlx5_1/3", "ib.symbol_error_total")] == 7
+    # The HCA's other port and the other HCAs read as before, and the change holds over later samples.
+    assert s[("mlx5_1/1", "ib.port_active")] == 1 and s[("mlx5_0/1", "ib.port_active")] == 1
+    for _ in range(3):
+        again = by_key(probe.sample())
+        assert {k: v for k, v in again.items() if not k[1].endswith("_delta")} == \
+            {k: v for k, v in s.items() if not k[1].endswith("_delta")}
+
+
+def test_a_port_rewritten_where_the_ports_folder_keeps_its_times_is_read_afresh_at_the_relisting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel need not change a folder's times when a folder in it is made again (sysfs is no disk): where the
+    `ports` folder looks the same, the listing every PORTS_RELIST_EVERY samples checks each port folder's own
+    identity, so a re-created port is read from its new files by then, not from the deleted ones for ever."""
+    import shutil
+
+    from collectors.probes import nic
+    from collectors.sim.sysfs import set_ib, write_host
+
+    real_identity = nic._identity
+
+    def identity(folder: str) -> tuple[int, int]:
+        ino, ctime = real_identity(folder)
+        return (ino, 0) if folder.endswith("ports") else (ino, ctime)
+
+    monkeypatch.setattr(nic, "_identity", identity)
+    write_host(tmp_path, nics=1, hcas=2, ports_per_hca=1)
+    probe = NicProbe(tmp_path)
+    assert by_key(probe.sample())[("mlx5_1/1", "ib.port_active")] == 1
+    shutil.rmtree(tmp_path / "class" / "infiniband" / "mlx5_1" / "ports" / "1")
+    set_ib(tmp_path, "mlx5_1", 1, active=False)
+    samples = 1
+    while by_key(probe.sample())[("mlx5_1/1", "ib.port_active")] != 0:
+        samples += 1
+        assert samples <= nic.PORTS_RELIST_EVERY, "a re-created port was read from its deleted files for ever"
+    assert by_key(probe.sample())[("mlx5_1/1", "ib.port_active")] == 0

@@ -27,11 +27,13 @@ three. A read that fails on a kept descriptor (a device removed under it) is tri
 the descriptors of a device that disappears are closed, and at most MAX_OPEN_FILES are kept (past them a file
 is opened, read and closed as before).
 
-An HCA's ports are listed when the HCA is first seen, again when its folder is another one (a driver reload: one
-stat of the HCA's folder per sample, which also stands for its ports' folders), while it has none yet, and every
-PORTS_RELIST_EVERY samples whatever happens (ports come with their HCA; a kernel need not change a folder's times
-when a port folder appears): the ports' listings were most of a sample's folder work (8 of 10 listings and 8 of
-10 stats on a host of 8 single-port HCAs).
+An HCA's ports are listed when the HCA is first seen, again when its ``ports`` folder's (inode, ctime) changed (one
+stat of it per sample: a port folder added or removed changes its ctime, a driver reload makes it another folder),
+while it has none yet, and every PORTS_RELIST_EVERY samples whatever happens (a kernel need not change a folder's
+times when a port folder appears); each time they are listed, each port folder's own identity is checked too (a
+port folder deleted and made again, as a generated tree rewritten is, has its kept descriptors closed: they would
+read the deleted files' last values for ever). The ports' listings were most of a sample's folder work (8 of 10
+listings and 8 of 10 stats on a host of 8 single-port HCAs); this keeps 2 listings and 10 stats a sample.
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ class NicProbe:
         self._fds: dict[str, int] = {}  # path -> a descriptor kept open, re-read with pread at 0
         # device -> its folder's (inode, ctime) when its descriptors were opened
         self._inodes: dict[str, tuple[int, int]] = {}
-        # HCA -> its folder's (inode, ctime) and its ports, as last listed; samples until the next listing of all
+        # HCA -> its ports folder's (inode, ctime) and its ports, as last listed; samples until the next listing of all
         self._hcas: dict[str, tuple[tuple[int, int], list[str]]] = {}
         self._relist_in = PORTS_RELIST_EVERY
         self.skipped = 0  # values read but refused: not integers, negative, past MAX_COUNTER, absurd rates/states
@@ -207,8 +209,9 @@ class NicProbe:
         return [name for name in names if not excluded[name]]
 
     def ib_ports(self) -> list[tuple[str, str]]:
-        """(HCA, port) pairs, e.g. ("mlx5_0", "1"). An HCA whose folder is another one than when its ports were
-        listed (removed and created again) has its ports' descriptors closed and its ports listed again."""
+        """(HCA, port) pairs, e.g. ("mlx5_0", "1"). An HCA's ports are listed again when its ``ports`` folder is
+        another one or changed (a port added, removed or re-created; the HCA re-created), and then each port whose
+        folder is another one has its descriptors closed (module docstring)."""
         out: list[tuple[str, str]] = []
         self._relist_in -= 1
         relist_all = self._relist_in <= 0
@@ -216,15 +219,13 @@ class NicProbe:
             self._relist_in = PORTS_RELIST_EVERY
         hcas = self._list(self._ib)
         for dev in hcas:
-            folder = os.path.join(self._ib, dev)
+            folder = os.path.join(self._ib, dev, "ports")
             ident = _identity(folder)
             known = self._hcas.get(dev)
-            if known is not None and known[0] != ident:  # the HCA went and came back: its ports' files are new
-                for port in known[1]:
-                    self._close_device(f"{dev}/{port}")
-                known = None
-            if known is None or relist_all or not known[1]:
-                ports = self._list(os.path.join(folder, "ports"))
+            if known is None or known[0] != ident or relist_all or not known[1]:
+                ports = self._list(folder)
+                for port in ports:
+                    self._same_device(f"{dev}/{port}", os.path.join(folder, port))
                 self._hcas[dev] = (ident, ports)
             else:
                 ports = known[1]
@@ -275,7 +276,7 @@ class NicProbe:
                 out.append(Reading("nic.up", 1.0 if state.strip() == "up" else 0.0, None, ifname))
         for dev, port in self.ib_ports():
             device, counters, state_path, phys_path, rate_path = self._ib_paths(dev, port)
-            seen.add(device)  # its folder's identity is its HCA's (ib_ports)
+            seen.add(device)  # its folder's identity is checked when its HCA's ports are listed (ib_ports)
             self._emit_counters(out, counters, device)
             parsed = self._state(state_path, self._read(state_path))
             if parsed is not None:
@@ -300,7 +301,8 @@ class NicProbe:
 
     def _same_device(self, device: str, folder: str) -> None:
         """Close the kept descriptors of a device whose folder is another one than when they were opened (a
-        driver reload between two samples; a generated tree rewritten): one stat per device, not per file."""
+        driver reload between two samples; a generated tree rewritten): one stat per device, not per file (an IB
+        port's only when its HCA's ports are listed: ib_ports)."""
         inode = _identity(folder)
         if self._inodes.get(device, inode) != inode:
             self._close_device(device)
