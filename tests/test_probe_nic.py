@@ -280,6 +280,13 @@ def test_a_port_folder_rewritten_removed_or_added_in_a_kept_hca_is_read_at_the_n
     write_host(tmp_path, nics=2, hcas=4, ports_per_hca=2)
     set_ib(tmp_path, "mlx5_1", 2, symbol_error=3)
     probe = NicProbe(tmp_path)
+    try:
+        _check_the_next_sample_after(tmp_path, probe, change, samples_before)
+    finally:
+        probe.close()  # its ~70 kept descriptors: a later test's select() takes none past FD_SETSIZE
+
+
+def _check_the_next_sample_after(tmp_path: Path, probe: NicProbe, change: str, samples_before: int) -> None:
     for _ in range(samples_before):
         s = by_key(probe.sample())
     assert s[("mlx5_1/2", "ib.port_active")] == 1 and s[("mlx5_1/2", "ib.symbol_error_total")] == 3
@@ -327,7 +334,10 @@ def test_a_port_rewritten_where_the_ports_folder_keeps_its_times_is_read_afresh_
     shutil.rmtree(tmp_path / "class" / "infiniband" / "mlx5_1" / "ports" / "1")
     set_ib(tmp_path, "mlx5_1", 1, active=False)
     samples = 1
-    while by_key(probe.sample())[("mlx5_1/1", "ib.port_active")] != 0:
-        samples += 1
-        assert samples <= nic.PORTS_RELIST_EVERY, "a re-created port was read from its deleted files for ever"
-    assert by_key(probe.sample())[("mlx5_1/1", "ib.port_active")] == 0
+    try:
+        while by_key(probe.sample())[("mlx5_1/1", "ib.port_active")] != 0:
+            samples += 1
+            assert samples <= nic.PORTS_RELIST_EVERY, "a re-created port was read from its deleted files for ever"
+        assert by_key(probe.sample())[("mlx5_1/1", "ib.port_active")] == 0
+    finally:
+        probe.close()
