@@ -57,8 +57,10 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     events, now, seen = clocked_log()
     detector = StragglerDetector(events, config=StragglerConfig(**settings))
     cpu_work = settings.get("oncpu_scale", True)  # cpu_starved's use of the on-CPU times follows the straggler's
+    # (its ratio's steps and margin too: cpu_starved's own options of the same names, swept together here)
     # as at the root: its open event leaves its ranks out of the straggler's
-    starved = CpuStarvedDetector(events, config=CpuStarvedConfig(oncpu_scale=cpu_work))
+    ratio = {k: settings[k] for k in ("oncpu_steps", "oncpu_margin") if k in settings}
+    starved = CpuStarvedDetector(events, config=CpuStarvedConfig(oncpu_scale=cpu_work, **ratio))
     finalised = dict((step, ns) for step, ns in run["finalised"])
     world, job = run["world"], run["job"]
     # each rank's collective and run-queue waits and, where recorded (bench/detection.py's PER_RANK: the step
