@@ -29,6 +29,8 @@ from torch.utils.data import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from torchrun_tree import run_setups
+
 SEED = 1234
 
 
@@ -168,7 +170,8 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    for framework in args.framework:
+
+    def run(framework: str) -> None:
         job = args.job if len(args.framework) == 1 else f"{args.job}-{framework}"
         one = argparse.Namespace(**{**vars(args), "job": job})
         train = lightning_run if framework == "lightning" else transformers_run
@@ -176,6 +179,8 @@ def main() -> None:
         with_telemetry = train(one, rank, world, telemetry=True)
         print(json.dumps({"rank": rank, "framework": framework, "plain": plain, "telemetry": with_telemetry}),
               flush=True)
+
+    run_setups(args.framework, run, rank)
 
 
 if __name__ == "__main__":

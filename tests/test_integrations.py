@@ -25,7 +25,7 @@ import pytest
 from collectors.detectors.suite import DetectorsConfig
 from helpers_tree import api_get, make_agent, make_root, stop_all, wait_for
 from helpers_tree import steps as api_steps
-from torchrun_tree import run_job
+from torchrun_tree import JobFailed, run_job
 
 pytest.importorskip("torch")
 import torch.distributed as dist
@@ -76,26 +76,40 @@ def installed(*modules: str) -> bool:
 def run_frameworks(script: Path, frameworks: list[str], args: list[str], prefix: str, agent: str) -> dict[str, Any]:
     """`script FRAMEWORK... --job PREFIX ARGS` under torchrun (WORLD ranks, offline Hugging Face) to its end, the
     frameworks one after the other in the same ranks (framework F's telemetry job: PREFIX-F). Returns what
-    `framework_ranks` reads: every rank's JSON lines, or the job's failure (which then fails every test)."""
+    `framework_ranks` reads: every rank's JSON lines (those printed before a failure too) and the job's failure,
+    if any."""
     if not frameworks:
-        return {"prefix": prefix, "frameworks": frameworks, "lines": [], "error": "no framework installed"}
+        return {"prefix": prefix, "frameworks": frameworks, "lines": [], "error": "no framework installed", "out": ""}
     try:
         out = run_job(WORLD, script, [*frameworks, "--job", prefix, *args], agent, prefix,
                       timeout=FRAMEWORK_TIMEOUT_S * len(frameworks),
                       launcher=("--rdzv-id", prefix, "--max-restarts", "0"),
                       env={"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"})
-    except AssertionError as failed:
-        return {"prefix": prefix, "frameworks": frameworks, "lines": [], "error": str(failed)}
+    except JobFailed as failed:
+        return {"prefix": prefix, "frameworks": frameworks, "lines": rank_lines(failed.out), "error": str(failed),
+                "out": failed.out}
     return {"prefix": prefix, "frameworks": frameworks, "lines": rank_lines(out), "error": None, "out": out}
 
 
 def framework_ranks(trained: dict[str, Any], framework: str) -> tuple[str, list[dict]]:
-    """One framework's job and its ranks' JSON lines, by rank (from `run_frameworks`)."""
-    if trained["error"] is not None:
-        raise AssertionError(f"the torchrun job of {trained['frameworks']} failed: {trained['error']}")
-    ranks = [r for r in trained["lines"] if r["framework"] == framework]
-    assert sorted(r["rank"] for r in ranks) == list(range(WORLD)), (framework, trained["out"][-3000:])
-    return f"{trained['prefix']}-{framework}", sorted(ranks, key=lambda r: r["rank"])
+    """One framework's job and its ranks' JSON lines, by rank (from `run_frameworks`). A set-up whose every rank
+    printed its line is checked whether or not the job failed later; otherwise the failure named is the set-up's
+    own (each rank's traceback), or the earlier set-up that failed before it ran, or else the job's."""
+    mine = [r for r in trained["lines"] if r["framework"] == framework]
+    failures = [r for r in mine if "error" in r]
+    if failures:
+        raise AssertionError("\n".join(f"set-up {framework} failed on rank {r['rank']}:\n{r['error']}"
+                                       for r in sorted(failures, key=lambda r: r["rank"])))
+    if sorted(r["rank"] for r in mine) != list(range(WORLD)) and trained["error"] is not None:
+        before = trained["frameworks"][:trained["frameworks"].index(framework)] \
+            if framework in trained["frameworks"] else []
+        failed = [f for f in before if any(r["framework"] == f and "error" in r for r in trained["lines"])]
+        if failed:
+            raise AssertionError(f"never ran: set-up {failed[0]} failed before it")
+        raise AssertionError(f"set-up {framework}: the torchrun job of {trained['frameworks']} failed: "
+                             f"{trained['error']}")
+    assert sorted(r["rank"] for r in mine) == list(range(WORLD)), (framework, trained["out"][-3000:])
+    return f"{trained['prefix']}-{framework}", sorted(mine, key=lambda r: r["rank"])
 
 
 @pytest.fixture(scope="module")

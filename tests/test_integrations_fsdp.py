@@ -54,6 +54,7 @@ from test_integrations import (  # noqa: E402,F401  (tree: the fixture)
     run_frameworks,
     tree,
 )
+from torchrun_tree import run_setups  # noqa: E402  (after the sys.path line above)
 
 SETUPS = ("probe", "lightning-fsdp2", "lightning-hsdp", "lightning-fsdp1", "lightning-fsdp1-flat", "transformers-fsdp2")
 
@@ -300,10 +301,11 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    for framework in args.framework:
+
+    def run(framework: str) -> None:
         if framework == "probe":
             print(json.dumps({"rank": rank, "framework": framework, "probe": probe(rank, world)}), flush=True)
-            continue
+            return
         job = args.job if len(args.framework) == 1 else f"{args.job}-{framework}"
         one = argparse.Namespace(**{**vars(args), "framework": framework, "job": job})
         train = transformers_run if framework.startswith("transformers") else lightning_run
@@ -311,6 +313,8 @@ def main() -> None:
         with_telemetry = train(one, rank, world, telemetry=True)
         print(json.dumps({"rank": rank, "framework": framework, "plain": plain, "telemetry": with_telemetry}),
               flush=True)
+
+    run_setups(args.framework, run, rank)
 
 
 # ---------------------------------------------------------------- the tests

@@ -2,27 +2,41 @@
 
 The services and the launching are bench/torchrun_jobs.py's, shared with the benches (`root_and_agent`,
 `torchrun`: re-exported here); what is the tests' own: `run_job` (a job run to its end, failing the test
-otherwise), `tiny_ddp`, the small gloo DDP model the job scripts train, and `end_rank`, with which they end their
+otherwise: `JobFailed`, with the job's whole stdout), `run_setups` (a job script's set-ups in turn, each one's failure
+printed as a JSON line naming it), `tiny_ddp`, the small gloo DDP model the job scripts train, and `end_rank`, with which they end their
 ranks, whose done line `durable_ranks` counts.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import traceback
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
 from bench.torchrun_jobs import REPO, job_env, root_and_agent, torchrun, torchrun_argv
 from collectors.demo.train import kill_job
 
-__all__ = ["REPO", "durable_ranks", "end_rank", "root_and_agent", "run_job", "tiny_ddp", "torchrun"]
+__all__ = ["REPO", "JobFailed", "durable_ranks", "end_rank", "root_and_agent", "run_job", "run_setups", "tiny_ddp", "torchrun"]
+
+
+class JobFailed(AssertionError):
+    """A torchrun job that failed or timed out; `out` is its whole stdout, so that a caller can still read every
+    line the ranks printed before it failed (the message holds only its end)."""
+
+    def __init__(self, message: str, out: str) -> None:
+        super().__init__(message)
+        self.out = out
 
 
 def run_job(world: int, script: Path, args: list[str], agent: str, job: str, timeout: float,
             launcher: tuple[str, ...] = (), env: dict[str, str] | None = None) -> str:
     """Run `script` under torchrun to its end and return its stdout; a job that fails, or runs past `timeout` s
-    (then it is killed: torchrun and every rank of `job`), fails the test with the end of its output."""
+    (then it is killed: torchrun and every rank of `job`), fails the test with the end of its output (`JobFailed`,
+    which carries the whole stdout)."""
     proc = subprocess.Popen(torchrun_argv(world, script, args, launcher), env=job_env(agent, env), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -30,9 +44,22 @@ def run_job(world: int, script: Path, args: list[str], agent: str, job: str, tim
     except subprocess.TimeoutExpired:
         kill_job(proc, job)
         out, err = proc.communicate(timeout=10)
-        raise AssertionError(f"job timed out\n{out[-3000:]}\n{err[-4000:]}") from None
-    assert proc.returncode == 0, f"job failed ({proc.returncode})\n{out[-3000:]}\n{err[-4000:]}"
+        raise JobFailed(f"job timed out\n{out[-3000:]}\n{err[-4000:]}", out) from None
+    if proc.returncode != 0:
+        raise JobFailed(f"job failed ({proc.returncode})\n{out[-3000:]}\n{err[-4000:]}", out)
     return out
+
+
+def run_setups(frameworks: Iterable[str], run: Callable[[str], None], rank: int) -> None:
+    """A job script's loop over its set-ups: `run(framework)` for each in turn; one that raises prints
+    {"rank", "framework", "error": its traceback} (what `framework_ranks` names the set-up's failure by: torchrun's
+    stderr holds at most another rank's knock-on error), then re-raises."""
+    for framework in frameworks:
+        try:
+            run(framework)
+        except BaseException:
+            print(json.dumps({"rank": rank, "framework": framework, "error": traceback.format_exc()}), flush=True)
+            raise
 
 
 def durable_ranks(out: str) -> int:
