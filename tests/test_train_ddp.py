@@ -44,9 +44,10 @@ PEAK = 1e13  # a made-up CPU peak, so that mfu is logged
 LINGER_S = 2.5  # > 2 heartbeats after the last step
 
 
-@pytest.fixture
-def tree(tmp_path: Path) -> Iterator[dict]:
-    with root_and_agent(tmp_path) as found:
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """One root and agent for the file's torchrun jobs (each has a job name of its own)."""
+    with root_and_agent(tmp_path_factory.mktemp("train_ddp")) as found:
         yield found
 
 
