@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -31,29 +32,37 @@ def _spinner(cpu: int, seconds: float) -> None:
     _spin(seconds)
 
 
-def test_a_thread_sharing_its_cpu_with_a_spinner_waits_on_the_run_queue() -> None:
+def _beside_a_spinner(measured: Callable[[], None]) -> None:
+    """Run `measured` on a thread pinned to one CPU while a process spins on that CPU."""
     cpu = min(os.sched_getaffinity(0))
     neighbour = multiprocessing.get_context("fork").Process(target=_spinner, args=(cpu, 3.0))
     saved = os.sched_getaffinity(0)
-    got: list[int | None] = []
 
-    def measured() -> None:
+    def pinned() -> None:
         os.sched_setaffinity(0, {cpu})  # this thread only
-        clock = RunQueueClock()
-        before = clock.read_ns()
-        _spin(0.6)
-        got.extend([before, clock.read_ns()])
+        measured()
 
     neighbour.start()
     try:
         time.sleep(0.2)  # the neighbour is spinning on the CPU
-        thread = threading.Thread(target=measured)
+        thread = threading.Thread(target=pinned)
         thread.start()
         thread.join(10)
     finally:
         neighbour.terminate()
         neighbour.join(5)
         os.sched_setaffinity(0, saved)
+
+
+def test_a_thread_sharing_its_cpu_with_a_spinner_waits_on_the_run_queue() -> None:
+    got: list[int | None] = []
+
+    def measured() -> None:
+        clock = RunQueueClock()
+        before = clock.read_ns()
+        _spin(0.6)
+        got.extend([before, clock.read_ns()])
+    _beside_a_spinner(measured)
     before, after = got
     assert before is not None and after is not None
     # Sharing one CPU with a spinner, a spinning thread is on the run queue about half the time it spins for.
@@ -175,13 +184,9 @@ def test_one_read_gives_the_threads_time_on_a_cpu_too() -> None:
     """`spent(mark)`: (run-queue wait, time on a CPU) since the mark, from the same read (the SDK logs both per
     step: `runqueue_wait`, `oncpu_time`). A thread that spins sharing its CPU with a spinner is on the run queue
     or on the CPU for the whole of its spin; one that sleeps hardly runs."""
-    cpu = min(os.sched_getaffinity(0))
-    neighbour = multiprocessing.get_context("fork").Process(target=_spinner, args=(cpu, 3.0))
-    saved = os.sched_getaffinity(0)
     got: list = []
 
     def measured() -> None:
-        os.sched_setaffinity(0, {cpu})  # this thread only
         clock = RunQueueClock()
         mark = clock.mark()
         started = time.monotonic()
@@ -190,17 +195,7 @@ def test_one_read_gives_the_threads_time_on_a_cpu_too() -> None:
         mark = clock.mark()
         time.sleep(0.3)
         got.append((clock.spent(mark), 0.3))
-
-    neighbour.start()
-    try:
-        time.sleep(0.2)  # the neighbour is spinning on the CPU
-        thread = threading.Thread(target=measured)
-        thread.start()
-        thread.join(10)
-    finally:
-        neighbour.terminate()
-        neighbour.join(5)
-        os.sched_setaffinity(0, saved)
+    _beside_a_spinner(measured)
     (spun, wall), (slept, _) = got
     assert spun is not None and slept is not None
     queued, oncpu = spun
