@@ -22,9 +22,10 @@ once from its hosts' real samples (sample_racks) and re-sent every second by one
 cluster collector and root; each run's `racks_fed` says which (docs/fleet.md, "Replayed racks"), as does the top level
 and every ratio's key (fleet_replayed_ratio_2000_over_250, naive_live_over_fleet_replayed_250).
 
-Part 2, a link down. In the fleet layout at the largest host count, one IB port of one host goes down (its
+Part 2, link downs. In the fleet layout at the largest host count, one IB port of one host goes down (its
 `state` and its `link_downed` counter, as a kernel reports it); the time until the root's API serves a
-hardware event naming that host and port.
+hardware event naming that host and port. --link-trials times (default 5), each on another host and rack, at a
+seeded point of the second: the worst trial is the one to hold to the issue's 2 s.
 
 Part 3, a week of retention (no processes): a root store fed a simulated week of fleet windows (one 1 s window
 of each metric every --week-step seconds of simulated time, --week-sources sources each) and step windows, swept
@@ -506,12 +507,30 @@ def _registered(api: str, hosts: int, started: float, timeout: float) -> dict[st
 
 
 def _link_down(api: str, sysfs: Path, hosts: int, args: argparse.Namespace) -> dict[str, Any]:
-    victim, hca = hosts // 2 + 1, "mlx5_5"
+    """--link-trials ports going down, one after another, each on another host and rack and at another point of
+    the second (a seeded pause of 1-2 s before each write): the time until the root's API serves an event naming
+    that host and port, per trial. One trial is one draw of where in the sampler's second the write falls (the
+    wait is about 1 s longer when it lands just after the host's sample), so the bound is read on the worst."""
+    rng = random.Random(f"link-down/{hosts}")
+    victims = [(hosts // 2 + 1 + trial * (args.rack_size + 7)) % hosts for trial in range(args.link_trials)]
+    trials = []
+    for victim in victims:
+        time.sleep(1.0 + rng.random())
+        trials.append(_one_link_down(api, sysfs, victim, "mlx5_5", args.link_timeout))
+    times = [t["named_after_s"] for t in trials]
+    named = sorted(t for t in times if t is not None)
+    return {**trials[0], "trials": trials, "named": len(named),
+            "named_after_s_max": max(named) if len(named) == len(trials) else None,
+            "named_after_s_median": named[len(named) // 2] if named else None,
+            "within_2s": sum(t <= 2.0 for t in named)}
+
+
+def _one_link_down(api: str, sysfs: Path, victim: int, hca: str, timeout: float) -> dict[str, Any]:
     host, device = f"host-{victim:05d}", f"{hca}/1"
     set_ib(sysfs / f"h{victim}", hca, 1, active=False, link_downed=1)
     started = time.monotonic()
     found = None
-    while time.monotonic() - started < args.link_timeout:
+    while time.monotonic() - started < timeout:
         try:
             events = _get(api, "/api/v1/jobs/_fleet/events?kind=hardware")["events"]
         except OSError:
@@ -678,7 +697,10 @@ def report(result: dict[str, Any]) -> None:
         if "host_indexes" in r:
             print(f"host indexes handed out by the tree ({r['hosts']} hosts): {r['host_indexes']}")
         if "link_down" in r:
-            print(f"link down: {r['link_down']}")
+            down = r["link_down"]
+            print(f"link down at {r['hosts']} hosts: named in {down['named']} of {len(down['trials'])} trials, "
+                  f"{down['within_2s']} within 2 s; seconds {[t['named_after_s'] for t in down['trials']]} "
+                  f"(median {down['named_after_s_median']}, max {down['named_after_s_max']})")
     week = result.get("week")
     if week:
         print(f"week: sizes {[(s['day'], s['store_bytes']) for s in week['sizes']]}; day7/day1 "
@@ -714,7 +736,10 @@ def main(argv: list[str]) -> int:
                         "machine cannot simulate; no link down; docs/fleet.md)")
     p.add_argument("--seconds", type=float, default=30.0, help="measured seconds per run")
     p.add_argument("--warmup", type=float, default=15.0)
-    p.add_argument("--link-timeout", type=float, default=20.0)
+    p.add_argument("--link-timeout", type=float, default=20.0, help="seconds to wait for each link down's event")
+    p.add_argument("--link-trials", type=int, default=5,
+                   help="link downs at the largest count, one after another on different hosts (each one a draw of "
+                        "where in the second the write falls; the worst is the figure to hold to a bound)")
     p.add_argument("--week-step", type=int, default=10, help="simulated seconds between 1 s windows in part 3")
     p.add_argument("--week-sources", type=int, default=64, help="sources per window in part 3 (multiple of 8)")
     p.add_argument("--week-retention", default="minutes=1d,steps=1d,step-blocks=3d",
