@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -341,3 +343,47 @@ def test_a_port_rewritten_where_the_ports_folder_keeps_its_times_is_read_afresh_
         assert by_key(probe.sample())[("mlx5_1/1", "ib.port_active")] == 0
     finally:
         probe.close()
+
+
+def _descriptors_open_under(root: Path) -> int:
+    """This process's open descriptors onto files under `root` (/proc/self/fd: other tests' descriptors, and
+    other threads', are not counted)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed between the listing and the readlink (the listing's own descriptor, for one)
+            continue
+        count += target.startswith(str(root) + os.sep)
+    return count
+
+
+@pytest.mark.parametrize("held", ["alone", "by a sampler", "closed then sampled again"])
+def test_a_probe_dropped_without_close_closes_its_descriptors(tmp_path: Path, held: str) -> None:
+    """A probe keeps each file it reads open (76 on a host of 2 NICs and 8 IB ports). One dropped without close()
+    (a simulated host of bench/fleet.py or bench/host_cost.py going away, a test that fails before its close())
+    must not leave them open: a process that makes many probes would run out of descriptors, and a later
+    select() of the process takes none past FD_SETSIZE. Counted in /proc/self/fd."""
+    from collectors.agent.hardware import HardwareSampler
+    from collectors.agent.ranks import RankRegistry
+    from collectors.delivery.node import Node
+    from collectors.delivery.windows import Deadlines
+    from collectors.sim.sysfs import write_host
+
+    write_host(tmp_path, nics=2, hcas=8)
+    probe = NicProbe(tmp_path)
+    probe.sample()
+    assert _descriptors_open_under(tmp_path) == 76
+    if held == "by a sampler":  # what the simulator drops: a host's sampler, node and probe together
+        node = Node("agent-h", Deadlines(0.5, 3.0), ack_down=lambda *a, **k: None)
+        sampler = HardwareSampler(node, RankRegistry(), host_id="h", nic=probe, host_index=0)
+        sampler.sample_once()
+        del node, sampler
+    elif held == "closed then sampled again":  # close() is no end of the probe: a later sample opens files again
+        probe.close()
+        assert _descriptors_open_under(tmp_path) == 0
+        probe.sample()
+        assert _descriptors_open_under(tmp_path) == 76
+    del probe
+    gc.collect()
+    assert _descriptors_open_under(tmp_path) == 0

@@ -42,6 +42,7 @@ import fnmatch
 import logging
 import os
 import re
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -115,6 +116,17 @@ def _read_text(path: str) -> str:
     return text
 
 
+def _close_all(fds: dict[str, int]) -> None:
+    """Close every descriptor of `fds` and forget it: at NicProbe.close(), and when a probe that was never closed is
+    collected (its finaliser holds `fds`, not the probe)."""
+    while fds:
+        _, fd = fds.popitem()
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 class NicProbe:
     """Reads NIC and IB counters from ``sysfs_root`` (``/sys`` on a host)."""
 
@@ -141,6 +153,9 @@ class NicProbe:
         self._ib_files: dict[tuple[str, str], tuple[str, tuple[tuple[str, str], ...], str, str, str]] = {}
         self._unreadable: set[str] = set()
         self._fds: dict[str, int] = {}  # path -> a descriptor kept open, re-read with pread at 0
+        # A probe dropped without close() (a simulated host going away, a test failing before its close()) closes
+        # its descriptors when it is collected: 76 a host, a process making many probes would run out of them.
+        weakref.finalize(self, _close_all, self._fds)
         # device -> its folder's (inode, ctime) when its descriptors were opened
         self._inodes: dict[str, tuple[int, int]] = {}
         # HCA -> its ports folder's (inode, ctime) and its ports, as last listed; samples until the next listing of all
@@ -338,5 +353,6 @@ class NicProbe:
         return []
 
     def close(self) -> None:
-        for path in list(self._fds):
-            self._close(path)
+        """Close the kept descriptors now (a later sample opens its files again; those are closed when the probe is
+        collected, if not by another close())."""
+        _close_all(self._fds)
