@@ -204,7 +204,10 @@ def test_parse_rate(text: str, expected: float | None) -> None:
         ("1: DOWN", (1, "DOWN")),
         ("2: INIT", (2, "INIT")),
         ("5: LinkUp", (5, "LINKUP")),
+        ("0: <unknown>", (0, "<UNKNOWN>")),  # the kernel's phys_state_show for a state it does not name
+        ("7: Phy Test", (7, "PHY")),
         ("ACTIVE", None),
+        ("4:", None),
     ],
 )
 def test_parse_state(text: str, expected: tuple[int, str] | None) -> None:

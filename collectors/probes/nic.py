@@ -18,7 +18,9 @@ InfiniBand / RoCE (every port of every HCA under ``<root>/class/infiniband``)::
 Counters are reported as ``X_total`` every sample and ``X_delta`` from the
 second sample of a device on. Devices are rediscovered every sample, so a port
 or NIC that appears later is picked up; one that disappears is forgotten.
-Unreadable files are skipped (logged once per file), never fatal. The sysfs root
+Unreadable files are skipped (logged once per file), never fatal. A value no kernel writes (a counter that is not
+decimal digits or is past 2^62, a port state or rate that does not parse or is absurd, an operstate outside
+OPERSTATES) is skipped and counted in ``skipped``, logged once per file (docs/fleet.md "Bad input"). The sysfs root
 is a parameter so tests run on a generated tree.
 
 Each file is opened once and re-read with ``pread`` at offset 0, which makes sysfs call the attribute's
@@ -64,9 +66,12 @@ MAX_COUNTER = 1 << 62  # no real counter gets near it (2**62 errors); a larger v
 MAX_RATE_GBPS = 1_000_000.0  # a petabit port: past it, a rate file is forged
 IB_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors", "port_xmit_discards")
 
-_STATE_RE = re.compile(r"^\s*(\d+)\s*:\s*([A-Za-z_]+)")
+# "4: ACTIVE", "5: LinkUp", "7: Phy Test", "0: <unknown>" (drivers/infiniband/core/sysfs.c state_show, phys_state_show)
+_STATE_RE = re.compile(r"^\s*(\d+)\s*:\s*(\S+)")
 _RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([GMT])b/sec", re.IGNORECASE)
 _RATE_SCALE = {"M": 0.001, "G": 1.0, "T": 1000.0}
+#: what the kernel writes to class/net/IF/operstate (net/core/net-sysfs.c operstates[], RFC 2863); nic.up is 1 for "up"
+OPERSTATES = frozenset(("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up"))
 
 
 def parse_port_state(text: str) -> tuple[int, str] | None:
@@ -161,7 +166,8 @@ class NicProbe:
         # HCA -> its ports folder's (inode, ctime) and its ports, as last listed; samples until the next listing of all
         self._hcas: dict[str, tuple[tuple[int, int], list[str]]] = {}
         self._relist_in = PORTS_RELIST_EVERY
-        self.skipped = 0  # values read but refused: not integers, negative, past MAX_COUNTER, absurd rates/states
+        self.skipped = 0  # values read but refused: not decimal digits, past MAX_COUNTER, bad or absurd rates,
+        # states and operstates
 
     def _list(self, path: str) -> list[str]:
         try:
@@ -194,13 +200,15 @@ class NicProbe:
         text = self._read(path)
         if text is None:
             return None
-        try:
-            value = int(text.strip())
-        except ValueError:
-            self._skip(path, f"does not hold an integer: {text[:40]!r}")
+        digits = text.strip()
+        # The kernel writes a counter as decimal digits (%llu); int() would also take "+5", "1_000", " -5" (the text
+        # is ASCII, each other byte decoded as U+FFFD: isdigit() is true for ASCII digits alone).
+        if not digits.isdigit():
+            self._skip(path, f"does not hold a decimal integer: {text[:40]!r}")
             return None
-        if not 0 <= value <= MAX_COUNTER:
-            self._skip(path, f"holds {str(value)[:40]}, outside 0..2**62: forged or corrupt")
+        value = int(digits)
+        if value > MAX_COUNTER:
+            self._skip(path, f"holds {digits[:40]}, past 2**62: forged or corrupt")
             return None
         return value
 
@@ -288,7 +296,11 @@ class NicProbe:
             self._emit_counters(out, counters, ifname)
             state = self._read(operstate)
             if state is not None:
-                out.append(Reading("nic.up", 1.0 if state.strip() == "up" else 0.0, None, ifname))
+                state = state.strip()
+                if state in OPERSTATES:
+                    out.append(Reading("nic.up", 1.0 if state == "up" else 0.0, None, ifname))
+                else:
+                    self._skip(operstate, f"holds {state[:40]!r}, no operstate")
         for dev, port in self.ib_ports():
             device, counters, state_path, phys_path, rate_path = self._ib_paths(dev, port)
             seen.add(device)  # its folder's identity is checked when its HCA's ports are listed (ib_ports)
@@ -301,12 +313,14 @@ class NicProbe:
             if parsed is not None:
                 out.append(Reading("ib.phys_state", float(parsed[0]), None, device))
             text = self._read(rate_path)
-            rate = parse_rate_gbps(text) if text is not None else None
-            if rate is not None and not rate <= MAX_RATE_GBPS:
-                self._skip(rate_path, f"says {str(rate)[:40]} Gb/s")
-                rate = None
-            if rate is not None:
-                out.append(Reading("ib.rate_gbps", rate, None, device))
+            if text is not None:
+                rate = parse_rate_gbps(text)
+                if rate is None:
+                    self._skip(rate_path, f"holds {text[:40]!r}, no rate")
+                elif not rate <= MAX_RATE_GBPS:
+                    self._skip(rate_path, f"says {str(rate)[:40]} Gb/s")
+                else:
+                    out.append(Reading("ib.rate_gbps", rate, None, device))
         for device in self._seen - seen:
             self._counters.forget(device)
             self._inodes.pop(device, None)
@@ -343,8 +357,14 @@ class NicProbe:
                 pass
 
     def _state(self, path: str, text: str | None) -> tuple[int, str] | None:
-        parsed = parse_port_state(text) if text is not None else None
-        if parsed is not None and not 0 <= parsed[0] <= 255:  # the kernel's states are small numbers
+        """A port's state or physical state, ``N: NAME`` with N a small number; anything else skipped and counted
+        (None, as for a file that cannot be read)."""
+        if text is None:
+            return None
+        parsed = parse_port_state(text)
+        if parsed is None:
+            self._skip(path, f"holds {text[:40]!r}, no port state")
+        elif not 0 <= parsed[0] <= 255:  # the kernel's states are small numbers
             self._skip(path, f"holds state {str(parsed[0])[:40]}")
             return None
         return parsed
