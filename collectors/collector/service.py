@@ -270,9 +270,10 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             parsed, keys = self._parse_unit(unit)
         with node.lock:
             if self.reads is not None:
-                assert native is None, "a tier with store reads (the root) holds its windows in Python"
-                ready = self.reads.hold([found[0] for found in parsed if not isinstance(found, str)], views,
-                                        lambda: self._intake(sender, batch, responses, views, parsed, keys))
+                named = ([found[0] for found in parsed if not isinstance(found, str)] if native is None
+                         else node.table.missing(native.unit))  # those the table holds need no read
+                ready = self.reads.hold(named, views,
+                                        lambda: self._intake(sender, batch, responses, views, parsed, keys, native))
                 if ready is not None:
                     return Parked(ready)
             self._intake(sender, batch, responses, views, parsed, keys, native)

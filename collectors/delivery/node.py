@@ -521,6 +521,16 @@ class Node:
             return self.fleet_grace_s is not None and self._fleet_passed(win)
         return bool(covered) and covered.issubset(sources)
 
+    def world_complete(self, win: Window) -> bool:
+        """The root's rule (`root_complete`): a step window is complete when every rank of the world reported (its
+        expected world, else the job's as the ranks' views say), and none beyond it; a time bucket when every rank
+        known did (`covered_complete`). A native table asks it per job natively (WindowTable.due's `world`)."""
+        if not win.key.is_step:
+            return self.covered_complete(win)
+        world = self.table.expected(win) or self.world_size(win.key.job)
+        sources = self.table.sources(win)
+        return world > 0 and len(sources) >= world and sources.max() < world
+
     def _covered_of(self, job: str) -> BitMap | None:
         """The ranks this node covers for `job` (None: every rank here closed its run), computed once per job while
         the ranks' states are unchanged (`_ranks_version`; a child added or removed by assigning `child_ranks`
@@ -623,9 +633,10 @@ class Node:
             self._fleet_children = {}
             # covered_complete's rule for a native table's watched windows is asked natively, per job (WindowTable.due);
             # any other completion is asked of each window
-            covered = self._covered_sources if self.complete == self.covered_complete else None
+            covered = self._covered_sources if self.complete in (self.covered_complete, self.world_complete) else None
+            world = self.world_size if self.complete == self.world_complete else None
             try:
-                due = self.table.due(now, self.complete, covered)
+                due = self.table.due(now, self.complete, covered, world)
             finally:
                 self._fleet_children = None
             assert self.sink is not None, "node has no sink"

@@ -98,6 +98,7 @@ class OutPart:
     constituents: list[Part]
     absorbed: list[Origin] = field(default_factory=list)
     batch: _native.Batch | None = None  # a collector's: the children's parts held natively (NativeWindows)
+    late_parts: int = 0  # of `batch`'s parts, the late deltas (Window.late_parts: given back by Window.restore)
 
 
 class MergeFailed(Exception):
@@ -184,7 +185,7 @@ class Window:
                 batch = self.native.take(self.slot)
                 try:
                     out = OutPart(self.key, self.expected, late, Summary._wrap(batch.merged()), [], self.absorbed,
-                                  batch)
+                                  batch, self.late_parts)
                 except (ValueError, ArithmeticError) as exc:
                     raise MergeFailed(self.key, [], self.absorbed, batch, exc) from exc
             else:
@@ -209,9 +210,13 @@ class Window:
         return self.inflight.pop(slot, None)
 
     def restore(self, out: OutPart) -> None:
-        """A dispatch that failed before it settled anything (a commit): its parts and duplicates are pending
-        again, ahead of what arrived since. Only the root commits, and it keeps its windows in Python."""
-        assert out.batch is None and self.native is None, "a native window is never restored (the root's are Python)"
+        """A dispatch that failed before it settled anything (the root's commit): its parts and duplicates are
+        pending again, ahead of what arrived since (a native window's parts back into its slot, `out.batch` empty
+        after). The caller marks the window pending (WindowTable.mark_pending)."""
+        if out.batch is not None:
+            assert self.native is not None, "a batch of natively held parts goes back into its native window"
+            self.native.restore(self.slot, out.batch)
+            self.late_parts += out.late_parts
         self.pending = out.constituents + self.pending
         self.absorbed = out.absorbed + self.absorbed
 
@@ -346,6 +351,33 @@ class WindowTable:
         elif expected > win.expected:
             win.expected = expected
         return win
+
+    def install(self, key: Key, expected: int, sources: BitMap) -> Window:
+        """A window read back from the root's store (Finaliser.install): settled and sealed, holding `sources`, so
+        that a resend is absorbed as a duplicate and new sources go in as late parts. Not watched (it is sealed)."""
+        win = self.window(key, expected)
+        if win.native is not None:
+            self._unwatch(win)
+            win.native.add_sources(win.slot, sources.serialize())
+        else:
+            win.sources = sources
+        win.sealed, win.forwarded, win.sealed_at = True, True, time.monotonic()
+        return win
+
+    def expected(self, win: Window) -> int:
+        """The window's expected world as offered so far (a native window's is raised natively by each part)."""
+        return win.native.expected(win.slot) if win.native is not None else win.expected
+
+    def missing(self, unit: _native.Unit) -> list[Key]:
+        """The keys of a natively read unit's windows that the table does not hold (one native pass; a Key made only
+        for those): what the root's store reads ask about (collectors/root/reads.py)."""
+        native = self.native
+        assert native is not None, "missing needs a native table"
+        keys = []
+        for pos in native.missing(unit):
+            job, attempt, metric, index, width_ms, _ = unit.key(pos)
+            keys.append(Key(scoped(job, attempt), metric, index, width_ms))
+        return keys
 
     def charge(self, win: Window, nbytes: int) -> None:
         """Charge `win` for nbytes more; past the budget, make room (never by removing `win` itself)."""
@@ -517,13 +549,16 @@ class WindowTable:
                 self._pending.add(win.key)
 
     def due(self, now: float, complete: Callable[[Window], bool],
-            covered: Callable[[str], _native.Sources | None | Literal[False]] | None = None) -> list[Window]:
+            covered: Callable[[str], _native.Sources | None | Literal[False]] | None = None,
+            world: Callable[[str], int] | None = None) -> list[Window]:
         """Windows with pending parts that must go now: newly complete, past deadline, or already sealed (late).
 
         A native table's watched windows (a collector's unsealed windows before their deadline) are asked in one
         native call per job: with `covered` (the node's `covered_complete` rule for native windows: per job, the
         sources a complete window holds, None when any source will do, False when none is complete), natively;
-        without it, `complete` on each watched window with parts pending."""
+        without it, `complete` on each watched window with parts pending. With `world` too (the root's rule,
+        `Node.world_complete`), step windows are complete when they hold every rank of their expected world (else of
+        `world(job)`), and the other widths by `covered`."""
         if self.native is not None:
             self._past_deadline(now)
         out = []
@@ -548,7 +583,7 @@ class WindowTable:
                 self._pending.discard(key)
                 out.append(win)
         if self.native is not None:
-            out += self._due_watched(now, complete, covered)
+            out += self._due_watched(now, complete, covered, world)
         return out
 
     def _past_deadline(self, now: float) -> None:
@@ -567,7 +602,8 @@ class WindowTable:
         return win if win is not None and win.watched and win.slot == slot and win.deadline == deadline else None
 
     def _due_watched(self, now: float, complete: Callable[[Window], bool],
-                     covered: Callable[[str], _native.Sources | None | Literal[False]] | None) -> list[Window]:
+                     covered: Callable[[str], _native.Sources | None | Literal[False]] | None,
+                     world: Callable[[str], int] | None) -> list[Window]:
         native = self.native
         assert native is not None
         out = []
@@ -577,10 +613,13 @@ class WindowTable:
                 every = native.complete(job, attempt, _native.Sources(_NOTHING))  # every watched one pending
                 ready = [win for win in map(by_slot.__getitem__, every) if complete(win)]
             else:
-                held = covered(scoped(job, attempt))
-                if held is False:
+                name = scoped(job, attempt)
+                held = covered(name)
+                steps = -1 if world is None else world(name)
+                if held is False and steps < 0:
                     continue
-                ready = [by_slot[slot] for slot in native.complete(job, attempt, held)]
+                ready = [by_slot[slot] for slot in native.complete(job, attempt, None if held is False else held,
+                                                                   steps, held is not False)]
             for win in ready:
                 self._unwatch(win)
                 win.sealed, win.sealed_at = True, now

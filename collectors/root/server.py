@@ -77,7 +77,8 @@ class RootServer(Tier):
         self.retention = retention if retention is not None else Retention(self.store, config.retention)
         super().__init__(config, "root", whole_world=True, sink=self.finaliser, complete=root_complete,
                          runs=RunLedger(recall=self.store.load_runs, record=self.finaliser.record_claims),
-                         reads=lambda node: StoreReads(self.store, self.finaliser, node))
+                         reads=lambda node: StoreReads(self.store, self.finaliser, node),
+                         native=True)  # children's parts held natively, as a collector's (windows.py)
         node = self.node
         assert isinstance(self.service.reads, StoreReads)
         self.reads = self.service.reads  # reloads and recalls off the lock (reads.py); started and stopped here

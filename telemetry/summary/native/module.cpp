@@ -482,11 +482,26 @@ PYBIND11_MODULE(_native, m) {
         })
         .def("watch", &Windows::watch, "Ask the window's completeness with its job's (complete) until unwatched.")
         .def("watched_jobs", &Windows::watched_jobs, "(job, attempt) of each job with a watched window pending.")
-        .def("complete", [](const Windows& t, const std::string& job, uint64_t attempt, const Sources* covered) {
-            return t.complete(job, attempt, covered == nullptr ? nullptr : covered->bitmap.get());
-        }, py::arg("job"), py::arg("attempt"), py::arg("covered").none(true),
+        .def("complete", [](const Windows& t, const std::string& job, uint64_t attempt, const Sources* covered,
+                            int64_t world, bool buckets) {
+            return t.complete(job, attempt, covered == nullptr ? nullptr : covered->bitmap.get(), world, buckets);
+        }, py::arg("job"), py::arg("attempt"), py::arg("covered").none(true), py::arg("world") = -1,
+           py::arg("buckets") = true,
            "The watched windows of (job, attempt) with pending parts that hold every source of `covered` (None: any "
-           "source): a collector's completeness, one call per job and flush.")
+           "source): a collector's completeness, one call per job and flush. With world >= 0, step windows are "
+           "judged by the root's rule instead (every rank of their expected world, else of `world`); with buckets "
+           "False, no other window is complete.")
+        .def("missing", [](const Windows& t, const Unit& u) {
+            if (!u.all_fast || u.consumed) throw py::value_error("missing takes only a unit read fast, not offered");
+            return t.missing(u.in);
+        }, "The positions of the unit's windows the table does not hold.")
+        .def("restore", &Windows::restore,
+             "A taken batch pending again, ahead of what came since (the batch is empty after); whether the window "
+             "held nothing pending before.")
+        .def("add_sources", [](Windows& t, uint32_t slot, py::handle data) {
+            Bitmap sources = trusted_bitmap(data);
+            t.add_sources(slot, sources.get());
+        })
         .def("take", &Windows::take)
         .def("remove", &Windows::remove);
 

@@ -225,19 +225,78 @@ std::vector<std::pair<std::string, uint64_t>> Windows::watched_jobs() const {
     return out;
 }
 
-std::vector<uint32_t> Windows::complete(const std::string& job, uint64_t attempt,
-                                        const roaring_bitmap_t* covered) const {
+namespace {
+
+// The width of a window's key (window_prefix's layout: its last 4 bytes before the metric).
+uint32_t width_of(const Slot& s) {
+    uint32_t width = 0;
+    for (size_t i = 0; i < 4; ++i)
+        width |= static_cast<uint32_t>(static_cast<unsigned char>(s.key[s.prefix - 4 + i])) << (8 * i);
+    return width;
+}
+
+// root_complete's rule for a step window: every rank of a world of `world` ranks, and none beyond it.
+bool holds_world(const roaring_bitmap_t* sources, uint64_t world) {
+    return world > 0 && roaring_bitmap_get_cardinality(sources) >= world && roaring_bitmap_maximum(sources) < world;
+}
+
+}  // namespace
+
+std::vector<uint32_t> Windows::complete(const std::string& job, uint64_t attempt, const roaring_bitmap_t* covered,
+                                        int64_t world, bool buckets) const {
     std::vector<uint32_t> out;
     auto it = groups_.find(group_of(job, attempt));
     if (it == groups_.end()) return out;
     for (uint32_t slot : it->second.watched) {
         const Slot& s = slots_[slot];
         if (s.pending.empty()) continue;
+        if (world >= 0 && width_of(s) == 0) {
+            if (holds_world(s.sources.get(), s.expected ? s.expected : static_cast<uint64_t>(world)))
+                out.push_back(slot);
+            continue;
+        }
+        if (!buckets) continue;
         if (covered == nullptr ? !roaring_bitmap_is_empty(s.sources.get())
                                : roaring_bitmap_is_subset(covered, s.sources.get()))
             out.push_back(slot);
     }
     return out;
+}
+
+std::vector<size_t> Windows::missing(const UnitIn& unit) const {
+    std::vector<size_t> out;
+    const ByMetric* metrics = nullptr;  // the windows held of the step of the window before (none: nullptr)
+    const WindowIn* before = nullptr;
+    for (size_t pos = 0; pos < unit.windows.size(); ++pos) {
+        const WindowIn& w = unit.windows[pos];
+        if (!w.fast) throw std::invalid_argument("missing takes only units whose every window was read fast");
+        if (before == nullptr || w.index != before->index || w.width_ms != before->width_ms ||
+            w.attempt != before->attempt || w.job != before->job) {
+            auto step = index_.find(window_prefix(w.job, w.attempt, w.index, w.width_ms));
+            metrics = step == index_.end() ? nullptr : &step->second;
+        }
+        before = &w;
+        if (metrics == nullptr || metrics->find(w.metric) == metrics->end()) out.push_back(pos);
+    }
+    return out;
+}
+
+bool Windows::restore(uint32_t slot, Batch& batch) {
+    Slot& s = at(slot);
+    bool was_empty = s.pending.empty();
+    if (!batch.entries.empty()) {
+        batch.entries.insert(batch.entries.end(), std::make_move_iterator(s.pending.begin()),
+                             std::make_move_iterator(s.pending.end()));
+        s.pending.swap(batch.entries);
+        batch.entries.clear();
+    }
+    return was_empty && !s.pending.empty();
+}
+
+void Windows::add_sources(uint32_t slot, const roaring_bitmap_t* sources) {
+    Slot& s = at(slot);
+    roaring_bitmap_or_inplace(s.sources.get(), sources);
+    ++s.version;
 }
 
 void Windows::remove(uint32_t slot) {

@@ -94,8 +94,20 @@ public:
     // The (job, attempt) of every group with a watched window holding pending entries.
     std::vector<std::pair<std::string, uint64_t>> watched_jobs() const;
     // The watched windows of (job, attempt) holding pending entries and every source of `covered` (nullptr: any
-    // source at all).
-    std::vector<uint32_t> complete(const std::string& job, uint64_t attempt, const roaring_bitmap_t* covered) const;
+    // source at all). With `world` >= 0 (the root's rule, root_complete), a step window (width 0) is complete instead
+    // when it holds every source of [0, w) and none beyond, w its expected world or else `world` (never when w is 0);
+    // with `buckets` false, no window of another width is.
+    std::vector<uint32_t> complete(const std::string& job, uint64_t attempt, const roaring_bitmap_t* covered,
+                                   int64_t world = -1, bool buckets = true) const;
+    // The positions of a unit's windows (each read fast) that the table does not hold (the root reads those from its
+    // store first, when they may be there: collectors/root/reads.py).
+    std::vector<size_t> missing(const UnitIn& unit) const;
+    // A batch taken (take) whose dispatch failed before anything of it settled (the root's commit): its entries are
+    // pending again, ahead of what arrived since; whether the window held nothing pending before. The batch is empty
+    // after.
+    bool restore(uint32_t slot, Batch& batch);
+    // Sources held by a window read back from the root's store (Finaliser.install): its resends are duplicates.
+    void add_sources(uint32_t slot, const roaring_bitmap_t* sources);
 
     const Slot& at(uint32_t slot) const;
     Slot& at(uint32_t slot);
