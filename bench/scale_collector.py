@@ -90,7 +90,7 @@ def child_collector(cfg: dict) -> None:
     table = server.node.table
     native = table.native  # a collector's: its unsealed windows are watched natively, not in _pending
 
-    def any_pending(now: float, complete: Any, covered: Any = None) -> bool:
+    def any_pending(now: float, complete: Any, covered: Any = None, world: Any = None) -> bool:
         return bool(table._pending) or (native is not None and bool(native.watched_jobs()))
 
     table.due = timed(table.due, any_pending)  # type: ignore[method-assign]  # wrapped to time it
