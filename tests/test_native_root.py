@@ -274,3 +274,29 @@ def test_the_native_table_names_the_windows_of_a_unit_it_does_not_hold() -> None
     assert len(table.offer_unit(unit, 1)[0]) == 2  # the two missing windows created
     with pytest.raises(ValueError):
         table.missing(unit)  # its windows were offered (taken) already
+
+
+def test_a_root_takes_a_unit_in_on_the_loop_unless_it_waits_for_the_store(tmp_path: Path) -> None:
+    """CollectorService._inline at the root: a unit whose windows the table holds, or knows new (above the highest
+    index its store may hold), goes in on the event loop; one that needs a read first (a series' top unknown) is
+    declined (NOT_INLINE, nothing done: no ack, nothing held) and parks on the pool's path as before (before: the
+    root declined every unit)."""
+    from collectors.common.aioserve import NOT_INLINE
+
+    root = Root(tmp_path / "root.db", True)
+    for r in range(RACKS):
+        root.receive(r, opening(r))
+    acks = root.streams[0].answers.acks
+
+    def inline(rack: int, step: int) -> object:
+        return root.service._inline(root.streams[rack], root.service._receive(unit_bytes(rack, step + 1, step,
+                                                                                         [(0, 0)], False, False)))
+
+    assert inline(0, 0) is NOT_INLINE and len(acks) == 1, "its series' top is not known yet: it waits for a read"
+    assert root.node.durability.outstanding() == 0 and not root.node.table.windows
+    root.receive(0, unit_bytes(0, 1, 0, [(0, 0)], False, False))  # parks, read, taken in
+    assert inline(1, 0) is None, "the window is held: nothing to read"
+    assert inline(0, 1) is None, "above the highest index the store may hold: known new"
+    assert [forward_pb2.Ack.FromString(a).status for a in acks] == [forward_pb2.Ack.RECEIVED] * 3
+    root.flush(True, False)
+    assert sorted(root.finaliser.final) == [_key(0, 0), _key(0, 1)]

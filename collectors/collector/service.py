@@ -163,10 +163,11 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                           lambda unit: self._inline(stream, unit))
 
     def _inline(self, stream: _ChildStream, unit: _Unit) -> object:
-        """A collector's unit read natively from a child already named, taken in on the loop when the node's lock
-        is free now (no wait); else NOT_INLINE, nothing done, and it goes to the pool as every other unit."""
+        """A unit read natively from a child already named, taken in on the loop when the node's lock is free now (no
+        wait) and, at the root, nothing of it is to be read from the store first; else NOT_INLINE, nothing done, and
+        it goes to the pool as every other unit (where the root parks it for its reads: `_handle`)."""
         node = self.node
-        if (stream.sender is None or unit.read is None or node.table.native is None or self.reads is not None
+        if (stream.sender is None or unit.read is None or node.table.native is None
                 or (unit.batch.sender_id and unit.batch.sender_id != stream.sender)):
             return NOT_INLINE
         if not node.lock.acquire(blocking=False):
@@ -175,6 +176,8 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             check_length(unit.size)
             batch = unit.batch
             views = self._states(batch.ranks)
+            if self.reads is not None and self.reads.needs(node.table.missing(unit.read), views):
+                return NOT_INLINE
             native = _NativeRead.of(unit.read, unit.groups, self.max_world_size)
             self._intake(stream.sender, batch, stream.answers, views, [], [], native)
         finally:
@@ -583,6 +586,9 @@ class UnitReads(Protocol):
         """None when a unit naming these windows and jobs needs nothing read (the caller takes it in now); else
         it is held until what it needs is read, `resume` (its intake) then runs under the node's lock, and the
         future completes after."""
+
+    def needs(self, keys: Iterable[Key], jobs: Iterable[str]) -> object:
+        """Truthy when a unit naming these windows and jobs must wait for the store (`hold` would park it)."""
 
     def forget_job(self, job: str) -> None: ...
 
