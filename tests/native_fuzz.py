@@ -203,7 +203,8 @@ _TABLE: list[object] = []  # one collector's native window table, kept across th
 
 def table(rng: random.Random, data: bytes) -> None:
     """The same unit placed in a collector's native window table (`_native.Windows`, held across cases: windows
-    accumulate, repeat, overlap), then some windows taken, merged, put back, emptied and forgotten at random."""
+    accumulate, repeat, overlap), then some windows taken, merged or restored (the root's failed commit), given sources
+    (the root's window read back from its store), put back, emptied and forgotten at random."""
     from pyroaring import BitMap
 
     from telemetry.summary import _native
@@ -216,8 +217,10 @@ def table(rng: random.Random, data: bytes) -> None:
     native = read_native_unit(data, 2**53, 2**63, 4096, k=3)
     if not native.all_fast:
         return
+    missing = windows.missing(native)  # the windows not held yet: each created by its first window in the unit
     created, became, refused, accepted, _, late = windows.offer_unit(native, rng.randrange(2**40))
     assert accepted + len(refused) == len(native) and len(late) <= accepted
+    assert {pos for pos, _ in created} <= set(missing) and len(created) <= len(missing)
     slots = sorted({slot for _, slot in created} | set(became) | {r[1] for r in refused})
     for slot in slots:
         sources = windows.sources(slot)  # counted right
@@ -228,16 +231,24 @@ def table(rng: random.Random, data: bytes) -> None:
             windows.watch(slot, rng.random() < 0.8)
         if rng.random() < 0.5:
             continue
+        if rng.random() < 0.2:
+            windows.add_sources(slot, BitMap(range(rng.randrange(8))).serialize())
         batch = windows.take(slot)
         if len(batch):
             check(batch.merged().encode())
             assert len(batch.refs()) == len(batch.entries()) == len(batch)
+            if rng.random() < 0.3:  # a failed commit: pending again, the batch empty after
+                held = len(batch)
+                windows.restore(slot, batch)
+                assert len(batch) == 0 and windows.pending(slot) >= held
         if rng.random() < 0.35:
             windows.remove(slot)
     for job, attempt in windows.watched_jobs():  # each answer a watched window of that job holding pending parts
         every = windows.complete(job, attempt, _native.Sources(BitMap().serialize()))
         assert every and set(windows.complete(job, attempt, None)) <= set(every)
         for slot in windows.complete(job, attempt, _native.Sources(BitMap(range(rng.randrange(4))).serialize())):
+            assert windows.pending(slot) > 0
+        for slot in windows.complete(job, attempt, None, rng.randrange(-1, 10), rng.random() < 0.5):  # the root's rule
             assert windows.pending(slot) > 0
 
 
