@@ -143,7 +143,7 @@ EVENT = st.one_of(
 )
 
 
-@settings(max_examples=int(os.environ.get("NATIVE_ROOT_EXAMPLES", "120")), deadline=None,
+@settings(max_examples=int(os.environ.get("NATIVE_ROOT_EXAMPLES", "80")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(EVENT, min_size=1, max_size=24), st.sampled_from([4, 1000, 1000]))
 def test_a_native_root_answers_as_the_python_root(tmp_path_factory: pytest.TempPathFactory, events: list[tuple],
