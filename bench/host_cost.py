@@ -10,7 +10,8 @@ not here is gRPC: the outbox is a stand-in that numbers each unit, serialises it
 acknowledges it DURABLE after the round (the real Upstream._on_ack), so the figures are the Python work of a
 host-second without the stream's (bench/fleet.py measures that, with `sim_cpu_ms_per_host_sample`).
 
-Per host and second (thread CPU, `time.thread_time`), the means over the rounds after two of warm-up:
+Per host and second (thread CPU, `time.thread_time`), the means over the rounds after the warm-up (`--warmup`, by
+default past the nodes' `retain_s`: the ramp while their tables of durable windows fill is no host's steady second):
 `sample_ms` (HardwareSampler.sample_once: the probe, bucketing ~134 readings, offering ~25 windows), of which
 `probe_ms` (NicProbe.sample alone, measured in a separate pass of the same rounds' length), `flush_ms` (Node.flush:
 taking, merging and encoding the windows into one unit), `wire_ms` (the unit serialised), `ack_ms` (its
@@ -35,7 +36,8 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH
 from harness import apply_quick, failure, parser, run_in_workdir, write_result
 
 NAME = "host_cost"
-QUICK = {"hosts": 16, "rounds": 10}
+QUICK = {"hosts": 16, "rounds": 10, "warmup": 2}
+RETAIN_S = 30.0  # how long a node keeps a durable window, as in bench/fleet.py's simulator
 
 
 class _Outbox:
@@ -57,16 +59,16 @@ class _Outbox:
         """Nothing kept past the acknowledgement."""
 
 
-def run(work: Path, hosts: int, rounds: int) -> dict[str, Any]:
+def run(work: Path, hosts: int, rounds: int, warmup: int) -> dict[str, Any]:
     """The hosts' trees on /dev/shm where there is one, removed after, whatever happens (tmpfs is memory)."""
     sysfs = Path(tempfile.mkdtemp(prefix="host-cost-", dir="/dev/shm" if Path("/dev/shm").is_dir() else work))
     try:
-        return measure(sysfs, hosts, rounds)
+        return measure(sysfs, hosts, rounds, warmup)
     finally:
         shutil.rmtree(sysfs, ignore_errors=True)
 
 
-def measure(sysfs: Path, hosts: int, rounds: int) -> dict[str, Any]:
+def measure(sysfs: Path, hosts: int, rounds: int, warmup: int = RETAIN_S + 2) -> dict[str, Any]:
     from collectors.agent.hardware import HardwareSampler
     from collectors.agent.ranks import RankRegistry
     from collectors.common.gctune import tune_gc
@@ -80,7 +82,7 @@ def measure(sysfs: Path, hosts: int, rounds: int) -> dict[str, Any]:
     sims = []
     for i in range(hosts):
         write_host(sysfs / f"h{i}", nics=2, hcas=8)
-        node = Node(f"agent-host-{i:05d}", Deadlines(0.5, 3.0), ack_down=lambda *a, **k: None, retain_s=30.0)
+        node = Node(f"agent-host-{i:05d}", Deadlines(0.5, 3.0), ack_down=lambda *a, **k: None, retain_s=RETAIN_S)
         node.complete = lambda win: True
         upstream = Upstream(node, _Outbox)
         node.sink = upstream
@@ -102,8 +104,8 @@ def measure(sysfs: Path, hosts: int, rounds: int) -> dict[str, Any]:
     gc.callbacks.append(on_gc)
     durable = forward_pb2.Ack.DURABLE
     first_ns = (time.time_ns() // 1_000_000_000) * 1_000_000_000 + 700_000_000
-    for r in range(rounds + 2):
-        measuring[0] = r >= 2
+    for r in range(rounds + warmup):
+        measuring[0] = r >= warmup
         at_ns = first_ns + r * 1_000_000_000
         spent = dict.fromkeys(stages, 0.0)
         for node, _, registry, sampler in sims:
@@ -128,7 +130,7 @@ def measure(sysfs: Path, hosts: int, rounds: int) -> dict[str, Any]:
                 upstream._on_ack(unit, forward_pb2.Ack(seq=unit.seq, status=durable))
         spent["wire_ms"] += t1 - t0
         spent["ack_ms"] += time.thread_time() - t1
-        if r >= 2:
+        if r >= warmup:
             for name, value in spent.items():
                 stages[name].append(1000 * value / hosts)
     measuring[0] = False
@@ -145,24 +147,27 @@ def measure(sysfs: Path, hosts: int, rounds: int) -> dict[str, Any]:
     result["total_ms"] = round(sum(result[name] for name in stages), 4)
     result["gc_ms"] = round(1000 * gc_s[0] / (hosts * rounds), 4)
     result["gc_collections"] = collections
-    result["windows_per_host_second"] = round(sims[0][3].stats.offered_windows / (rounds + 2), 1)
-    result["readings_per_host_second"] = round(sims[0][3].stats.readings / (rounds + 2), 1)
+    result["windows_per_host_second"] = round(sims[0][3].stats.offered_windows / (rounds + warmup), 1)
+    result["readings_per_host_second"] = round(sims[0][3].stats.readings / (rounds + warmup), 1)
     return result
 
 
 def main(argv: list[str]) -> int:
     p = parser(__doc__, NAME, QUICK)
     p.add_argument("--hosts", type=int, default=64, help="simulated hosts, sampled in turn each round")
-    p.add_argument("--rounds", type=int, default=30, help="seconds simulated (rounds), after two of warm-up")
+    p.add_argument("--rounds", type=int, default=30, help="seconds simulated (rounds), after the warm-up")
+    p.add_argument("--warmup", type=int, default=int(RETAIN_S) + 2,
+                   help="rounds before the measured ones (default: past the node's retain_s, so that its table of "
+                        "durable windows is full and drops one second's windows as it takes one: the steady state)")
     args = p.parse_args(argv)
     apply_quick(args, argv, QUICK)
-    if args.hosts < 1 or args.rounds < 1:
-        p.error("--hosts and --rounds must be at least 1")
+    if args.hosts < 1 or args.rounds < 1 or args.warmup < 0:
+        p.error("--hosts and --rounds must be at least 1, --warmup at least 0")
 
     def one(work: Path) -> dict[str, Any]:
-        result: dict[str, Any] = {"complete": False, "hosts": args.hosts, "rounds": args.rounds}
+        result: dict[str, Any] = {"complete": False, "hosts": args.hosts, "rounds": args.rounds, "warmup": args.warmup}
         try:
-            result.update(run(work, args.hosts, args.rounds))
+            result.update(run(work, args.hosts, args.rounds, args.warmup))
             result["complete"] = True
         except (Exception, KeyboardInterrupt) as exc:
             result["error"] = failure(exc)
