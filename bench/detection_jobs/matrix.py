@@ -12,7 +12,10 @@ rank slowed by a factor in one place of its step from `fault_step` on. Per cell:
   steps are every step of a clean run and the steps before the fault.
 
 `within` is the issue's bound on the delay at each severity (2x: 3 steps, 1.5x: 5, 1.2x: 30, 1.1x: 100):
-a cell is `in_time` when detected, named exactly, and no later than that.
+a cell is `in_time` when detected, named exactly, and no later than that. The severity is the injected factor;
+`slowdown` is what the rank was measured to be in wall time (`wall_slowdown`), and `in_time_wall` judges the
+delay against the bound of that severity instead: a rank given 2x its CPU work (`--slowness cpu`) is 2x slower
+only where its step thread's CPU time is its whole step, and was 1.25-1.66x on the recorded CPU-bound runs.
 """
 
 from __future__ import annotations
@@ -69,6 +72,36 @@ def plan(shapes: list[str], factors: list[float], wheres: list[str], fault_step:
     return out
 
 
+def wall_slowdown(run: dict[str, Any]) -> float | None:
+    """The slow rank's slowdown in wall time after its onset, measured: the median over its steps of step / (step -
+    lead), lead = the median rank's collective wait less the rank's (the rank's own wait where the run recorded each
+    rank's, `per_rank`; else the least wait on the steps it waited least, 0 on the others). None without a truth or
+    recorded waits."""
+    truth = run.get("truth")
+    if not truth:
+        return None
+    rank = truth["rank"]
+    own = {entry[0]: entry[1] for entry in run.get("per_rank", [])}
+    ratios = []
+    for step, least, low, p50, _count, step_p50, *_ in run.get("waits", []):
+        if step < truth["step"] or not step_p50:
+            continue
+        waits = own.get(step)
+        if waits is not None and str(rank) in waits:
+            lead = statistics.median(waits.values()) - waits[str(rank)]
+        else:
+            lead = p50 - low if least == rank else 0.0
+        ratios.append(step_p50 / max(step_p50 - lead, 1e-9))
+    return round(statistics.median(ratios), 3) if ratios else None
+
+
+def wall_bound(slowdown: float | None) -> int | None:
+    """The issue's bound for a rank `slowdown` times slower: that of the highest severity it reaches (None under
+    1.1x)."""
+    reached = [f for f in WITHIN if slowdown is not None and slowdown >= f]
+    return WITHIN[max(reached)] if reached else None
+
+
 def score_cell(run: dict[str, Any]) -> dict[str, Any]:
     """One run: clean steps, false alarms, the detection (if any) with its delay and the rank named."""
     truth = run.get("truth")
@@ -86,18 +119,22 @@ def score_cell(run: dict[str, Any]) -> dict[str, Any]:
     if not run["factor"]:
         return out
     hit = after[0] if after else None
+    slowdown = wall_slowdown(run)
     if hit is None:
-        out["detection"] = {"detected": False, "truth_rank": truth["rank"] if truth else None}
+        out["detection"] = {"detected": False, "truth_rank": truth["rank"] if truth else None, "slowdown": slowdown}
         return out
     opened = hit["seen"]["opened"]
     at = step_at(run["finalised"], opened)
     delay_steps = (at - truth["step"]) if at is not None else None
     verdict = rank_verdict(hit["seen"]["ranks"], truth["rank"])
     within = WITHIN.get(run["factor"])
+    bound = wall_bound(slowdown)
     out["detection"] = {
         "detected": True, "delay_s": round(opened - truth["time"], 3), "delay_steps": delay_steps,
         "event_step": hit["step"], "ranks": hit["seen"]["ranks"], "truth_rank": truth["rank"], "rank": verdict,
         "in_time": verdict == "exact" and delay_steps is not None and within is not None and delay_steps <= within,
+        "slowdown": slowdown,
+        "in_time_wall": verdict == "exact" and delay_steps is not None and bound is not None and delay_steps <= bound,
         "summary": hit["detail"].get("summary"),
     }
     return out
