@@ -409,6 +409,44 @@ def test_sigterm_during_startup_stops_with_exit_0(tmp_path: Path, parent: str, s
         process.close()
 
 
+# SIGINT sent from inside the process the instant its SIGTERM handler is installed (a wrapper around
+# signal.signal): the moment the random-moment test takes for "the service handles its stop signals" (SigCgt's
+# SIGTERM bit) before it sends SIGTERM or SIGINT. SIGINT must be the service's by then; installed after SIGTERM,
+# it was still Python's own handler, whose KeyboardInterrupt left a traceback and exit -2 (2 of 18 runs of the
+# random-moment test at load 20-27).
+SIGINT_AT_SIGTERM_HANDLER = r"""
+import os, runpy, signal, sys
+
+real = signal.signal
+
+def spy(signum, handler):
+    previous = real(signum, handler)
+    if signum == signal.SIGTERM and callable(handler):
+        signal.signal = real
+        sys.stderr.write("spy: SIGINT as the SIGTERM handler appears\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGINT)
+    return previous
+
+signal.signal = spy
+sys.argv = ["collectors.cli", *sys.argv[1:]]
+runpy.run_module("collectors.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_sigint_the_instant_the_sigterm_handler_appears_stops_with_exit_0(tmp_path: Path) -> None:
+    argv = service_argv("root", tmp_path, None)
+    process = Process(argv, tmp_path, python_argv=[sys.executable, "-c", SIGINT_AT_SIGTERM_HANDLER, *argv])
+    try:
+        lifetime = process.stopped_within(process.started, STARTUP_S + STOP_BOUND_S)
+        err = process.stderr()
+        assert "spy: SIGINT as the SIGTERM handler appears" in err, f"the spy never fired: {err[-3000:]}"
+        found = process.problems(None if lifetime is None else 0.0)  # the stop's time is the startup's here
+        assert not found, "; ".join(found) + "\nstderr:\n" + err[-3000:]
+    finally:
+        process.close()
+
+
 # ---------------------------------------------------------------- under load
 
 
