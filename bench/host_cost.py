@@ -68,7 +68,7 @@ def run(work: Path, hosts: int, rounds: int, warmup: int) -> dict[str, Any]:
         shutil.rmtree(sysfs, ignore_errors=True)
 
 
-def measure(sysfs: Path, hosts: int, rounds: int, warmup: int = RETAIN_S + 2) -> dict[str, Any]:
+def measure(sysfs: Path, hosts: int, rounds: int, warmup: int = int(RETAIN_S) + 2) -> dict[str, Any]:
     from collectors.agent.hardware import HardwareSampler
     from collectors.agent.ranks import RankRegistry
     from collectors.common.gctune import tune_gc

@@ -4,7 +4,8 @@ vanishes between the probe's listing and its reads, a port folder replaced in th
 The matrix: every kind of file the NIC probe reads (a NIC counter, carrier_changes, operstate, an IB counter, an IB
 port's state, phys_state and rate) against what no kernel writes there (negative, past 2^62, not a number, NaN and
 inf text, empty, binary, Python-only spellings such as ``1_000``); and every level of the tree (a counter file, a NIC
-folder, an IB port folder, an HCA) vanishing at first sight and once its descriptors are kept. The probe must skip
+folder, an IB port folder, an HCA) vanishing at first sight and once its descriptors are kept, and each folder
+replaced, then gone, then back with a new value. The probe must skip
 and count a forged value (``NicProbe.skipped``, logged once per file), never raise, read the rest of the sample as
 usual, read the file again once it holds a value again, keep no more descriptors than a fresh probe of the same
 tree, and never read a removed file's values for ever.
@@ -113,6 +114,10 @@ def host(tmp_path: Path) -> Path:
 @pytest.fixture
 def kernfs(monkeypatch: pytest.MonkeyPatch) -> None:
     """A read of a descriptor whose file was removed fails with ENODEV, as sysfs's does (module docstring)."""
+    _kernfs(monkeypatch)
+
+
+def _kernfs(monkeypatch: pytest.MonkeyPatch) -> None:
     real = os.pread
 
     def pread(fd: int, length: int, offset: int) -> bytes:
@@ -266,6 +271,49 @@ def test_a_file_or_folder_vanishing_between_the_listing_and_the_reads_is_skipped
         assert {k: v for k, v in back.items() if not k[1].endswith("_delta")} == \
             {k: v for k, v in clean.items() if not k[1].endswith("_delta")}
         assert descriptors_open_under(host) == len(probe._fds) == what_a_fresh_probe_keeps(host)
+    finally:
+        probe.close()
+
+
+#: a folder of the VANISHING matrix -> the counter file under it written with a new value when it comes back, and
+#: the reading that shows it
+REPLACED_THEN_GONE = {
+    "a NIC folder": ("statistics/rx_errors", ("eth0", "nic.rx_errors_total")),
+    "an IB port folder": ("counters/symbol_error", ("mlx5_0/1", "ib.symbol_error_total")),
+    "an HCA": ("ports/1/counters/symbol_error", ("mlx5_0/1", "ib.symbol_error_total")),
+}
+
+
+@pytest.mark.parametrize("fs", ["sysfs", "tmpfs"])
+@pytest.mark.parametrize("gone", list(REPLACED_THEN_GONE))
+def test_a_folder_replaced_then_gone_keeps_no_descriptor_and_is_read_anew_when_back(
+        host: Path, monkeypatch: pytest.MonkeyPatch, gone: str, fs: str) -> None:
+    """The VANISHING matrix's folders, replaced (another folder of the same name: a driver reload) between two
+    samples, then removed, then back with a new value: once gone the probe keeps no more descriptors than a fresh
+    probe (the replaced folder's descriptors are not reopened with nothing to close them by), and once back it reads
+    the new value, not a deleted file's (tmpfs: a kept descriptor of a deleted file reads its old value for ever)."""
+    if fs == "sysfs":
+        _kernfs(monkeypatch)
+    target = host / VANISHING[gone]
+    saved = host.parent / "saved"
+    shutil.copytree(target, saved)
+    probe = NicProbe(host)
+    try:
+        probe.sample()
+        probe.sample()
+        shutil.rmtree(target)
+        shutil.copytree(saved, target)  # replaced: same contents, another folder
+        probe.sample()
+        shutil.rmtree(target)  # then gone
+        probe.sample()
+        probe.sample()
+        assert descriptors_open_under(host) == len(probe._fds) == what_a_fresh_probe_keeps(host)
+        shutil.copytree(saved, target)  # back, with a new value
+        counter, key = REPLACED_THEN_GONE[gone]
+        (target / counter).write_text("123\n")
+        assert by_key(probe.sample())[key] == 123.0
+        assert descriptors_open_under(host) == len(probe._fds) == what_a_fresh_probe_keeps(host)
+        assert probe.skipped == 0
     finally:
         probe.close()
 

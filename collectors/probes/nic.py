@@ -291,8 +291,8 @@ class NicProbe:
         seen: set[str] = set()
         for ifname in self.interfaces():
             seen.add(ifname)
-            counters, operstate = self._nic_paths(ifname)
-            self._same_device(ifname, os.path.join(self._net, ifname))
+            self._same_device(ifname, os.path.join(self._net, ifname))  # first: it drops the paths of a replaced
+            counters, operstate = self._nic_paths(ifname)  # folder, which are listed (and their files opened) anew
             self._emit_counters(out, counters, ifname)
             state = self._read(operstate)
             if state is not None:

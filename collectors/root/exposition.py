@@ -61,8 +61,9 @@ DELIVERY_HELP = {
                          "resends what is not durable (whole tree).",
     "unheld_releases": "Durability releases of a unit not held (a double release: a bookkeeping error, logged; "
                        "never acknowledged a second time; whole tree).",
-    "probe_skipped": "Hardware probe values skipped as forged or corrupt (sysfs values negative, huge, not a number, "
-                     "an absurd port state or rate), by the agents' NIC probes (whole tree).",
+    "probe_skipped": "Hardware probe values skipped as forged or corrupt (sysfs counters negative, past 2^62 or not "
+                     "decimal digits such as +5 or 1_000; a port state or rate that does not parse or is absurd; an "
+                     "operstate outside the kernel's seven), by the agents' NIC probes (whole tree).",
 }
 
 
