@@ -18,7 +18,7 @@ import pytest
 
 from bench.detection_jobs import dominance, inject, runqueue
 from bench.detection_jobs.logs import done_lines
-from bench.detection_jobs.matrix import score_cell, wall_bound, wall_slowdown
+from bench.detection_jobs.matrix import lead_bound, lead_slowdown, score_cell
 from bench.detection_jobs.replay import stored_job
 from bench.detection_jobs.replay_matrix import evaluate
 from bench.detection_jobs.score import aggregate, rank_verdict, score_run, step_at, table
@@ -87,28 +87,27 @@ def test_matrix_replay_scores_a_rule_over_recorded_waits() -> None:
     assert evaluate(runs, loose)["false_alarms"] > 0
 
 
-def test_the_matrix_measures_the_slow_ranks_slowdown_in_wall_time_and_judges_its_bound() -> None:
-    """matrix.wall_slowdown: the slow rank's slowdown after its onset as the waits show it (step / (step - lead));
-    `in_time_wall` judges the delay against the bound of that measured severity, not the injected factor's: a rank
-    given 2x its CPU work that is 1.5x slower in wall time is judged by 1.5x's 5 steps (the recorded CPU-bound
-    cells were 1.25-1.66x). From the recorded waits (least, min, p50) and from each rank's own (`per_rank`)."""
+def test_the_matrix_records_the_slowdown_the_lead_implies_and_judges_its_bound() -> None:
+    """matrix.lead_slowdown: the slow rank's slowdown after its onset as the waits show it (step / (step - lead));
+    `in_time_by_lead` judges the delay against the bound of that severity (a secondary verdict beside `in_time`, which
+    keeps the injected factor's): a rank given 2x its CPU work whose lead implies 1.5x is judged by 1.5x's 5 steps. From the recorded waits (least, min, p50) and from each rank's own (`per_rank`)."""
     run = _matrix_run("sync2-forward-2x", 2.0, 1, 40, 60, 2)  # the slow rank waits least by half the step
-    assert wall_slowdown(run) == pytest.approx(2.0)
+    assert lead_slowdown(run) == pytest.approx(2.0)
     for entry in run["waits"]:  # ... by a third of it: 1.5x
         if entry[0] >= 40:
             entry[3] = 0.01 + 0.5 / 3
-    assert wall_slowdown(run) == pytest.approx(1.5)
-    assert wall_slowdown({**run, "truth": None}) is None
+    assert lead_slowdown(run) == pytest.approx(1.5)
+    assert lead_slowdown({**run, "truth": None}) is None
     # each rank's own wait: rank 1 waits 0.25 s less than the median rank of a 0.5 s step on every step after 40
     own = [[step, {"0": 0.3, "1": 0.05, "2": 0.3}, {}] for step in range(40, 60)]
-    assert wall_slowdown({**run, "per_rank": own}) == pytest.approx(2.0)
-    assert [wall_bound(v) for v in (2.3, 2.0, 1.6, 1.3, 1.15, 1.05, None)] == [3, 3, 5, 30, 100, None, None]
+    assert lead_slowdown({**run, "per_rank": own}) == pytest.approx(2.0)
+    assert [lead_bound(v) for v in (2.3, 2.0, 1.6, 1.3, 1.15, 1.05, None)] == [3, 3, 5, 30, 100, None, None]
     run["events"] = [_event(1, "straggler", 40, 1044.0, [1])]  # opened when step 44 was finalised: 4 steps
     for e in run["events"]:
         e["seen"]["opened"] = 1044.0
     det = score_cell(run)["detection"]
     assert det["delay_steps"] == 4 and det["slowdown"] == pytest.approx(1.5)
-    assert not det["in_time"] and det["in_time_wall"]  # late for 2x's 3 steps, in time for 1.5x's 5
+    assert not det["in_time"] and det["in_time_by_lead"]  # late for 2x's 3 steps, in time for 1.5x's 5
 
 
 def test_dominance_finds_a_clean_stretch_as_strong_as_a_straggler_named_in_time() -> None:

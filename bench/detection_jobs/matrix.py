@@ -13,9 +13,10 @@ rank slowed by a factor in one place of its step from `fault_step` on. Per cell:
 
 `within` is the issue's bound on the delay at each severity (2x: 3 steps, 1.5x: 5, 1.2x: 30, 1.1x: 100):
 a cell is `in_time` when detected, named exactly, and no later than that. The severity is the injected factor;
-`slowdown` is what the rank was measured to be in wall time (`wall_slowdown`), and `in_time_wall` judges the
-delay against the bound of that severity instead: a rank given 2x its CPU work (`--slowness cpu`) is 2x slower
-only where its step thread's CPU time is its whole step, and was 1.25-1.66x on the recorded CPU-bound runs.
+`slowdown` is the slowdown the rank's lead in the waits implies (`lead_slowdown`), and `in_time_by_lead` judges the
+delay against the bound of that severity: a secondary verdict, not an independent one (the lead is the straggler
+rule's own evidence, so it loosens the bound where the signal is weak; docs/detectors.md). A rank given 2x its CPU
+work (`--slowness cpu`) is 2x slower only where its step thread's CPU time is its whole step.
 """
 
 from __future__ import annotations
@@ -72,8 +73,9 @@ def plan(shapes: list[str], factors: list[float], wheres: list[str], fault_step:
     return out
 
 
-def wall_slowdown(run: dict[str, Any]) -> float | None:
-    """The slow rank's slowdown in wall time after its onset, measured: the median over its steps of step / (step -
+def lead_slowdown(run: dict[str, Any]) -> float | None:
+    """The slow rank's slowdown after its onset as its lead in the waits implies (the straggler rule's own evidence, not
+    an independent measure of its wall time): the median over its steps of step / (step -
     lead), lead = the median rank's collective wait less the rank's (the rank's own wait where the run recorded each
     rank's, `per_rank`; else the least wait on the steps it waited least, 0 on the others). None without a truth or
     recorded waits."""
@@ -95,7 +97,7 @@ def wall_slowdown(run: dict[str, Any]) -> float | None:
     return round(statistics.median(ratios), 3) if ratios else None
 
 
-def wall_bound(slowdown: float | None) -> int | None:
+def lead_bound(slowdown: float | None) -> int | None:
     """The issue's bound for a rank `slowdown` times slower: that of the highest severity it reaches (None under
     1.1x)."""
     reached = [f for f in WITHIN if slowdown is not None and slowdown >= f]
@@ -119,7 +121,7 @@ def score_cell(run: dict[str, Any]) -> dict[str, Any]:
     if not run["factor"]:
         return out
     hit = after[0] if after else None
-    slowdown = wall_slowdown(run)
+    slowdown = lead_slowdown(run)
     if hit is None:
         out["detection"] = {"detected": False, "truth_rank": truth["rank"] if truth else None, "slowdown": slowdown}
         return out
@@ -128,13 +130,13 @@ def score_cell(run: dict[str, Any]) -> dict[str, Any]:
     delay_steps = (at - truth["step"]) if at is not None else None
     verdict = rank_verdict(hit["seen"]["ranks"], truth["rank"])
     within = WITHIN.get(run["factor"])
-    bound = wall_bound(slowdown)
+    bound = lead_bound(slowdown)
     out["detection"] = {
         "detected": True, "delay_s": round(opened - truth["time"], 3), "delay_steps": delay_steps,
         "event_step": hit["step"], "ranks": hit["seen"]["ranks"], "truth_rank": truth["rank"], "rank": verdict,
         "in_time": verdict == "exact" and delay_steps is not None and within is not None and delay_steps <= within,
         "slowdown": slowdown,
-        "in_time_wall": verdict == "exact" and delay_steps is not None and bound is not None and delay_steps <= bound,
+        "in_time_by_lead": verdict == "exact" and delay_steps is not None and bound is not None and delay_steps <= bound,
         "summary": hit["detail"].get("summary"),
     }
     return out
