@@ -485,7 +485,7 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
             result["replayed_seconds_per_s"] = round((replayed1[0] - replayed0[0]) / wall, 3)
             result["replayed_seconds_skipped"] = replayed1[1] - replayed0[1]
         if link_down and not replayed:  # a replayed rack re-sends the second it sampled: no sysfs write reaches it
-            result["link_down"] = _link_down(api, sysfs, hosts, args)
+            result["link_down"] = _link_down(api, db, sysfs, hosts, args)
         return result
     finally:
         for proc in reversed(procs):
@@ -506,7 +506,7 @@ def _registered(api: str, hosts: int, started: float, timeout: float) -> dict[st
             else None, "distinct": len(set(indexes)) == len(indexes), "dense": indexes == list(range(len(indexes)))}
 
 
-def _link_down(api: str, sysfs: Path, hosts: int, args: argparse.Namespace) -> dict[str, Any]:
+def _link_down(api: str, db: Path, sysfs: Path, hosts: int, args: argparse.Namespace) -> dict[str, Any]:
     """--link-trials ports going down, one after another, each on another host and rack and at another point of
     the second (a seeded pause of 1-2 s before each write): the time until the root's API serves an event naming
     that host and port, per trial. One trial is one draw of where in the sampler's second the write falls (the
@@ -516,7 +516,7 @@ def _link_down(api: str, sysfs: Path, hosts: int, args: argparse.Namespace) -> d
     trials = []
     for victim in victims:
         time.sleep(1.0 + rng.random())
-        trials.append(_one_link_down(api, sysfs, victim, "mlx5_5", args.link_timeout))
+        trials.append(_one_link_down(api, db, sysfs, victim, "mlx5_5", args.link_timeout, hosts))
     times = [t["named_after_s"] for t in trials]
     named = sorted(t for t in times if t is not None)
     return {**trials[0], "trials": trials, "named": len(named),
@@ -525,16 +525,28 @@ def _link_down(api: str, sysfs: Path, hosts: int, args: argparse.Namespace) -> d
             "within_2s": sum(t <= 2.0 for t in named)}
 
 
-def _one_link_down(api: str, sysfs: Path, victim: int, hca: str, timeout: float) -> dict[str, Any]:
+def _one_link_down(api: str, db: Path, sysfs: Path, victim: int, hca: str, timeout: float,
+                   hosts: int) -> dict[str, Any]:
+    from collectors.agent.hardware import next_sample_ns
     host, device = f"host-{victim:05d}", f"{hca}/1"
+    written_ns = time.time_ns()
     set_ib(sysfs / f"h{victim}", hca, 1, active=False, link_downed=1)
     started = time.monotonic()
+    # where the time goes: the write waits for its host's next sample (the phase point after it), then the sample's
+    # second travels up (host part, rack, cluster, root store, the detector, the API)
+    sampled_ns = next_sample_ns(written_ns, 1.0)
+    second_ms = sampled_ns // 1_000_000_000 * 1000
+    stored: tuple[float, int] | None = None  # when the root first stored the sampled second, with how many sources
     found = None
     while time.monotonic() - started < timeout:
         try:
             events = _get(api, "/api/v1/jobs/_fleet/events?kind=hardware")["events"]
         except OSError:
             events = []
+        if stored is None:
+            sources = _second_sources(db, second_ms)
+            if sources is not None:
+                stored = (time.monotonic() - started, sources)
         named = [e for e in events if e["detail"].get("host") == host and e["detail"].get("device") == device]
         if named:
             found = named[0]
@@ -543,11 +555,29 @@ def _one_link_down(api: str, sysfs: Path, victim: int, hca: str, timeout: float)
     set_ib(sysfs / f"h{victim}", hca, 1, active=True)
     if found is None:
         return {"host": host, "device": device, "named_after_s": None}
-    return {"host": host, "device": device, "named_after_s": round(time.monotonic() - started, 2),
+    after_s = time.monotonic() - started
+    return {"host": host, "device": device, "named_after_s": round(after_s, 2),
+            "written_at_phase_s": round(written_ns % 1_000_000_000 / 1e9, 3),
+            "wait_for_sample_s": round((sampled_ns - written_ns) / 1e9, 3),
+            "sample_to_named_s": round(after_s - (sampled_ns - written_ns) / 1e9, 3),
+            # the sampled second at the root: when first stored after its sample, and whether whole then (a tier
+            # passed it on at its cut-off without a late host: fewer sources than hosts x ports)
+            "sample_to_stored_s": round(stored[0] - (sampled_ns - written_ns) / 1e9, 3) if stored else None,
+            "stored_whole": stored[1] == hosts * HCAS if stored else None,
             "rule": found["detail"].get("rule"), "event_summary": found["detail"].get("summary")}
 
 
 # ============================================================== part 3: a week of retention
+
+def _second_sources(db: Path, second_ms: int) -> int | None:
+    """The sources of the root's stored `ib.link_downed_delta` window of the fleet's second `second_ms`, None before
+    it is stored."""
+    import sqlite3
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
+        found = conn.execute("SELECT sources FROM windows WHERE job='_fleet' AND metric='ib.link_downed_delta' "
+                             "AND width_ms=1000 AND idx=?", (second_ms,)).fetchone()
+    return None if found is None else int(found[0])
+
 
 def _readings(metric: str, second: int, sources: int) -> list[tuple[float, int]]:
     rng = random.Random(f"{metric}/{second}")
