@@ -401,8 +401,9 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
               help="Seconds a window may wait for slow children [default: 3 (collector), 4 (root)].")
 @with_options(window_options(deadline_factor=4.0))
 @click.option("--fleet-grace", type=_FleetGrace(), default=DEFAULT_FLEET_GRACE_S, show_default=True,
-              help="Seconds after a fleet second (hosts' hardware, docs/fleet.md) ended that this tier passes it on "
-                   "without the hosts not in yet (twice that above a rack); their readings follow as late deltas, "
+              help="Seconds after the hosts sampled a fleet second (hosts' hardware, 0.7 s into it, docs/fleet.md) "
+                   "that this tier passes it on without the hosts not in yet (twice that above a rack); their "
+                   "readings follow as late deltas, "
                    "merged exactly. 'all': wait for every host, up to the window's deadline (--deadline-floor).")
 @click.option("--max-children", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Child streams (agents, collectors) served at once; one more is refused with "

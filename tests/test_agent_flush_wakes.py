@@ -91,8 +91,8 @@ def test_the_tiers_flush_when_a_unit_comes_or_something_is_due(tmp_path):
 
 def test_a_tier_above_racks_wakes_at_the_fleet_cut_off_it_passes_seconds_on_at(monkeypatch):
     """A root above two racks holds a fleet second with one rack's part in: next_due is the cut-off _fleet_passed
-    applies above racks (twice the grace after the second's end), not the rack's (one grace), which from 0.5 s to
-    1.0 s after each second was already past and made the tier flush every interval until its own came."""
+    applies above racks (twice the grace after the hosts' sample, fleet.SAMPLE_PHASE into the second), not the rack's
+    (one grace), which from 0.5 s to 1.0 s after it was already past and made the tier flush every interval until its own came."""
     from types import SimpleNamespace
 
     from pyroaring import BitMap
@@ -103,7 +103,7 @@ def test_a_tier_above_racks_wakes_at_the_fleet_cut_off_it_passes_seconds_on_at(m
     from collectors.delivery.windows import Deadlines, Part
     from helpers_tree import summary_of
 
-    wall_s = 1_000_000.7  # 0.7 s after the second 999,999 ended: past one grace (0.5 s), not two
+    wall_s = 1_000_000.4  # 0.7 s after the hosts sampled the second 999,999 (at 0.7 s): past one grace, not two
     monkeypatch.setattr(node_module, "time", SimpleNamespace(time=lambda: wall_s, monotonic=time.monotonic))
     root = Node("root", Deadlines(floor_s=30.0), ack_down=lambda *a, **k: None, fleet_grace_s=0.5)
     ports = {h: fleet.source(h, 64) for h in range(3)}
@@ -115,6 +115,6 @@ def test_a_tier_above_racks_wakes_at_the_fleet_cut_off_it_passes_seconds_on_at(m
     (win,) = root.table.pending_windows()
     now = time.monotonic()
     assert not root._fleet_passed(win)
-    assert root.next_due(now) == pytest.approx(now + 0.3, abs=1e-6)  # the second's end + 2 x 0.5 s, 0.3 s from now
+    assert root.next_due(now) == pytest.approx(now + 0.3, abs=1e-6)  # the sample + 2 x 0.5 s, 0.3 s from now
     wall_s += 0.3
     assert root._fleet_passed(win)

@@ -69,7 +69,6 @@ log = logging.getLogger(__name__)
 
 WIDTH_MS = HEARTBEAT_WIDTH_MS  # hardware windows are the same 1 s buckets as heartbeats
 DEFAULT_PROBE_INTERVAL_S = 1.0
-SAMPLE_PHASE = 0.7  # where in its interval (its second) every host samples: next_sample_ns
 MAX_STEP_WAITED_OUT = 2  # intervals: a wall clock stepped back by up to this is waited out (next_sample_after)
 DEFAULT_NIC_EXCLUDE = VIRTUAL_NICS
 NIC_FALLBACK_BASE = 1 << 24  # NIC source ids when an interface's ifindex cannot be read
@@ -78,13 +77,13 @@ _INDEX = re.compile(r"(?:cuda:)?(\d+)")
 
 
 def next_sample_ns(now_ns: int, interval_s: float) -> int:
-    """The wall time of the next sample after `now_ns`: every `interval_s`, SAMPLE_PHASE of the way into it (of the
-    second, for intervals past one). Every host samples a second at the same point of it, late in the second, so that
-    a fleet second is complete at each tier right after it ends, and a reading waits little for its bucket's end (the
-    link down named within 2 s at the root, docs/fleet.md). A sample that ran long is followed by the next due one,
-    never by a burst."""
+    """The wall time of the next sample after `now_ns`: every `interval_s`, fleet.SAMPLE_PHASE of the way into it
+    (of the second, for intervals past one). Every host samples a second at the same point of it, and sends its part
+    at once, so that a fleet second is complete at each tier right after that point, and the tiers' cut-off for a
+    late host counts from it (Node._fleet_cutoff_ms: the link down named within 2 s at the root, docs/fleet.md).
+    A sample that ran long is followed by the next due one, never by a burst."""
     period_ns = max(1, round(interval_s * 1e9))
-    offset_ns = round(SAMPLE_PHASE * min(interval_s, 1.0) * 1e9)
+    offset_ns = round(fleet.SAMPLE_PHASE * min(interval_s, 1.0) * 1e9)
     return ((now_ns - offset_ns) // period_ns + 1) * period_ns + offset_ns
 
 

@@ -27,14 +27,17 @@ from pyroaring import BitMap
 
 from telemetry.names import FLEET_JOB
 
-__all__ = ["FLEET_JOB", "DEFAULT_FLEET_GRACE_S",
+__all__ = ["FLEET_JOB", "DEFAULT_FLEET_GRACE_S", "SAMPLE_PHASE",
            "SLOT_BITS", "HOST_BITS", "MAX_HOST_INDEX", "FAMILIES", "source", "host_index_of", "slot_of",
            "family_of", "family_mask", "family_mask_of", "extent", "host_claim", "index_from_registry", "split_name"]
 
 SLOT_BITS = 8
 HOST_BITS = 32 - SLOT_BITS
 MAX_HOST_INDEX = (1 << HOST_BITS) - 1  # sources are uint32 in a summary's bitmap
-DEFAULT_FLEET_GRACE_S = 0.5  # a tier passes a fleet second on this long after it ended (Node._fleet_passed)
+#: where in its second every host samples (collectors/agent/hardware.py next_sample_ns), and so when each host's part
+#: of a fleet second is due at its rack: the tiers' cut-off counts its grace from this point (Node._fleet_cutoff_ms)
+SAMPLE_PHASE = 0.7
+DEFAULT_FLEET_GRACE_S = 0.5  # a tier passes a fleet second on this long after its hosts sampled it (Node._fleet_passed)
 #: metric prefix -> the slots of its device kind [lo, hi)
 FAMILIES: dict[str, tuple[int, int]] = {"gpu.": (0, 16), "nic.": (16, 64), "ib.": (64, 256)}
 

@@ -19,7 +19,15 @@ from pyroaring import BitMap
 
 from collectors.common.attempts import split
 from collectors.common.fingerprints import FingerprintTable
-from collectors.common.fleet import FAMILIES, FLEET_JOB, family_mask, family_mask_of, family_of, host_index_of
+from collectors.common.fleet import (
+    FAMILIES,
+    FLEET_JOB,
+    SAMPLE_PHASE,
+    family_mask,
+    family_mask_of,
+    family_of,
+    host_index_of,
+)
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from collectors.delivery.forensics import CaptureQueue
@@ -567,10 +575,8 @@ class Node:
     def _fleet_passed(self, win: Window) -> bool:
         """A fleet second is passed on without its late hosts (issue 28: a link down named within 2 s however many
         hosts): once every child that covers the metric's devices has sent its part (a rack that passed the second
-        on without a late host of its own has sent its part), or, whatever is missing, `fleet_grace_s` after the
-        bucket's end at a tier whose children are hosts, twice that above (a rack's part, sent at its own cut-off,
-        still comes in time). A part that comes after travels up as a late delta and is merged into the stored
-        window exactly (Finaliser.ship)."""
+        on without a late host of its own has sent its part), or, whatever is missing, at `_fleet_cutoff_ms`. A part
+        that comes after travels up as a late delta and is merged into the stored window exactly (Finaliser.ship)."""
         children, _ = self._fleet_children_of(win.key.metric)
         if children:
             senders = self.table.senders(win)
@@ -579,12 +585,15 @@ class Node:
         return time.time() * 1000 >= self._fleet_cutoff_ms(win.key)
 
     def _fleet_cutoff_ms(self, key: Key) -> float:
-        """When (wall ms) a fleet second is passed on whatever is missing: `fleet_grace_s` after the bucket's end at
-        a tier whose children are hosts, twice that above (a rack's part, sent at its own cut-off, still comes in
-        time). One rule for the flush (_fleet_passed) and for when it wakes (next_due)."""
+        """When (wall ms) a fleet second is passed on whatever is missing: `fleet_grace_s` after its hosts sampled it
+        (SAMPLE_PHASE into the second: each host's part is due then, not at the second's end) at a tier whose
+        children are hosts, twice that above (a rack's part, sent at its own cut-off, still comes in time). Counted
+        from the bucket's end instead, a link down written just after a sample waited 0.3 s more at every rack with
+        a late host: up to 2.27 s to the root at 2,000 hosts (docs/fleet.md, "Completeness"). One rule for the flush
+        (_fleet_passed) and for when it wakes (next_due)."""
         assert self.fleet_grace_s is not None
         _, hosts_below = self._fleet_children_of(key.metric)
-        return key.index + key.width_ms + self.fleet_grace_s * (1000 if hosts_below else 2000)
+        return key.index + SAMPLE_PHASE * key.width_ms + self.fleet_grace_s * (1000 if hosts_below else 2000)
 
     def _fleet_children_of(self, metric: str) -> tuple[set[str], bool]:
         """The children whose fleet sources include devices of `metric`'s kind, and whether every child is one host
