@@ -507,28 +507,47 @@ def _registered(api: str, hosts: int, started: float, timeout: float) -> dict[st
 
 
 def _link_down(api: str, db: Path, sysfs: Path, hosts: int, args: argparse.Namespace) -> dict[str, Any]:
-    """--link-trials ports going down, one after another, each on another host and rack and at another point of
-    the second (a seeded pause of 1-2 s before each write): the time until the root's API serves an event naming
-    that host and port, per trial. One trial is one draw of where in the sampler's second the write falls (the
-    wait is about 1 s longer when it lands just after the host's sample), so the bound is read on the worst."""
+    """--link-trials ports going down, one after another, each on another host (and another rack while racks last)
+    and at another point of the second (a seeded pause of 1-2 s before each write): the time until the root's API
+    serves an event naming that host and port, per trial. One trial is one draw of where in the sampler's second the
+    write falls (the wait is about 1 s longer when it lands just after the host's sample), so the bound is read on
+    the worst."""
     rng = random.Random(f"link-down/{hosts}")
-    victims = [(hosts // 2 + 1 + trial * (args.rack_size + 7)) % hosts for trial in range(args.link_trials)]
     trials = []
-    for victim in victims:
+    for victim in link_victims(hosts, args.rack_size, args.link_trials, rng):
         time.sleep(1.0 + rng.random())
         trials.append(_one_link_down(api, db, sysfs, victim, "mlx5_5", args.link_timeout, hosts))
-    times = [t["named_after_s"] for t in trials]
-    named = sorted(t for t in times if t is not None)
-    return {**trials[0], "trials": trials, "named": len(named),
+    named = sorted(t["named_after_s"] for t in trials if t["named_after_s"] is not None)
+    return {"trials": trials, "named": len(named),
             "named_after_s_max": max(named) if len(named) == len(trials) else None,
             "named_after_s_median": named[len(named) // 2] if named else None,
             "within_2s": sum(t <= 2.0 for t in named)}
+
+
+def link_victims(hosts: int, rack_size: int, trials: int, rng: random.Random) -> list[int]:
+    """`trials` distinct hosts, one from each of as many different racks (of `rack_size` consecutive hosts) as
+    there are, drawn with `rng`: a host named twice would match its first trial's event at once (a false pass)."""
+    if not 1 <= trials <= hosts:
+        raise ValueError(f"--link-trials must be 1..{hosts} (the hosts), got {trials}")
+    racks = [list(range(start, min(start + rack_size, hosts))) for start in range(0, hosts, rack_size)]
+    rng.shuffle(racks)
+    chosen: list[int] = []
+    while len(chosen) < trials:  # a round takes one new host from each rack that has one left
+        for rack in racks:
+            left = [h for h in rack if h not in chosen]
+            if left and len(chosen) < trials:
+                chosen.append(rng.choice(left))
+    return chosen
 
 
 def _one_link_down(api: str, db: Path, sysfs: Path, victim: int, hca: str, timeout: float,
                    hosts: int) -> dict[str, Any]:
     from collectors.agent.hardware import next_sample_ns
     host, device = f"host-{victim:05d}", f"{hca}/1"
+    try:  # the events already served: only one raised after this write counts
+        before = {e.get("id") for e in _get(api, "/api/v1/jobs/_fleet/events?kind=hardware")["events"]}
+    except OSError:
+        before = set()
     written_ns = time.time_ns()
     set_ib(sysfs / f"h{victim}", hca, 1, active=False, link_downed=1)
     started = time.monotonic()
@@ -540,7 +559,8 @@ def _one_link_down(api: str, db: Path, sysfs: Path, victim: int, hca: str, timeo
     found = None
     while time.monotonic() - started < timeout:
         try:
-            events = _get(api, "/api/v1/jobs/_fleet/events?kind=hardware")["events"]
+            events = [e for e in _get(api, "/api/v1/jobs/_fleet/events?kind=hardware")["events"]
+                      if e.get("id") not in before]
         except OSError:
             events = []
         if stored is None:
@@ -739,6 +759,13 @@ def report(result: dict[str, Any]) -> None:
               f"hold {week['longest_lock_hold_s']} s")
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--sim"]:
         simulate(argv[1:])
@@ -767,7 +794,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seconds", type=float, default=30.0, help="measured seconds per run")
     p.add_argument("--warmup", type=float, default=15.0)
     p.add_argument("--link-timeout", type=float, default=20.0, help="seconds to wait for each link down's event")
-    p.add_argument("--link-trials", type=int, default=5,
+    p.add_argument("--link-trials", type=_positive_int, default=5,
                    help="link downs at the largest count, one after another on different hosts (each one a draw of "
                         "where in the second the write falls; the worst is the figure to hold to a bound)")
     p.add_argument("--week-step", type=int, default=10, help="simulated seconds between 1 s windows in part 3")

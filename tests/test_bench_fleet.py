@@ -138,3 +138,50 @@ def test_host_cost_measures_a_simulated_host_second_by_stage(tmp_path) -> None:
     assert result["total_ms"] >= result["sample_ms"] + result["flush_ms"]
     assert 0 <= result["gc_ms"] <= result["total_ms"] and len(result["gc_collections"]) == 3
     assert 20 <= result["windows_per_host_second"] <= 25 and 100 <= result["readings_per_host_second"] <= 134
+
+
+@pytest.mark.parametrize("hosts", [1, 5, 16, 64, 71, 142, 213, 270, 284, 2000])
+@pytest.mark.parametrize("trials", [1, 5, 40])
+def test_link_down_victims_are_distinct_hosts_in_as_many_racks_as_there_are(hosts, trials) -> None:
+    """bench/fleet.py's link-down trials: a host named twice would match its earlier trial's event at once (a false
+    pass), and trials in one rack measure one rack (a review found both at 71-284 hosts with the old formula)."""
+    import random
+
+    from bench.fleet import link_victims
+
+    if trials > hosts:
+        with pytest.raises(ValueError, match="--link-trials"):
+            link_victims(hosts, 64, trials, random.Random(0))
+        return
+    victims = link_victims(hosts, 64, trials, random.Random(hosts))
+    assert len(victims) == trials == len(set(victims)) and all(0 <= v < hosts for v in victims)
+    racks = [v // 64 for v in victims]
+    assert len(set(racks)) == min(trials, (hosts + 63) // 64)
+
+
+def test_a_link_down_trial_counts_only_an_event_raised_after_its_write(tmp_path, monkeypatch) -> None:
+    """An event already served for that host and port (an earlier trial's, a flapping port's) is not this trial's:
+    the trial waits for a new one, and reports none when none comes."""
+    import bench.fleet as fleet
+    from collectors.sim.sysfs import write_host
+
+    write_host(tmp_path / "sys" / "h3", nics=fleet.NICS, hcas=fleet.HCAS)
+    db = tmp_path / "root.db"
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("CREATE TABLE windows (job, metric, width_ms, idx, sources)")
+    old = {"id": 7, "detail": {"host": "host-00003", "device": "mlx5_5/1", "rule": "old"}}
+    new = {"id": 8, "detail": {"host": "host-00003", "device": "mlx5_5/1", "rule": "ib_link_downed"}}
+    served = {"polls": 0, "events": [old]}
+
+    def fake_get(api: str, path: str) -> dict:
+        served["polls"] += 1
+        if served["polls"] == 5 and served.get("raise_new"):
+            served["events"] = [old, new]
+        return {"events": list(served["events"])}
+
+    monkeypatch.setattr(fleet, "_get", fake_get)
+    unnamed = fleet._one_link_down("api", db, tmp_path / "sys", 3, "mlx5_5", 0.3, 1)
+    assert unnamed["named_after_s"] is None  # the old event alone never counts
+    served.update(polls=0, raise_new=True)
+    named = fleet._one_link_down("api", db, tmp_path / "sys", 3, "mlx5_5", 5.0, 1)
+    assert named["named_after_s"] is not None and named["rule"] == "ib_link_downed"
