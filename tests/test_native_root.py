@@ -3,15 +3,21 @@ the same root with its windows in Python, driven through the same events: racks'
 resends, bad windows, step windows and time buckets), flushes (on time, or past every deadline and the retention, so
 that settled windows are forgotten and read back from the store for a resend: `Finaliser.install`), and commits that
 fail (`Window.restore` of what was taken). Both must answer every rack alike (under a budget of a few windows, where
-the two let different windows go, each is held to the invariants alone) (the same acks and refusals, each unit
-acknowledged DURABLE once per delivery), store the same rows byte for byte and count the same. The root's completeness
-rule (`root_complete`: every rank of the world for a step, every rank known for a bucket) is asked natively per job
-for a native table."""
+the two let different windows go, each is held to the invariants alone) (the same acks, each unit acknowledged
+DURABLE once per delivery, and the same refusals in each ack, compared as a set: the native root may list one ack's
+refusals in another order, which a child does not mind, as it matches each refusal by key and index), store the same
+rows byte for byte and count the same. A unit goes in as production takes it: on the event loop
+(`CollectorService._inline`) where that takes it, else on the pool's path (`_one`). Time is explicit: every event reads
+the clock once, and both roots' flushes, and their tables' own readings (a window read back from the store is sealed
+"now"), see that one reading, so a slow example cannot put the two roots on either side of the retention. The root's
+completeness rule (`root_complete`: every rank of the world for a step, every rank known for a bucket) is asked
+natively per job for a native table."""
 
 from __future__ import annotations
 
 import os
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +27,10 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from collectors.collector.service import CollectorService, _ChildStream
+from collectors.common.aioserve import NOT_INLINE
 from collectors.common.keys import Key
 from collectors.common.validation import MetricBudget
+from collectors.delivery import windows as windows_module
 from collectors.delivery.node import Node
 from collectors.delivery.runs import RunLedger
 from collectors.delivery.windows import WINDOW_BYTES, Deadlines
@@ -106,31 +114,57 @@ class Root:
             stream.sender = f"r{r}"
             self.streams[r] = stream
         self.failures = 0
+        self.inlined = 0
 
     def receive(self, rack: int, data: bytes) -> None:
-        parked = self.service._one(self.streams[rack], self.service._receive(data))
+        """A unit in as production takes it: on the loop (`_inline`) unless that declines, else on the pool's path."""
+        stream, unit = self.streams[rack], self.service._receive(data)
+        if self.service._inline(stream, unit) is not NOT_INLINE:
+            self.inlined += 1
+            return
+        parked = self.service._one(stream, unit)
         if parked is not None:  # its windows are read from the store first (as the reads' thread does)
             self.reads.step()
             assert parked.ready.done(), "a parked unit not let in after its read"
             parked.ready.result()
 
-    def flush(self, late: bool, fail: bool) -> None:
+    def flush(self, late: bool, fail: bool, now: float | None = None) -> None:
+        """A flush at `now` (the clock's, if not given), or past every deadline and the retention (`late`)."""
         self.store.fail = fail
+        now = time.monotonic() if now is None else now
         try:
-            self.node.flush(time.monotonic() + (10_000.0 if late else 0.0))
+            self.node.flush(now + (10_000.0 if late else 0.0))
         except OSError:
             self.failures += 1
         self.store.fail = False
 
     def state(self, keys: list[Key]) -> tuple[object, ...]:
         node = self.node
-        acks = {r: sorted(s.answers.acks, key=lambda a: forward_pb2.Ack.FromString(a).seq)
-                for r, s in self.streams.items()}
+        acks = {r: sorted(_ack_as_compared(a) for a in s.answers.acks) for r, s in self.streams.items()}
         rows = self.store.load_many(keys)
         stored = sorted((key, row.expected, row.late, row.summary.to_bytes()) for key, row in rows.items())
         return (acks, node.subtree_counters(), node.durability.outstanding(), stored, self.failures,
                 sorted((key, list(node.table.sources(win)), win.sealed, win.has_pending)
                        for key, win in node.table.windows.items()))
+
+
+def _ack_as_compared(data: bytes) -> tuple[int, bytes, list[bytes]]:
+    """An ack as the two roots must agree on it: its seq, the rest of it, and its refusals as a set (a child matches
+    each refusal by key and index, not by its place in the ack)."""
+    ack = forward_pb2.Ack.FromString(data)
+    refusals = sorted(r.SerializeToString(deterministic=True) for r in ack.rejections)
+    del ack.rejections[:]
+    return ack.seq, ack.SerializeToString(deterministic=True), refusals
+
+
+class _Clock:
+    """The windows module's time, read once per event and the same for both roots (its wall clock is the real one)."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+
+    def monotonic(self) -> float:
+        return self.now
 
 
 EVENT = st.one_of(
@@ -148,7 +182,14 @@ EVENT = st.one_of(
 @given(st.lists(EVENT, min_size=1, max_size=24), st.sampled_from([4, 1000, 1000]))
 def test_a_native_root_answers_as_the_python_root(tmp_path_factory: pytest.TempPathFactory, events: list[tuple],
                                                    budget_windows: int) -> None:
-    folder = tmp_path_factory.mktemp("roots")
+    clock = _Clock()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(windows_module, "time", types.SimpleNamespace(monotonic=clock.monotonic, time_ns=time.time_ns))
+        _drive(tmp_path_factory.mktemp("roots"), events, budget_windows, clock)
+
+
+def _drive(folder: Path, events: list[tuple], budget_windows: int, clock: _Clock) -> None:
+    """Both roots through `events`, compared after each (when their budgets let them agree) and at the end."""
     roots = [Root(folder / "native.db", True, budget_windows), Root(folder / "python.db", False, budget_windows)]
     assert roots[0].node.table.native is not None and roots[1].node.table.native is None
     sent: dict[int, list[bytes]] = {r: [] for r in range(RACKS)}
@@ -157,6 +198,7 @@ def test_a_native_root_answers_as_the_python_root(tmp_path_factory: pytest.TempP
         for r in range(RACKS):
             root.receive(r, opening(r))
     for event in events:
+        clock.now = time.monotonic()
         if event[0] == "unit":
             _, rack, step, metrics, bad, late = event
             sent[rack].append(unit_bytes(rack, len(sent[rack]) + 1, step, metrics, bad, late))
@@ -168,14 +210,15 @@ def test_a_native_root_answers_as_the_python_root(tmp_path_factory: pytest.TempP
             data = sent[rack][pick % len(sent[rack])]
         for root in roots:
             if event[0] == "flush":
-                root.flush(event[1], event[2])
+                root.flush(event[1], event[2], clock.now)
             else:
                 root.receive(rack, data)
         if budget_windows > 100:  # under a tight budget the tables let different windows go (one charges per unit)
             assert roots[0].state(keys) == roots[1].state(keys), event
+    clock.now = time.monotonic()
     for root in roots:  # every window goes, and is committed
-        root.flush(True, False)
-        root.flush(True, False)
+        root.flush(True, False, clock.now)
+        root.flush(True, False, clock.now)
     if budget_windows > 100:
         assert roots[0].state(keys) == roots[1].state(keys)
     for root in roots:
@@ -281,8 +324,6 @@ def test_a_root_takes_a_unit_in_on_the_loop_unless_it_waits_for_the_store(tmp_pa
     index its store may hold), goes in on the event loop; one that needs a read first (a series' top unknown) is
     declined (NOT_INLINE, nothing done: no ack, nothing held) and parks on the pool's path as before (before: the
     root declined every unit)."""
-    from collectors.common.aioserve import NOT_INLINE
-
     root = Root(tmp_path / "root.db", True)
     for r in range(RACKS):
         root.receive(r, opening(r))
@@ -300,3 +341,25 @@ def test_a_root_takes_a_unit_in_on_the_loop_unless_it_waits_for_the_store(tmp_pa
     assert [forward_pb2.Ack.FromString(a).status for a in acks] == [forward_pb2.Ack.RECEIVED] * 3
     root.flush(True, False)
     assert sorted(root.finaliser.final) == [_key(0, 0), _key(0, 1)]
+
+
+@pytest.mark.parametrize("carried", ["captures", "fingerprints", "exits"])
+def test_a_root_declines_on_the_loop_a_unit_carrying_forensics(tmp_path: Path, carried: str) -> None:
+    """At the root a unit with captures, fingerprints or rank exits is not taken in on the event loop (NOT_INLINE,
+    nothing done): their hooks (storing captures, judging fingerprints and exits, a detector's work when the judging
+    queue is full) are the root's own and unbounded, so the unit goes the pool's path (`_one`) as before; the same unit
+    without them is taken inline (before: every such unit the table could take went in on the loop)."""
+    root = Root(tmp_path / "root.db", True)
+    for r in range(RACKS):
+        root.receive(r, opening(r))
+    root.receive(0, unit_bytes(0, 1, 0, [(0, 0)], False, False))  # the series' top read: later units known new
+    acks = root.streams[1].answers.acks
+    batch = forward_pb2.SummaryBatch.FromString(unit_bytes(1, 1, 1, [(0, 0)], False, False))
+    getattr(batch, carried).add()
+    unit = root.service._receive(batch.SerializeToString())
+    assert root.service._inline(root.streams[1], unit) is NOT_INLINE
+    assert len(acks) == 1 and _key(0, 1) not in root.node.table.windows, "declined: nothing done"
+    assert root.service._one(root.streams[1], unit) is None  # the pool's path takes it
+    assert [forward_pb2.Ack.FromString(a).seq for a in acks] == [0, 1]
+    assert root.service._inline(root.streams[2], root.service._receive(
+        unit_bytes(2, 1, 1, [(0, 0)], False, False))) is None, "the same unit without forensics goes in on the loop"

@@ -165,16 +165,20 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
     def _inline(self, stream: _ChildStream, unit: _Unit) -> object:
         """A unit read natively from a child already named, taken in on the loop when the node's lock is free now (no
         wait) and, at the root, nothing of it is to be read from the store first; else NOT_INLINE, nothing done, and
-        it goes to the pool as every other unit (where the root parks it for its reads: `_handle`)."""
+        it goes to the pool as every other unit (where the root parks it for its reads: `_handle`). The root also
+        declines a unit carrying captures, fingerprints or rank exits: its hooks for them (storing captures, judging
+        fingerprints and exits, detector work when the judging queue is full: collectors/root/wiring.py) are not
+        bounded work for the event loop, so such a unit takes the pool's path as it always did."""
         node = self.node
+        batch = unit.batch
         if (stream.sender is None or unit.read is None or node.table.native is None
-                or (unit.batch.sender_id and unit.batch.sender_id != stream.sender)):
+                or (batch.sender_id and batch.sender_id != stream.sender)
+                or (self.reads is not None and (batch.captures or batch.fingerprints or batch.exits))):
             return NOT_INLINE
         if not node.lock.acquire(blocking=False):
             return NOT_INLINE
         try:
             check_length(unit.size)
-            batch = unit.batch
             views = self._states(batch.ranks)
             if self.reads is not None and self.reads.needs(node.table.missing(unit.read), views):
                 return NOT_INLINE
