@@ -83,9 +83,10 @@ def test_the_rack_sends_the_root_one_merged_window_per_metric_and_second(fleet_t
     root = fleet_tree["root"]
     _complete(root, "ib.port_active")
     # The root's window of a second holds one part from the one rack (its origins), not one per host.
-    with root.node.lock:
-        wins = [w for k, w in root.node.table.windows.items() if k.job == fleet.FLEET_JOB
-                and k.metric == "ib.port_active" and len(w.sources) == HOSTS * 4]
+    with root.node.lock:  # a native table's window holds its sources in the table (WindowTable.sources)
+        table = root.node.table
+        wins = [w for k, w in table.windows.items() if k.job == fleet.FLEET_JOB
+                and k.metric == "ib.port_active" and len(table.sources(w)) == HOSTS * 4]
     assert wins
     assert counters(root)["rejected_overlaps"] == 0 and counters(root)["duplicates"] == 0
 
