@@ -35,6 +35,7 @@ from collectors.delivery.windows import Deadlines
 from collectors.probes import NicProbe
 from collectors.probes import nic as nic_module
 from collectors.sim.sysfs import set_ib, write_host
+from test_probe_nic import by_key
 
 IB = "class/infiniband/mlx5_0/ports/1"
 NET = "class/net/eth0"
@@ -69,15 +70,6 @@ FORGED: dict[str, tuple[str, ...]] = {
 GOOD = {"nic counter": ("7", 7.0), "nic carrier_changes": ("4", 4.0), "nic operstate": ("down", 0.0),
         "ib counter": ("9", 9.0), "ib state": ("1: DOWN", 1.0), "ib phys_state": ("3: Disabled", 3.0),
         "ib rate": ("100 Gb/sec (4X EDR)", 100.0)}
-
-
-def by_key(readings) -> dict[tuple[str, str], float]:
-    out = {}
-    for r in readings:
-        key = (r.device, r.metric)
-        assert key not in out, f"duplicate reading {key}"
-        out[key] = r.value
-    return out
 
 
 def descriptors_open_under(root: Path) -> int:
