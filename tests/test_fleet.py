@@ -672,15 +672,17 @@ def test_a_tier_without_a_fleet_grace_holds_a_fleet_second_for_its_late_host(mon
         assert rack.covered_complete(win)  # every host in
 
 
+@pytest.mark.parametrize("grace", [0.05, 0.2, 0.5, 2.0])
 @pytest.mark.parametrize("tier, grace_times", [("rack", 1), ("above racks", 2)])
 def test_a_fleet_seconds_cut_off_counts_the_grace_from_the_hosts_sample_not_from_the_seconds_end(monkeypatch, tier,
-                                                                                                 grace_times):
+                                                                                                 grace_times, grace):
     """A fleet second one child never sends (a permanently late host; a rack cut off) is passed on `fleet_grace_s`
     after every host sampled it (fleet.SAMPLE_PHASE into the second) at a rack, twice that above racks: not counted
     from the second's end, which added 0.3 s at every rack with a late host (a link down named in up to 2.27 s at
     2,000 hosts, docs/fleet.md). Judged on a real Node at a mocked wall clock, just before and at the cut-off, for
-    the flush (covered_complete) and for its wake-up (next_due). Failed before: the rack held the second until
-    1.5 s after it began, the tier above until 2.0 s."""
+    the flush (covered_complete) and for its wake-up (next_due), at graces below and above the default (0.5 s): a
+    lowered `--fleet-grace` moves the cut-off with it. Failed before: the rack held the second until 1.5 s after it
+    began, the tier above until 2.0 s."""
     from types import SimpleNamespace
 
     from collectors.common.keys import Key
@@ -690,7 +692,6 @@ def test_a_fleet_seconds_cut_off_counts_the_grace_from_the_hosts_sample_not_from
     from helpers_tree import summary_of
 
     second_ms = 999_999_000
-    grace = 0.5
     cutoff_ms = second_ms + fleet.SAMPLE_PHASE * 1000 + grace * 1000 * grace_times
     wall = {"s": 0.0}
     monkeypatch.setattr(node_module, "time", SimpleNamespace(time=lambda: wall["s"], monotonic=time.monotonic))
@@ -705,7 +706,7 @@ def test_a_fleet_seconds_cut_off_counts_the_grace_from_the_hosts_sample_not_from
     assert node.offer(part, 1)[0] == "accepted"
     (win,) = node.table.pending_windows()
     mono = time.monotonic()
-    for before_ms in (300.0, 1.0):
+    for before_ms in (min(300.0, grace * 1000 / 2), 1.0):
         wall["s"] = (cutoff_ms - before_ms) / 1000
         assert not node.covered_complete(win), f"passed on {before_ms} ms before its cut-off"
         assert node.next_due(mono) == pytest.approx(mono + before_ms / 1000, abs=1e-6)  # wakes at the cut-off
