@@ -19,7 +19,8 @@ on the loaded bench machine). The rows are built as the root finalises them (exa
 oncpu_time (unless `oncpu` is off: an SDK from before it), runqueue_wait, collective_wait and the agent's
 running wait shares (collectors/agent/wait_share.py, one agent for every rank) - and go through the detectors'
 suite (the straggler rule beside cpu_starved). Prints, per cell, the steps from the onset to the first
-straggler event on each seed ("-" none), with and without the on-CPU times, and writes detection_cpu_work.json.
+straggler event on each seed ("-" none), with and without the on-CPU times, and the false alarms of clean jobs
+(`--clean-seeds` per load, `--clean-steps` each), and writes detection_cpu_work.json.
 tests/test_straggler_cpu_work.py runs the same model.
 """
 
@@ -122,12 +123,24 @@ def cell(kind: str, load: float, factor: float, seed: int, oncpu: bool, world: i
             "starved": any(e["kind"] == "cpu_starved" and slow in e["ranks"] for e in events)}
 
 
+def clean(load: float, seed: int, world: int, steps: int) -> dict[str, Any]:
+    """One clean job (nobody slowed: `cpu` at factor 1, the same noise and descheduling bursts): its straggler
+    events, every one a false alarm."""
+    found = stragglers(simulate("cpu", load, 1.0, seed, steps, world=world))
+    return {"load": load, "seed": seed, "world": world, "steps": steps,
+            "false_alarms": [{"ranks": e["ranks"], "step": e["detail"]["detected_step"],
+                              "signal": e["detail"]["opened_on"]} for e in found]}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=4, help="noise seeds per cell (default 4)")
     p.add_argument("--world", type=int, default=WORLD, help=f"ranks per job (default {WORLD}; another world writes "
                    "detection_cpu_work_world<N>.json)")
     p.add_argument("--extra", type=int, default=12, help="steps each job runs past its severity's bound (default 12)")
+    p.add_argument("--clean-seeds", type=int, default=4, help="clean jobs per load (default 4; seeds after the "
+                   "fault cells' own, so no clean job repeats a fault job's noise)")
+    p.add_argument("--clean-steps", type=int, default=300, help="steps per clean job (default 300)")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     args = p.parse_args(argv)
     logging.disable(logging.CRITICAL)
@@ -159,10 +172,18 @@ def main(argv: list[str] | None = None) -> int:
     print("cells named (in the issue's bound) / cells, per kind and severity:")
     for key, entry in summary.items():
         print(f"  {key:28s} {entry['named']}/{entry['cells']} ({entry['in_time']} in time)")
+    clean_jobs = [clean(load, args.seeds + seed, args.world, args.clean_steps) for load in LOADS
+                  for seed in range(args.clean_seeds)]
+    alarms = sum(len(j["false_alarms"]) for j in clean_jobs)
+    steps = sum(j["steps"] for j in clean_jobs)
+    print(f"clean jobs: {alarms} false alarms in {steps} clean steps ({len(clean_jobs)} jobs, loads "
+          f"{', '.join(f'{load:g}' for load in LOADS)})" + "".join(
+              f"\n  L{j['load']:g} seed {j['seed']}: {j['false_alarms']}" for j in clean_jobs if j["false_alarms"]))
     name = "detection_cpu_work" + ("" if args.world == WORLD else f"_world{args.world}")
     write_json(args.out / f"{name}.json",
                {"benchmark": "detection_cpu_work", "world": args.world, "extra": args.extra, "seeds": args.seeds, "loads": LOADS,
-                "bound": {f"{k:g}x": v for k, v in BOUND.items()}, "summary": summary, "cells": cells})
+                "bound": {f"{k:g}x": v for k, v in BOUND.items()}, "summary": summary, "cells": cells,
+                "clean": {"false_alarms": alarms, "steps": steps, "jobs": clean_jobs}})
     return 0
 
 

@@ -59,6 +59,32 @@ from telemetry.summary import Summary
 
 CPU_STARVED = CpuStarvedDetector.kind
 
+# In a job of this many ranks or fewer a rank's lead is measured against the median of the *other* ranks (exact:
+# the summary's top-k holds every rank), not of all. The median of two values is their mean: at two ranks the
+# least-waiting rank's lead over p50 is half its lead over its peer, and a 2x rank (evidence 0.25 a step, not 0.5)
+# was named 5-7 steps after its onset, 1.5x 18-24 (bounds 3 and 5). Not at three: there the other two's median is
+# their mean, which named a CPU-bound 1.5x rank within 5 steps on 20/20 model jobs (17/20 before) but left a 1.1x
+# one at 8 runnable threads per CPU unnamed on 3 of 4 (docs/detectors.md, "By world size").
+PEER_WORLD = 2
+
+
+def peer_median(s: Summary, rank: int) -> float:
+    """The median of the ranks' values other than `rank`'s in a job of PEER_WORLD ranks or fewer (from the exact
+    top-k), else the median of all (one rank of four or more moves it little)."""
+    if s.count <= PEER_WORLD:
+        others = [value for value, r in s.top() if r != rank]
+        if len(others) == s.count - 1:
+            return statistics.median(others)
+    return p50(s)
+
+
+def _peer_queue(queued: tuple[float, dict[int, float], dict[int, float]], rank: int) -> float:
+    """A step's median run-queue wait as `rank`'s peers had it (peer_median, from the kept top-k), else the step's."""
+    top = queued[1]
+    if 2 <= len(top) <= PEER_WORLD and rank in top:
+        return statistics.median(value for r, value in top.items() if r != rank)
+    return queued[0]
+
 
 @dataclass
 class StragglerConfig:
@@ -382,7 +408,7 @@ class StragglerDetector(StreakDetector[_State]):
         if value is not None and not math.isfinite(value):
             return
         typical = statistics.median(state.step_scales.values()) if state.step_scales else math.inf
-        excess = 0.0 if value is None else value - self._expected_queue(state, step, rank, queued[0])
+        excess = 0.0 if value is None else value - self._expected_queue(state, step, rank, _peer_queue(queued, rank))
         state.leads.append((step, rank, min(lead, typical), max(-typical, min(excess, typical))))
         while state.leads and state.leads[0][0] <= step - c.descheduled_window:
             state.leads.popleft()
@@ -451,7 +477,7 @@ class StragglerDetector(StreakDetector[_State]):
         value = queued[1].get(rank)
         if value is None or not math.isfinite(value):
             return None  # outside the exact top-k: it waited no longer than those, and no discount acts
-        median = queued[0]
+        median = _peer_queue(queued, rank)
         running, running_median = busy - value, busy_median - median
         cpu = state.oncpu.get(step)
         if cpu is not None:  # a thread runs at least as long as it is on a CPU
@@ -480,7 +506,7 @@ class StragglerDetector(StreakDetector[_State]):
             return
         if len(s.sources) < row.expected:
             return  # a rank without its wait could be the slow one
-        score, median = self._score(state), p50(s)
+        score, median = self._score(state), peer_median(s, s.argmin)
         # The part of the least-waiting rank's lead its excess run-queue wait explains is no evidence: the rank
         # was ready to run and the host's CPUs were busy elsewhere (descheduled, not slow).
         scale = self._wait_scale(state, step, s) if state.step_scale > 0 else 0.0
@@ -500,7 +526,7 @@ class StragglerDetector(StreakDetector[_State]):
         state.last_step = step
         if not scale > 0:
             return
-        x = score.update(step, s.argmin, gap, scale, self._tied(s, median))
+        x = score.update(step, s.argmin, gap, scale, self._tied(s, median), s.count)
         slowdown = scale / max(scale - gap, 1e-9)
         figures = {"p50_s": fnum(median), "min_s": fnum(s.min), "step_s": fnum(scale),
                    "runqueue_excess_s": fnum(queued)}
@@ -587,7 +613,7 @@ class StragglerDetector(StreakDetector[_State]):
             return
         if len(s.sources) < row.expected:
             return  # a rank without its share could be the slow one
-        score, median = self._score(state), p50(s)
+        score, median = self._score(state), peer_median(s, s.argmin)
         x = median - s.min
         # Start-up (_share_warmup): the last 8 of its steps give the level its first samples.
         warmup = self._share_warmup()

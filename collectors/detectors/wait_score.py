@@ -121,7 +121,7 @@ class WaitScore:
                  min_evidence: float = 0.04, background: int = 64, reference: float = 0.12,
                  max_raise: float = 0.2, running_drifts: tuple[float, ...] | None = None,
                  running_margin: float = 0.01, running_spread_k: float = 3.0, fast_steps: int = 3,
-                 spread_window: int = 8, spread_min: int = 5) -> None:
+                 spread_window: int = 8, spread_min: int = 5, persist_z: float = 3.5) -> None:
         self.lanes = [Lane(drift, threshold, cap, track) for drift, threshold in lanes]
         self.drifts = [drift for drift, _ in lanes]
         # The job's own evidence level: the last `background` steps' evidence whose least-waiting rank was not
@@ -163,6 +163,9 @@ class WaitScore:
         # least, all different, make the job's noise a spread one
         self.leasts: deque[int] = deque(maxlen=spread_window)
         self.spread_min = spread_min
+        # The job's world (`update`), for the persistence lanes' chance level (persist_share; 0: not known)
+        self.world = 0
+        self.persist_z = persist_z
 
     def evidence(self, gap_s: float, step_s: float) -> float:
         """The share of the step the median rank lost to the least-waiting one (0 when the gap is no evidence)."""
@@ -227,10 +230,13 @@ class WaitScore:
             lane.scores.clear()
             lane.since.clear()
 
-    def update(self, step: int, least: int, gap_s: float, step_s: float, tied: Container[int] = ()) -> float:
+    def update(self, step: int, least: int, gap_s: float, step_s: float, tied: Container[int] = (),
+               world: int = 0) -> float:
         """One step's evidence: `least` waited least, the median rank `gap_s` more, in a step of `step_s`; `tied`:
         the other ranks that waited about as little (`_extend_run`). Returns the evidence `x` used (0 when the gap
         is no evidence)."""
+        if world:
+            self.world = world
         x = self.evidence(gap_s, step_s)
         if self.ratio(least) < 1.0:
             self.observe(x, least)
@@ -305,8 +311,14 @@ class WaitScore:
         and on `share` of the window's last sixth. On the running shares (`running`), whose lowest rank is
         sticky by construction (an average moves slowly), it must have the lowest share on `running_share` of
         the window (90 %) with a mean gap over the bar the slow lane uses on them (`running_floor`)."""
+        if running and self.world == 2:
+            # Two ranks: the lowest running share is the sign of one difference of two averages, each rank's half
+            # the time by chance and sticky for ~15 steps (weight 1/8): 80 % of 60 steps is a coin that lands
+            # the same way on ~4 throws (clean model jobs of two ranks: 2 false events in 18,000 steps; none
+            # without this lane, whose slight stragglers the slow lanes then name: 1.1x later, docs/detectors.md)
+            return 0.0
         recent = self.recent_running if running else self.recent
-        share = self.running_share if running else self.share
+        share = self.running_share if running else self.persist_share()
         if not recent:
             return 0.0
         mine = [x for _, r, x in recent if r == rank]
@@ -317,6 +329,18 @@ class WaitScore:
         tail = list(recent)[-max(1, self.window // 6):]
         now = sum(r == rank for _, r, _ in tail) / len(tail)
         return min(len(mine) / (share * self.window), now / share)
+
+    def persist_share(self) -> float:
+        """The per-step persistence lane's share of the window, over what chance gives a clean rank: in a job of
+        n ranks each is the least-waiting one on ~1/n of the steps, and `share` (60 %) lies 4.4 binomial sigmas
+        over 1/3 at 60 steps but only 1.6 over 1/2: at two ranks, with each rank's lead taken over its peer
+        (straggler.peer_median), clean ranks reached it twice in 6,000 clean model steps (20 jobs of
+        bench/detection_jobs/cpu_work.py --world 2). So at least 1/n + `persist_z` sigmas (0.73 at two ranks;
+        three and more keep `share`; a world not known keeps it too)."""
+        if self.world < 2:
+            return self.share
+        p = 1.0 / self.world
+        return max(self.share, p + self.persist_z * math.sqrt(p * (1.0 - p) / self.window))
 
     def _holds_lowest(self, rank: int) -> bool:
         """Whether `rank` had the lowest running share on half the window or more: a slight straggler has it on
@@ -355,7 +379,7 @@ class WaitScore:
             if self._persistence(rank, running) > lane_ratio:
                 # The earliest step from which on the rank waited least on `share` of the steps.
                 onset, mine = None, 0
-                share = self.running_share if running else self.share
+                share = self.running_share if running else self.persist_share()
                 for i, (step, r, _) in enumerate(reversed(self.recent_running if running else self.recent), 1):
                     mine += r == rank
                     if mine >= share * i:
