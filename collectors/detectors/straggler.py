@@ -5,7 +5,9 @@ Three signals, chosen per job, the first a job logs:
 * `collective_wait` (logged by the SDK under torch.distributed; telemetry.torch.waits): per rank and step,
   the seconds it had a collective outstanding, over every collective of every process group. The rank the
   others wait for waits least: its evidence per step is `x` = (p50 - min) / step_time p50, the share of the
-  step the median rank lost to it, accumulated per candidate rank by a CUSUM whose state is O(k) per job
+  step the median rank lost to it (in a job of two ranks the other rank's wait stands for the median: `peer_median`,
+  as the median of two is their mean and would halve the lead), accumulated per candidate rank by a CUSUM whose
+  state is O(k) per job
   (collectors/detectors/wait_score.py, which says how it separates noise from a straggler and how fast it
   names one at each severity). The event names the rank once its score reaches `wait_threshold`; its step
   is where the score left zero. Once a job logs waits, its arrivals and step times are not judged.
