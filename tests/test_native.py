@@ -206,6 +206,28 @@ def test_many_children_and_long_folds_are_fastdigest_bit_for_bit() -> None:
     assert root.quantiles([0.5, 0.99]) == root_theirs.quantiles([0.5, 0.99])
 
 
+@pytest.mark.parametrize("children", [2, 3, 7, 32, 33])
+@pytest.mark.parametrize("distinct", [4, 1000])
+def test_merges_of_merged_children_with_tied_centroids_are_fastdigest_bit_for_bit(children: int, distinct: int) -> None:
+    """The root's merge: children that are merges themselves (up to max_centroids centroids each, runs of every
+    length in the pairwise merge), centroid means tied within and across children (values drawn from `distinct`
+    numbers: the merge's tie rule decides their order, and so the sums), an empty child among them; every byte as
+    the oracle (fastdigest) gives it."""
+    rng = np.random.default_rng([13, children, distinct])
+    ours, theirs = [], []
+    for child in range(children):
+        agents = 1 + int(rng.integers(0, 12))
+        values = rng.integers(0, distinct, (agents, 64)) * 0.25
+        first = child * 100
+        leaves = [(Summary.from_arrays(v, np.full(64, first + a), time_ns=5),
+                   OracleSummary.from_arrays(v, np.full(64, first + a), time_ns=5)) for a, v in enumerate(values)]
+        ours.append(Summary.from_bytes(Summary.merge_all([mine for mine, _ in leaves]).to_bytes()))
+        theirs.append(OracleSummary.from_bytes(OracleSummary.merge_all([other for _, other in leaves]).to_bytes()))
+    ours.append(Summary())
+    theirs.append(OracleSummary())
+    assert Summary.merge_all(ours).to_bytes() == OracleSummary.merge_all(theirs).to_bytes()
+
+
 def test_overlap_and_incompatibility_are_refused_natively() -> None:
     a, b = pair(Summary, [(3, [1.0]), (7, [2.0])]), pair(Summary, [(3, [5.0]), (7, [NAN]), (8, [1.0])])
     with pytest.raises(OverlapError) as info:

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace treemetry {
@@ -38,15 +39,37 @@ struct Centroid {
     double weight;
 };
 
-// Stable merge of src[first, middle) and src[middle, last) into dst[first, last): ties go to the left run, as
-// fastdigest's external_merge; branch-free (the runs interleave at random, so a branch mispredicts half the time).
+// Stable merge of src[first, middle) and src[middle, last) (each ascending) into dst[first, last): ties go to the left
+// run, as fastdigest's external_merge; branch-free (the runs interleave at random, so a branch mispredicts half the
+// time). The output is filled from both ends at once: the smallest element left goes to the front, the largest to the
+// back (ties there to the right run, which comes after in a stable merge), two independent chains of loads and
+// compares instead of one (each step's next load waits on its compare), so each run's element order and the tie
+// rule give the very sequence a front-only merge gives. While both runs hold at least two elements not yet taken,
+// a front step and a back step cannot both take the same element or run a run dry; the rest (one run down to one
+// element or none) is merged from the front.
 inline void merge_runs(const Centroid* src, Centroid* dst, size_t first, size_t middle, size_t last) {
     size_t i = first, j = middle, k = first;
-    while (i < middle && j < last) {
-        bool right = src[j].mean < src[i].mean;
-        dst[k++] = right ? src[j] : src[i];
-        j += right;
-        i += !right;
+    if (i < middle && j < last) {
+        size_t bi = middle - 1, bj = last - 1, bk = last - 1;  // the back's next elements (inclusive ends)
+        while (i < bi && j < bj) {
+            bool right = src[j].mean < src[i].mean;
+            dst[k++] = right ? src[j] : src[i];
+            j += right;
+            i += !right;
+            bool left = src[bj].mean < src[bi].mean;
+            dst[bk--] = left ? src[bi] : src[bj];
+            bi -= left;
+            bj -= !left;
+        }
+        while (i <= bi && j <= bj) {
+            bool right = src[j].mean < src[i].mean;
+            dst[k++] = right ? src[j] : src[i];
+            j += right;
+            i += !right;
+        }
+        while (i <= bi) dst[k++] = src[i++];
+        while (j <= bj) dst[k++] = src[j++];
+        return;
     }
     while (i < middle) dst[k++] = src[i++];
     while (j < last) dst[k++] = src[j++];
@@ -63,8 +86,8 @@ inline Digest merge_digests(const std::vector<const Digest*>& digests, size_t ma
     for (const Digest* d : digests) n_centroids += d->means.size();
     if (n_centroids == 0) return result;
 
-    std::vector<Centroid> centroids;
-    centroids.reserve(n_centroids);
+    // Two buffers the pairwise passes ping-pong between, left uninitialised (every slot is written before it is read).
+    std::unique_ptr<Centroid[]> buffers(new Centroid[2 * n_centroids]);
     std::vector<size_t> starts;
     starts.reserve(digests.size());
     unsigned __int128 count = 0, max_count = 0;
@@ -76,16 +99,18 @@ inline Digest merge_digests(const std::vector<const Digest*>& digests, size_t ma
         starts.push_back(start);
         if (d->mass > 0.0) {
             mass += d->mass;
-            for (size_t i = 0; i < d->means.size(); ++i) centroids.push_back({d->means[i], d->weights[i]});
+            Centroid* out = buffers.get() + start;
+            const double* means = d->means.data();
+            const double* weights = d->weights.data();
+            for (size_t i = 0; i < d->means.size(); ++i) out[i] = {means[i], weights[i]};
             start += d->means.size();
         }
     }
 
     // fastdigest's pairwise merge passes over the digests' runs (starts[]), ping-ponging between two buffers.
-    std::vector<Centroid> other(centroids.size());
-    Centroid* src = centroids.data();
-    Centroid* dst = other.data();
-    const size_t n = centroids.size();
+    Centroid* src = buffers.get();
+    Centroid* dst = buffers.get() + n_centroids;
+    const size_t n = start;
     size_t per_block = 1;
     while (per_block < starts.size()) {
         for (size_t i = 0; i < starts.size(); i += per_block * 2) {
@@ -101,7 +126,7 @@ inline Digest merge_digests(const std::vector<const Digest*>& digests, size_t ma
         std::swap(src, dst);
         per_block *= 2;
     }
-    if (centroids.empty()) return result;  // every input had mass <= 0 (not reachable from valid summaries)
+    if (n == 0) return result;  // every input had mass <= 0 (not reachable from valid summaries)
 
     std::vector<Centroid> compressed;
     compressed.reserve(max_size + 1);
