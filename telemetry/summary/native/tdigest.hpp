@@ -39,40 +39,74 @@ struct Centroid {
     double weight;
 };
 
-// Stable merge of src[first, middle) and src[middle, last) (each ascending) into dst[first, last): ties go to the left
+// A stable merge of src[first, middle) and src[middle, last) (each ascending) into dst[first, last): ties go to the left
 // run, as fastdigest's external_merge; branch-free (the runs interleave at random, so a branch mispredicts half the
 // time). The output is filled from both ends at once: the smallest element left goes to the front, the largest to the
-// back (ties there to the right run, which comes after in a stable merge), two independent chains of loads and
-// compares instead of one (each step's next load waits on its compare), so each run's element order and the tie
-// rule give the very sequence a front-only merge gives. While both runs hold at least two elements not yet taken,
-// a front step and a back step cannot both take the same element or run a run dry; the rest (one run down to one
-// element or none) is merged from the front.
+// back (ties there to the right run, which comes after in a stable merge), so that each step's next load, which waits
+// on its compare, is one of two independent chains instead of one; merge_two runs two such merges in one loop (four
+// chains). Each run's order and the tie rule give the very sequence a front-only merge gives. While both runs hold at
+// least two elements not yet taken, a front step and a back step can neither take the same element nor run a run dry;
+// the rest (a run down to one element or none) is merged from the front.
+struct Merge {
+    const Centroid *l, *lb, *r, *rb;  // each run's next element from the front and from the back (inclusive)
+    Centroid *o, *ob;
+
+    Merge(const Centroid* src, Centroid* dst, size_t first, size_t middle, size_t last)
+        : l(src + first), lb(src + middle - 1), r(src + middle), rb(src + last - 1), o(dst + first),
+          ob(dst + last - 1) {}
+
+    bool both_ends() const { return l < lb && r < rb; }
+
+    void step() {
+        bool right = r->mean < l->mean;
+        *o++ = right ? *r : *l;
+        r += right;
+        l += !right;
+        bool left = rb->mean < lb->mean;
+        *ob-- = left ? *lb : *rb;
+        lb -= left;
+        rb -= !left;
+    }
+
+    void finish() {
+        while (l <= lb && r <= rb) {
+            bool right = r->mean < l->mean;
+            *o++ = right ? *r : *l;
+            r += right;
+            l += !right;
+        }
+        while (l <= lb) *o++ = *l++;
+        while (r <= rb) *o++ = *r++;
+    }
+};
+
 inline void merge_runs(const Centroid* src, Centroid* dst, size_t first, size_t middle, size_t last) {
-    size_t i = first, j = middle, k = first;
-    if (i < middle && j < last) {
-        size_t bi = middle - 1, bj = last - 1, bk = last - 1;  // the back's next elements (inclusive ends)
-        while (i < bi && j < bj) {
-            bool right = src[j].mean < src[i].mean;
-            dst[k++] = right ? src[j] : src[i];
-            j += right;
-            i += !right;
-            bool left = src[bj].mean < src[bi].mean;
-            dst[bk--] = left ? src[bi] : src[bj];
-            bi -= left;
-            bj -= !left;
-        }
-        while (i <= bi && j <= bj) {
-            bool right = src[j].mean < src[i].mean;
-            dst[k++] = right ? src[j] : src[i];
-            j += right;
-            i += !right;
-        }
-        while (i <= bi) dst[k++] = src[i++];
-        while (j <= bj) dst[k++] = src[j++];
+    if (first == middle || middle == last) {  // an empty run (a digest of no centroids, or no mass)
+        std::copy(src + first, src + last, dst + first);
         return;
     }
-    while (i < middle) dst[k++] = src[i++];
-    while (j < last) dst[k++] = src[j++];
+    Merge m(src, dst, first, middle, last);
+    while (m.both_ends()) m.step();
+    m.finish();
+}
+
+// Two disjoint merges (a level's neighbouring pairs of runs) stepped together while both can step from both ends.
+inline void merge_two(const Centroid* src, Centroid* dst, size_t f1, size_t m1, size_t l1, size_t f2, size_t m2,
+                      size_t l2) {
+    if (f1 == m1 || m1 == l1 || f2 == m2 || m2 == l2) {
+        merge_runs(src, dst, f1, m1, l1);
+        merge_runs(src, dst, f2, m2, l2);
+        return;
+    }
+    Merge a(src, dst, f1, m1, l1), b(src, dst, f2, m2, l2);
+    while (a.both_ends() && b.both_ends()) {
+        a.step();
+        b.step();
+    }
+    while (a.both_ends()) a.step();
+    while (b.both_ends()) b.step();
+    a.finish();
+    b.finish();
 }
 
 }  // namespace detail
@@ -112,15 +146,23 @@ inline Digest merge_digests(const std::vector<const Digest*>& digests, size_t ma
     Centroid* dst = buffers.get() + n_centroids;
     const size_t n = start;
     size_t per_block = 1;
-    while (per_block < starts.size()) {
-        for (size_t i = 0; i < starts.size(); i += per_block * 2) {
+    const size_t runs = starts.size();
+    while (per_block < runs) {
+        auto end_of = [&](size_t run) { return run < runs ? starts[run] : n; };
+        for (size_t i = 0; i < runs; i += per_block * 2) {
             size_t first = starts[i];
-            if (i + per_block < starts.size()) {
-                size_t middle = starts[i + per_block];
-                size_t last = i + 2 * per_block < starts.size() ? starts[i + 2 * per_block] : n;
-                detail::merge_runs(src, dst, first, middle, last);
-            } else {
+            if (i + per_block >= runs) {
                 std::copy(src + first, src + n, dst + first);  // the last block, unpaired at this level
+                continue;
+            }
+            size_t middle = starts[i + per_block], last = end_of(i + 2 * per_block);
+            size_t next = i + 2 * per_block;  // the next pair, merged in the same loop when it is a pair
+            if (next + per_block < runs) {
+                detail::merge_two(src, dst, first, middle, last, starts[next], starts[next + per_block],
+                                  end_of(next + 2 * per_block));
+                i = next;
+            } else {
+                detail::merge_runs(src, dst, first, middle, last);
             }
         }
         std::swap(src, dst);
