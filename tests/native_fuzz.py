@@ -198,6 +198,28 @@ def unit(rng: random.Random, bases: list[bytes]) -> bool:
     return bool(taken)
 
 
+def many(rng: random.Random) -> bool:
+    """A merge of many children at once (merge_digests' pairwise passes over 3-40 runs, merged two pairs at a time
+    from both ends): children of 0 to 600 values drawn from a few numbers (centroid means tied within and across
+    children) or spread wide, an empty child among them at random; the merge must round-trip."""
+    from telemetry import Summary
+
+    max_centroids = rng.choice([2, 5, 50, 200])  # one shape per merge (different shapes are refused)
+    children = []
+    for child in range(rng.randint(3, 40)):
+        summary = Summary(3, max_centroids)
+        n = rng.choice([0, 1, 2, rng.randrange(600)])
+        if n:
+            tied = rng.random() < 0.5
+            values = [float(rng.randrange(4)) if tied else rng.lognormvariate(0.0, 2.0) for _ in range(n)]
+            summary.add_many(values, child, time_ns=1 + child)
+        children.append(summary)
+    merged = Summary.merge_all(children)
+    again = merged.to_bytes()
+    assert Summary.from_bytes(again).to_bytes() == again
+    return True
+
+
 _TABLE: list[object] = []  # one collector's native window table, kept across the cases of a run
 
 
@@ -260,6 +282,9 @@ def run(cases: int, seed: int) -> tuple[int, int]:
     for _ in range(cases):
         if rng.random() < 0.25:
             accepted += ingest(rng)
+            continue
+        if rng.random() < 0.05:
+            accepted += many(rng)
             continue
         if rng.random() < 0.2:
             accepted += unit(rng, bases)
