@@ -201,22 +201,28 @@ def unit(rng: random.Random, bases: list[bytes]) -> bool:
 def many(rng: random.Random) -> bool:
     """A merge of many children at once (merge_digests' pairwise passes over 3-40 runs, merged two pairs at a time
     from both ends): children of 0 to 600 values drawn from a few numbers (centroid means tied within and across
-    children) or spread wide, an empty child among them at random; the merge must round-trip."""
+    children) or spread wide, an empty child among them at random; the merge must round-trip, and give the same
+    bytes as the Python oracle's (tests/summary_oracle.py: fastdigest's merge) of the same children, so that a
+    wrong merge order or tie rule fails here, not only a crash (review: a flipped tie rule passed the round trip)."""
+    from summary_oracle import OracleSummary
     from telemetry import Summary
 
     max_centroids = rng.choice([2, 5, 50, 200])  # one shape per merge (different shapes are refused)
-    children = []
+    children, oracles = [], []
     for child in range(rng.randint(3, 40)):
-        summary = Summary(3, max_centroids)
+        summary, oracle = Summary(3, max_centroids), OracleSummary(3, max_centroids)
         n = rng.choice([0, 1, 2, rng.randrange(600)])
         if n:
             tied = rng.random() < 0.5
             values = [float(rng.randrange(4)) if tied else rng.lognormvariate(0.0, 2.0) for _ in range(n)]
             summary.add_many(values, child, time_ns=1 + child)
+            oracle.add_many(values, child, time_ns=1 + child)
         children.append(summary)
+        oracles.append(oracle)
     merged = Summary.merge_all(children)
     again = merged.to_bytes()
     assert Summary.from_bytes(again).to_bytes() == again
+    assert again == OracleSummary.merge_all(oracles).to_bytes(), "the native merge differs from the oracle's"
     return True
 
 

@@ -46,7 +46,9 @@ struct Centroid {
 // on its compare, is one of two independent chains instead of one; merge_two runs two such merges in one loop (four
 // chains). Each run's order and the tie rule give the very sequence a front-only merge gives. While both runs hold at
 // least two elements not yet taken, a front step and a back step can neither take the same element nor run a run dry;
-// the rest (a run down to one element or none) is merged from the front.
+// the rest (a run down to one element or none) is merged from the front. Precondition: no mean is NaN (the two ends
+// rely on a total order; decode refuses NaN means with its ascending check, and build() takes only this process's
+// digests): with NaN the two ends may disagree with a front-only merge (review: 2,157 of 3,000 NaN cases differed).
 struct Merge {
     const Centroid *l, *lb, *r, *rb;  // each run's next element from the front and from the back (inclusive)
     Centroid *o, *ob;
