@@ -221,6 +221,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         code = [function, *(definition.func for definitions in fixtures.values() for definition in definitions)]
         integration = any(classifier.integration(obj) for obj in code if obj is not None and _in_tests(obj))
         item.add_marker(pytest.mark.integration if integration else pytest.mark.unit)
+    # scripts/test's two passes pick their tests here, not with -m: pytest keeps only the last -m, so a user's own
+    # (`-m unit`, `-m 'not network'`) replaced the pass's and the serial pass ran the whole suite again (review).
+    wanted = os.environ.get("TELEMETRY_TEST_PASS", "")
+    if wanted:
+        if wanted not in ("parallel", "serial"):
+            raise pytest.UsageError(f"TELEMETRY_TEST_PASS must be 'parallel' or 'serial', got {wanted!r}")
+        picked = [item for item in items if (item.get_closest_marker("serial") is not None) == (wanted == "serial")]
+        if len(picked) != len(items):
+            chosen = set(map(id, picked))
+            config.hook.pytest_deselected(items=[item for item in items if id(item) not in chosen])
+            items[:] = picked
     if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker collects, and must order alike: this is deterministic
         first = {path: rank for rank, path in enumerate(FIRST)}
         items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], len(FIRST)))  # stable: files stay whole
