@@ -72,6 +72,9 @@ def test_a_2x_rank_of_two_is_named_within_the_bound(tree: dict) -> None:
 
 
 def test_a_clean_job_of_two_raises_no_straggler_event(tree: dict) -> None:
+    """A smoke check of the clean side live (its 34 steps): the false alarms the two-rank persistence rules guard
+    against came at step 101 and later in the model (review), which tests/test_straggler_cpu_work.py's
+    test_a_clean_small_job_raises_no_straggler catches (300 steps); this one says a real job raises nothing early."""
     job = f"clean2-{uuid.uuid4().hex[:8]}"
     _job(tree, job)
     assert all(r["count"] == WORLD for r in _waits(tree, job).values())
