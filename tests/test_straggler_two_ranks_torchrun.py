@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers_tree import api_get, wait_for
+from helpers_tree import events, wait_for
 from helpers_tree import steps as api_steps
 from torchrun_tree import durable_ranks, root_and_agent, run_job
 
@@ -54,9 +54,7 @@ def _waits(tree: dict, job: str) -> dict[int, dict]:
 
 
 def _events(tree: dict, job: str) -> list[dict]:
-    status, body = api_get(tree["api"], f"/api/v1/jobs/{job}/events?kind=straggler&last=1000")
-    assert status == 200, body
-    return body.get("events", [])
+    return events(tree["api"], job, "straggler")
 
 
 def test_a_2x_rank_of_two_is_named_within_the_bound(tree: dict) -> None:
