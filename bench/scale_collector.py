@@ -118,6 +118,8 @@ def child_collector(cfg: dict) -> None:
                 counters = server.node.subtree_counters()
             with lock:
                 return {"stats": dict(stats), "counters": counters}
+        if cmd["cmd"] == "threads":  # OS thread id -> Python thread name (bench/rack_arrival.py's per-thread CPU)
+            return {"threads": {str(t.native_id): t.name for t in threading.enumerate()}}
         return {}
 
     commands(on)
