@@ -342,6 +342,23 @@ class WaitScore:
         p = 1.0 / self.world
         return max(self.share, p + self.persist_z * math.sqrt(p * (1.0 - p) / self.window))
 
+    def _running_agrees(self, rank: int) -> bool:
+        """Whether the job's running shares, when it has them, say `rank` makes the others wait now: it has the
+        lowest running share on the latest running step, by the bar the slow lane uses on them (`running_floor`:
+        the job's own level of them and their spread) or more. The per-step persistence lane counts how often a
+        rank waited least, as if the steps were independent draws; on a loaded host they are not (the scheduler
+        holds one rank back for tens of steps at a time), and 60 % of 60 steps came by chance on a recorded clean
+        sync2 run whose running shares put that rank's gap at a third of their own bar (docs/detectors.md,
+        2026-11-27: no in-time cell of the model or the recorded runs changed).
+        A slight straggler is behind on every step: by the time that lane names it, its running share is the
+        lowest by more than the job's noise. A job without running shares is judged on the per-step lane alone."""
+        if not self.running:
+            return True
+        if not self.recent_running:
+            return False
+        _, least, x = self.recent_running[-1]
+        return least == rank and x >= self.running_floor()
+
     def _holds_lowest(self, rank: int) -> bool:
         """Whether `rank` had the lowest running share on half the window or more: a slight straggler has it on
         every step, and its gap must not become the job's level (it would lift the bar to itself)."""
@@ -426,8 +443,11 @@ class WaitScore:
 
     def _qualifies(self, rank: int) -> bool:
         """A rank at ratio 1 or more is named on the fast lane only at the end of a run of `fast_steps` steps of
-        evidence for it; on any other lane as it stands."""
+        evidence for it; on the per-step persistence lane only where the running shares agree (`_running_agrees`);
+        on any other lane as it stands."""
         if self.run[1] >= self.fast_steps and self.run[0] == rank:
             return True
         slow = [lane.scores.get(rank, 0.0) / lane.threshold for lane in self.lanes[1:]]
-        return max([*slow, self._persistence(rank), self._persistence(rank, running=True)]) >= 1.0
+        if max([*slow, self._persistence(rank, running=True)]) >= 1.0:
+            return True
+        return self._persistence(rank) >= 1.0 and self._running_agrees(rank)
