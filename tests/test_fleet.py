@@ -742,3 +742,115 @@ def test_fleet_grace_all_reaches_the_tier_as_no_grace_and_bad_values_are_refused
     for bad in ("-1", "inf", "nan", "soon", ""):
         result = CliRunner().invoke(cli.main, ["collector", *where, "--fleet-grace", bad])
         assert result.exit_code == 2 and "--fleet-grace" in result.output, (bad, result.output)
+
+
+@pytest.mark.parametrize("tier", ["rack", "above racks"])
+@pytest.mark.parametrize("metric, value, grace, at_once", [
+    ("ib.link_downed_delta", 1.0, 0.5, True),     # a link down: passed on with the hosts that are in
+    ("gpu.xid_errors_delta", 3.0, 0.5, True),
+    ("gpu.lost", 1.0, 0.5, True),
+    ("ib.link_downed_delta", 0.0, 0.5, False),    # the same counter without a fault waits for its late host
+    ("ib.symbol_error_delta", 500.0, 0.5, False),  # not a fault on one reading (a warning rule): waits
+    ("ib.link_downed_delta", 1.0, None, False),   # --fleet-grace all: every second waits for every host
+])
+def test_a_fleet_second_holding_a_fault_is_passed_on_at_once_and_so_are_its_late_parts(monkeypatch, tier, metric,
+                                                                                      value, grace, at_once):
+    """A second of an URGENT_METRICS metric whose parts in hold a value above 0 (a link down, an XID, a GPU off the
+    bus) is passed on as soon as such a part is in, not at its cut-off (`fleet_grace_s` after the hosts sampled it;
+    twice that above racks): a late host elsewhere in the rack, or a late rack, would otherwise hold a link down back
+    by the grace at every tier, and the 2 s bound at 2,000 hosts has no margin for it (docs/fleet.md). A late part
+    that holds a fault goes on at once too, not LATE_BATCH_S later. Judged on a real Node (the Python table; the
+    native one in the next test, through real servers) at a mocked wall clock well before the cut-off. Failed
+    before: every case waited for its cut-off."""
+    from types import SimpleNamespace
+
+    from collectors.common.keys import Key
+    from collectors.delivery import node as node_module
+    from collectors.delivery.node import Node, RankView
+    from collectors.delivery.windows import Deadlines, Part
+    from helpers_tree import summary_of
+
+    second_ms = 999_999_000
+    wall = {"s": (second_ms + fleet.SAMPLE_PHASE * 1000 + 20) / 1000}  # just after the hosts sampled the second
+    monkeypatch.setattr(node_module, "time", SimpleNamespace(time=lambda: wall["s"], monotonic=time.monotonic))
+    slots = fleet.family_of(metric)
+    assert slots is not None
+    slot = slots[0]
+    key = Key(fleet.FLEET_JOB, metric, second_ms, 1000)
+    node = Node(tier, Deadlines(floor_s=30.0), ack_down=lambda *a, **k: None, fleet_grace_s=grace)
+    per_child = 1 if tier == "rack" else 2  # one host per child under a rack, two hosts per rack above racks
+    sources = {c: BitMap(fleet.source(c * per_child + h, slot) for h in range(per_child)) for c in range(3)}
+    for c in range(3):
+        node.child_ranks[f"child-{c}"] = {fleet.FLEET_JOB: RankView(alive=sources[c])}
+    values = {src: (value if src == sources[0].min() else 0.0) for src in sources[0]}
+    assert node.offer(Part(key, [("child-0", 1)], sources[0], built=summary_of(values)), 1)[0] == "accepted"
+    (win,) = node.table.pending_windows()
+    assert node.covered_complete(win) is at_once
+    if not at_once:
+        return
+    now = time.monotonic()
+    assert node.table.due(now, node.covered_complete) == [win]  # sealed: what comes now is a late part
+    win.dispatch(1, win.take(late=False))  # as the sink does with a window due
+    quiet = {src: 0.0 for src in sources[1]}
+    assert node.offer(Part(key, [("child-1", 1)], sources[1], built=summary_of(quiet)), 1)[0] == "accepted"
+    assert node.table.due(now, node.covered_complete) == [], "a late part without a fault waits to go with others"
+    faulty = {src: value for src in sources[2]}
+    assert node.offer(Part(key, [("child-2", 1)], sources[2], built=summary_of(faulty)), 1)[0] == "accepted"
+    assert node.table.due(now, node.covered_complete) == [win], "a late part holding a fault waited"
+
+
+def test_a_link_down_is_stored_and_named_without_waiting_for_a_late_host_or_the_cut_off(tmp_path):
+    """The native tables of real racks and root, through real servers: one host's link down (node-0, rack0) while
+    its rack neighbour (node-1) is late, at a fleet grace of 30 s (cut-offs 30.7 s at the racks and 60.7 s at the
+    root after the second began): the link down's second is stored, and the port named, at once; the same second of
+    a metric without a fault (`ib.port_active`, whose drop is judged over 2 s) is still held for the late host; the
+    late host's readings are merged in exactly after. Failed before: the link down waited for the cut-off."""
+    trees = []
+    for h in range(3):
+        trees.append(tmp_path / f"sys{h}")
+        write_host(trees[-1], nics=2, hcas=4)
+    root = make_root(tmp_path / "root.db", deadline_floor_s=90.0, fleet_grace_s=30.0)
+    racks = [make_collector([root.address], f"rack{r}", deadline_floor_s=90.0, fleet_grace_s=30.0) for r in range(2)]
+    hosts = [_SimHost(h, trees[h], racks[0 if h < 2 else 1].address) for h in range(3)]
+    try:
+        second = 0
+        for _ in range(2):  # the tiers learn which hosts each child covers
+            second = _next_second(second)
+            for host in hosts:
+                host.sample(second)
+                host.flush()
+            _complete(root, "ib.port_active")
+        set_ib(trees[0], "mlx5_2", 1, active=False, link_downed=1)
+        second = _next_second(second)
+        for host in hosts:
+            host.sample(second)
+        hosts[0].flush()
+        hosts[2].flush()  # node-1, under rack0 with node-0, is late
+
+        def stored(metric: str) -> tuple[dict, Summary] | None:
+            return next(((row, s) for row, s in _fleet_windows(root, metric) if row["idx"] == second), None)
+        row, early = wait_for(lambda: stored("ib.link_downed_delta"), 20.0, what="the link down's second stored")
+        assert 0 in {fleet.host_index_of(src) for src in early.sources}
+        assert 1 not in {fleet.host_index_of(src) for src in early.sources}, "it waited for the late host"
+        assert early.max == 1.0 and fleet.host_index_of(early.argmax) == 0
+
+        def named():
+            status, body = api_get(root.api_address, f"/api/v1/jobs/{fleet.FLEET_JOB}/events?kind=hardware")
+            found = [e for e in body.get("events", []) if e["detail"].get("rule") == "ib_link_downed"]
+            return found[0] if status == 200 and found else None
+        event = wait_for(named, 20.0, what="the link down named")
+        assert event["detail"]["host"] == "node-0" and event["detail"]["device"] == "mlx5_2/1"
+        assert stored("ib.port_active") is None, "a second without a fault did not wait for its late host"
+        hosts[1].flush()
+
+        def merged() -> tuple[dict, Summary] | None:
+            found = stored("ib.link_downed_delta")
+            return found if found and len(found[1].sources) == 12 else None
+        row, whole = wait_for(merged, WAIT, what="the late host's readings merged into the stored second")
+        assert row["late"] >= 1
+        assert whole.count == 12 and whole.sum == 1.0 and fleet.host_index_of(whole.argmax) == 0
+        wait_for(lambda: stored("ib.port_active"), WAIT, what="the second without a fault, once its host came")
+    finally:
+        for host in hosts:
+            host.stop()
+        stop_all(*racks, root)

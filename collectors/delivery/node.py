@@ -526,7 +526,7 @@ class Node:
             family = self._fleet_family(covered, win.key.metric)
             if family.issubset(sources):
                 return True
-            return self.fleet_grace_s is not None and self._fleet_passed(win)
+            return self.fleet_grace_s is not None and (self.table.urgent(win) or self._fleet_passed(win))
         return bool(covered) and covered.issubset(sources)
 
     def world_complete(self, win: Window) -> bool:

@@ -25,6 +25,7 @@ import numpy as np
 from pyroaring import BitMap
 
 from collectors.common.attempts import scoped, split
+from collectors.common.fleet import URGENT_METRICS
 from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from telemetry.names import FLEET_JOB
@@ -570,10 +571,12 @@ class WindowTable:
             if win.sealed and key.job == FLEET_JOB:
                 # Late hosts' parts of a fleet second are sent on together, LATE_BATCH_S after the first came, not
                 # one delta per host and flush: a tier that passed the second on without its late hosts
-                # (Node._fleet_passed) would otherwise send the root a delta for each of them.
-                if not win.late_at:
+                # (Node._fleet_passed) would otherwise send the root a delta for each of them. Late parts that hold
+                # a fault (`urgent`) go at once.
+                hold = not self.urgent(win)
+                if hold and not win.late_at:
                     win.late_at = now + LATE_BATCH_S
-                if now < win.late_at:
+                if hold and now < win.late_at:
                     continue
                 win.late_at = 0.0
             if win.sealed or now >= win.deadline or complete(win):
@@ -627,6 +630,16 @@ class WindowTable:
                 self._pending.discard(win.key)
                 out.append(win)
         return out
+
+    def urgent(self, win: Window) -> bool:
+        """A fleet window of an URGENT_METRICS metric whose pending parts hold a value above 0 (a fault): it is passed
+        on at once (Node.covered_complete), and so are its late parts (`due`), rather than at the second's cut-off
+        or LATE_BATCH_S later: a link down is named within the sample period plus the hops, whatever host is late."""
+        if win.key.metric not in URGENT_METRICS or win.key.job != FLEET_JOB:
+            return False
+        if win.native is not None and win.native.pending_max(win.slot) > 0:
+            return True
+        return any(part.summary.count and part.summary.max > 0 for part in win.pending)
 
     def pending_windows(self) -> Iterator[Window]:
         """The windows with parts not yet shipped that `due` asks in Python (a native table's watched windows are

@@ -470,6 +470,13 @@ PYBIND11_MODULE(_native, m) {
                 if (std::find(out.begin(), out.end(), e.origin) == out.end()) out.push_back(e.origin);
             return out;
         }, "The units the window's pending parts came in (their ids), each once.")
+        .def("pending_max", [](const Windows& t, uint32_t slot) {
+            double best = -INFINITY;
+            for (const Entry& e : t.at(slot).pending)
+                if (e.core.count > 0 && e.core.max > best) best = e.core.max;
+            return best;
+        }, "The largest value among the window's pending parts (-inf when they hold none): whether a fleet second "
+           "holds a fault that passes it on at once (collectors/common/fleet.py URGENT).")
         .def("version", [](const Windows& t, uint32_t slot) { return t.at(slot).version; })
         .def("charged", [](const Windows& t, uint32_t slot) { return t.at(slot).charged; })
         .def("sources", &sources_of, "The window's sources, portable roaring bytes.")
