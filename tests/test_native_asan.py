@@ -8,7 +8,7 @@ aborts the run with ASan's report. Python itself is not instrumented, so libasan
 __cxa_throw ASan intercepts) are preloaded. Leak detection is off: CPython frees little at exit by design;
 bench/fuzz.py --native watches RSS over 100,000+ cases instead.
 
-Bounded for CI: one build (about 30 s of compiler time on a 2-core machine) and 4,000 seeded cases (a few s).
+Bounded for CI: one build (about 40 s of compiler CPU, two compilers at once: setup.py) and 4,000 seeded cases (a few s).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from bounded_run import run
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = 4000
@@ -38,10 +40,8 @@ def test_wire_fuzz_under_address_sanitizer(tmp_path: Path) -> None:
     if shutil.which("gcc") is None:
         pytest.fail("gcc is needed to build the extension (CI has it)")
     env = {**os.environ, "TELEMETRY_NATIVE_SANITIZE": "address"}
-    built = subprocess.run(
-        [sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(tmp_path / "lib"),
-         "--build-temp", str(tmp_path / "tmp")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=800)
+    built = run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", tmp_path / "lib",
+                 "--build-temp", tmp_path / "tmp"], 800, cwd=REPO, env=env)  # a time-out kills its compilers too
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (module,) = (tmp_path / "lib" / "telemetry" / "summary").glob("_native*.so")
     run_env = {**os.environ, "LD_PRELOAD": f"{_runtime('libasan.so')} {_runtime('libstdc++.so')}",

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from bounded_run import run
+
 REPO = Path(__file__).resolve().parents[1]
 SYSTEMD = {"telemetry-agent.service", "telemetry-collector@.service", "telemetry.sysusers.conf", "agent.toml",
            "agent.env", "collector-example.toml"}
@@ -30,7 +32,7 @@ pytestmark = [pytest.mark.network, pytest.mark.timeout(300)]
 
 
 def _run(cmd: list, cwd: Path, timeout: float = 240) -> str:
-    done = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    done = run(cmd, timeout, cwd=cwd)  # past the time-out, the build's compilers are killed with it
     assert done.returncode == 0, f"{cmd}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout + done.stderr
 
