@@ -18,7 +18,9 @@ import importlib
 import inspect
 import linecache
 import os
+import signal
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -201,6 +203,25 @@ FIRST = (
     "tests/test_native_ingest.py",
     "tests/test_native_add_many.py",
 )
+
+
+@pytest.fixture(autouse=True)
+def _stop_signals_restored() -> Iterator[None]:
+    """SIGINT's and SIGTERM's handlers and the signal wakeup fd as they were before each test. A test that runs
+    `telemetry collector|agent` in-process (click's CliRunner: tests/test_demo.py, tests/test_remote_write.py)
+    installs the services' StopSignals in pytest's own process, which only note SIGTERM; every process forked
+    after it inherited that: tests/test_straggler_cpu_bound_torchrun.py's spinners then outlived their
+    terminate(), spun on, and pytest hung at exit joining them (the serial pass of a fresh-clone two-pass run;
+    in one process, a file between the two happened to put SIGTERM back). Tests that mean to change a handler
+    inside a process of their own are unaffected."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    wakeup = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup)
+    yield
+    for sig, handler in handlers.items():
+        if signal.getsignal(sig) is not handler and handler is not None:
+            signal.signal(sig, handler)
+    signal.set_wakeup_fd(wakeup)
 
 
 def serial(nodeid: str) -> bool:
