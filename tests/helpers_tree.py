@@ -94,6 +94,15 @@ def steps(api_address: str, job: str, metric: str, last: int = 1000) -> list[dic
     return body["steps"]
 
 
+def all_steps(api_address: str, job: str, metric: str, count: int, timeout: float = 30.0) -> dict[int, dict]:
+    """`metric`'s rows of `job` by step, once the root holds `count` steps of it (a job's last windows reach the
+    root a little after the job ends); fails the test naming the metric if they do not within `timeout` s."""
+    def complete() -> dict[int, dict] | None:
+        rows = {row["step"]: row for row in steps(api_address, job, metric, last=10_000)}
+        return rows if len(rows) == count else None
+    return wait_for(complete, timeout=timeout, what=f"{metric}: {count} steps of {job} at the root")
+
+
 def events(api_address: str, job: str, kind: str) -> list[dict]:
     """The root's events of `job` of one kind."""
     status, body = api_get(api_address, f"/api/v1/jobs/{job}/events")

@@ -25,7 +25,7 @@ import pytest
 
 from bench.torchrun_jobs import job_env, torchrun_argv
 from collectors.demo.train import kill_job
-from helpers_tree import api_get, wait_for
+from helpers_tree import all_steps, api_get, wait_for
 from helpers_tree import steps as api_steps
 from torchrun_tree import REPO, durable_ranks, root_and_agent
 
@@ -103,10 +103,7 @@ def test_the_cpu_bound_rank_does_twice_the_cpu_work_and_the_sdk_sees_it(loaded_j
     assert loaded_job["loaded_from"] < FAULT_STEP - 5, loaded_job["loaded_from"]  # loaded well before the fault
     assert loaded_job["truth"]["slowness"] == "cpu" and loaded_job["truth"]["rank"] == SLOW
 
-    def all_steps() -> list[dict] | None:
-        rows = api_steps(tree["api"], job, "oncpu_time", last=10_000)
-        return rows if len(rows) == STEPS else None
-    rows = wait_for(all_steps, timeout=30, what="every step's oncpu_time at the root")
+    rows = list(all_steps(tree["api"], job, "oncpu_time", STEPS).values())
     assert all(r["count"] == WORLD and r["min"] > 0.0 for r in rows), rows
     ratios = [next(v for v, rank in r["top"] if rank == SLOW) / r["p50"] for r in rows if r["step"] > FAULT_STEP]
     assert statistics.median(ratios) > 1.5, ratios

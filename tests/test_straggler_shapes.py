@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from helpers_tree import api_get, wait_for
+from helpers_tree import all_steps, api_get, wait_for
 from helpers_tree import steps as api_steps
 from torchrun_tree import REPO, durable_ranks, root_and_agent, run_job
 
@@ -75,20 +75,14 @@ def test_every_rank_logs_its_run_queue_wait_each_step(tree: dict, shapes_job: di
     for shape, _, slow in CASES:
         job = f"{shapes_job['job']}-{shape}"
 
-        def all_steps(job: str = job) -> list[dict] | None:
-            rows = api_steps(tree["api"], job, "runqueue_wait", last=10_000)
-            return rows if len(rows) == STEPS else None
-        rows = wait_for(all_steps, timeout=30, what=f"every step's runqueue_wait of {shape} at the root")
+        rows = list(all_steps(tree["api"], job, "runqueue_wait", STEPS).values())
         assert all(r["count"] == WORLD and r["min"] >= 0.0 for r in rows), (shape, rows)
         excess = [next(v for v, rank in r["top"] if rank == slow) - r["p50"] for r in rows if r["step"] > FAULT_STEP]
         assert statistics.median(excess) < shapes_job["truths"][shape]["extra_s"] / 2, (shape, excess)
         # ... and its step thread's time on a CPU (`oncpu_time`, the same read): the sleep adds none of it (the rule
         # does not take its queueing for its own CPU work: collectors/detectors/cpu_work.py)
 
-        def all_oncpu(job: str = job) -> list[dict] | None:
-            rows = api_steps(tree["api"], job, "oncpu_time", last=10_000)
-            return rows if len(rows) == STEPS else None
-        cpu = wait_for(all_oncpu, timeout=30, what=f"every step's oncpu_time of {shape} at the root")
+        cpu = list(all_steps(tree["api"], job, "oncpu_time", STEPS).values())
         assert all(r["count"] == WORLD and r["min"] > 0.0 for r in cpu), (shape, cpu)
         extra = [next(v for v, rank in r["top"] if rank == slow) - r["p50"] for r in cpu if r["step"] > FAULT_STEP]
         assert statistics.median(extra) < shapes_job["truths"][shape]["extra_s"] / 4, (shape, extra)
@@ -99,10 +93,7 @@ def test_slow_rank_is_named_in_each_shape(tree: dict, shapes_job: dict, shape: s
     job, world = f"{shapes_job['job']}-{shape}", WORLD
     assert shapes_job["truths"][shape]["where"] == where
 
-    def all_steps() -> list[dict] | None:
-        rows = api_steps(tree["api"], job, "collective_wait", last=10_000)
-        return rows if len(rows) == STEPS else None
-    waits = wait_for(all_steps, timeout=30, what="every step's collective_wait at the root")
+    waits = list(all_steps(tree["api"], job, "collective_wait", STEPS).values())
     assert all(r["count"] == world for r in waits), waits
     late = [r for r in waits if r["step"] > FAULT_STEP]
     # The slow rank is the one that waits least, on most steps after the fault (a wrong signal: ~1 in 4).

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers_tree import api_get, wait_for
-from helpers_tree import steps as api_steps
+from helpers_tree import all_steps, api_get, wait_for
 from torchrun_tree import durable_ranks, root_and_agent, run_job
 
 pytest.importorskip("torch")
@@ -44,10 +43,7 @@ def _job(tree: dict, job: str, *args: str) -> None:
 
 
 def _all_steps(tree: dict, job: str, metric: str) -> dict[int, dict]:
-    def complete() -> dict[int, dict] | None:
-        rows = {r["step"]: r for r in api_steps(tree["api"], job, metric, last=10_000)}
-        return rows if len(rows) == STEPS else None
-    return wait_for(complete, timeout=30, what=f"{metric}: {STEPS} steps at the root")
+    return all_steps(tree["api"], job, metric, STEPS)
 
 
 def _events(tree: dict, job: str) -> list[dict]:

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers_tree import events, wait_for
-from helpers_tree import steps as api_steps
+from helpers_tree import all_steps, events, wait_for
 from torchrun_tree import durable_ranks, root_and_agent, run_job
 
 pytest.importorskip("torch")
@@ -47,10 +46,7 @@ def _job(tree: dict, job: str, *args: str) -> None:
 
 
 def _waits(tree: dict, job: str) -> dict[int, dict]:
-    def complete() -> dict[int, dict] | None:
-        rows = {r["step"]: r for r in api_steps(tree["api"], job, "collective_wait", last=10_000)}
-        return rows if len(rows) == STEPS else None
-    return wait_for(complete, timeout=30, what=f"collective_wait: {STEPS} steps at the root")
+    return all_steps(tree["api"], job, "collective_wait", STEPS)
 
 
 def _events(tree: dict, job: str) -> list[dict]:
