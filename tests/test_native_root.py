@@ -363,3 +363,36 @@ def test_a_root_declines_on_the_loop_a_unit_carrying_forensics(tmp_path: Path, c
     assert [forward_pb2.Ack.FromString(a).seq for a in acks] == [0, 1]
     assert root.service._inline(root.streams[2], root.service._receive(
         unit_bytes(2, 1, 1, [(0, 0)], False, False))) is None, "the same unit without forensics goes in on the loop"
+
+
+def test_merges_of_every_size_in_a_row_on_two_threads_are_fastdigest_bit_for_bit() -> None:
+    """The merge's two buffers are kept by each thread between its merges (tdigest.hpp's `Scratch`): merges growing,
+    shrinking and past what a thread keeps (a merge of more than 2**17 centroids has buffers of its own), one after
+    another on this thread and on a second one, each give every byte the oracle (fastdigest) gives; a smaller merge
+    after a bigger one must not read what the bigger one left in the buffer."""
+    import threading
+
+    from summary_oracle import OracleSummary
+
+    rng = np.random.default_rng(29)
+
+    def children(n: int, size: int) -> tuple[list[Summary], list[OracleSummary]]:
+        values = rng.lognormal(0.0, 1.0, (n, size))
+        ours = [Summary.from_arrays(v, np.full(size, i), time_ns=5) for i, v in enumerate(values)]
+        theirs = [OracleSummary.from_arrays(v, np.full(size, i), time_ns=5) for i, v in enumerate(values)]
+        return ours, theirs
+
+    cases = [children(n, size) for n, size in [(32, 400), (2, 50), (64, 400), (3, 8), (700, 400), (32, 400), (5, 30)]]
+    assert sum(len(s._as_core().digest_bytes()) for s in cases[4][0]) > 2**17 * 16  # past the kept buffers
+    expected = [OracleSummary.merge_all(theirs).to_bytes() for _, theirs in cases]
+    found: dict[str, list[bytes]] = {}
+
+    def run(name: str, order: list[int]) -> None:
+        found[name] = [Summary.merge_all(cases[i][0]).to_bytes() for i in order]
+
+    run("main", list(range(len(cases))))
+    other = threading.Thread(target=run, args=("other", list(reversed(range(len(cases))))))
+    other.start()
+    other.join()
+    assert found["main"] == expected
+    assert found["other"] == list(reversed(expected))

@@ -111,6 +111,38 @@ inline void merge_two(const Centroid* src, Centroid* dst, size_t f1, size_t m1, 
     b.finish();
 }
 
+// The pairwise passes' two buffers, kept by each thread between its merges (grown as needed, up to KEPT_CENTROIDS;
+// a larger merge's are its own). Allocated per merge, the root's (32 digests of ~192 centroids: ~200 KB, past malloc's
+// mmap threshold) came from fresh pages every time: perf put the page faults at a third of the merge's CPU there
+// (docs/scale.md, "The root's step, counted"). Every slot is written before it is read, so what a buffer held
+// before does not matter.
+constexpr size_t KEPT_CENTROIDS = size_t(1) << 18;  // 4 MiB a thread at most (two buffers of 16-byte centroids)
+
+class Scratch {
+   public:
+    explicit Scratch(size_t n) {
+        thread_local std::unique_ptr<Centroid[]> kept;
+        thread_local size_t kept_size = 0;
+        if (n > KEPT_CENTROIDS) {
+            own_.reset(new Centroid[n]);
+            data_ = own_.get();
+            return;
+        }
+        if (n > kept_size) {
+            size_t size = std::min(std::max(n, 2 * kept_size), KEPT_CENTROIDS);
+            kept.reset();  // the old one first: at most one kept buffer alive
+            kept.reset(new Centroid[size]);
+            kept_size = size;
+        }
+        data_ = kept.get();
+    }
+    Centroid* get() const { return data_; }
+
+   private:
+    std::unique_ptr<Centroid[]> own_;
+    Centroid* data_ = nullptr;
+};
+
 }  // namespace detail
 
 // fastdigest's TDigest::merge_digests(digests, Some(max_size)). Empty inputs keep their slot in the pairwise
@@ -122,8 +154,9 @@ inline Digest merge_digests(const std::vector<const Digest*>& digests, size_t ma
     for (const Digest* d : digests) n_centroids += d->means.size();
     if (n_centroids == 0) return result;
 
-    // Two buffers the pairwise passes ping-pong between, left uninitialised (every slot is written before it is read).
-    std::unique_ptr<Centroid[]> buffers(new Centroid[2 * n_centroids]);
+    // Two buffers the pairwise passes ping-pong between, uninitialised or left from this thread's last merge (every
+    // slot is written before it is read).
+    detail::Scratch buffers(2 * n_centroids);
     std::vector<size_t> starts;
     starts.reserve(digests.size());
     unsigned __int128 count = 0, max_count = 0;
