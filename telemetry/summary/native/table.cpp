@@ -329,6 +329,12 @@ Core merge_batch(Batch& batch) {
         bitmaps.push_back(e.core.sources.get());
     }
     Bitmap union_ = union_of(bitmaps);
+    // As the encoder would (Summary.to_bytes), but before the merge copies it: the union of a rack's or a root's
+    // children is a few contiguous ranges, which a many-way union leaves as bitset or array containers (the root's
+    // 16,384 ranks: 8 KB). Run-optimised, everything that reads the merged sources before the encode (the root's
+    // figures, the summary's fields) reads a few bytes: the root's `figures` of such a window took 89 us, 34 once
+    // optimised (docs/scale.md, "The root's step, counted").
+    roaring_bitmap_run_optimize(union_.get());
     return merge_all(cores, union_.get());
 }
 
