@@ -100,19 +100,21 @@ def reusable_build(tree: Path, working: Path = REPO) -> list[Path]:
     return built if all(p.stat().st_mtime >= newest_input for p in built) else []
 
 
-def build_native(tree: Path) -> str:
+def build_native(tree: Path, others: list[Path] | None = None) -> str:
     """A revision with a compiled part (setup.py: the summary's C++ core) imports only once it is built; a fresh
     worktree holds sources alone, so build it in place with this interpreter (its pybind11 and compiler). When
-    its build inputs are the working tree's (a Python-only change: the common A/B), the working tree's build is
-    copied instead of compiling the same sources again (minutes on 2 cores). Returns how: "copied", "built",
-    or "none" (no compiled part)."""
+    its build inputs are the working tree's (a Python-only change: the common A/B), or those of one of `others`
+    (--reuse-build: e.g. the main checkout, when the change under test is native), that checkout's build is copied
+    instead of compiling the same sources again (minutes on 2 cores). Returns how: "copied" (from the working
+    tree), "copied from PATH", "built", or "none" (no compiled part)."""
     if not (tree / "setup.py").exists():
         return "none"
-    same = reusable_build(tree)
-    if same:
-        for built in same:
-            shutil.copy2(built, tree / built.relative_to(REPO))
-        return "copied"
+    for working in [REPO, *(others or [])]:
+        same = reusable_build(tree, working)
+        if same:
+            for built in same:
+                shutil.copy2(built, tree / built.relative_to(working))
+            return "copied" if working == REPO else f"copied from {working}"
     done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree,
                           capture_output=True, text=True)
     if done.returncode != 0:
@@ -127,6 +129,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="runs per side, interleaved (default 2)")
     parser.add_argument("--keys", help="compare only the figures whose dotted path matches this regex")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "ab.json")
+    parser.add_argument("--reuse-build", type=Path, action="append", default=[],
+                        help="another checkout whose compiled part the base copies when its build inputs are the "
+                             "base's, byte for byte, and it was built after them (e.g. the main checkout; repeatable)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the bench command, with {out}")
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -139,7 +144,7 @@ def main() -> int:
     try:
         subprocess.run(["git", "worktree", "add", "--detach", str(base_tree), args.base], cwd=REPO, check=True,
                        capture_output=True)
-        native = build_native(base_tree)
+        native = build_native(base_tree, args.reuse_build)
         print(f"base worktree {base_tree}: native extension {native}", flush=True)
         docs: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
         for round_ in range(1, args.rounds + 1):

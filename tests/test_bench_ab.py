@@ -11,7 +11,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from ab import NATIVE_SOURCES, compare, leaves, reusable_build  # noqa: E402  (bench/ is put on sys.path just above)
+from ab import NATIVE_SOURCES, build_native, compare, leaves, reusable_build  # noqa: E402  (bench/ is put on sys.path just above)
 
 
 def test_leaves_and_ratios() -> None:
@@ -75,3 +75,19 @@ def test_the_working_trees_build_is_reused_only_for_the_same_sources(tmp_path: P
     (base / NATIVE_SOURCES / "extra.hpp").unlink()
     (base / "setup.py").write_text("# builds it another way\n")
     assert reusable_build(base, working) == []
+
+
+def test_the_base_copies_another_checkouts_build_of_the_same_sources(tmp_path: Path) -> None:
+    """--reuse-build: a base whose native sources are not the working tree's (the change under test is native) but are
+    another checkout's (the main one), built after them, gets that checkout's build copied, not compiled again."""
+    other, base = tmp_path / "other", tmp_path / "base"
+    for tree in (other, base):
+        (tree / NATIVE_SOURCES).mkdir(parents=True)
+        (tree / "setup.py").write_text("# builds the extension\n")
+        (tree / NATIVE_SOURCES / "core.cpp").write_text("int core() { return 2; }  // not the working tree's\n")
+    built = other / "telemetry" / "summary" / "_native.cpython-311-x86_64-linux-gnu.so"
+    built.write_bytes(b"\x7fELF other")
+    for source in (other / "setup.py", other / NATIVE_SOURCES / "core.cpp"):
+        os.utime(source, (1_000_000, 1_000_000))
+    assert build_native(base, [other]) == f"copied from {other}"
+    assert (base / built.relative_to(other)).read_bytes() == b"\x7fELF other"
