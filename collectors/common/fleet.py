@@ -38,13 +38,15 @@ MAX_HOST_INDEX = (1 << HOST_BITS) - 1  # sources are uint32 in a summary's bitma
 #: of a fleet second is due at its rack: the tiers' cut-off counts its grace from this point (Node._fleet_cutoff_ms)
 SAMPLE_PHASE = 0.7
 DEFAULT_FLEET_GRACE_S = 0.5  # a tier passes a fleet second on this long after its hosts sampled it (Node._fleet_passed)
-#: fleet metrics whose any value above 0 is a fault (the critical counters of collectors/detectors/hardware.py that fire
-#: on one reading: an IB link that went down, an XID, an uncorrectable ECC error or row remap, a GPU off the bus): a
-#: tier passes a second of one of them on as soon as a part holding such a value is in, not at its cut-off, so that a
-#: slow host elsewhere in the rack or a slow rack does not hold the fault back (its part comes after as a late delta)
+#: fleet metrics whose any value above 0 is a fault: the metrics of the default critical rules of
+#: collectors/detectors/hardware.py that fire on one reading (an IB link that went down, an XID, an uncorrectable ECC
+#: error or row remap, a failed row remap, a GPU off the bus; tests/test_fleet.py keeps the two in step). A tier
+#: passes a second of one of them on as soon as a part holding such a value is in, not at its cut-off, so that a slow
+#: host elsewhere in the rack or a slow rack does not hold the fault back (its part comes after as a late delta).
+#: Fixed for the transport: a site's rule overrides at the root do not change it.
 URGENT_METRICS: frozenset[str] = frozenset({
     "ib.link_downed_delta", "gpu.xid_errors_delta", "gpu.ecc_uncorrected_delta",
-    "gpu.remapped_rows_uncorrectable_delta", "gpu.lost"})
+    "gpu.remapped_rows_uncorrectable_delta", "gpu.row_remap_failure", "gpu.lost"})
 #: metric prefix -> the slots of its device kind [lo, hi)
 FAMILIES: dict[str, tuple[int, int]] = {"gpu.": (0, 16), "nic.": (16, 64), "ib.": (64, 256)}
 

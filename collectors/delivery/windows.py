@@ -139,6 +139,7 @@ class Window:
     # resend of what it held is refused again (Node.attach_duplicate), never absorbed and acknowledged DURABLE.
     refused: str | None = None
     late_at: float = 0.0  # a fleet window's late parts go on at this time, together (WindowTable.due)
+    fault_sent: bool = False  # a fleet window passed on with a fault in it: later faults wait with the late parts
     cost: int = 0  # bytes this window is charged against its table's budget (WindowTable.charge)
     # A collector's window is held natively (NativeWindows): its parts, sources and expected world live in slot
     # `slot` of `native`, `pending` stays empty, and `sources` is a copy read when asked (WindowTable.sources).
@@ -571,18 +572,21 @@ class WindowTable:
             if win.sealed and key.job == FLEET_JOB:
                 # Late hosts' parts of a fleet second are sent on together, LATE_BATCH_S after the first came, not
                 # one delta per host and flush: a tier that passed the second on without its late hosts
-                # (Node._fleet_passed) would otherwise send the root a delta for each of them. Late parts that hold
-                # a fault (`urgent`) go at once.
-                hold = not self.urgent(win)
+                # (Node._fleet_passed) would otherwise send the root a delta for each of them. The second's first
+                # fault (`urgent`: it was passed on without one) goes at once; faults after it wait with the rest,
+                # so that K faulty hosts in a second cost a tier about 2 units of it, not K + 1.
+                hold = win.fault_sent or not self.urgent(win)
                 if hold and not win.late_at:
                     win.late_at = now + LATE_BATCH_S
                 if hold and now < win.late_at:
                     continue
+                win.fault_sent = win.fault_sent or not hold
                 win.late_at = 0.0
             if win.sealed or now >= win.deadline or complete(win):
                 if not win.sealed:
                     win.sealed, win.sealed_at = True, now
                     self._settling.append(key)
+                    win.fault_sent = key.job == FLEET_JOB and self.urgent(win)
                 self._pending.discard(key)
                 out.append(win)
         if self.native is not None:

@@ -476,7 +476,7 @@ PYBIND11_MODULE(_native, m) {
                 if (e.core.count > 0 && e.core.max > best) best = e.core.max;
             return best;
         }, "The largest value among the window's pending parts (-inf when they hold none): whether a fleet second "
-           "holds a fault that passes it on at once (collectors/common/fleet.py URGENT).")
+           "holds a fault that passes it on at once (collectors/common/fleet.py URGENT_METRICS).")
         .def("version", [](const Windows& t, uint32_t slot) { return t.at(slot).version; })
         .def("charged", [](const Windows& t, uint32_t slot) { return t.at(slot).charged; })
         .def("sources", &sources_of, "The window's sources, portable roaring bytes.")
