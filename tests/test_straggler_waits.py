@@ -807,3 +807,21 @@ def test_a_straggler_starved_before_its_onset_is_named() -> None:
     `descheduled_leave`'s sum (capping each step's queueing at its lead named it at 16, but replayed over the
     held-out runs raised their false alarms from 5 to 9: not done)."""
     assert _replayed(_FSDP2_STARVED, {}) == [("cpu_starved", [2], None), ("straggler", [2], 19)]
+
+
+def test_the_per_step_persistence_lane_judges_alone_once_the_running_shares_stop_coming() -> None:
+    """A job whose running shares stopped coming (a rank without its figure, a restarted rank's steps going back,
+    the job's metric budget): the gate on the per-step persistence lane (`_running_agrees`) read the last share step
+    however old, so a slight straggler under the fast lane's reference, whose share steps no longer feed the slow
+    lanes either, was never named (review of ef1a6c2: the cpu_work model, shares until step 100, a 1.1x rank from
+    120: named before that commit, never after). Shares older than `running_stale` steps now count as none."""
+    score = WaitScore()
+    for step in range(20):  # shares at first: rank 0 has the lowest (no evidence)
+        score.update(step, step % 3, 0.0, 1.0, world=3)
+        score.update_running(step, 0, 0.0)
+    assert not score.named()
+    for step in range(20, 120):  # shares stop; rank 2 waits least by 6 % of a step on 3 steps in 4
+        least = 2 if step % 4 else step % 2
+        score.update(step, least, 0.06 if least == 2 else 0.01, 1.0, world=3)
+    named = score.named()
+    assert named is not None and named[0] == 2, named

@@ -147,6 +147,11 @@ class WaitScore:
         self.running_quiet_ratio = 0.25  # a step's rank scored under this (of a threshold) joins the background
         self.running_share = 0.8  # the running persistence lane: the lowest share on this much of `window` steps
         self.recent_running: deque[tuple[int, int, float]] = deque(maxlen=window)
+        # The step of the latest running share: older than `running_stale` steps behind the per-step evidence, the
+        # shares stopped coming (a rank without its figure, a restarted rank's steps, the job's metric budget) and
+        # the per-step persistence lane is judged as in a job without them (`_running_agrees`)
+        self.running_step = -1
+        self.running_stale = 8
         # A rank whose event closed while its running share is still the lowest (it recovered; its average takes
         # ~15 steps to rejoin the others'): no evidence of it counts while its gap keeps falling.
         self.quiet: tuple[int, float] | None = None  # (rank, the lowest gap seen since)
@@ -303,6 +308,7 @@ class WaitScore:
             lane.drift = max(drift, floor)
             lane.update(step, least, x)
         self.recent_running.append((step, least, x))
+        self.running_step = max(self.running_step, step)
         return x
 
     def _persistence(self, rank: int, running: bool = False) -> float:
@@ -351,8 +357,12 @@ class WaitScore:
         sync2 run whose running shares put that rank's gap at a third of their own bar (docs/detectors.md,
         2026-11-27: no in-time cell of the model or the recorded runs changed).
         A slight straggler is behind on every step: by the time that lane names it, its running share is the
-        lowest by more than the job's noise. A job without running shares is judged on the per-step lane alone."""
+        lowest by more than the job's noise. A job without running shares is judged on the per-step lane alone, and
+        so is one whose shares stopped coming `running_stale` steps ago (review: the last share step gated the
+        lane for good, and the slow lanes, fed by share steps only, stopped too)."""
         if not self.running:
+            return True
+        if self.recent and self.recent[-1][0] - self.running_step > self.running_stale:
             return True
         if not self.recent_running:
             return False
