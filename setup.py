@@ -5,7 +5,8 @@ with C flags and linked in. TELEMETRY_NATIVE_SANITIZE=address builds with Addres
 
 The sources compile in parallel, C and C++ in one pool (TELEMETRY_BUILD_JOBS workers, default: the CPUs this
 process may use): serially they cost ~37 s of compiler CPU, module.cpp alone ~16 s and roaring.c ~11 s, so on CI's
-two cores the build waits ~19 s instead of ~37 s (docs/development.md). pybind11's ParallelCompile is not used: it
+two cores the build should wait ~19 s instead of ~37 s (an estimate from the per-file CPU, not measured on an idle
+2-core machine; docs/development.md). pybind11's ParallelCompile is not used: it
 parallelises one compile call, one flag set, and the C file (the second longest) would then compile alone.
 """
 
@@ -29,7 +30,13 @@ SOURCES = [f"{NATIVE}/module.cpp", f"{NATIVE}/croaring/roaring.c", f"{NATIVE}/co
 
 def build_jobs() -> int:
     """How many compilers run at once: TELEMETRY_BUILD_JOBS, else the CPUs this process may run on."""
-    return max(1, int(os.environ.get("TELEMETRY_BUILD_JOBS") or len(os.sched_getaffinity(0))))
+    given = os.environ.get("TELEMETRY_BUILD_JOBS", "")
+    if given:
+        try:
+            return max(1, int(given))
+        except ValueError:
+            raise SystemExit(f"TELEMETRY_BUILD_JOBS must be a whole number of compilers, not {given!r}") from None
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 class BuildNative(build_ext):
