@@ -9,7 +9,8 @@ rack collector and root on loopback.
 from __future__ import annotations
 
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
@@ -540,60 +541,72 @@ def _next_second(after_ms: int) -> int:
     return int(time.time()) * 1000
 
 
-def test_a_fleet_second_is_passed_on_without_a_late_host_whose_readings_are_merged_exactly_after(tmp_path):
-    """Issue 28: a tier passes a fleet second on `fleet_grace_s` after it ended without a host not in yet (the racks
-    above it once every rack sent its part), instead of holding it until its deadline (10 s here); the late host's
-    readings follow as a late delta, merged into the stored window exactly, and a link down among them is still
-    named (the detector judges a second's late sources)."""
+@contextmanager
+def _link_down_with_a_late_host(tmp_path: Path, down: int, **tier: float) -> Iterator[tuple[object, list[_SimHost], int]]:
+    """Three hosts' real hardware path (node-0 and node-1 under rack0, node-2 under rack1) into a real root, the
+    tiers made with `tier`'s options: two whole seconds (the tiers learn which hosts each child covers), then host
+    `down`'s IB port mlx5_2/1 goes down and every host samples the next second, of which node-1's part is held back
+    (late) until the test flushes hosts[1]. Yields (root, hosts, that second's start in ms)."""
     trees = []
     for h in range(3):
         trees.append(tmp_path / f"sys{h}")
         write_host(trees[-1], nics=2, hcas=4)
-    root = make_root(tmp_path / "root.db", deadline_floor_s=10.0)
-    racks = [make_collector([root.address], f"rack{r}", deadline_floor_s=10.0) for r in range(2)]
+    root = make_root(tmp_path / "root.db", **tier)
+    racks = [make_collector([root.address], f"rack{r}", **tier) for r in range(2)]
     hosts = [_SimHost(h, trees[h], racks[0 if h < 2 else 1].address) for h in range(3)]
     try:
         second = 0
-        for _ in range(2):  # the tiers learn which hosts each child covers
+        for _ in range(2):
             second = _next_second(second)
             for host in hosts:
                 host.sample(second)
                 host.flush()
             _complete(root, "ib.port_active")
-        set_ib(trees[1], "mlx5_2", 1, active=False, link_downed=1)
+        set_ib(trees[down], "mlx5_2", 1, active=False, link_downed=1)
         second = _next_second(second)
         for host in hosts:
             host.sample(second)
         hosts[0].flush()
         hosts[2].flush()  # node-1, under rack0 with node-0, is late
+        yield root, hosts, second
+    finally:
+        for host in hosts:
+            host.stop()
+        stop_all(*racks, root)
 
-        def stored() -> tuple[dict, Summary] | None:
-            return next(((row, s) for row, s in _fleet_windows(root, "ib.link_downed_delta")
-                         if row["idx"] == second), None)
-        row, early = wait_for(stored, 6.0, what="the fleet second stored without its late host")
+
+def _stored_second(root, metric: str, second: int) -> tuple[dict, Summary] | None:
+    return next(((row, s) for row, s in _fleet_windows(root, metric) if row["idx"] == second), None)
+
+
+def _link_down_event(root) -> dict | None:
+    status, body = api_get(root.api_address, f"/api/v1/jobs/{fleet.FLEET_JOB}/events?kind=hardware")
+    found = [e for e in body.get("events", []) if e["detail"].get("rule") == "ib_link_downed"]
+    return found[0] if status == 200 and found else None
+
+
+def test_a_fleet_second_is_passed_on_without_a_late_host_whose_readings_are_merged_exactly_after(tmp_path):
+    """Issue 28: a tier passes a fleet second on `fleet_grace_s` after it ended without a host not in yet (the racks
+    above it once every rack sent its part), instead of holding it until its deadline (10 s here); the late host's
+    readings follow as a late delta, merged into the stored window exactly, and a link down among them is still
+    named (the detector judges a second's late sources)."""
+    with _link_down_with_a_late_host(tmp_path, 1, deadline_floor_s=10.0) as (root, hosts, second):
+        row, early = wait_for(lambda: _stored_second(root, "ib.link_downed_delta", second), 6.0,
+                              what="the fleet second stored without its late host")
         assert {fleet.host_index_of(src) for src in early.sources} == {0, 2}
         assert row["late"] == 0
         hosts[1].flush()
 
         def merged() -> tuple[dict, Summary] | None:
-            found = stored()
+            found = _stored_second(root, "ib.link_downed_delta", second)
             return found if found and len(found[1].sources) == 12 else None
         row, whole = wait_for(merged, WAIT, what="the late host's readings merged into the stored second")
         assert row["late"] >= 1
         assert whole.count == 12 and whole.sum == 1.0 and whole.max == 1.0
         assert fleet.host_index_of(whole.argmax) == 1
         assert whole.sources == early.sources | BitMap(fleet.source(1, 64 + p) for p in range(4))
-
-        def named():
-            status, body = api_get(root.api_address, f"/api/v1/jobs/{fleet.FLEET_JOB}/events?kind=hardware")
-            found = [e for e in body.get("events", []) if e["detail"].get("rule") == "ib_link_downed"]
-            return found[0] if status == 200 and found else None
-        event = wait_for(named, WAIT, what="the late host's link down named")
+        event = wait_for(lambda: _link_down_event(root), WAIT, what="the late host's link down named")
         assert event["detail"]["host"] == "node-1" and event["detail"]["device"] == "mlx5_2/1"
-    finally:
-        for host in hosts:
-            host.stop()
-        stop_all(*racks, root)
 
 
 def test_an_agent_under_a_parent_without_host_registration_says_the_way_back_and_asks_again(monkeypatch, caplog):
@@ -877,52 +890,23 @@ def test_a_link_down_is_stored_and_named_without_waiting_for_a_late_host_or_the_
     root after the second began): the link down's second is stored, and the port named, at once; the same second of
     a metric without a fault (`ib.port_active`, whose drop is judged over 2 s) is still held for the late host; the
     late host's readings are merged in exactly after. Failed before: the link down waited for the cut-off."""
-    trees = []
-    for h in range(3):
-        trees.append(tmp_path / f"sys{h}")
-        write_host(trees[-1], nics=2, hcas=4)
-    root = make_root(tmp_path / "root.db", deadline_floor_s=90.0, fleet_grace_s=30.0)
-    racks = [make_collector([root.address], f"rack{r}", deadline_floor_s=90.0, fleet_grace_s=30.0) for r in range(2)]
-    hosts = [_SimHost(h, trees[h], racks[0 if h < 2 else 1].address) for h in range(3)]
-    try:
-        second = 0
-        for _ in range(2):  # the tiers learn which hosts each child covers
-            second = _next_second(second)
-            for host in hosts:
-                host.sample(second)
-                host.flush()
-            _complete(root, "ib.port_active")
-        set_ib(trees[0], "mlx5_2", 1, active=False, link_downed=1)
-        second = _next_second(second)
-        for host in hosts:
-            host.sample(second)
-        hosts[0].flush()
-        hosts[2].flush()  # node-1, under rack0 with node-0, is late
-
-        def stored(metric: str) -> tuple[dict, Summary] | None:
-            return next(((row, s) for row, s in _fleet_windows(root, metric) if row["idx"] == second), None)
-        row, early = wait_for(lambda: stored("ib.link_downed_delta"), 20.0, what="the link down's second stored")
+    with _link_down_with_a_late_host(tmp_path, 0, deadline_floor_s=90.0, fleet_grace_s=30.0) as (root, hosts, second):
+        row, early = wait_for(lambda: _stored_second(root, "ib.link_downed_delta", second), 20.0,
+                              what="the link down's second stored")
         assert 0 in {fleet.host_index_of(src) for src in early.sources}
         assert 1 not in {fleet.host_index_of(src) for src in early.sources}, "it waited for the late host"
         assert early.max == 1.0 and fleet.host_index_of(early.argmax) == 0
-
-        def named():
-            status, body = api_get(root.api_address, f"/api/v1/jobs/{fleet.FLEET_JOB}/events?kind=hardware")
-            found = [e for e in body.get("events", []) if e["detail"].get("rule") == "ib_link_downed"]
-            return found[0] if status == 200 and found else None
-        event = wait_for(named, 20.0, what="the link down named")
+        event = wait_for(lambda: _link_down_event(root), 20.0, what="the link down named")
         assert event["detail"]["host"] == "node-0" and event["detail"]["device"] == "mlx5_2/1"
-        assert stored("ib.port_active") is None, "a second without a fault did not wait for its late host"
+        assert _stored_second(root, "ib.port_active", second) is None, \
+            "a second without a fault did not wait for its late host"
         hosts[1].flush()
 
         def merged() -> tuple[dict, Summary] | None:
-            found = stored("ib.link_downed_delta")
+            found = _stored_second(root, "ib.link_downed_delta", second)
             return found if found and len(found[1].sources) == 12 else None
         row, whole = wait_for(merged, WAIT, what="the late host's readings merged into the stored second")
         assert row["late"] >= 1
         assert whole.count == 12 and whole.sum == 1.0 and fleet.host_index_of(whole.argmax) == 0
-        wait_for(lambda: stored("ib.port_active"), WAIT, what="the second without a fault, once its host came")
-    finally:
-        for host in hosts:
-            host.stop()
-        stop_all(*racks, root)
+        wait_for(lambda: _stored_second(root, "ib.port_active", second), WAIT,
+                 what="the second without a fault, once its host came")
