@@ -365,11 +365,14 @@ def test_a_root_declines_on_the_loop_a_unit_carrying_forensics(tmp_path: Path, c
         unit_bytes(2, 1, 1, [(0, 0)], False, False))) is None, "the same unit without forensics goes in on the loop"
 
 
-def test_merges_of_every_size_in_a_row_on_two_threads_are_fastdigest_bit_for_bit() -> None:
+def test_merges_of_every_size_interleaved_on_two_threads_are_fastdigest_bit_for_bit() -> None:
     """The merge's two buffers are kept by each thread between its merges (tdigest.hpp's `Scratch`): merges growing,
-    shrinking and past what a thread keeps (a merge of more than 2**17 centroids has buffers of its own), one after
-    another on this thread and on a second one, each give every byte the oracle (fastdigest) gives; a smaller merge
-    after a bigger one must not read what the bigger one left in the buffer."""
+    shrinking and past what a thread keeps (a merge of more than 2**17 centroids has buffers of its own) on two
+    threads at once, each thread's merges in its own order and the two interleaved (a switch interval of 10 us: the
+    GIL is held through each native merge, so merges alternate between the threads rather than overlap), each give
+    every byte the oracle (fastdigest) gives; a smaller merge after a bigger one, on its thread or the other, must
+    not read what the bigger one left in a buffer."""
+    import sys
     import threading
 
     from summary_oracle import OracleSummary
@@ -385,17 +388,33 @@ def test_merges_of_every_size_in_a_row_on_two_threads_are_fastdigest_bit_for_bit
     cases = [children(n, size) for n, size in [(32, 400), (2, 50), (64, 400), (3, 8), (700, 400), (32, 400), (5, 30)]]
     assert sum(len(s._as_core().digest_bytes()) for s in cases[4][0]) > 2**17 * 16  # past the kept buffers
     expected = [OracleSummary.merge_all(theirs).to_bytes() for _, theirs in cases]
-    found: dict[str, list[bytes]] = {}
+    orders = {"first": list(range(len(cases))) * 3, "second": list(reversed(range(len(cases)))) * 3}
+    found: dict[str, list[tuple[int, bytes]]] = {name: [] for name in orders}
+    sequence: list[str] = []  # which thread finished each merge, in the order they finished
+    start = threading.Barrier(len(orders))
 
-    def run(name: str, order: list[int]) -> None:
-        found[name] = [Summary.merge_all(cases[i][0]).to_bytes() for i in order]
+    def run(name: str) -> None:
+        start.wait()
+        for i in orders[name]:
+            found[name].append((threading.get_ident(), Summary.merge_all(cases[i][0]).to_bytes()))
+            sequence.append(name)
 
-    run("main", list(range(len(cases))))
-    other = threading.Thread(target=run, args=("other", list(reversed(range(len(cases))))))
-    other.start()
-    other.join()
-    assert found["main"] == expected
-    assert found["other"] == list(reversed(expected))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=run, args=(name,)) for name in orders]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not any(thread.is_alive() for thread in threads)
+    for name, order in orders.items():
+        assert [merged for _, merged in found[name]] == [expected[i] for i in order], name
+    assert len({ident for name in orders for ident, _ in found[name]}) == 2, "two threads merged"
+    switches = sum(a != b for a, b in zip(sequence, sequence[1:]))
+    assert switches >= 2, f"the threads' merges interleaved: {sequence}"
 
 
 def test_a_windows_merge_holds_its_sources_run_optimised_before_any_encode() -> None:

@@ -586,7 +586,7 @@ class WindowTable:
                 if not win.sealed:
                     win.sealed, win.sealed_at = True, now
                     self._settling.append(key)
-                    win.fault_sent = key.job == FLEET_JOB and self.urgent(win)
+                    win.fault_sent = self.urgent(win)  # urgent() is of the fleet's job only
                 self._pending.discard(key)
                 out.append(win)
         if self.native is not None:

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -116,6 +117,12 @@ inline void merge_two(const Centroid* src, Centroid* dst, size_t f1, size_t m1, 
 // mmap threshold) came from fresh pages every time: perf put the page faults at a third of the merge's CPU there
 // (docs/scale.md, "The root's step, counted"). Every slot is written before it is read, so what a buffer held
 // before does not matter.
+//
+// The rule: at most one Scratch that uses the kept buffer is alive per thread at a time, so no merge may run inside
+// another on the same thread (a second Scratch would be handed the very buffer the first is still merging in, and
+// growing it would free that buffer under the first). merge_digests makes one Scratch, merges, and lets it go
+// before it returns, calling nothing that merges; two threads merging at once each have their own buffer
+// (thread_local). A debug build (without NDEBUG) asserts the rule.
 constexpr size_t KEPT_CENTROIDS = size_t(1) << 18;  // 4 MiB a thread at most (two buffers of 16-byte centroids)
 
 class Scratch {
@@ -128,6 +135,11 @@ class Scratch {
             data_ = own_.get();
             return;
         }
+        assert(!kept_in_use() && "a merge inside another merge on one thread: Scratch's rule (one live per thread)");
+#ifndef NDEBUG
+        kept_in_use() = true;
+        uses_kept_ = true;
+#endif
         if (n > kept_size) {
             size_t size = std::min(std::max(n, 2 * kept_size), KEPT_CENTROIDS);
             kept.reset();  // the old one first: at most one kept buffer alive
@@ -136,9 +148,23 @@ class Scratch {
         }
         data_ = kept.get();
     }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+#ifndef NDEBUG
+    ~Scratch() {
+        if (uses_kept_) kept_in_use() = false;
+    }
+#endif
     Centroid* get() const { return data_; }
 
    private:
+#ifndef NDEBUG
+    static bool& kept_in_use() {  // whether a Scratch of this thread holds the kept buffer now (debug builds only)
+        thread_local bool in_use = false;
+        return in_use;
+    }
+    bool uses_kept_ = false;
+#endif
     std::unique_ptr<Centroid[]> own_;
     Centroid* data_ = nullptr;
 };
