@@ -83,39 +83,34 @@ def _num(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def figures(summary: Summary, expected: int) -> dict[str, object]:
-    """The scalar figures served per window (the API's per-step fields)."""
+def _record(row: Row) -> tuple:
+    """One window's row as stored: its key, the scalar figures served per window (the API's per-step fields), its
+    summary's bytes. Once per window and commit on the root's flush thread, so the cheap forms are taken where the
+    figure is the same: a window whose sources hold all of [0, expected) misses none (counted, not a bitmap of the
+    range built and subtracted), and an empty list is stored as "[]" without the JSON encoder."""
+    key, summary, expected = row.key, row.summary, row.expected
     sources = summary.sources
-    missing = BitMap()
-    if expected:
-        missing.add_range(0, expected)
-        missing -= sources
-    listed = list(itertools.islice(missing, MISSING_LISTED))
+    missing = "[]"
+    if expected and sources.range_cardinality(0, expected) != expected:
+        gaps = BitMap()
+        gaps.add_range(0, expected)
+        gaps -= sources
+        missing = json.dumps(list(itertools.islice(gaps, MISSING_LISTED)))
+    top = summary.top()
+    nonfinite = summary.nonfinite_sources
     p50, p90, p99, p999 = summary.quantiles(QUANTILES)
-    return {
-        "count": summary.count, "sources": len(sources), "missing": listed,
-        "mean": _num(summary.mean), "stddev": _num(summary.stddev),
-        "min": _num(summary.min), "argmin": summary.argmin, "max": _num(summary.max), "argmax": summary.argmax,
-        "top": [[v, s] for v, s in summary.top()],
-        "p50": _num(p50), "p90": _num(p90), "p99": _num(p99), "p999": _num(p999),
-        "nonfinite_count": summary.nonfinite_count, "nonfinite_sources": list(summary.nonfinite_sources),
-    }
+    return (key.job, key.metric, key.index, key.width_ms, expected, summary.count, len(sources), missing,
+            _num(summary.mean), _num(summary.stddev), _num(summary.min), summary.argmin, _num(summary.max),
+            summary.argmax, json.dumps(top) if top else "[]", _num(p50), _num(p90), _num(p99), _num(p999),
+            summary.nonfinite_count, json.dumps(list(nonfinite)) if nonfinite else "[]", row.late,
+            summary.last_time_ns, row.finalised_ns, summary.to_bytes())
 
 
 INSERT_WINDOW = "INSERT OR REPLACE INTO windows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
 
 def _records(rows: list[Row]) -> list[tuple]:
-    records = []
-    for row in rows:
-        fig = figures(row.summary, row.expected)
-        records.append((
-            row.key.job, row.key.metric, row.key.index, row.key.width_ms, row.expected, fig["count"],
-            fig["sources"], json.dumps(fig["missing"]), fig["mean"], fig["stddev"], fig["min"], fig["argmin"],
-            fig["max"], fig["argmax"], json.dumps(fig["top"]), fig["p50"], fig["p90"], fig["p99"], fig["p999"],
-            fig["nonfinite_count"], json.dumps(fig["nonfinite_sources"]), row.late,
-            row.summary.last_time_ns, row.finalised_ns, row.summary.to_bytes()))
-    return records
+    return [_record(row) for row in rows]
 
 
 class Store:
