@@ -49,6 +49,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,8 @@ def simulate(argv: list[str]) -> None:
     tune_gc()  # as `telemetry agent` does (collectors/common/gctune.py)
     first, count, layout, sysfs, racks_json, rack_size, counter = argv
     done = [0]
+    times = SampleTimes(sample_times_path(Path(counter)), int(count), create=True)
+    rounds = open(rounds_path(Path(counter)), "a", buffering=1)  # open for the process's life
     first, count, rack_size = int(first), int(count), int(rack_size)
     racks = json.loads(racks_json)
     hosts = []
@@ -121,7 +124,8 @@ def simulate(argv: list[str]) -> None:
             last_ns = at_ns
             time.sleep(max(0.0, (at_ns - min(round_ns, 500_000_000) - time.time_ns()) / 1e9))
             started_ns = time.time_ns()
-            for node, _, registry, sampler in hosts:
+            for h, (node, _, registry, sampler) in enumerate(hosts):
+                times.record(h, time.time_ns())  # before its probe reads the tree: a write before this is read
                 sampler.sample_once(next_wall_ns=at_ns + 1_000_000_000)
                 if registry.changed:
                     with node.lock:
@@ -132,7 +136,9 @@ def simulate(argv: list[str]) -> None:
             with open(f"{counter}.tmp", "w") as out:  # host samples done, for CPU per host sample (run_tree)
                 out.write(str(done[0]))
             os.replace(f"{counter}.tmp", counter)
-            round_ns = time.time_ns() - started_ns
+            ended_ns = time.time_ns()
+            rounds.write(f"{at_ns} {started_ns} {ended_ns}\n")  # when the round ran against its phase point
+            round_ns = ended_ns - started_ns
 
     threading.Thread(target=sample_loop, daemon=True).start()
     print(json.dumps({"ready": True, "role": "hosts", "hosts": count}), flush=True)
@@ -143,17 +149,63 @@ def simulate(argv: list[str]) -> None:
         stop.set()
 
 
+SAMPLE_SLOTS = 4  # a host's last samples kept: a trial that polls late (a loaded bench) still finds its sample
+
+
+class SampleTimes:
+    """When each host of a simulator process began its last SAMPLE_SLOTS samples (wall ns), in a file the process
+    maps: a link-down trial reads when its victim really sampled after the write (_one_link_down). The simulator
+    starts a round of its hosts as long before the phase point (SAMPLE_PHASE, 0.7 s) as the last round took, so a
+    host samples anywhere from 0.2 to 0.7 s into the second, not at 0.7: a wait computed from the phase point was
+    wrong by up to 0.5 s (sample_to_named_s came out negative once the urgent pass named a fault within 0.1-0.3 s)."""
+
+    def __init__(self, path: Path, hosts: int, create: bool = False) -> None:
+        import mmap
+
+        self.path = path
+        if create:
+            with open(path, "wb") as out:
+                out.truncate(hosts * SAMPLE_SLOTS * 8)
+            with open(path, "r+b") as f:
+                self._map: Any = mmap.mmap(f.fileno(), hosts * SAMPLE_SLOTS * 8)
+            self._next = [0] * hosts
+
+    def record(self, host: int, at_ns: int) -> None:
+        import struct
+
+        struct.pack_into("<q", self._map, (host * SAMPLE_SLOTS + self._next[host]) * 8, at_ns)
+        self._next[host] = (self._next[host] + 1) % SAMPLE_SLOTS
+
+    def of(self, host: int) -> list[int]:
+        """The host's last sample starts, in no order (0: a slot not used yet)."""
+        import struct
+
+        with open(self.path, "rb") as f:
+            return list(struct.unpack("<" + "q" * SAMPLE_SLOTS, os.pread(f.fileno(), SAMPLE_SLOTS * 8,
+                                                                          host * SAMPLE_SLOTS * 8)))
+
+
+def sample_times_path(counter: Path) -> Path:
+    return counter.with_suffix(".times")
+
+
+def rounds_path(counter: Path) -> Path:
+    return counter.with_suffix(".rounds")
+
+
 # ============================================================== replayed racks (--racks replayed)
 
-def sample_racks(sysfs: Path, hosts: int, rack_size: int, path: Path | None = None) -> tuple[list[dict[str, Any]],
-                                                                                           dict[str, Any]]:
-    """--racks replayed: what each rack of `hosts` would send its parent for one second, from the real hardware path.
+def sample_racks(sysfs: Path, hosts: int, rack_size: int, path: Path | None = None,
+                 first_host: int = 0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """--racks replayed and mixed: what each rack of hosts `first_host`..`hosts`-1 (a multiple of `rack_size`: the
+    racks before it run live in --racks mixed) would send its parent for one second, from the real hardware path.
 
     Per host, as bench/fleet_wire.py: its generated sysfs tree read by the real NicProbe and HardwareSampler twice
     (1 s apart: counters have deltas) into a real Node, its sealed windows of the second taken as `Upstream.ship`
     takes them; per rack of `rack_size`, each metric's window is the native merge of its hosts' parts
     (`Summary.merge_all`, as a rack merges), and its rank states of `_fleet` the union of its hosts' (sources,
-    names, claims). Written to `path` (pickle) for the replaying process; returns the racks and what it took."""
+    names, claims), its `name` the rack's as a live rack's (`rack<R>`, R counted from host 0). Written to `path`
+    (pickle) for the replaying process; returns the racks and what it took."""
     import pickle
 
     from collectors.agent.hardware import HardwareSampler
@@ -168,7 +220,9 @@ def sample_racks(sysfs: Path, hosts: int, rack_size: int, path: Path | None = No
     t0 = (time.time_ns() // 1_000_000_000 - 10) * 1_000_000_000 + 700_000_000
     second_ms = t0 // 1_000_000 // 1000 * 1000 + 1000
     racks: list[dict[str, Any]] = []
-    for first in range(0, hosts, rack_size):
+    if first_host % rack_size:
+        raise ValueError(f"replayed racks start at a rack's first host, not host {first_host} (racks of {rack_size})")
+    for first in range(first_host, hosts, rack_size):
         metrics: dict[str, list[Any]] = {}
         alive: set[int] = set()
         names: dict[int, str] = {}
@@ -192,14 +246,15 @@ def sample_racks(sysfs: Path, hosts: int, rack_size: int, path: Path | None = No
             alive.update(view.alive)
             names.update(view.hosts)
             claims.update(view.processes)
-        racks.append({"windows": {metric: Summary.merge_all(parts).to_bytes() for metric, parts in metrics.items()},
+        racks.append({"name": f"rack{first // rack_size}",
+                      "windows": {metric: Summary.merge_all(parts).to_bytes() for metric, parts in metrics.items()},
                       "alive": sorted(alive), "hosts": names, "processes": claims})
-        print(f"replayed racks: sampled {min(hosts, first + rack_size)} of {hosts} hosts "
+        print(f"replayed racks: sampled hosts {first_host}..{min(hosts, first + rack_size) - 1} of {hosts} "
               f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
     if path is not None:
         with open(path, "wb") as out:
             pickle.dump(racks, out)
-    return racks, {"racks": len(racks), "windows_per_rack": len(racks[0]["windows"]) if racks else 0,
+    return racks, {"racks": len(racks), "hosts": hosts - first_host, "windows_per_rack": len(racks[0]["windows"]) if racks else 0,
                    "sampled_in_s": round(time.monotonic() - started, 1)}
 
 
@@ -218,7 +273,8 @@ class ReplayedRacks:
     """Each rack of `racks` (sample_racks) as a real Node, Upstream and Outbox to the cluster collector, as a rack's
     own; every second, at the point of it the hosts sample at, the rack's windows offered to its node under that
     second's key and flushed: the cluster receives from each rack what a live rack of those hosts sends, with the
-    same values every second."""
+    same values every second. With a `counter` file, it logs each second's phase point and when its racks' units
+    were handed to their outboxes (`<counter>.rounds`, rounds_path), as the simulator logs its rounds."""
 
     def __init__(self, racks: list[dict[str, Any]], cluster: str, counter: str | None = None) -> None:
         from pyroaring import BitMap
@@ -228,8 +284,8 @@ class ReplayedRacks:
         from collectors.delivery.windows import Deadlines
 
         self.nodes = []
-        for r, rack in enumerate(racks):
-            node_id = f"rack{r}"
+        for rack in racks:
+            node_id = rack["name"]
             node = Node(node_id, Deadlines(0.5, 3.0), ack_down=lambda *a, **k: None, retain_s=30.0)
             node.complete = lambda win: True
             upstream = Upstream(node, lambda on_ack, node_id=node_id: Outbox(node_id, [cluster], None, on_ack))
@@ -264,6 +320,7 @@ class ReplayedRacks:
         from collectors.delivery.windows import Part
         from telemetry import Summary
 
+        rounds = open(rounds_path(Path(self._counter)), "a", buffering=1) if self._counter else None
         last_ns = 0
         while True:
             at_ns, skipped = next_second(time.time_ns(), last_ns)
@@ -280,6 +337,8 @@ class ReplayedRacks:
                                         built=summary), 0)
             for node, _, _ in self.nodes:
                 node.flush()
+            if rounds is not None:  # the second's phase point, and when every rack's unit of it was on its way
+                rounds.write(f"{at_ns} {at_ns} {time.time_ns()}\n")
             self.sent += 1
             if self._counter is not None:  # seconds sent and skipped, for run_tree's replayed_seconds_per_s
                 with open(f"{self._counter}.tmp", "w") as out:
@@ -389,6 +448,42 @@ def _last_second_stored(db: Path, layout: str, until_ns: int, timeout: float) ->
         time.sleep(0.2)
 
 
+def feed(hosts: int, layout: str, args: argparse.Namespace) -> dict[str, Any]:
+    """How a run's racks are fed: `racks_fed` live (every rack live), replayed (none) or mixed (the first
+    --live-racks racks live, the rest replayed: a naive run is always live), and how many racks and hosts of each;
+    `label`, what the run's JSON, the table and the ratio keys call it, so that a mixed run is never read as a live
+    one of its host count."""
+    racks = -(-hosts // args.rack_size)
+    fed = args.racks if layout == "fleet" else "live"
+    live_racks = {"live": racks, "replayed": 0}.get(fed, args.live_racks)  # mixed: checked by check_mixed
+    live_hosts = min(hosts, live_racks * args.rack_size)
+    label = f"mixed_{live_racks}_live_racks" if fed == "mixed" else fed
+    return {"racks_fed": fed, "label": label, "live_racks": live_racks, "live_hosts": live_hosts,
+            "replayed_racks": racks - live_racks, "replayed_hosts": hosts - live_hosts}
+
+
+def _phases(where: Path, pattern: str, since_ns: int, until_ns: int) -> dict[str, Any] | None:
+    """The rounds logged by the simulator processes or the replayer (rounds_path: `at_ns started_ns ended_ns` a
+    second) whose phase point fell in [since_ns, until_ns): when each round began and ended, in seconds into its
+    second (the phase point is at SAMPLE_PHASE, 0.7): when the hosts sampled and their parts, or the replayed
+    racks' units, were on their way up. None without such rounds."""
+    started, ended = [], []
+    for path in where.glob(pattern):
+        for line in path.read_text().splitlines():
+            at_ns, start_ns, end_ns = (int(x) for x in line.split())
+            if since_ns <= at_ns < until_ns:
+                second_ns = at_ns - at_ns % 1_000_000_000
+                started.append((start_ns - second_ns) / 1e9)
+                ended.append((end_ns - second_ns) / 1e9)
+    if not started:
+        return None
+    started.sort()
+    ended.sort()
+    return {"rounds": len(started), "started_min": round(started[0], 3),
+            "started_median": round(started[len(started) // 2], 3),
+            "ended_median": round(ended[len(ended) // 2], 3), "ended_max": round(ended[-1], 3)}
+
+
 def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link_down: bool) -> dict[str, Any]:
     where = work / f"{layout}-{hosts}"
     where.mkdir(parents=True)
@@ -402,23 +497,23 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
         cluster = Proc("cluster", python_module("collectors.cli", "collector", "--id", "cluster", "--listen",
                                                 "127.0.0.1:0", "--parent", root.ready["address"]), where).start()
         procs.append(cluster)
-        racks = []
+        racks: list[str] = []
         sysfs: Path = args.sysfs
-        replayed = layout == "fleet" and args.racks == "replayed"
-        if replayed:  # the racks' units of one second, sampled from the hosts' trees, re-sent every second
-            _, sampled = sample_racks(sysfs, hosts, args.rack_size, where / "racks.pickle")
+        fed = feed(hosts, layout, args)
+        live_hosts = fed["live_hosts"]
+        if fed["replayed_racks"]:  # the racks' units of one second, sampled from the hosts' trees, re-sent every second
+            _, sampled = sample_racks(sysfs, hosts, args.rack_size, where / "racks.pickle", first_host=live_hosts)
             replayer = Proc("replayed-racks", [sys.executable, __file__, "--replay", str(where / "racks.pickle"),
                                                cluster.ready["address"], str(where / "replayed.seconds")],
                             where).start(timeout=300)
             procs.append(replayer)
-            racks = [f"replayed rack {r}" for r in range(sampled["racks"])]
-        for r in range(0 if replayed else (hosts + args.rack_size - 1) // args.rack_size):
+        for r in range(fed["live_racks"]):
             rack = Proc(f"rack{r}", python_module("collectors.cli", "collector", "--id", f"rack{r}", "--listen",
                                                   "127.0.0.1:0", "--parent", cluster.ready["address"]), where).start()
             procs.append(rack)
             racks.append(rack.ready["address"])
-        for start in range(0, 0 if replayed else hosts, args.hosts_per_process):
-            count = min(args.hosts_per_process, hosts - start)
+        for start in range(0, live_hosts, args.hosts_per_process):
+            count = min(args.hosts_per_process, live_hosts - start)
             sim_layout = "fleet:tree" if layout == "fleet" and args.indexes == "tree" else layout
             sim = Proc(f"hosts{start}", [sys.executable, __file__, "--sim", str(start), str(count), sim_layout,
                                          str(sysfs), json.dumps(racks), str(args.rack_size),
@@ -450,11 +545,13 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
             return round(sum(tiers1[n] - tiers0[n] for n in tiers if n.startswith(prefix)) / wall, 3)
         from collectors.root.retention import store_bytes
         result: dict[str, Any] = {
-            "hosts": hosts, "layout": layout, "racks": len(racks), "seconds": round(wall, 1),
+            "hosts": hosts, "layout": layout, "racks": fed["live_racks"] + fed["replayed_racks"],
+            "seconds": round(wall, 1),
             # live: every host runs the agent's hardware path at 1 Hz in the simulator's processes, its rack a
             # `telemetry collector`; replayed: each rack's unit of one second, made once from the hosts' real
-            # samples (sample_racks), re-sent every second by one process; the cluster and the root are live
-            "racks_fed": "replayed" if replayed else "live",
+            # samples (sample_racks), re-sent every second by one process; mixed: the first --live-racks racks
+            # live, the rest replayed (`feed`: how many of each); the cluster and the root are live
+            "racks_fed": fed["racks_fed"],
             "root_cpu_per_s": round((cpu1 - cpu0) / wall, 4),
             "root_rss_mb": round(status_kb(pid, "VmRSS") / 1024, 1),
             "root_bytes_in_per_s": round((bytes1 - bytes0) / wall),
@@ -469,7 +566,7 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
             # what a simulated host costs per second it sampled (all its work: sample, offer, flush, outbox), however
             # many seconds a starved simulator skipped; and the share of host-seconds it sampled at all
             "sim_cpu_ms_per_host_sample": round(1000 * wall * tier_cpu("hosts") / samples, 3) if samples else None,
-            "host_samples_per_host_second": round(samples / (hosts * wall), 3) if not replayed else None,
+            "host_samples_per_host_second": round(samples / (live_hosts * wall), 3) if live_hosts else None,
             "cluster_cpu_per_s": tier_cpu("cluster"),
             # what reached the root of what the hosts should send at 1 Hz (1.0: nothing starved)
             "coverage": _coverage(db, layout, hosts, wall0, until_ns),
@@ -479,13 +576,19 @@ def run_tree(work: Path, hosts: int, layout: str, args: argparse.Namespace, link
         }
         if registered:
             result["host_indexes"] = registered
-        if replayed:
+        if fed["racks_fed"] == "mixed":
+            result["feed"] = {k: fed[k] for k in ("label", "live_racks", "live_hosts", "replayed_racks",
+                                                  "replayed_hosts")}
+        # when, in its second, the live hosts sampled and sent, and the replayer sent its racks' units
+        result["live_rounds_phase_s"] = _phases(where, "hosts*.rounds", wall0, until_ns)
+        result["replayed_rounds_phase_s"] = _phases(where, "replayed.rounds", wall0, until_ns)
+        if fed["replayed_racks"]:
             result["replayed_racks"] = sampled
             # seconds the replayer sent per wall second (1.0: every second), and the seconds it skipped
             result["replayed_seconds_per_s"] = round((replayed1[0] - replayed0[0]) / wall, 3)
             result["replayed_seconds_skipped"] = replayed1[1] - replayed0[1]
-        if link_down and not replayed:  # a replayed rack re-sends the second it sampled: no sysfs write reaches it
-            result["link_down"] = _link_down(api, db, sysfs, hosts, args)
+        if link_down and live_hosts:  # a replayed rack re-sends the second it sampled: no sysfs write reaches it
+            result["link_down"] = _link_down(api, db, sysfs, hosts, live_hosts, where, args)
         return result
     finally:
         for proc in reversed(procs):
@@ -506,17 +609,21 @@ def _registered(api: str, hosts: int, started: float, timeout: float) -> dict[st
             else None, "distinct": len(set(indexes)) == len(indexes), "dense": indexes == list(range(len(indexes)))}
 
 
-def _link_down(api: str, db: Path, sysfs: Path, hosts: int, args: argparse.Namespace) -> dict[str, Any]:
+def _link_down(api: str, db: Path, sysfs: Path, hosts: int, live_hosts: int, where: Path,
+               args: argparse.Namespace) -> dict[str, Any]:
     """--link-trials ports going down, one after another, each on another host (and another rack while racks last)
-    and at another point of the second (a seeded pause of 1-2 s before each write): the time until the root's API
-    serves an event naming that host and port, per trial. One trial is one draw of where in the sampler's second the
-    write falls (the wait is about 1 s longer when it lands just after the host's sample), so the bound is read on
-    the worst."""
+    of the live racks (hosts 0..`live_hosts`-1: all of them but in --racks mixed) and at another point of the second
+    (a seeded pause of 1-2 s before each write): the time until the root's API serves an event naming that host and
+    port, per trial. One trial is one draw of where in the sampler's second the write falls (the wait is about 1 s
+    longer when it lands just after the host's sample), so the bound is read on the worst."""
     rng = random.Random(f"link-down/{hosts}")
     trials = []
-    for victim in link_victims(hosts, args.rack_size, args.link_trials, rng):
+    for victim in link_victims(live_hosts, args.rack_size, args.link_trials, rng):
         time.sleep(1.0 + rng.random())
-        trials.append(_one_link_down(api, db, sysfs, victim, "mlx5_5", args.link_timeout, hosts))
+        start = victim - victim % args.hosts_per_process  # the simulator process of the victim (run_tree)
+        times = SampleTimes(sample_times_path(where / f"hosts{start}.samples"), 0)
+        trials.append(_one_link_down(api, db, sysfs, victim, "mlx5_5", args.link_timeout, hosts,
+                                     lambda times=times, host=victim - start: times.of(host)))
     named = sorted(t["named_after_s"] for t in trials if t["named_after_s"] is not None)
     return {"trials": trials, "named": len(named),
             "named_after_s_max": max(named) if len(named) == len(trials) else None,
@@ -540,9 +647,19 @@ def link_victims(hosts: int, rack_size: int, trials: int, rng: random.Random) ->
     return chosen
 
 
-def _one_link_down(api: str, db: Path, sysfs: Path, victim: int, hca: str, timeout: float,
-                   hosts: int) -> dict[str, Any]:
-    from collectors.agent.hardware import next_sample_ns
+def first_sample_after(samples: list[int], written_ns: int, limit_s: float) -> int | None:
+    """The victim's first sample that began after the write (its probe read the port down), of its recorded sample
+    starts (SampleTimes); None while there is none. A start past `limit_s` after the write is no such sample (a
+    slot read while being written)."""
+    after = [t for t in samples if written_ns <= t <= written_ns + limit_s * 1e9]
+    return min(after) if after else None
+
+
+def _one_link_down(api: str, db: Path, sysfs: Path, victim: int, hca: str, timeout: float, hosts: int,
+                   samples: Callable[[], list[int]] | None = None) -> dict[str, Any]:
+    """One port down on `victim` (as its kernel reports it), until the root's API serves a new event naming it.
+    Where the time went, with `samples` (the victim's recorded sample starts, SampleTimes): the wait for the host's
+    first sample after the write, and from that sample to the root storing its second and to the event."""
     host, device = f"host-{victim:05d}", f"{hca}/1"
     try:  # the events already served: only one raised after this write counts
         before = {e.get("id") for e in _get(api, "/api/v1/jobs/_fleet/events?kind=hardware")["events"]}
@@ -550,21 +667,21 @@ def _one_link_down(api: str, db: Path, sysfs: Path, victim: int, hca: str, timeo
         before = set()
     written_ns = time.time_ns()
     set_ib(sysfs / f"h{victim}", hca, 1, active=False, link_downed=1)
+    written_ns = time.time_ns()  # written by now: a sample that began after this read the port down
     started = time.monotonic()
-    # where the time goes: the write waits for its host's next sample (the phase point after it), then the sample's
-    # second travels up (host part, rack, cluster, root store, the detector, the API)
-    sampled_ns = next_sample_ns(written_ns, 1.0)
-    second_ms = sampled_ns // 1_000_000_000 * 1000
+    sampled_ns: int | None = None  # when the victim's first sample after the write began (measured, not assumed)
     stored: tuple[float, int] | None = None  # when the root first stored the sampled second, with how many sources
     found = None
     while time.monotonic() - started < timeout:
+        if sampled_ns is None and samples is not None:
+            sampled_ns = first_sample_after(samples(), written_ns, timeout)
         try:
             events = [e for e in _get(api, "/api/v1/jobs/_fleet/events?kind=hardware")["events"]
                       if e.get("id") not in before]
         except OSError:
             events = []
-        if stored is None:
-            sources = _second_sources(db, second_ms)
+        if stored is None and sampled_ns is not None:
+            sources = _second_sources(db, sampled_ns // 1_000_000_000 * 1000)
             if sources is not None:
                 stored = (time.monotonic() - started, sources)
         named = [e for e in events if e["detail"].get("host") == host and e["detail"].get("device") == device]
@@ -572,17 +689,23 @@ def _one_link_down(api: str, db: Path, sysfs: Path, victim: int, hca: str, timeo
             found = named[0]
             break
         time.sleep(0.02)
+    after_s = time.monotonic() - started
+    if sampled_ns is None and samples is not None:  # named before the loop saw the sample
+        sampled_ns = first_sample_after(samples(), written_ns, timeout)
     set_ib(sysfs / f"h{victim}", hca, 1, active=True)
     if found is None:
         return {"host": host, "device": device, "named_after_s": None}
-    after_s = time.monotonic() - started
+    wait_s = (sampled_ns - written_ns) / 1e9 if sampled_ns is not None else None
     return {"host": host, "device": device, "named_after_s": round(after_s, 2),
             "written_at_phase_s": round(written_ns % 1_000_000_000 / 1e9, 3),
-            "wait_for_sample_s": round((sampled_ns - written_ns) / 1e9, 3),
-            "sample_to_named_s": round(after_s - (sampled_ns - written_ns) / 1e9, 3),
+            # the victim's sample after the write: its phase in the second (the simulator starts a round of hosts
+            # before SAMPLE_PHASE, SampleTimes), the wait for it, and from it to the event
+            "sampled_at_phase_s": round(sampled_ns % 1_000_000_000 / 1e9, 3) if sampled_ns is not None else None,
+            "wait_for_sample_s": round(wait_s, 3) if wait_s is not None else None,
+            "sample_to_named_s": round(after_s - wait_s, 3) if wait_s is not None else None,
             # the sampled second at the root: when first stored after its sample, and whether whole then (a tier
             # passed it on at its cut-off without a late host: fewer sources than hosts x ports)
-            "sample_to_stored_s": round(stored[0] - (sampled_ns - written_ns) / 1e9, 3) if stored else None,
+            "sample_to_stored_s": round(stored[0] - wait_s, 3) if stored and wait_s is not None else None,
             "stored_whole": stored[1] == hosts * HCAS if stored else None,
             "rule": found["detail"].get("rule"), "event_summary": found["detail"].get("summary")}
 
@@ -686,7 +809,9 @@ def run(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     counts = [int(n) for n in args.hosts.split(",")]
     result: dict[str, Any] = {"complete": False, "hosts": counts, "rack_size": args.rack_size,
                               "nics_per_host": NICS, "ib_ports_per_host": HCAS, "runs": [],
-                              "machine_cpus": os.cpu_count(), "racks_fed": args.racks}
+                              "machine_cpus": os.cpu_count(),
+                              "racks_fed": f"mixed: {args.live_racks} live racks of {args.rack_size} hosts, the rest "
+                                           "replayed" if args.racks == "mixed" else args.racks}
     # The hosts' trees (78 small files a host) on /dev/shm where there is one: removing 2,000 hosts' trees from a
     # disk took 10 minutes on this loaded machine, from tmpfs about 3
     args.sysfs = Path(tempfile.mkdtemp(prefix="telemetry-fleet-sys-", dir="/dev/shm")) \
@@ -700,8 +825,9 @@ def run(work: Path, args: argparse.Namespace) -> dict[str, Any]:
                     one = run_tree(work, hosts, layout, args, link_down=layout == "fleet" and hosts == max(counts))
                     result["runs"].append(one)
                     print(json.dumps(one), flush=True)
-            # each key names how its runs' racks were fed (live or replayed: a naive run is always live)
-            fed = {r["layout"]: r["racks_fed"] for r in result["runs"]}
+            # each key names how its runs' racks were fed (live, replayed or mixed_K_live_racks: a naive run is
+            # always live)
+            fed = {r["layout"]: feed(r["hosts"], r["layout"], args)["label"] for r in result["runs"]}
             for layout in args.layouts.split(","):
                 runs = [r for r in result["runs"] if r["layout"] == layout]
                 small, large = runs[0], runs[-1]
@@ -713,7 +839,8 @@ def run(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             for naive in (r for r in result["runs"] if r["layout"] == "naive"):
                 fleet_run = fleet_by_hosts.get(naive["hosts"])
                 if fleet_run is not None:  # the baseline: what the per-host layout costs the root at the same count
-                    result[f"naive_{naive['racks_fed']}_over_fleet_{fleet_run['racks_fed']}_{naive['hosts']}"] = {
+                    label = feed(fleet_run["hosts"], "fleet", args)["label"]
+                    result[f"naive_{naive['racks_fed']}_over_fleet_{label}_{naive['hosts']}"] = {
                         name: round(naive[name] / fleet_run[name], 2) if fleet_run[name] else None
                         for name in ("root_cpu_per_s", "root_rss_mb", "root_bytes_in_per_s")}
         if not args.skip_week:
@@ -732,11 +859,17 @@ def write_host_trees(sysfs: Path, hosts: int) -> None:
             write_host(sysfs / f"h{i}", nics=NICS, hcas=HCAS)
 
 
+def _fed(run: dict[str, Any]) -> str:
+    """The table's `racks fed`: live, replayed, or mixed L+R (live and replayed racks)."""
+    mixed = run.get("feed")
+    return f"mixed {mixed['live_racks']}+{mixed['replayed_racks']}" if mixed else run.get("racks_fed", "live")
+
+
 def report(result: dict[str, Any]) -> None:
-    print(f"{'layout':<7} {'racks fed':>9} {'hosts':>6} {'racks':>5} {'root CPU/s':>10} {'RSS MB':>8} {'bytes in/s':>11} "
+    print(f"{'layout':<7} {'racks fed':>11} {'hosts':>6} {'racks':>5} {'root CPU/s':>10} {'RSS MB':>8} {'bytes in/s':>11} "
           f"{'windows/s':>9} {'coverage':>8} {'late/s':>6} {'hosts CPU':>9} {'racks CPU':>9} {'load':>5}")
     for r in result["runs"]:
-        print(f"{r['layout']:<7} {r.get('racks_fed', 'live'):>9} {r['hosts']:>6} {r['racks']:>5} {r['root_cpu_per_s']:>10.3f} {r['root_rss_mb']:>8.1f} "
+        print(f"{r['layout']:<7} {_fed(r):>11} {r['hosts']:>6} {r['racks']:>5} {r['root_cpu_per_s']:>10.3f} {r['root_rss_mb']:>8.1f} "
               f"{r['root_bytes_in_per_s']:>11,} {r['root_windows_stored_per_s']:>9.1f} {r['coverage'] or 0:>8.3f} "
               f"{r.get('late_per_s', 0):>6.1f} "
               f"{r['sim_cpu_per_s']:>9.2f} {r['racks_cpu_per_s']:>9.2f} {r['load_average']:>5.1f}")
@@ -744,13 +877,23 @@ def report(result: dict[str, Any]) -> None:
         if "_ratio_" in key or "_over_fleet_" in key:
             print(f"{key}: {value}")
     for r in result["runs"]:
+        if "feed" in r:
+            f = r["feed"]
+            print(f"mixed at {r['hosts']} hosts: {f['live_racks']} live racks ({f['live_hosts']} simulated hosts: "
+                  f"the only late hosts and link-down victims), {f['replayed_racks']} replayed racks "
+                  f"({f['replayed_hosts']} hosts' real samples re-sent every second); replayer CPU "
+                  f"{r['replay_cpu_per_s']}, cluster {r['cluster_cpu_per_s']} cores")
+        for name in ("live_rounds_phase_s", "replayed_rounds_phase_s"):
+            if r.get(name):
+                print(f"{name} at {r['hosts']} hosts: {r[name]}")
         if "host_indexes" in r:
             print(f"host indexes handed out by the tree ({r['hosts']} hosts): {r['host_indexes']}")
         if "link_down" in r:
             down = r["link_down"]
-            print(f"link down at {r['hosts']} hosts: named in {down['named']} of {len(down['trials'])} trials, "
+            print(f"link down at {r['hosts']} hosts ({_fed(r)}): named in {down['named']} of {len(down['trials'])} trials, "
                   f"{down['within_2s']} within 2 s; seconds {[t['named_after_s'] for t in down['trials']]} "
-                  f"(median {down['named_after_s_median']}, max {down['named_after_s_max']})")
+                  f"(median {down['named_after_s_median']}, max {down['named_after_s_max']}); sample to named "
+                  f"{[t.get('sample_to_named_s') for t in down['trials']]}")
     week = result.get("week")
     if week:
         print(f"week: sizes {[(s['day'], s['store_bytes']) for s in week['sizes']]}; day7/day1 "
@@ -764,6 +907,24 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def check_mixed(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--racks mixed and --live-racks go together, K live racks fit every host count, and the live hosts take
+    fixed indexes (the replayed racks' hosts hold theirs from host K x --rack-size on)."""
+    if args.racks != "mixed":
+        if args.live_racks is not None:
+            p.error(f"--live-racks is for --racks mixed (got --racks {args.racks})")
+        return
+    if args.live_racks is None:
+        p.error("--racks mixed needs --live-racks K (how many racks run live, K >= 1)")
+    if args.indexes == "tree":
+        p.error("--racks mixed takes --indexes fixed (its replayed racks' hosts hold fixed indexes)")
+    for hosts in (int(n) for n in args.hosts.split(",")):
+        racks = -(-hosts // args.rack_size)
+        if args.live_racks > racks:
+            p.error(f"--live-racks {args.live_racks} is more than the racks of {hosts} hosts "
+                    f"({racks} of --rack-size {args.rack_size})")
 
 
 def main(argv: list[str]) -> int:
@@ -786,11 +947,16 @@ def main(argv: list[str]) -> int:
                    help="fleet layout: host i is --host-index i (fixed), or each host asks the tree for its index "
                         "at start (tree: --host-index auto, docs/fleet.md 'Host indexes'; the time until all have one "
                         "is reported)")
-    p.add_argument("--racks", choices=["live", "replayed"], default="live",
+    p.add_argument("--racks", choices=["live", "replayed", "mixed"], default="live",
                    help="fleet layout: live (every host a simulated agent at 1 Hz, racks of `telemetry collector`), "
-                        "or replayed (each rack's unit of one second made once from its hosts' real samples and "
+                        "replayed (each rack's unit of one second made once from its hosts' real samples and "
                         "re-sent every second by one process: the cluster and the root live at host counts the "
-                        "machine cannot simulate; no link down; docs/fleet.md)")
+                        "machine cannot simulate; no link down), or mixed (the first --live-racks racks live, "
+                        "the rest replayed, all into the same cluster and root; the link downs on the live racks' "
+                        "hosts; docs/fleet.md 'Mixed racks')")
+    p.add_argument("--live-racks", type=_positive_int, default=None,
+                   help="--racks mixed: how many racks (of --rack-size hosts, from host 0) run live; at most the "
+                        "racks of the smallest --hosts count")
     p.add_argument("--seconds", type=float, default=30.0, help="measured seconds per run")
     p.add_argument("--warmup", type=float, default=15.0)
     p.add_argument("--link-timeout", type=float, default=20.0, help="seconds to wait for each link down's event")
@@ -807,6 +973,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--workdir", type=Path, default=None)
     args = p.parse_args(argv)
     apply_quick(args, argv, QUICK)
+    check_mixed(p, args)
     result = run_in_workdir(NAME, args.workdir, lambda work: run(work, args))
     return write_result(args.out, NAME, result, "the fleet bench", report)
 

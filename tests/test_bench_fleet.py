@@ -185,3 +185,105 @@ def test_a_link_down_trial_counts_only_an_event_raised_after_its_write(tmp_path,
     served.update(polls=0, raise_new=True)
     named = fleet._one_link_down("api", db, tmp_path / "sys", 3, "mlx5_5", 5.0, 1)
     assert named["named_after_s"] is not None and named["rule"] == "ib_link_downed"
+
+
+def test_a_link_down_trial_times_its_victims_own_sample_not_the_phase_point(tmp_path, monkeypatch) -> None:
+    """Where a trial's time went is counted from the victim's first sample after the write as the simulator
+    recorded it (SampleTimes), not from SAMPLE_PHASE: the simulator samples its hosts up to 0.5 s before that
+    point, so the assumed wait was too long and `sample_to_named_s` came out negative (docs/fleet.md). Here the
+    victim samples 0.15 s after the write, whatever the phase, and the event is served after it: the wait is that
+    0.15 s, and wait + sample-to-named is the time to named. Fails before the fix (no measured sample)."""
+    import time
+
+    import bench.fleet as fleet
+    from collectors.sim.sysfs import write_host
+
+    write_host(tmp_path / "sys" / "h3", nics=fleet.NICS, hcas=fleet.HCAS)
+    db = tmp_path / "root.db"
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("CREATE TABLE windows (job, metric, width_ms, idx, sources)")
+    times = fleet.SampleTimes(tmp_path / "hosts0.times", 4, create=True)
+    times.record(3, time.time_ns() - 500_000_000)  # a sample before the write: not the one that read it
+    event = {"id": 8, "detail": {"host": "host-00003", "device": "mlx5_5/1", "rule": "ib_link_downed"}}
+    state: dict = {"sampled_ns": None}
+
+    def fake_get(api: str, path: str) -> dict:
+        link = tmp_path / "sys" / "h3" / "class" / "infiniband" / "mlx5_5" / "ports" / "1" / "counters"
+        written = (link / "link_downed").read_text().strip() == "1"
+        if written and state["sampled_ns"] is None and time.time_ns() >= state.setdefault("due", time.time_ns()
+                                                                                            + 150_000_000):
+            state["sampled_ns"] = time.time_ns()
+            times.record(3, state["sampled_ns"])
+        if state["sampled_ns"] is not None and time.time_ns() > state["sampled_ns"] + 100_000_000:
+            return {"events": [event]}
+        return {"events": []}
+
+    monkeypatch.setattr(fleet, "_get", fake_get)
+    reader = fleet.SampleTimes(tmp_path / "hosts0.times", 0)
+    trial = fleet._one_link_down("api", db, tmp_path / "sys", 3, "mlx5_5", 5.0, 4, lambda: reader.of(3))
+    assert trial["named_after_s"] is not None
+    assert 0.14 <= trial["wait_for_sample_s"] <= 0.3, trial
+    assert trial["sample_to_named_s"] >= 0.09, trial
+    assert abs(trial["wait_for_sample_s"] + trial["sample_to_named_s"] - trial["named_after_s"]) <= 0.011, trial
+    assert trial["sampled_at_phase_s"] == round(state["sampled_ns"] % 1_000_000_000 / 1e9, 3)
+
+
+def test_sample_times_keep_each_hosts_last_samples() -> None:
+    """The simulator's record of when each host sampled keeps its last SAMPLE_SLOTS samples (a trial that polls
+    late still finds the sample after its write), per host, apart from the other hosts'."""
+    import tempfile
+
+    from bench.fleet import SAMPLE_SLOTS, SampleTimes, first_sample_after
+
+    with tempfile.TemporaryDirectory() as where:
+        times = SampleTimes(Path(where) / "t.times", 3, create=True)
+        for n in range(1, SAMPLE_SLOTS + 3):
+            times.record(1, n * 1_000_000_000)
+        times.record(2, 7)
+        reader = SampleTimes(Path(where) / "t.times", 0)
+        assert sorted(reader.of(1)) == [n * 1_000_000_000 for n in range(3, SAMPLE_SLOTS + 3)]
+        assert reader.of(0) == [0] * SAMPLE_SLOTS and sorted(reader.of(2))[-1] == 7
+        assert first_sample_after(reader.of(1), 3_500_000_000, 10.0) == 4_000_000_000
+        assert first_sample_after(reader.of(1), 3_500_000_000, 0.4) is None  # past the limit: no such sample
+
+
+def test_mixed_racks_run_live_racks_beside_replayed_ones_and_say_so(tmp_path) -> None:
+    """bench/fleet.py --racks mixed, small: 2 live racks of 4 simulated hosts beside 1 replayed rack into one
+    cluster and root; the link down on a live rack's host is named, its time counted from its own sample (never
+    negative after it), and every label says mixed with its live and replayed racks and hosts (docs/fleet.md,
+    "Mixed racks")."""
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "fleet.py"), "--hosts", "12", "--rack-size", "4",
+                           "--racks", "mixed", "--live-racks", "2", "--layouts", "fleet", "--skip-week",
+                           "--seconds", "2", "--warmup", "3", "--link-trials", "1", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "fleet.json").read_text())
+    assert result["complete"], result.get("error")
+    assert result["racks_fed"] == "mixed: 2 live racks of 4 hosts, the rest replayed"
+    (run,) = result["runs"]
+    assert run["racks_fed"] == "mixed" and run["racks"] == 3
+    assert run["feed"] == {"label": "mixed_2_live_racks", "live_racks": 2, "live_hosts": 8, "replayed_racks": 1,
+                           "replayed_hosts": 4}
+    assert "fleet_mixed_2_live_racks_ratio_12_over_12" in result
+    assert run["replayed_racks"]["racks"] == 1 and run["replayed_racks"]["hosts"] == 4
+    assert run["live_rounds_phase_s"]["rounds"] >= 1 and run["replayed_rounds_phase_s"]["rounds"] >= 1
+    (trial,) = run["link_down"]["trials"]
+    assert trial["named_after_s"] is not None, trial
+    assert int(trial["host"].split("-")[1]) < 8  # a live rack's host
+    assert trial["wait_for_sample_s"] >= 0 and trial["sample_to_named_s"] >= 0, trial
+    assert "mixed 2+1" in done.stdout
+
+
+@pytest.mark.parametrize("flags, error", [
+    (["--racks", "mixed"], "--racks mixed needs --live-racks K"),
+    (["--racks", "mixed", "--live-racks", "0"], "must be at least 1"),
+    (["--racks", "mixed", "--live-racks", "2", "--hosts", "256,64"], "more than the racks of 64 hosts (1 of"),
+    (["--racks", "replayed", "--live-racks", "2"], "--live-racks is for --racks mixed"),
+    (["--racks", "mixed", "--live-racks", "1", "--indexes", "tree"], "--racks mixed takes --indexes fixed"),
+])
+def test_mixed_racks_flags_are_checked_with_clear_errors(flags, error, capsys) -> None:
+    from bench.fleet import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(flags)
+    assert stopped.value.code == 2 and error in capsys.readouterr().err
