@@ -22,10 +22,18 @@ once from its hosts' real samples (sample_racks) and re-sent every second by one
 cluster collector and root; each run's `racks_fed` says which (docs/fleet.md, "Replayed racks"), as does the top level
 and every ratio's key (fleet_replayed_ratio_2000_over_250, naive_live_over_fleet_replayed_250).
 
+--racks mixed --live-racks K (the link down at counts this machine cannot run live): the first K racks (hosts 0 to
+K x --rack-size - 1) run live as above, the other racks are replayed, all into the same live cluster collector and
+root; the link-down trials pick their victims among the live racks' hosts. Each run says so: `racks_fed` "mixed"
+and `feed` (live and replayed racks and hosts), the table's "mixed K+R", the ratio keys
+(fleet_mixed_2_live_racks_ratio_2000_over_250). Only the live racks have late hosts (docs/fleet.md, "Mixed racks").
+
 Part 2, link downs. In the fleet layout at the largest host count, one IB port of one host goes down (its
 `state` and its `link_downed` counter, as a kernel reports it); the time until the root's API serves a
 hardware event naming that host and port. --link-trials times (default 5), each on another host and rack, at a
-seeded point of the second: the worst trial is the one to hold to the issue's 2 s.
+seeded point of the second: the worst trial is the one to hold to the issue's 2 s. Each trial says where its time
+went, from the victim's own first sample after the write (recorded by its simulator process, SampleTimes): the
+wait for it, its phase in the second, and from it to the root storing its second and to the event.
 
 Part 3, a week of retention (no processes): a root store fed a simulated week of fleet windows (one 1 s window
 of each metric every --week-step seconds of simulated time, --week-sources sources each) and step windows, swept
