@@ -893,7 +893,7 @@ def report(result: dict[str, Any]) -> None:
                   f"{r['replay_cpu_per_s']}, cluster {r['cluster_cpu_per_s']} cores")
         for name in ("live_rounds_phase_s", "replayed_rounds_phase_s"):
             if r.get(name):
-                print(f"{name} at {r['hosts']} hosts: {r[name]}")
+                print(f"{name} ({r['layout']}, {r['hosts']} hosts): {r[name]}")
         if "host_indexes" in r:
             print(f"host indexes handed out by the tree ({r['hosts']} hosts): {r['host_indexes']}")
         if "link_down" in r:
