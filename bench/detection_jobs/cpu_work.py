@@ -67,13 +67,14 @@ def slow_rank(world: int) -> int:
 
 def simulate(kind: str, load: float, factor: float, seed: int, steps: int, oncpu: bool = True,
              settings: dict[str, Any] | None = None, shuffled: bool = False, world: int = WORLD,
-             oncpu_hook: Callable[[int, np.ndarray], np.ndarray] | None = None) -> list[dict[str, Any]]:
+             oncpu_hook: Callable[[int, np.ndarray], np.ndarray] | None = None,
+             slow: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
     """One job of `world` ranks on a host of `load` runnable threads per CPU, rank slow_rank(world) slowed from
     ONSET as `kind` says by `factor`; the events the detectors raised (oldest first). `shuffled`: each step's rows
     in a random order, as the root hands a flush's windows (else step_time, run-queue waits, waits, shares, on-CPU
     times). `oncpu_hook(step, values)` replaces the on-CPU row's values as the ranks report them (a broken or
-    hostile client)."""
-    slow = slow_rank(world)
+    hostile client). `slow`: the ranks slowed alike (default: slow_rank(world) alone)."""
+    slowed = list(slow) if slow is not None else [slow_rank(world)]
     rng = np.random.default_rng(seed)
     shares = WaitShares()
     log = EventLog(None)
@@ -84,14 +85,15 @@ def simulate(kind: str, load: float, factor: float, seed: int, steps: int, oncpu
         held = np.zeros(world)
         if step >= ONSET:
             if kind == "cpu":
-                cpu[slow] *= factor
+                cpu[slowed] *= factor
             elif kind == "sleep":
-                slept[slow] = (factor - 1.0) * CPU_S * load
+                slept[slowed] = (factor - 1.0) * CPU_S * load
             elif kind == "descheduled":
-                held[slow] = (factor - 1.0) * CPU_S * load
+                held[slowed] = (factor - 1.0) * CPU_S * load
         queued = (load - 1.0) * cpu * np.exp(rng.normal(0, 0.1, world)) + held + np.abs(rng.normal(0.002, 0.001, world))
-        if slept[slow] and load > 1.0:  # a sleeper waking on a busy host waits for a CPU before it runs again
-            queued[slow] += rng.uniform(0.0, 0.3) * slept[slow] * (load - 1.0) / load
+        for rank in slowed:
+            if slept[rank] and load > 1.0:  # a sleeper waking on a busy host waits for a CPU before it runs again
+                queued[rank] += rng.uniform(0.0, 0.3) * slept[rank] * (load - 1.0) / load
         if rng.random() < 0.15:
             queued[rng.integers(world)] += 0.5 * CPU_S * load * rng.random()
         busy = cpu + queued + slept

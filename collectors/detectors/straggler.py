@@ -117,7 +117,7 @@ class StragglerConfig:
     wait_share_margin: float = 0.01  # ... and at least this over the job's own level of them
     wait_share_spread_k: float = 2.0  # ... and this many times their own spread (median absolute deviation)
     wait_share_settle: int = 16     # running-share steps of start-up at least (the averages settle: weight 1/8)
-    wait_share_recovered: float = 0.75  # an event's rank whose running-share gap fell under this x its peak recovers
+    wait_share_recovered: float = 0.6  # an event's rank whose running-share gap fell under this x its level recovers
     # The CUSUM lanes of wait_score.py: reference (evidence per step below it is noise) and threshold (shares of
     # a step lost to the rank, summed) of the fast lane (severe stragglers) and of the slow one (slight ones).
     wait_fast_drift: float = 0.15
@@ -209,7 +209,8 @@ class _State(StreakState):
     share_warm: int = 0       # running-share steps seen (the first `wait_warmup` are start-up)
     share_last: int = -1      # the last running-share step judged
     raw_held: int = -1        # the last step whose per-step waits named or held the event's rank
-    share_peak: float = 0.0   # the event's highest running-share gap (a recovered rank's falls from it)
+    # the event's running-share gaps on the steps it held (their median is the level a recovered rank's falls from)
+    share_held: deque[float] = field(default_factory=lambda: deque(maxlen=16))
     share_gap: float = 0.0    # the latest running-share gap judged
     # the last few steps' run-queue waits, by step: (p50, {rank: seconds} of the exact top-k, of the exact bottom-k)
     queued: dict[int, tuple[float, dict[int, float], dict[int, float]]] = field(default_factory=dict)
@@ -631,17 +632,24 @@ class StragglerDetector(StreakDetector[_State]):
         state.share_gap = x
         if self.is_open(job):
             # Held while the rank keeps the lowest running share, half a threshold, and its gap has not fallen
-            # under `wait_share_recovered` of the event's highest: a rank that recovered keeps the lowest average
-            # for ~15 steps while it rejoins the others', its gap falling by 1/8 a step.
+            # under `wait_share_recovered` (0.6) of its level while held (the median of the event's last 16 held
+            # steps' gaps): a rank that recovered keeps the lowest average for ~15 steps while it rejoins the
+            # others', its gap falling by 1/8 a step (under 0.6 of its level in 4). Of the median, not of the
+            # highest (0.75 of it before): the highest of a noisy average rises the longer the event lasts, and a
+            # 1.1x rank of 16 still slow (its gap 0.054-0.095, its highest 0.095) lost its event 65-80 steps after
+            # its onset, to be named again ~75 steps later (review; tests/test_straggler_cpu_work.py).
             held = score.ratio(state.streak_rank)
             least = s.argmin == state.streak_rank
-            if least:
-                state.share_peak = max(state.share_peak, x)
+            level = statistics.median(state.share_held) if state.share_held else 0.0
             named = ((state.streak_rank, held) if held >= 0.5 and least
-                     and x >= c.wait_share_recovered * state.share_peak else None)
+                     and x >= c.wait_share_recovered * level else None)
+            if named is not None:
+                state.share_held.append(x)
         else:
             named = score.named(s.argmin)
-            state.share_peak = x if named is not None else 0.0
+            state.share_held.clear()
+            if named is not None:
+                state.share_held.append(x)
         if named is None:
             self._normal(job, state, step, counts=state.raw_held < step - 1)
             return
