@@ -3,6 +3,7 @@
 
     python bench/tier_cost.py --tier rack [--children 64] [--ranks-per-child 8] [--metrics 20,100,300]
     python bench/tier_cost.py --tier root [--children 32] [--ranks-per-child 512] [--metrics 20]
+    python bench/tier_cost.py --tier root --in-process [--callgrind]   (the root's intake and flush, no gRPC)
     options: --steps 8 --warmup 2 --idle-s 3 --profile [--profile-steps 10] --out bench/results
 
 The tier under test is a real `CollectorServer` (a rack, under a real `RootServer` in a process of its own) or a
@@ -23,6 +24,16 @@ the GIL (so Python at work, not waiting), and attributes each sample to the summ
 core (collectors/delivery), the root's finalising, store and detectors (collectors/root, collectors/detectors),
 protobuf, gRPC, or other; the top functions by own samples and by inclusive samples are listed. Writes tier_cost.json (or
 tier_cost_root.json) under --out.
+
+--in-process (the root only) drives a real `RootServer`'s service and flush in this process, without gRPC, its event
+loop or its threads: each child's unit read as the stream reads it (`CollectorService._receive`), taken in as the loop
+takes it (`_inline`; where that declines, the pool's path, `_one`, waiting for a parked unit's store reads), the node
+flushed after every 8 units and at the step's end (its SQLite commit, consumers and DURABLE acks included), and every
+step's 2 acks per unit checked. It reports the CPU of the whole process per step and by phase (read, intake, flush):
+what the root's own code costs, apart from gRPC's and asyncio's per-message work, and, being deterministic, a count
+of instructions that the machine's load does not move: `valgrind --tool=callgrind --instr-atstart=no python
+bench/tier_cost.py --tier root --in-process --callgrind ...` counts only the measured steps (--callgrind turns
+callgrind's instrumentation on for them with callgrind_control, and off after). Writes tier_cost_root_inprocess.json.
 """
 
 from __future__ import annotations
@@ -40,7 +51,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout: when run as a script
 
@@ -267,6 +278,95 @@ def run(args: argparse.Namespace, metrics: int, out: Path) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+class _Answers:
+    """A stream's answers, kept (the in-process drive has no stream to write them to)."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def put(self, item: Any) -> None:
+        self.items.append(item)
+
+
+def _callgrind(on: bool) -> None:
+    """callgrind's instrumentation of this process on or off (run under valgrind --tool=callgrind)."""
+    subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(os.getpid())], check=True,
+                   stdout=subprocess.DEVNULL, timeout=60)
+    time.sleep(1.0)  # valgrind takes the command up at its next poll
+
+
+def run_in_process(args: argparse.Namespace, metrics: int) -> dict[str, Any]:
+    """The root's intake and flush in this process (see the module's docstring): CPU per step, by phase."""
+    os.environ["TELEMETRY_SCALE_METRICS"] = str(metrics)
+    from collectors.collector.service import _ChildStream
+    from collectors.common.aioserve import NOT_INLINE
+    from collectors.common.gctune import tune_gc
+    from collectors.root.server import RootConfig, RootServer
+    from telemetry.v1 import forward_pb2
+
+    steps = args.warmup + args.steps
+    units = build_units(args.children, args.ranks_per_child, metrics, steps)
+    work = Path(tempfile.mkdtemp(prefix="tier_cost_"))
+    root = RootServer(RootConfig(db=work / "root.db", api=None, deadline_floor_s=120.0))
+    tune_gc()  # as RootServer.start
+    root.reads.start()
+    service, node = root.service, root.node
+    streams = [_ChildStream(cast(Any, _Answers()), None) for _ in range(args.children)]
+    phases = dict.fromkeys(("read", "intake", "flush"), 0.0)
+    try:
+        for c, stream in enumerate(streams):
+            opening = forward_pb2.SummaryBatch(sender_id=f"child-{c}", seq=0).SerializeToString()
+            service._one(stream, service._receive(opening))
+
+        def step(i: int, timed: dict[str, float]) -> None:
+            clock = time.process_time
+            for c, stream in enumerate(streams):
+                t0 = clock()
+                unit = service._receive(units[i][c])
+                t1 = clock()
+                if service._inline(stream, unit) is NOT_INLINE:
+                    parked = service._one(stream, unit)
+                    if parked is not None:
+                        parked.ready.result(args.step_timeout)
+                t2 = clock()
+                if c % 8 == 7:
+                    node.flush()
+                timed["read"] += t1 - t0
+                timed["intake"] += t2 - t1
+                timed["flush"] += clock() - t2
+            t0 = clock()
+            node.flush()
+            timed["flush"] += clock() - t0
+            for c, stream in enumerate(streams):  # RECEIVED and DURABLE of this step's unit, nothing else
+                statuses = sorted(ack.status for ack in cast(Any, stream.answers).items if ack.seq == i + 1)
+                if statuses != [forward_pb2.Ack.RECEIVED, forward_pb2.Ack.DURABLE]:
+                    raise RuntimeError(f"step {i}, child {c}: acks {statuses}")
+
+        for i in range(args.warmup):
+            step(i, dict(phases))
+        if args.callgrind:
+            _callgrind(True)
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        for i in range(args.warmup, steps):
+            step(i, phases)
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        if args.callgrind:
+            _callgrind(False)
+    finally:
+        root.reads.stop()
+        root.store.close()
+        shutil.rmtree(work, ignore_errors=True)
+    n = args.steps
+    return {
+        "tier": "root", "in_process": True, "metrics": metrics, "children": args.children,
+        "ranks_per_child": args.ranks_per_child, "ranks": args.children * args.ranks_per_child, "steps": n,
+        "warmup": args.warmup, "child_windows_per_step": args.children * metrics, "cpu_ms_per_step": cpu / n * 1e3,
+        "phase_cpu_ms_per_step": {name: spent / n * 1e3 for name, spent in phases.items()},
+        "wall_ms_per_step": wall / n * 1e3, "cpu_us_per_child_window": cpu / n / (args.children * metrics) * 1e6,
+        "load_1min": os.getloadavg()[0],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tier", choices=("rack", "root"), default="rack")
@@ -280,8 +380,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true", help="then sample the tier with py-spy over further steps")
     p.add_argument("--profile-steps", type=int, default=10, help="steps sampled with --profile")
     p.add_argument("--profile-rate", type=int, default=1000, help="py-spy samples per second")
+    p.add_argument("--in-process", action="store_true",
+                   help="the root's intake and flush driven in this process, without gRPC (--tier root)")
+    p.add_argument("--callgrind", action="store_true",
+                   help="with --in-process under callgrind: instrument the measured steps only")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     args = p.parse_args(argv)
+    if args.in_process and args.tier != "root":
+        p.error("--in-process drives the root alone (--tier root)")
+    if args.callgrind and not args.in_process:
+        p.error("--callgrind counts the in-process drive's steps (--in-process)")
     rack = args.tier == "rack"
     args.children = args.children or (64 if rack else 32)
     args.ranks_per_child = args.ranks_per_child or (8 if rack else 512)
@@ -291,6 +399,14 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
     for metrics in counts:
+        if args.in_process:
+            r = run_in_process(args, metrics)
+            results.append(r)
+            print(f"root in process {r['ranks']:,} ranks ({r['children']} children x {r['ranks_per_child']}), {metrics} "
+                  f"metrics: {r['cpu_ms_per_step']:.2f} ms CPU/step (" + ", ".join(
+                      f"{name} {ms:.2f}" for name, ms in r["phase_cpu_ms_per_step"].items()) +
+                  f"), {r['cpu_us_per_child_window']:.1f} us per child window, load {r['load_1min']:.1f}", flush=True)
+            continue
         r = run(args, metrics, args.out)
         results.append(r)
         print(f"{args.tier} {r['ranks']:,} ranks ({r['children']} children x {r['ranks_per_child']}), {metrics} metrics: "
@@ -304,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    top functions, {title} samples:")
             for row in rows[:12 if title == "own" else 30]:
                 print(f"        {row['share'] * 100:5.1f} %  {row['function']}")
-    name = "tier_cost.json" if rack else "tier_cost_root.json"
+    name = "tier_cost.json" if rack else "tier_cost_root_inprocess.json" if args.in_process else "tier_cost_root.json"
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     (args.out / name).write_text(json.dumps({"argv": sys.argv[1:], "git_commit": commit, "results": results}, indent=1))
     print(f"wrote {args.out / name}")
