@@ -222,3 +222,30 @@ def test_a_persistent_slight_straggler_of_sixteen_ranks_keeps_its_event(kind: st
         where = (kind, load, seed, [(e["detail"]["detected_step"], e["last_step"], e["status"]) for e in found])
         assert len(found) == 1 and found[0]["ranks"] == [slow_rank(16)], where
         assert found[0]["status"] == "open" and found[0]["last_step"] >= steps - 3, where
+
+
+@pytest.mark.parametrize("load", [1.0, 3.0, 8.0])
+@pytest.mark.parametrize("kind", ["cpu", "sleep"])
+def test_two_equal_slight_stragglers_of_three_are_named_together(kind: str, load: float) -> None:
+    """Ranks 1 and 2 of three both 1.1x slower from the onset: one event naming both, within the issue's bound for
+    1.1x (100 steps), never before the onset (two seeds). Before, never named: the median rank of three is one of
+    the two, so no rank's own lead showed it, and the per-rank lanes saw each one least-waiting on half the steps
+    and falling on the other's (review; the slow rank alone is named at this world). Now the running shares' tied
+    group (straggler.tied_group, wait_score.group_ratio): named at 37-61 steps here."""
+    for seed in range(2):
+        found = _stragglers(simulate(kind, load, 1.1, seed, ONSET + BOUND[1.1] + 2, world=3, slow=(1, 2)))
+        where = (kind, load, seed, [(e["ranks"], e["detail"]["detected_step"]) for e in found])
+        assert found and all(e["ranks"] == [1, 2] for e in found), where
+        assert ONSET <= found[0]["detail"]["detected_step"] <= ONSET + BOUND[1.1], where
+
+
+@pytest.mark.parametrize("world", [3, 4])
+def test_two_ranks_descheduled_alike_are_not_named_together(world: int) -> None:
+    """Two ranks a neighbour takes the CPU from alike (their lead all run-queue wait): no straggler event, with or
+    without on-CPU times, at loads 1, 3 and 8 (the group's run-queue wait over the other ranks' explains its lead:
+    straggler._group_descheduled)."""
+    slow = (1, 2) if world == 3 else (2, 3)
+    for load in (1.0, 3.0, 8.0):
+        for oncpu in (True, False):
+            found = _stragglers(simulate("descheduled", load, 1.2, 0, ONSET + 100, world=world, slow=slow, oncpu=oncpu))
+            assert found == [], (world, load, oncpu, [(e["ranks"], e["detail"]["detected_step"]) for e in found])

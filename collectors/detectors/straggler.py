@@ -80,6 +80,38 @@ def peer_median(s: Summary, rank: int) -> float:
     return p50(s)
 
 
+def tied_group(s: Summary) -> tuple[tuple[int, ...], float]:
+    """The ranks slowed alike on a step of running shares: the lowest share and each next-lowest one closer to it than
+    to the median of the ranks above that one, while one rank at least is left above (sorted), and `x`, the median of
+    the ranks above the group less the group's highest share; ((), 0.0) when the lowest share stands alone. From the
+    exact bottom-k and top-k: in a world they do not cover, the median above is the step's p50 and the group is at
+    most a quarter of the world (no more of it is known).
+
+    Why: two ranks slowed alike take turns at the lowest share, and where they are half the world or more the
+    median rank is one of them: two equal 1.1x ranks of three left every rank's own gap at the noise (review)."""
+    known = {rank: value for value, rank in s.bottom()} | {rank: value for value, rank in s.top()}
+    exact = len(known) >= s.count
+    values = sorted((value, rank) for rank, value in known.items()) if exact else s.bottom()
+    if len(values) < 2 or not all(math.isfinite(v) for v, _ in values):
+        return (), 0.0
+    least = values[0][0]
+    size = 1
+    while size < len(values):
+        rest = [v for v, _ in values[size + 1:]]
+        if exact and not rest:
+            break  # one rank at least is left above the group
+        if not exact and size + 1 > s.count // 4:
+            break
+        above = statistics.median(rest) if exact else p50(s)
+        if not values[size][0] - least < (above - least) / 2:
+            break
+        size += 1
+    if size < 2:
+        return (), 0.0
+    above = statistics.median(v for v, _ in values[size:]) if exact else p50(s)
+    return tuple(sorted(rank for _, rank in values[:size])), above - values[size - 1][0]
+
+
 def _peer_queue(queued: tuple[float, dict[int, float], dict[int, float]], rank: int) -> float:
     """A step's median run-queue wait as `rank`'s peers had it (peer_median, from the kept top-k), else the step's."""
     top = queued[1]
@@ -196,6 +228,7 @@ class StragglerConfig:
 @dataclass
 class _State(StreakState):
     streak_rank: int = -1     # the rank the streak is about (a different one ends it: noise)
+    streak_group: tuple[int, ...] = ()  # the ranks slowed alike its event names (tied_group; () for one rank)
     wait_s_total: float = 0.0
     wait_rank_s_total: float = 0.0
     steps: int = 0
@@ -219,6 +252,12 @@ class _State(StreakState):
     # the job's last judged steps whose run-queue waits were known: (step, least-waiting rank, its lead over the
     # median rank, its run-queue wait over the median rank's), for `_descheduled` (O(descheduled_window))
     leads: deque[tuple[int, int, float, float]] = field(default_factory=deque)
+    # The same for groups slowed alike (`_note_group`): (step, the group, its lead over the other ranks' median wait,
+    # its run-queue wait over theirs, the step's length), members averaged; from the last few steps' exact waits and
+    # tied groups
+    group_leads: deque[tuple[int, tuple[int, ...], float, float, float]] = field(default_factory=deque)
+    wait_values: dict[int, dict[int, float]] = field(default_factory=dict)
+    group_pending: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -416,6 +455,83 @@ class StragglerDetector(StreakDetector[_State]):
         while state.leads and state.leads[0][0] <= step - c.descheduled_window:
             state.leads.popleft()
 
+    def _keep_waits(self, state: _State, step: int, s: Summary) -> None:
+        """A step's waits by rank, where the summary holds every rank's (a world of 2k ranks or fewer), kept for
+        the group of that step (`_note_group`; windows of one step come in any order)."""
+        values = {rank: value for value, rank in s.bottom()} | {rank: value for value, rank in s.top()}
+        if len(values) < s.count:
+            return
+        state.wait_values[step] = values
+        while len(state.wait_values) > 16:
+            del state.wait_values[min(state.wait_values)]
+        self._note_group(state, step)
+
+    def _note_group(self, state: _State, step: int) -> None:
+        """Once a step's tied group (running shares) and its waits and run-queue waits are all known: the group's
+        lead over the other ranks' median wait and its run-queue wait over theirs (each member's, averaged; the
+        median rank's scaled by the member's CPU work, as `_note_lead`), for `_group_descheduled`. In a world where
+        the group is half the ranks or more the median rank is one of them, so `_note_lead`'s figures say nothing of
+        it: two ranks of three that queued more than the third (the scheduler gave it more CPU) were named on
+        recorded clean runs here (ddp, sync2) before this."""
+        group, waits, queued = state.group_pending.get(step), state.wait_values.get(step), state.queued.get(step)
+        while len(state.group_pending) > 16:
+            del state.group_pending[min(state.group_pending)]
+        if group is None or waits is None or queued is None:
+            return
+        del state.group_pending[step]
+        rest = [rank for rank in waits if rank not in group]
+        by_rank = queued[1] | queued[2]
+        if not rest or any(rank not in by_rank or rank not in waits for rank in (*group, *rest)):
+            return
+        scale = state.step_scales.get(step)
+        if not scale:
+            return
+        typical = statistics.median(state.step_scales.values())
+        wait_rest = statistics.median(waits[rank] for rank in rest)
+        queue_rest = statistics.median(by_rank[rank] for rank in rest)
+        lead = statistics.fmean(wait_rest - waits[rank] for rank in group)
+        expected = {rank: expected_queue(queue_rest, self._group_cpu_ratio(state, rank, rest, step)) for rank in group}
+        excess = statistics.fmean(by_rank[rank] - expected[rank] for rank in group)
+        if not (math.isfinite(lead) and math.isfinite(excess)):
+            return
+        state.group_leads.append((step, group, max(-typical, min(lead, typical)), max(-typical, min(excess, typical)),
+                                  scale))
+        while state.group_leads and state.group_leads[0][0] <= step - self.config.descheduled_window:
+            state.group_leads.popleft()
+
+    def _group_cpu_ratio(self, state: _State, rank: int, rest: list[int], step: int) -> float | None:
+        """`rank`'s CPU work over the median of the `rest` ranks' (cpu_work.cpu_ratio, each step's median the rest's:
+        the median rank may be one of the rank's own group), where the steps' on-CPU times hold them all."""
+        history = {}
+        for at, cpu in state.oncpu.items():
+            theirs = [cpu.by_rank[r] for r in rest if r in cpu.by_rank]
+            if len(theirs) == len(rest) and rank in cpu.by_rank and statistics.median(theirs) > 0:
+                history[at] = StepCpu(statistics.median(theirs), cpu.by_rank)
+        return cpu_ratio(history, rank, step, self.config.oncpu_steps, self.config.oncpu_margin)
+
+    def _group_descheduled(self, state: _State, group: tuple[int, ...], step: int, least_lead: float) -> bool:
+        """A group slowed alike is not named: over the steps of the last `descheduled_window` on which it was the
+        tied group (`descheduled_min_steps` at least; fewer: not named yet), its lead over the other ranks' median
+        wait is under `least_lead` of those steps' length, or (`_descheduled` for a group) its run-queue wait over
+        theirs adds up to `descheduled_share` of that lead.
+
+        The lead, from the step's own waits: the agents' running shares add a rank's run-queue wait over its
+        host's other ranks' to its share (a descheduled rank keeps its peers' share: collectors/agent/wait_share.py),
+        so a third rank descheduled more than two others lifts its share over theirs and the two look tied ahead of
+        it, though nobody waited for them (a recorded clean fsdp2 run of three: its shares' gap 0.045, its waits'
+        ~0.01)."""
+        c = self.config
+        mine = [(lead, excess, scale) for s, g, lead, excess, scale in state.group_leads
+                if g == group and step - c.descheduled_window < s]
+        if len(mine) < c.descheduled_min_steps:
+            return True
+        lead = math.fsum(v for v, _, _ in mine)
+        if lead < least_lead * math.fsum(v for _, _, v in mine):
+            return True
+        if not (c.descheduled_leave and c.runqueue_discount):
+            return False
+        return math.fsum(e for _, e, _ in mine) >= c.descheduled_share * lead
+
     def _descheduled(self, state: _State, rank: int, step: int) -> bool:
         """Over its least-waiting steps of the last `descheduled_window` (`descheduled_min_steps` at least), the
         run-queue wait `rank` had over the median rank's adds up to `descheduled_share` of the lead it had: the
@@ -439,12 +555,14 @@ class StragglerDetector(StreakDetector[_State]):
         lead = math.fsum(v for v, _ in mine)
         return lead > 0 and math.fsum(e for _, e in mine) >= share * lead
 
-    def _left_to_cpu_starved(self, state: _State, job: str, rank: int, step: int) -> bool:
+    def _left_to_cpu_starved(self, state: _State, job: str, rank: int, step: int, descheduled: bool = True) -> bool:
         """`rank` is starved of CPU now (cpu_starved's event names it, or its run-queue wait says so on
         `starved_hits` of the last `starved_window` steps), or was descheduled over its recent least-waiting
-        steps (`_descheduled`): its event is cpu_starved's (or nobody's), not a straggler's."""
+        steps (`_descheduled`; not asked with `descheduled` false: a rank of a group slowed alike, whose lead over
+        the median rank - one of the group where it is half the world - is not the group's): its event is
+        cpu_starved's (or nobody's), not a straggler's."""
         c = self.config
-        if self._descheduled(state, rank, step):
+        if descheduled and self._descheduled(state, rank, step):
             return True
         if not c.starved_leave:
             return False
@@ -509,6 +627,7 @@ class StragglerDetector(StreakDetector[_State]):
             return
         if len(s.sources) < row.expected:
             return  # a rank without its wait could be the slow one
+        self._keep_waits(state, step, s)
         score, median = self._score(state), peer_median(s, s.argmin)
         # The part of the least-waiting rank's lead its excess run-queue wait explains is no evidence: the rank
         # was ready to run and the host's CPUs were busy elsewhere (descheduled, not slow).
@@ -544,6 +663,14 @@ class StragglerDetector(StreakDetector[_State]):
             # An open event whose rank no longer waits least hands over to the rank that does when that one is
             # named on its own score (_hand_over: a new severe straggler must not wait out the old event).
             open_now = self.is_open(job)
+            if open_now and state.streak_group:
+                # an event on ranks slowed alike: the running shares hold and close it; a rank named on its own
+                # per-step score takes over (_hand_over)
+                handed = self._hand_over(job, state, step, s.argmin)
+                if handed is not None:
+                    state.raw_held = step
+                    self._judged(row, state, handed[0], handed[1], x, gap, slowdown, figures, count=True)
+                return
             if open_now and s.argmin != state.streak_rank:
                 handed = self._hand_over(job, state, step, s.argmin)
                 if handed is None:
@@ -630,6 +757,14 @@ class StragglerDetector(StreakDetector[_State]):
         state.share_last = step
         x = score.update_running(step, s.argmin, x)
         state.share_gap = x
+        group, group_x = tied_group(s)
+        score.update_group(step, group, group_x)
+        if group:
+            state.group_pending[step] = group
+            self._note_group(state, step)
+        if self.is_open(job) and state.streak_group:
+            self._shares_group(row, state, group, group_x)
+            return
         if self.is_open(job):
             # Held while the rank keeps the lowest running share, half a threshold, and its gap has not fallen
             # under `wait_share_recovered` (0.6) of its level while held (the median of the event's last 16 held
@@ -650,11 +785,66 @@ class StragglerDetector(StreakDetector[_State]):
             state.share_held.clear()
             if named is not None:
                 state.share_held.append(x)
+            elif (tied := score.group_named()) is not None and tied[0] == group:
+                state.share_held.append(group_x)
+                self._judged_group(row, state, group, tied[1], group_x, opening=True)
+                return
         if named is None:
             self._normal(job, state, step, counts=state.raw_held < step - 1)
             return
         figures = {"p50_share": fnum(median, 4), "min_share": fnum(s.min, 4)}
         self._judged(row, state, named[0], named[1], x, None, 1.0 / max(1.0 - x, 1e-9), figures, count=False)
+
+    def _shares_group(self, row: Row, state: _State, group: tuple[int, ...], x: float) -> None:
+        """A running-share step while an event names ranks slowed alike: held while the step's tied group is still
+        that group, its ratio half a threshold and its lead not fallen under `wait_share_recovered` of its level
+        while held (as one rank's, `_shares`); towards closing otherwise."""
+        c, job, step, score = self.config, row.key.job, row.key.index, self._score(state)
+        ratio = score.group_ratio(state.streak_group)
+        level = statistics.median(state.share_held) if state.share_held else 0.0
+        if group == state.streak_group and ratio >= 0.5 and x >= c.wait_share_recovered * level:
+            state.share_held.append(x)
+            self._judged_group(row, state, group, ratio, x, opening=False)
+            return
+        self._normal(job, state, step, counts=True)
+
+    def _judged_group(self, row: Row, state: _State, group: tuple[int, ...], value: float, x: float,
+                      opening: bool) -> None:
+        """Open or update the job's event naming the ranks slowed alike (`group`, tied_group), unless one of them
+        is cpu_starved's (a host problem) or the group was descheduled (`_group_descheduled`: its run-queue wait over
+        the other ranks' explains its lead). Not each rank's `_descheduled`: it weighs each least-waiting step's
+        lead over the median rank, one of the group where the group is half the world (its lead the noise, its
+        queueing all excess: two CPU-bound 1.1x ranks of three were left on every step)."""
+        c, job, step, s = self.config, row.key.job, row.key.index, row.summary
+        if self._group_descheduled(state, group, step, self._score(state).min_evidence) or any(
+                self._left_to_cpu_starved(state, job, rank, step, descheduled=False) for rank in group):
+            if not opening:
+                self._normal(job, state, step, counts=True)
+            return
+        if opening:
+            since = self._score(state).group_since(group)
+            state.streak, state.start = 0, None
+            self.over(state, step if since is None else since, event_time(row))
+            state.streak_rank, state.streak_group = group[0], group
+            state.wait_s_total = state.wait_rank_s_total = 0.0
+            state.steps = 0
+        else:
+            self.over(state, step, event_time(row))
+        open_event = self.events.get_open(self.kind, job)
+        names = ", ".join(str(rank) for rank in group)
+        detail = {
+            "summary": (f"ranks {names} make the others wait alike: their running shares of steps spent waiting in "
+                        f"collectives are {x:.0%} of a step under the other ranks' median; evidence {value:.2f}x "
+                        "the threshold"),
+            "signal": row.key.metric, "score": fnum(value, 4), "threshold": 1.0, "evidence": fnum(x, 4),
+            "least_waiting_rank": s.argmin, "group": list(group), "slowdown": fnum(1.0 / max(1.0 - x, 1e-9), 3),
+            "bottom": [[fnum(v), r] for v, r in s.bottom(c.top)],
+            "wait_s": 0.0, "wait_rank_s": 0.0, "wait_s_total": fnum(state.wait_s_total),
+            "wait_rank_s_total": fnum(state.wait_rank_s_total), "steps": state.steps,
+            "detected_step": open_event.detail.get("detected_step") if open_event else step,
+            "opened_on": open_event.detail.get("opened_on") if open_event else row.key.metric,
+        }
+        self.raise_streak(job, state, step, open_event, ranks=list(group), detail=detail, severity=c.severity)
 
     def _hand_over(self, job: str, state: _State, step: int, least: int) -> tuple[int, float] | None:
         """The open event's rank no longer makes the others wait and the rank that waits least now is named on
@@ -665,7 +855,7 @@ class StragglerDetector(StreakDetector[_State]):
         if named is None or named[0] == state.streak_rank:
             return None
         self.clear(job, step=step)
-        self._score(state).forget(state.streak_rank)
+        self._forget(state, None)
         state.streak, state.start, state.clean = 0, None, 0
         return named
 
@@ -675,8 +865,18 @@ class StragglerDetector(StreakDetector[_State]):
         judged, and a 0 would leave the rank `quiet` for nothing - is watched while it falls."""
         was_open = self.is_open(job)
         self.normal(job, state, step, self.config.wait_clear_steps, counts=counts)
-        if was_open and not self.is_open(job) and state.score is not None:
-            state.score.forget(state.streak_rank, state.share_gap if self._shares_judge(state) else None)
+        if was_open and not self.is_open(job):
+            self._forget(state, state.share_gap if self._shares_judge(state) else None)
+
+    def _forget(self, state: _State, share_gap: float | None) -> None:
+        """The closed event's evidence dropped: its rank's (`share_gap`: WaitScore.forget), or its group's."""
+        if state.score is None:
+            return
+        if state.streak_group:
+            state.score.forget_group(state.streak_group)
+            state.streak_group = ()
+        else:
+            state.score.forget(state.streak_rank, share_gap)
 
     def _judged(self, row: Row, state: _State, rank: int, value: float, x: float, gap: float | None,
                 slowdown: float, figures: dict, count: bool) -> None:
@@ -692,6 +892,7 @@ class StragglerDetector(StreakDetector[_State]):
         since = score.since(rank)
         if self.over(state, step if since is None else since, event_time(row)):
             state.streak_rank = rank
+            state.streak_group = ()
             if not self.is_open(job):
                 state.wait_s_total = state.wait_rank_s_total = 0.0
                 state.steps = 0

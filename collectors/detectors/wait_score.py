@@ -171,6 +171,9 @@ class WaitScore:
         # The job's world (`update`), for the persistence lanes' chance level (persist_share; 0: not known)
         self.world = 0
         self.persist_z = persist_z
+        # Ranks slowed alike (`group_named`): each running-share step's tied group of two or more ranks that had
+        # about the lowest share (empty: none) and the lead the others had over them (O(window) whatever the world)
+        self.recent_groups: deque[tuple[int, tuple[int, ...], float]] = deque(maxlen=window)
 
     def evidence(self, gap_s: float, step_s: float) -> float:
         """The share of the step the median rank lost to the least-waiting one (0 when the gap is no evidence)."""
@@ -368,6 +371,52 @@ class WaitScore:
             return False
         _, least, x = self.recent_running[-1]
         return least == rank and x >= self.running_floor()
+
+    def update_group(self, step: int, group: tuple[int, ...], x: float) -> None:
+        """One running-share step's tied group (straggler.tied_group: two or more ranks with about the lowest share,
+        sorted; empty when the lowest is alone) and `x`, the share of a step the other ranks' median lost to them."""
+        x = min(max(x, 0.0), 1.0) if math.isfinite(x) else 0.0
+        self.recent_groups.append((step, group, x if group else 0.0))
+
+    def group_ratio(self, group: tuple[int, ...]) -> float:
+        """The running persistence lane's ratio for a group of ranks slowed alike: the same group on
+        `running_share` of the window (and of its last sixth) with a mean lead over the bar the slow lane uses on
+        the running shares (`running_floor`); the detector asks the group's lead in the step's own waits too
+        (straggler._group_descheduled). Ranks slowed alike take turns at the lowest share (the per-rank
+        lanes see each one lowest on half the steps, and each falls on the other's: never named), and where they
+        are half the world or more the median rank is one of them, so no rank's own gap shows it (two equal
+        1.1x ranks of three: never named, review)."""
+        if not group or not self.recent_groups:
+            return 0.0
+        mine = [x for _, g, x in self.recent_groups if g == group]
+        if not mine or sum(mine) / len(mine) < self.running_floor():
+            return 0.0
+        tail = list(self.recent_groups)[-max(1, self.window // 6):]
+        now = sum(g == group for _, g, _ in tail) / len(tail)
+        return min(len(mine) / (self.running_share * self.window), now / self.running_share)
+
+    def group_named(self) -> tuple[tuple[int, ...], float] | None:
+        """The window's most frequent tied group and its ratio, when that is 1 or more."""
+        groups = Counter(g for _, g, _ in self.recent_groups if g)
+        if not groups:
+            return None
+        group = groups.most_common(1)[0][0]
+        ratio = self.group_ratio(group)
+        return (group, ratio) if ratio >= 1.0 else None
+
+    def group_since(self, group: tuple[int, ...]) -> int | None:
+        """The earliest step from which on the group was the tied group on `running_share` of the steps."""
+        onset, mine = None, 0
+        for i, (step, g, _) in enumerate(reversed(self.recent_groups), 1):
+            mine += g == group
+            if mine >= self.running_share * i:
+                onset = step
+        return onset
+
+    def forget_group(self, group: tuple[int, ...]) -> None:
+        """Drop a group's evidence (its event closed: a stale window must not name it again)."""
+        self.recent_groups = deque(((step, g, x) for step, g, x in self.recent_groups if g != group),
+                                   maxlen=self.window)
 
     def _holds_lowest(self, rank: int) -> bool:
         """Whether `rank` had the lowest running share on half the window or more: a slight straggler has it on
