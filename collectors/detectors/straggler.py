@@ -112,6 +112,13 @@ def tied_group(s: Summary) -> tuple[tuple[int, ...], float]:
     return tuple(sorted(rank for _, rank in values[:size])), above - values[size - 1][0]
 
 
+def _others_median(ordered: list[float], value: float) -> float:
+    """The median of sorted `ordered` without one occurrence of `value` (one of them)."""
+    rest = list(ordered)
+    rest.remove(value)
+    return statistics.median(rest)
+
+
 def _peer_queue(queued: tuple[float, dict[int, float], dict[int, float]], rank: int) -> float:
     """A step's median run-queue wait as `rank`'s peers had it (peer_median, from the kept top-k), else the step's."""
     top = queued[1]
@@ -257,6 +264,9 @@ class _State(StreakState):
     # tied groups
     group_leads: deque[tuple[int, tuple[int, ...], float, float, float]] = field(default_factory=deque)
     wait_values: dict[int, dict[int, float]] = field(default_factory=dict)
+    # each rank's lead over the other ranks' median wait, as a share of the step, on the last 60 steps whose waits were
+    # exact (a world of 2k ranks or fewer): `_waits_agree`
+    rank_leads: deque[dict[int, float]] = field(default_factory=lambda: deque(maxlen=60))
     group_pending: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
@@ -462,6 +472,11 @@ class StragglerDetector(StreakDetector[_State]):
         if len(values) < s.count:
             return
         state.wait_values[step] = values
+        scale = state.step_scales.get(step)
+        if scale and len(values) >= 3 and all(math.isfinite(v) for v in values.values()):
+            ordered = sorted(values.values())
+            state.rank_leads.append({rank: (_others_median(ordered, value) - value) / scale
+                                     for rank, value in values.items()})
         while len(state.wait_values) > 16:
             del state.wait_values[min(state.wait_values)]
         self._note_group(state, step)
@@ -678,7 +693,7 @@ class StragglerDetector(StreakDetector[_State]):
                 state.raw_held = step
                 self._judged(row, state, handed[0], handed[1], x, gap, slowdown, figures, count=True)
                 return
-            rank = state.streak_rank if open_now else (score.named(s.argmin) or (-1, 0.0))[0]
+            rank = state.streak_rank if open_now else (self._named(state, s.argmin) or (-1, 0.0))[0]
             if rank != s.argmin or score.ratio(rank) < (0.5 if open_now else 1.0):
                 return
             state.raw_held = step
@@ -696,7 +711,7 @@ class StragglerDetector(StreakDetector[_State]):
         else:
             # opened on a step where the rank makes the others wait, not on its past score; judged on its own
             # score (named(rank)), not hidden by a leader that does not qualify
-            named = score.named(s.argmin)
+            named = self._named(state, s.argmin)
         if named is None:
             self._normal(job, state, step, counts=True)
             return
@@ -781,7 +796,7 @@ class StragglerDetector(StreakDetector[_State]):
             if named is not None:
                 state.share_held.append(x)
         else:
-            named = score.named(s.argmin)
+            named = self._named(state, s.argmin)
             state.share_held.clear()
             if named is not None:
                 state.share_held.append(x)
@@ -846,12 +861,35 @@ class StragglerDetector(StreakDetector[_State]):
         }
         self.raise_streak(job, state, step, open_event, ranks=list(group), detail=detail, severity=c.severity)
 
+    def _named(self, state: _State, rank: int) -> tuple[int, float] | None:
+        """WaitScore.named(rank), except that a rank named by the running persistence lane alone (no other lane at
+        its threshold) is named only where the step's own waits agree (`_waits_agree`)."""
+        score = self._score(state)
+        named = score.named(rank)
+        if named is None or not score.by_running_persistence_alone(rank):
+            return named
+        return named if self._waits_agree(state, rank, score.min_evidence) else None
+
+    @staticmethod
+    def _waits_agree(state: _State, rank: int, least: float) -> bool:
+        """Over the last 60 steps whose waits were exact, the rank's mean lead over the other ranks' median wait is
+        `least` (min_evidence, 0.04: the per-step persistence lane's bar) of a step or more; fewer than 30 such steps
+        (a world over 2k ranks, a job that started): true, judged as before. The running persistence lane counts how
+        often a rank had the lowest running share (80 % of 60 steps) with a mean gap over the shares' own bar, which
+        is low where the shares are tight (FSDP's ranks all wait ~75 % of a step): at three ranks a clean rank got
+        there by chance, twice in the held-out sets (docs/detectors.md). A slight straggler leads the others on
+        every step by about its slowdown (0.09 of a step at 1.1x)."""
+        leads = [lead[rank] for lead in state.rank_leads if rank in lead]
+        if len(leads) < 30:
+            return True
+        return statistics.fmean(leads) >= least
+
     def _hand_over(self, job: str, state: _State, step: int, least: int) -> tuple[int, float] | None:
         """The open event's rank no longer makes the others wait and the rank that waits least now is named on
         its own score: the event was about the wrong rank (a blip) or the culprit changed. Its event closes at
         once - waiting `wait_clear_steps` would hold the new culprit's event back by as many steps - and the
         new rank is named."""
-        named = self._score(state).named(least)
+        named = self._named(state, least)
         if named is None or named[0] == state.streak_rank:
             return None
         self.clear(job, step=step)

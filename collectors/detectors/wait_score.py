@@ -500,6 +500,16 @@ class WaitScore:
                 return -negative, ratio
         return None
 
+    def by_running_persistence_alone(self, rank: int) -> bool:
+        """Whether the running persistence lane is the only one that names `rank` (`_qualifies`' other ways fail)."""
+        if self.run[1] >= self.fast_steps and self.run[0] == rank:
+            return False
+        if max(lane.scores.get(rank, 0.0) / lane.threshold for lane in self.lanes[1:]) >= 1.0:
+            return False
+        if self._persistence(rank) >= 1.0 and self._running_agrees(rank):
+            return False
+        return self._persistence(rank, running=True) >= 1.0
+
     def _qualifies(self, rank: int) -> bool:
         """A rank at ratio 1 or more is named on the fast lane only at the end of a run of `fast_steps` steps of
         evidence for it; on the per-step persistence lane only where the running shares agree (`_running_agrees`);
