@@ -278,3 +278,43 @@ def test_the_root_refuses_an_infinite_duration_naming_the_option(tmp_path, optio
                           text=True, timeout=60)
     assert done.returncode == 2, done.stderr[-2000:]
     assert option[0] in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_jobs_run_claims_go_with_its_last_window_not_before(tmp_path) -> None:
+    """The `runs` table grew with uptime (a job's claims were kept as long as the file: 200 attempts of 1,024 ranks
+    left 204,800 rows after a sweep 10 years on). Claims now go once the job has no window left, and not before:
+    while its step blocks are kept, a stale second run of the attempt is still refused from the stored claims."""
+    from collectors.delivery.runs import Claim, RunLedger
+    store = Store(tmp_path / "root.db")
+    day_ns = 86_400 * 10**9
+    ranks = 64
+    for j in range(5):
+        job = f"job{j}"
+        store.save_runs(job, {r: Claim(1000 + r, "h") for r in range(ranks)})
+        for step in range(3):
+            s = Summary()
+            for r in range(ranks):
+                s.add(1.0, r)
+            store.save([Row(Key(job, "step_time", step), ranks, s, False, j * day_ns + step)], {job: ranks})
+    store.save_runs("_fleet", {5 << 8 | 64: Claim(7, "host5:ib0")})  # a host index's: not a job's
+    config = RetentionConfig(raw_steps_s=86_400, step_blocks_s=3 * 86_400, batch=50)
+    retention = Retention(store, config)
+
+    def counts() -> tuple[int, int]:
+        with closing(store.reader()) as db:
+            return (db.execute("SELECT count(*) FROM runs WHERE job<>'_fleet'").fetchone()[0],
+                    db.execute("SELECT count(*) FROM jobs").fetchone()[0])
+
+    retention.sweep(now_ns=2 * day_ns + 1, max_batches=10_000)  # job0's steps are blocks now: claims stay
+    assert counts() == (5 * ranks, 5)
+    retention.sweep(now_ns=6 * day_ns + 1, max_batches=10_000)  # blocks of job0..job2 past 3 days: gone
+    assert counts() == (2 * ranks, 2)
+    assert store.load_runs("job0") == {} and len(store.load_runs("job3")) == ranks
+    stale = RunLedger(recall=store.load_runs)  # a second run of job3's attempt, after every tier forgot it
+    stale.claim("rack", "job3", {0: Claim(99, "other")})
+    assert stale.refused("rack", "job3")
+    retention.sweep(now_ns=30 * day_ns, max_batches=10_000)
+    assert counts() == (0, 0)
+    assert len(store.load_runs("_fleet")) == 1
+    assert retention.stats.jobs_forgotten == 5
+    store.close()

@@ -6,6 +6,12 @@ rollups that merge summaries over time as the tree merges them over ranks and ho
 * Step windows older than `raw_steps_s` roll up into blocks of `step_block` steps (`width_ms` = -step_block,
   `idx` = the block's first step), merged into the block as they age out, then deleted.
 * Each kind is then deleted past its retention: raw seconds, minutes, hours, step blocks, closed events.
+* A job none of whose windows is left any more (every kind holding it went past its retention) is forgotten: its
+  run claims (the `runs` table: one row per rank, collectors/delivery/runs.py) and its `jobs` row. Until then the
+  claims stay, so a stale second run of a finished attempt is refused while any of its windows could take its
+  parts; after, such a run has no stored window to merge into (the root's ledger recalls no claim for it and takes
+  it as a new run). The fleet's claims are not a job's: they go with their host index
+  (collectors/root/host_indexes.py).
 
 A rollup is `merge_over_time` of its members: count, sum, min/argmin, max/argmax, top-k/bottom-k (value,
 source) and the sources bitmap stay exact (the k largest readings of the hour with their host and port; a
@@ -43,6 +49,7 @@ from collectors.common.keys import Key
 from collectors.common.ratelog import RateLimitedLog
 from collectors.common.rows import Row
 from collectors.root.store import MINUTE_MS, SECOND_MS, Store, rolled_mark
+from telemetry.names import FLEET_JOB
 from telemetry.summary import Summary
 
 log = logging.getLogger(__name__)
@@ -125,6 +132,7 @@ class SweepStats:
     late_dropped: int = 0  # raw windows that came later than their kind's retention: deleted, not rolled up
     seconds: float = 0.0  # wall time of the last sweep
     longest_hold_s: float = 0.0  # the longest one transaction held the store's lock (what intake may wait)
+    jobs_forgotten: int = 0  # jobs with no window left whose run claims and `jobs` row were deleted
 
 
 class Retention:
@@ -189,6 +197,7 @@ class Retention:
         if c.events_s and self.store.has_table("events"):  # the event log's table, in the same file
             self._delete("DELETE FROM events WHERE id IN (SELECT id FROM events WHERE status='closed' AND "
                          "updated<? LIMIT ?)", (now_ns / 1e9 - c.events_s,), budget)
+        self._forget_jobs(budget)
         self.store.reclaim()
         self.stats.sweeps += 1
         self.stats.seconds = time.monotonic() - started
@@ -307,6 +316,27 @@ class Retention:
             self.stats.rolled += len(rows)
             self.stats.deleted += len(found)
             budget[0] -= 1
+
+    def _forget_jobs(self, budget: list[int]) -> None:
+        """The run claims and `jobs` row of each job that has no window left, `batch` claims a transaction, checked in
+        that transaction (a window saved meanwhile keeps them). The `jobs` row goes with the last claims: a job
+        listed there once had windows (the root writes it with them), so one listed with none lost them all to
+        retention, never a job whose first windows are still to come."""
+        batch = self.config.batch
+        while budget[0] > 0:
+            with self._transaction() as db:
+                found = db.execute("SELECT job FROM jobs WHERE job<>? AND NOT EXISTS (SELECT 1 FROM windows w WHERE "
+                                   "w.job=jobs.job) LIMIT 1", (FLEET_JOB,)).fetchone()
+                if found is None:
+                    return
+                job = found[0]
+                gone = db.execute("DELETE FROM runs WHERE job=? AND rank IN (SELECT rank FROM runs WHERE job=? "
+                                  "LIMIT ?)", (job, job, batch)).rowcount
+                if gone < batch:
+                    db.execute("DELETE FROM jobs WHERE job=?", (job,))
+                    self.stats.jobs_forgotten += 1
+            budget[0] -= 1
+            self.stats.deleted += max(0, gone)
 
     def _delete(self, sql: str, args: tuple, budget: list[int]) -> None:
         while budget[0] > 0:

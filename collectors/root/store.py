@@ -238,8 +238,9 @@ class Store:
             self._db.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
 
     def save_runs(self, job: str, claims: dict[int, Claim]) -> None:
-        """Which process first ran each of these ranks of `job` (RunLedger's record): kept as long as the file,
-        so that a later run reusing the job's name and attempt is refused even after every tier forgot the job.
+        """Which process first ran each of these ranks of `job` (RunLedger's record): kept as long as the job has
+        a window in the file (collectors/root/retention.py forgets them with its last one), so that a later run
+        reusing the job's name and attempt is refused even after every tier forgot the job.
         Digests are unsigned 64-bit; SQLite's integers are signed, so they are stored shifted by 2**63."""
         with self._lock:
             self._db.executemany("INSERT OR IGNORE INTO runs VALUES (?,?,?,?)", _claim_records(job, claims))
