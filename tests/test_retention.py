@@ -318,3 +318,31 @@ def test_a_jobs_run_claims_go_with_its_last_window_not_before(tmp_path) -> None:
     assert len(store.load_runs("_fleet")) == 1
     assert retention.stats.jobs_forgotten == 5
     store.close()
+
+
+def test_what_the_steps_retention_leaves_of_a_job(tmp_path) -> None:
+    """docs/fleet.md "What the steps retention takes away": past `steps` the raw steps are gone and with them every
+    view that reads them (goodput: nothing to count); the blocks keep each block's exact figures and times."""
+    from collectors.root.goodput import goodput
+    store = Store(tmp_path / "root.db")
+    t0 = 10 * 86_400 * 10**9
+    for step in range(250):
+        s = Summary()
+        for rank in range(8):
+            s.add(1.0 + rank, rank, time_ns=t0 + step * 10**9)
+        store.save([Row(Key("job", "step_time", step), 8, s, False, t0 + step * 10**9)], {"job": 8})
+    with closing(store.reader()) as db:
+        before = goodput(db, "job")
+    assert (before["wall_s"], before["goodput"]) == (249.0, 1.0)
+    Retention(store, RetentionConfig(raw_steps_s=86_400)).sweep(now_ns=t0 + 2 * 86_400 * 10**9, max_batches=10_000)
+    with closing(store.reader()) as db:
+        after = goodput(db, "job")
+        blocks = db.execute("SELECT idx, count, min, argmin, max, argmax, sources, summary FROM windows "
+                            "WHERE width_ms=-100 ORDER BY idx").fetchall()
+    assert (after["wall_s"], after["goodput"], after["attempts"]) == (0.0, None, [])
+    assert [tuple(b)[:7] for b in blocks] == [(0, 800, 1.0, 0, 8.0, 7, 8), (100, 800, 1.0, 0, 8.0, 7, 8),
+                                              (200, 400, 1.0, 0, 8.0, 7, 8)]
+    first, last = (Summary.from_bytes(blocks[-1]["summary"]).first_time_ns,
+                   Summary.from_bytes(blocks[-1]["summary"]).last_time_ns)
+    assert (first, last) == (t0 + 200 * 10**9, t0 + 249 * 10**9)
+    store.close()
