@@ -273,6 +273,42 @@ def test_the_api_lists_hosts_and_shows_one(fleet_tree):
     assert api_get(root.api_address, "/api/v1/hosts?k=0")[0] == 400
 
 
+def test_a_host_on_the_per_host_layout_is_listed_and_shown_beside_the_fleets(tmp_path):
+    """An agent on `--host-index off` (its readings under `_host:<host>`) beside one in the fleet layout: both are
+    found through /api/v1/hosts. The per-host pseudo-jobs live in the windows table only (the jobs table keeps
+    jobs with a world size); read from the jobs table, `old-host` was missing from the list and 404 (review)."""
+    from click.testing import CliRunner
+
+    from collectors.watch_cli import watch
+    for name in ("old", "new"):
+        write_host(tmp_path / f"sys-{name}", nics=2, hcas=2)
+    root = make_root(tmp_path / "root.db")
+    rack = make_collector([root.address], "rack0")
+    old = make_agent([rack.address], tmp_path / "old.sock", "agent-old", nic_probe=True,
+                     sysfs_root=tmp_path / "sys-old", probe_interval_s=0.25, host_id="old-host")  # index off
+    new = _agent(tmp_path, rack.address, "new-host", 0, tmp_path / "sys-new")
+    try:
+        def stored() -> bool:
+            with closing(root.store.reader()) as db:
+                jobs = {job for job, in db.execute("SELECT DISTINCT job FROM windows")}
+            return {"_host:old-host", fleet.FLEET_JOB} <= jobs
+        wait_for(stored, WAIT, what="windows of both layouts stored")
+        status, body = api_get(root.api_address, "/api/v1/hosts")
+        assert status == 200, body
+        layouts = {h["host"]: h for h in body["hosts"]}
+        assert layouts["old-host"] == {"host": "old-host", "layout": "per-host", "job": "_host:old-host"}
+        assert layouts["new-host"]["layout"] == "fleet" and layouts["new-host"]["index"] == 0
+        status, one = api_get(root.api_address, "/api/v1/hosts/old-host")
+        assert status == 200 and one["layout"] == "per-host" and one["job"] == "_host:old-host", one
+        status, jobs = api_get(root.api_address, "/api/v1/jobs")  # pseudo-jobs are not jobs: pointed at
+        assert status == 200 and jobs == {"jobs": [], "hosts": "/api/v1/hosts"}
+        result = CliRunner().invoke(watch, ["--root", root.api_address, "--hosts", "--once"])
+        assert result.exit_code == 0, result.output
+        assert "1 host(s) in the fleet layout, 1 in the per-host layout (old-host)" in result.output
+    finally:
+        stop_all(old, new, rack, root)
+
+
 def test_telemetry_watch_shows_the_fleet_and_one_host(fleet_tree):
     from click.testing import CliRunner
 

@@ -30,6 +30,7 @@ from telemetry.summary import Summary
 MAX_SECONDS = 3600
 MAX_K = 64
 SECOND_MS = 1000
+_HOST_JOB_END = HOST_JOB_PREFIX[:-1] + chr(ord(HOST_JOB_PREFIX[-1]) + 1)  # the first name past every `_host:` one
 
 
 def _num(value: float) -> float | None:
@@ -69,8 +70,7 @@ class HostsView:
             hosts.setdefault(str(held["host"]), {"host": held["host"], "layout": "fleet", "index": held["index"],
                                                  "devices": []})
         with closing(self.store.reader()) as db:
-            for (job,) in db.execute("SELECT job FROM jobs WHERE job >= ? AND job < ?",
-                                     (HOST_JOB_PREFIX, HOST_JOB_PREFIX[:-1] + chr(ord(":") + 1))):
+            for job in per_host_jobs(db):
                 host = job[len(HOST_JOB_PREFIX):]
                 hosts.setdefault(host, {"host": host, "layout": "per-host", "job": job})
             worst = self._worst(db, names, metric, k)
@@ -105,7 +105,7 @@ class HostsView:
         names = self.names()
         mine = {src: split_name(name)[1] for src, name in names.items() if split_name(name)[0] == host}
         with closing(self.store.reader()) as db:
-            legacy = db.execute("SELECT 1 FROM jobs WHERE job=?", (HOST_JOB_PREFIX + host,)).fetchone()
+            legacy = db.execute("SELECT 1 FROM windows WHERE job=? LIMIT 1", (HOST_JOB_PREFIX + host,)).fetchone()
             if not mine and legacy is None:
                 raise ApiError(HTTPStatus.NOT_FOUND, f"no host {host!r} known to this root (GET /api/v1/hosts)")
             readings = self._readings(db, mine, seconds) if mine else []
@@ -151,6 +151,20 @@ class HostsView:
                         "status": row["status"], "severity": row["severity"], "time": row["time"],
                         "closed": row["closed"], "detail": json.loads(row["detail"] or "{}")})
         return out
+
+
+def per_host_jobs(db: Any) -> list[str]:
+    """The `_host:<host>` pseudo-jobs the store holds windows of (agents on `--host-index off`). They are in the
+    windows table only: the jobs table keeps jobs with a world size, which a host's pseudo-job never has. Read as a
+    skip scan of the windows' primary key (job first): one index seek per host, however many windows each holds."""
+    found: list[str] = []
+    after = HOST_JOB_PREFIX
+    while True:
+        (job,) = db.execute("SELECT min(job) FROM windows WHERE job > ? AND job < ?", (after, _HOST_JOB_END)).fetchone()
+        if job is None:
+            return found
+        found.append(job)
+        after = job
 
 
 def _named(names: dict[int, str], value: float, src: int) -> dict[str, object]:
