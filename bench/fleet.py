@@ -37,9 +37,14 @@ wait for it, its phase in the second, and from it to the root storing its second
 
 Part 3, a week of retention (no processes): a root store fed a simulated week of fleet windows (one 1 s window
 of each metric every --week-step seconds of simulated time, --week-sources sources each) and step windows, swept
-by the real Retention every 10 simulated minutes with the default retention. Reported: the file's size per day
-(it must level off at its bound) and every 1 h rollup compared, field by field, with the raw readings it came
-from (count, sum, min/argmin, max/argmax, top-k, bottom-k, sources).
+by the real Retention every 10 simulated minutes. Its retention is NOT the default (--week-retention, WEEK_RETENTION:
+minutes 1d, hours 2d, steps 1d, step blocks 2d; seconds and events default): at the defaults hours and step blocks
+are kept 400 days, so a week would show only their growth; shortened, every kind reaches its bound by day 3 and
+days 4-7 show the file at it. Reported: the bound (the most rows of each kind the retention keeps at this write
+rate, week_rows_kept, times the bytes a row of that kind measured in the file plus ROW_OVERHEAD, on top of the
+empty file; also at the default retention), the file's size per day against it, and every minute and hour rollup
+kept compared, field by field, with the raw readings it came from (count, sum, min/argmin, max/argmax, top-k,
+bottom-k, sources).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import math
 import os
 import random
 import re
@@ -735,28 +741,66 @@ def _readings(metric: str, second: int, sources: int) -> list[tuple[float, int]]
     return [(float(rng.randint(0, 10_000)), source(h, 64 + d)) for h in range(sources // 8) for d in range(8)]
 
 
+WEEK_METRICS = ("ib.symbol_error_delta", "nic.rx_errors_delta")
+WEEK_RETENTION = "minutes=1d,hours=2d,steps=1d,step-blocks=2d"
+SWEEP_EVERY_S = 600  # part 3's sweeps, in simulated seconds
+ROW_OVERHEAD = 160  # bytes a window row costs besides its blob and text columns: 14 numbers, its key in the table
+#                     and in its primary key and two indexes (an estimate, stated with the bound it enters)
+
+
+def week_rows_kept(config: Any, step_s: int, metrics: int, elapsed_s: float) -> dict[str, int]:
+    """The most window rows of each kind the store may hold `elapsed_s` into part 3's write pattern (one 1 s window
+    per metric every `step_s`, a step every 2 * step_s) under `config`'s retention, a sweep every SWEEP_EVERY_S:
+    each kind spans at most min(elapsed, its retention) plus what the sweep keeps past it (the period it deletes
+    in whole, the time to the next sweep, the rollup's settle time), one row per period holding any window. A kind
+    kept forever ('off') has no bound: OverflowError at an infinite `elapsed_s`."""
+    from collectors.root.retention import HOUR_MS, MINUTE_MS
+
+    def span(keep_s: float, slack_s: float) -> float:
+        return elapsed_s if not keep_s else min(elapsed_s, keep_s + slack_s)
+
+    def periods(seconds: float, width_s: float) -> int:
+        return math.ceil(seconds / max(width_s, step_s)) + 1
+
+    sweep, minute, hour = SWEEP_EVERY_S, MINUTE_MS / 1000, HOUR_MS / 1000
+    steps_every = 2 * step_s
+    raw_steps = span(config.raw_steps_s, sweep)
+    blocks = span(config.step_blocks_s, sweep + config.step_block * steps_every) - raw_steps
+    return {
+        "seconds": metrics * periods(span(config.seconds_s, minute + sweep + config.settle_s), 1),
+        "minutes": metrics * periods(span(config.minutes_s, hour + sweep), minute),
+        "hours": metrics * periods(span(config.hours_s, sweep), hour),
+        "steps": math.ceil(raw_steps / steps_every) + 1,
+        "step-blocks": math.ceil(max(0.0, blocks) / (steps_every * config.step_block)) + 1,
+    }
+
+
+WIDTH_KIND = {1000: "seconds", 60_000: "minutes", 3_600_000: "hours", 0: "steps"}
+
+
 def run_week(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     from collectors.common.keys import Key
     from collectors.common.rows import Row
-    from collectors.root.retention import HOUR_MS, Retention, RetentionConfig, store_bytes
-    from collectors.root.store import Store
+    from collectors.root.retention import HOUR_MS, MINUTE_MS, Retention, RetentionConfig, store_bytes
+    from collectors.root.store import WAL_LIMIT_BYTES, Store
     from telemetry import Summary
 
     store = Store(work / "week.db")
+    with closing(store.reader()) as db:  # the schema's pages, before any row
+        empty_bytes = db.execute("PRAGMA page_count").fetchone()[0] * db.execute("PRAGMA page_size").fetchone()[0]
     config = RetentionConfig()
     for spec in filter(None, args.week_retention.split(",")):
         config.set(spec)
     retention = Retention(store, config)
-    metrics = ("ib.symbol_error_delta", "nic.rx_errors_delta")
     t0_ms = 1_750_000_000_000 - 1_750_000_000_000 % HOUR_MS
     week_s = 7 * 86_400
-    sizes, sweep_s, worst_sweep = [], [], 0.0
-    next_sweep = 600
+    days, sweep_s, worst_sweep = [], [], 0.0
+    next_sweep = SWEEP_EVERY_S
     step = 0
     for sec in range(0, week_s, args.week_step):
         now_ms = t0_ms + sec * 1000
         rows = []
-        for metric in metrics:
+        for metric in WEEK_METRICS:
             s = Summary()
             for value, src in _readings(metric, sec, args.week_sources):
                 s.add(value, src, time_ns=now_ms * 1_000_000 + 1)
@@ -775,40 +819,87 @@ def run_week(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             took = time.monotonic() - started
             sweep_s.append(took)
             worst_sweep = max(worst_sweep, took)
-            next_sweep += 600
+            next_sweep += SWEEP_EVERY_S
         if sec % 86_400 == 0 or sec + args.week_step >= week_s:
-            sizes.append({"day": round(sec / 86_400, 2), "store_bytes": store_bytes(store.path)})
-    # Every hour rollup against the raw readings it came from.
-    checked, mismatches = 0, []
+            with closing(store.reader()) as db:
+                by_width = dict(db.execute("SELECT width_ms, count(*) FROM windows GROUP BY width_ms").fetchall())
+                pages = db.execute("PRAGMA page_count").fetchone()[0] * db.execute("PRAGMA page_size").fetchone()[0]
+            days.append({"day": round(sec / 86_400, 2), "elapsed_s": sec, "store_bytes": store_bytes(store.path),
+                         "db_bytes": pages, "file_bytes": os.path.getsize(store.path),
+                         "rows": {WIDTH_KIND.get(w, "step-blocks"): n for w, n in sorted(by_width.items())}})
+    # Every minute and hour rollup kept, against the raw readings it came from.
     with closing(store.reader()) as db:
-        hours = db.execute("SELECT metric, idx, summary FROM windows WHERE width_ms=?", (HOUR_MS,)).fetchall()
-        counts = dict(db.execute("SELECT width_ms, count(*) FROM windows GROUP BY width_ms").fetchall())
-    for metric, idx, blob in hours:
-        s = Summary.from_bytes(blob)
-        members = [p for sec in range((idx - t0_ms) // 1000, (idx - t0_ms) // 1000 + 3600)
-                   if sec % args.week_step == 0 and 0 <= sec < week_s for p in _readings(metric, sec, args.week_sources)]
-        expect = {
-            "count": len(members), "sum": sum(v for v, _ in members),
-            "min": min(members, key=lambda p: (p[0], p[1])), "max": min(members, key=lambda p: (-p[0], p[1])),
-            "top": heapq.nsmallest(s.k, members, key=lambda p: (-p[0], p[1])), "bottom": heapq.nsmallest(s.k, members),
-            "sources": {src for _, src in members}}
-        got = {"count": s.count, "sum": s.sum, "min": (s.min, s.argmin), "max": (s.max, s.argmax), "top": s.top(),
-               "bottom": s.bottom(), "sources": set(s.sources)}
-        checked += 1
-        for name in expect:
-            want = tuple(expect[name]) if name in ("min", "max") else expect[name]
-            ok = abs(got[name] - want) <= 1e-9 * max(1.0, abs(want)) if name == "sum" else got[name] == want
-            if not ok:
-                mismatches.append({"metric": metric, "hour_ms": idx, "field": name})
+        rollups = {width: db.execute("SELECT metric, idx, summary FROM windows WHERE width_ms=?", (width,)).fetchall()
+                   for width in (MINUTE_MS, HOUR_MS)}
+        payload = dict(db.execute(
+            "SELECT width_ms, avg(length(summary) + length(top) + length(missing) + length(nonfinite_sources) + "
+            "length(job) + length(metric)) FROM windows GROUP BY width_ms").fetchall())
+    checked = {"minutes": 0, "hours": 0}
+    mismatches: list[dict[str, Any]] = []
+    for width, kept in rollups.items():
+        for metric, idx, blob in kept:
+            checked[WIDTH_KIND[width]] += 1
+            first = (idx - t0_ms) // 1000
+            members = [p for sec in range(first, first + width // 1000)
+                       if sec % args.week_step == 0 and 0 <= sec < week_s
+                       for p in _readings(metric, sec, args.week_sources)]
+            mismatches += [{"metric": metric, "width_ms": width, "start_ms": idx, "field": name}
+                           for name in _rollup_mismatches(Summary.from_bytes(blob), members)]
     store.close()
-    bound_growth = sizes[-1]["store_bytes"] / max(1, next(s for s in sizes if s["day"] >= 1)["store_bytes"]) \
-        if any(s["day"] >= 1 for s in sizes) else None
+    # The bound: the most rows of each kind the retention keeps at this write rate, at their measured bytes a row
+    # (+ ROW_OVERHEAD), on top of the empty file. The file is at its bound once every kind is.
+    row_bytes = {WIDTH_KIND.get(w, "step-blocks"): round(b + ROW_OVERHEAD) for w, b in payload.items()}
+
+    def bound(config_: Any, elapsed_s: float) -> int | None:
+        try:
+            kept = week_rows_kept(config_, args.week_step, len(WEEK_METRICS), elapsed_s)
+        except OverflowError:  # a kind kept forever: no bound
+            return None
+        return empty_bytes + sum(n * row_bytes.get(kind, 0) for kind, n in kept.items())
+
+    full = bound(config, float("inf"))
+    for day in days:
+        day["rows_bound"] = week_rows_kept(config, args.week_step, len(WEEK_METRICS), day["elapsed_s"])
+        day["bound_bytes"] = bound(config, day["elapsed_s"])
+        day["db_over_bound"] = round(day["db_bytes"] / full, 3) if full else None
+    # The days on which the bound no longer grows (every kind at its retention but those whose span is longer than
+    # the week at this rate, e.g. step blocks of 100 steps): the database must stay level over them.
+    level = [d for d in days if d["bound_bytes"] == days[-1]["bound_bytes"]]
+    first_day = next((d for d in days if d["elapsed_s"] >= 86_400), None)
     return {"simulated_days": 7, "window_every_s": args.week_step, "sources_per_window": args.week_sources,
             "retention": {k: getattr(config, v) for k, v in RetentionConfig.KINDS.items()},
-            "rows_by_width_ms": counts, "sizes": sizes, "size_day7_over_day1": round(bound_growth, 3)
-            if bound_growth else None, "hour_rollups_checked": checked, "rollup_mismatches": mismatches[:20],
+            "retention_is_default": {k: getattr(config, v) == getattr(RetentionConfig(), v)
+                                     for k, v in RetentionConfig.KINDS.items()},
+            "empty_file_bytes": empty_bytes, "row_bytes": row_bytes, "row_overhead_assumed": ROW_OVERHEAD,
+            "bound_bytes": full,
+            "bound_bytes_at_default_retention": bound(RetentionConfig(), float("inf")),
+            "days": days,
+            "level_from_day": level[0]["day"] if level else None,
+            "level_db_bytes_max_over_min": round(max(d["db_bytes"] for d in level) /
+                                                 min(d["db_bytes"] for d in level), 3) if level else None,
+            "wal_limit_bytes": WAL_LIMIT_BYTES,
+            "size_day7_over_day1": round(days[-1]["store_bytes"] / first_day["store_bytes"], 3) if first_day else None,
+            "rollups_checked": checked, "rollup_mismatches": mismatches[:20],
             "sweep_s_max": round(worst_sweep, 3), "longest_lock_hold_s": round(retention.stats.longest_hold_s, 4),
-            "sweep_s_median": round(sorted(sweep_s)[len(sweep_s) // 2], 4) if sweep_s else None}
+            "sweep_s_median": round(sorted(sweep_s)[len(sweep_s) // 2], 4) if sweep_s else None,
+            "load_average": round(os.getloadavg()[0], 2)}
+
+
+def _rollup_mismatches(s: Any, members: list[tuple[float, int]]) -> list[str]:
+    """The exact fields of rollup `s` that differ from the raw readings `members` it came from."""
+    expect: dict[str, Any] = {
+        "count": len(members), "sum": sum(v for v, _ in members),
+        "min": min(members, key=lambda p: (p[0], p[1])), "max": min(members, key=lambda p: (-p[0], p[1])),
+        "top": heapq.nsmallest(s.k, members, key=lambda p: (-p[0], p[1])), "bottom": heapq.nsmallest(s.k, members),
+        "sources": {src for _, src in members}}
+    got = {"count": s.count, "sum": s.sum, "min": (s.min, s.argmin), "max": (s.max, s.argmax), "top": s.top(),
+           "bottom": s.bottom(), "sources": set(s.sources)}
+    wrong = []
+    for name, want in expect.items():
+        ok = abs(got[name] - want) <= 1e-9 * max(1.0, abs(want)) if name == "sum" else got[name] == want
+        if not ok:
+            wrong.append(name)
+    return wrong
 
 
 # ============================================================== the run
@@ -904,10 +995,20 @@ def report(result: dict[str, Any]) -> None:
                   f"{[t.get('sample_to_named_s') for t in down['trials']]}")
     week = result.get("week")
     if week:
-        print(f"week: sizes {[(s['day'], s['store_bytes']) for s in week['sizes']]}; day7/day1 "
-              f"{week['size_day7_over_day1']}; {week['hour_rollups_checked']} hour rollups checked, "
-              f"{len(week['rollup_mismatches'])} mismatching; sweep max {week['sweep_s_max']} s, longest lock "
-              f"hold {week['longest_lock_hold_s']} s")
+        print(f"week (retention {week['retention']}, not default: "
+              f"{[k for k, same in week['retention_is_default'].items() if not same]}): bound {week['bound_bytes']} "
+              f"bytes ({week['days'][-1]['rows_bound']} rows at most, at {week['row_bytes']} bytes a row + the empty "
+              f"file's {week['empty_file_bytes']:,}); at the default retention "
+              f"{week['bound_bytes_at_default_retention']}")
+        print(f"{'day':>5} {'db bytes':>11} {'bound now':>11} {'db/bound':>8} {'store bytes':>12}  rows kept")
+        for d in week["days"]:
+            print(f"{d['day']:>5} {d['db_bytes']:>11,} {d['bound_bytes'] or 0:>11,} {d['db_over_bound']:>8} "
+                  f"{d['store_bytes']:>12,}  {d['rows']}")
+        print(f"level from day {week['level_from_day']}: db bytes max/min {week['level_db_bytes_max_over_min']}; "
+              "store bytes = db + its write-ahead log (SQLite checkpoints it at 1,000 pages; the root truncates it "
+              f"to {week['wal_limit_bytes']:,} bytes after a checkpoint)")
+        print(f"rollups checked {week['rollups_checked']}, {len(week['rollup_mismatches'])} mismatching; sweep max "
+              f"{week['sweep_s_max']} s, longest lock hold {week['longest_lock_hold_s']} s")
 
 
 def _positive_int(text: str) -> int:
@@ -973,9 +1074,10 @@ def main(argv: list[str]) -> int:
                         "where in the second the write falls; the worst is the figure to hold to a bound)")
     p.add_argument("--week-step", type=int, default=10, help="simulated seconds between 1 s windows in part 3")
     p.add_argument("--week-sources", type=int, default=64, help="sources per window in part 3 (multiple of 8)")
-    p.add_argument("--week-retention", default="minutes=1d,steps=1d,step-blocks=3d",
-                   help="--retention specs for part 3, comma-separated (shorter than the defaults, so that every "
-                        "kind but the hourly rollups reaches its bound within the week)")
+    p.add_argument("--week-retention", default=WEEK_RETENTION,
+                   help="--retention specs for part 3, comma-separated, on top of the defaults (by default shorter "
+                        "than those for every kind but seconds and events, so that every kind reaches its bound "
+                        "within the week; '' runs the defaults, under which hours and step blocks grow all week)")
     p.add_argument("--skip-tree", action="store_true")
     p.add_argument("--skip-week", action="store_true")
     p.add_argument("--workdir", type=Path, default=None)

@@ -19,14 +19,23 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_a_small_week_rolls_up_exactly_and_levels_off(tmp_path) -> None:
+    """Every minute and hour rollup kept equals its raw readings; each day no kind holds more rows than the bound
+    the retention sets (bench/fleet.py week_rows_kept), the database stays within its bound in bytes and level once
+    that bound stops growing, and the store's bytes are the database and a write-ahead log within its limit."""
     done = subprocess.run([sys.executable, str(REPO / "bench" / "fleet.py"), "--skip-tree", "--week-step", "21600",
                            "--week-sources", "16", "--out", str(tmp_path)], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
     week = json.loads((tmp_path / "fleet.json").read_text())["week"]
-    assert week["hour_rollups_checked"] >= 50 and week["rollup_mismatches"] == []
-    assert week["rows_by_width_ms"].get("1000", 0) <= 2 * 3  # raw seconds: the last hour or two only
-    assert week["rows_by_width_ms"].get("60000", 0) <= 2 * 5  # minute rollups: the last day's (--week-retention)
+    assert week["rollups_checked"]["hours"] >= 10 and week["rollups_checked"]["minutes"] >= 4
+    assert week["rollup_mismatches"] == []
+    assert not week["retention_is_default"]["hours"]  # the week's retention is stated, not the defaults
+    for day in week["days"]:
+        assert all(n <= day["rows_bound"][kind] for kind, n in day["rows"].items()), day
+        assert day["db_bytes"] <= 1.5 * day["bound_bytes"], day  # B-tree pages at least two-thirds full
+        assert day["store_bytes"] <= day["db_bytes"] + week["wal_limit_bytes"] + 65_536
+    assert week["level_from_day"] is not None and week["level_from_day"] <= 3
+    assert week["level_db_bytes_max_over_min"] <= 1.1  # level, not growing with the days
 
 
 def test_fleet_wire_makes_the_roots_fleet_windows_one_per_metric_whatever_the_hosts(tmp_path) -> None:
