@@ -448,21 +448,22 @@ def collector(listen: str, node_id: str, parents: tuple[str, ...], fallbacks: tu
     _plaintext_token(api_token, False, [] if loopback else [api], "required by the HTTP API", allow_insecure_token)
     security = _security(tls_cert, tls_key, tls_client_ca, token)
     parent_security = _security(parent_cert, parent_key, parent_ca, parent_token, parent_server_name)
+    # Root only, but checked on every tier: a rack given a wrong one says so at start, as the root would.
+    from collectors.root.retention import RetentionConfig, parse_duration
+    lifecycle = RetentionConfig()
+    for spec in retention:
+        try:
+            lifecycle.set(spec)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--retention") from None
+    reuse_after: float | None = None
+    if host_index_reuse_after != "retention":
+        try:
+            reuse_after = parse_duration(host_index_reuse_after)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--host-index-reuse-after") from None
     if not parents:
-        from collectors.root.retention import RetentionConfig, parse_duration
         from collectors.root.server import RootConfig, RootServer
-        lifecycle = RetentionConfig()
-        for spec in retention:
-            try:
-                lifecycle.set(spec)
-            except ValueError as exc:
-                raise click.BadParameter(str(exc), param_hint="--retention") from None
-        reuse_after: float | None = None
-        if host_index_reuse_after != "retention":
-            try:
-                reuse_after = parse_duration(host_index_reuse_after)
-            except ValueError as exc:
-                raise click.BadParameter(str(exc), param_hint="--host-index-reuse-after") from None
         root = RootConfig(
             listen=listen, node_id=node_id, security=security, db=Path(db), api=api, api_token=api_token,
             api_client_connections=api_client_connections,

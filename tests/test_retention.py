@@ -269,13 +269,23 @@ def test_parse_duration_refuses_what_no_clock_can_hold(text):
     assert parse_duration("36500d") == 36500 * 86_400
 
 
-@pytest.mark.parametrize("option", [["--retention", "hours=inf"], ["--host-index-reuse-after", "inf"]])
-def test_the_root_refuses_an_infinite_duration_naming_the_option(tmp_path, option):
+@pytest.mark.parametrize(("tier", "option"), [("root", ["--retention", "hours=inf"]),
+                                              ("root", ["--host-index-reuse-after", "inf"]),
+                                              ("rack", ["--retention", "bogus=1"]),
+                                              ("rack", ["--host-index-reuse-after", "nonsense"])])
+def test_every_tier_refuses_a_bad_retention_option_naming_it(tmp_path, tier, option):
+    """inf killed the root at start; a rack took `--retention bogus=1 --host-index-reuse-after nonsense` silently
+    (root-only options, checked only at the root). Every tier refuses them at start, naming the option. A rack
+    that accepts them serves instead of exiting: the timeout says so."""
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-m", "collectors.cli", "collector", "--listen", "127.0.0.1:0", "--db",
-                           str(tmp_path / "root.db"), "--api", "127.0.0.1:0", *option], capture_output=True,
-                          text=True, timeout=60)
+    where = ["--db", str(tmp_path / "root.db"), "--api", "127.0.0.1:0"] if tier == "root" else \
+        ["--parent", "127.0.0.1:9"]
+    try:
+        done = subprocess.run([sys.executable, "-m", "collectors.cli", "collector", "--listen", "127.0.0.1:0", *where,
+                               *option], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the {tier} started with {option} instead of refusing it")
     assert done.returncode == 2, done.stderr[-2000:]
     assert option[0] in done.stderr and "Traceback" not in done.stderr
 
