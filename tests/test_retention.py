@@ -356,3 +356,29 @@ def test_what_the_steps_retention_leaves_of_a_job(tmp_path) -> None:
                    Summary.from_bytes(blocks[-1]["summary"]).last_time_ns)
     assert (first, last) == (t0 + 200 * 10**9, t0 + 249 * 10**9)
     store.close()
+
+
+def test_claims_of_a_job_never_stored_go_after_a_week_unless_windows_come(tmp_path) -> None:
+    """Claims with no window and no jobs row (the review's reproduction: 200 attempts of 1,024 ranks, claims only,
+    204,800 rows left by a sweep 10 years on) are noted, then deleted once noted 7 days ago and still unstored; a
+    job whose windows come meanwhile keeps its claims."""
+    from collectors.delivery.runs import Claim
+    store = Store(tmp_path / "root.db")
+    day_ns = 86_400 * 10**9
+    for j in range(4):
+        store.save_runs(f"job{j}", {r: Claim(1000 + r, "h") for r in range(100)})
+    retention = Retention(store, RetentionConfig(batch=30))
+
+    def left() -> dict[str, int]:
+        with closing(store.reader()) as db:
+            return dict(db.execute("SELECT job, count(*) FROM runs GROUP BY job").fetchall())
+
+    retention.sweep(now_ns=100 * day_ns, max_batches=10_000)  # noted
+    s = Summary()
+    s.add(1.0, 0)
+    store.save([Row(Key("job3", "step_time", 0), 100, s, False, 100 * day_ns)], {"job3": 100})  # job3's first window
+    retention.sweep(now_ns=106 * day_ns, max_batches=10_000)
+    assert left() == {f"job{j}": 100 for j in range(4)}  # not 7 days yet
+    retention.sweep(now_ns=108 * day_ns, max_batches=10_000)
+    assert left() == {"job3": 100}
+    store.close()

@@ -11,7 +11,9 @@ rollups that merge summaries over time as the tree merges them over ranks and ho
   claims stay, so a stale second run of a finished attempt is refused while any of its windows could take its
   parts; after, such a run has no stored window to merge into (the root's ledger recalls no claim for it and takes
   it as a new run). The fleet's claims are not a job's: they go with their host index
-  (collectors/root/host_indexes.py).
+  (collectors/root/host_indexes.py). Claims of a job that never had a window stored (its ranks claimed, then it
+  ended before any window was finalised: no `jobs` row either) go once they were seen so for UNSTORED_CLAIMS_S
+  (7 days), checked once an hour.
 
 A rollup is `merge_over_time` of its members: count, sum, min/argmin, max/argmax, top-k/bottom-k (value,
 source) and the sources bitmap stay exact (the k largest readings of the hour with their host and port; a
@@ -64,6 +66,8 @@ HOUR_MS = 3_600_000
 __all__ = ["SECOND_MS", "MINUTE_MS", "HOUR_MS", "DAY_S", "RetentionConfig", "Retention", "SweepStats",
            "merge_over_time", "parse_duration", "store_bytes"]
 DAY_S = 86_400.0
+UNSTORED_CLAIMS_NS = 7 * 86_400 * 10**9  # claims of a job never stored go once noted this long ago
+UNSTORED_CHECK_NS = 3600 * 10**9  # how often the sweep looks for them (a scan of the runs table's jobs)
 MAX_DURATION_S = 36_500 * DAY_S  # 100 years: in nanoseconds well inside an int64 (and SQLite INTEGER)
 
 
@@ -138,7 +142,7 @@ class SweepStats:
     late_dropped: int = 0  # raw windows that came later than their kind's retention: deleted, not rolled up
     seconds: float = 0.0  # wall time of the last sweep
     longest_hold_s: float = 0.0  # the longest one transaction held the store's lock (what intake may wait)
-    jobs_forgotten: int = 0  # jobs with no window left whose run claims and `jobs` row were deleted
+    jobs_forgotten: int = 0  # jobs with no window (left, or ever) whose run claims (and `jobs` row) were deleted
 
 
 class Retention:
@@ -204,6 +208,7 @@ class Retention:
             self._delete("DELETE FROM events WHERE id IN (SELECT id FROM events WHERE status='closed' AND "
                          "updated<? LIMIT ?)", (now_ns / 1e9 - c.events_s,), budget)
         self._forget_jobs(budget)
+        self._forget_unstored(budget, now_ns)
         self.store.reclaim()
         self.stats.sweeps += 1
         self.stats.seconds = time.monotonic() - started
@@ -340,6 +345,40 @@ class Retention:
                                   "LIMIT ?)", (job, job, batch)).rowcount
                 if gone < batch:
                     db.execute("DELETE FROM jobs WHERE job=?", (job,))
+                    self.stats.jobs_forgotten += 1
+            budget[0] -= 1
+            self.stats.deleted += max(0, gone)
+
+    def _forget_unstored(self, budget: list[int], now_ns: int) -> None:
+        """Claims of jobs that have no window and no `jobs` row: noted (table `unstored_claims`) once an hour, at
+        most; deleted, `batch` a transaction, once noted UNSTORED_CLAIMS_S ago and still without either (a job whose
+        first window is still to come is one whose claims reached the file a moment before it, never for days;
+        and while the job is live the root's ledger holds its claims in memory anyway)."""
+        if budget[0] <= 0:
+            return
+        due = self._mark("unstored_checked")
+        if due is None or now_ns >= due:
+            budget[0] -= 1
+            with self._transaction() as db:
+                db.execute("DELETE FROM unstored_claims WHERE job IN (SELECT job FROM jobs) OR EXISTS "
+                           "(SELECT 1 FROM windows w WHERE w.job=unstored_claims.job)")
+                db.execute("INSERT OR IGNORE INTO unstored_claims SELECT job, ? FROM (SELECT DISTINCT job FROM runs "
+                           "WHERE job<>?) r WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.job=r.job) AND NOT EXISTS "
+                           "(SELECT 1 FROM windows w WHERE w.job=r.job)", (now_ns, FLEET_JOB))
+                self.store.set_meta(db, "unstored_checked", now_ns + UNSTORED_CHECK_NS)
+        batch = self.config.batch
+        while budget[0] > 0:
+            with self._transaction() as db:
+                found = db.execute("SELECT job FROM unstored_claims u WHERE since_ns<? AND NOT EXISTS (SELECT 1 FROM "
+                                   "jobs j WHERE j.job=u.job) AND NOT EXISTS (SELECT 1 FROM windows w WHERE "
+                                   "w.job=u.job) LIMIT 1", (now_ns - UNSTORED_CLAIMS_NS,)).fetchone()
+                if found is None:
+                    return
+                job = found[0]
+                gone = db.execute("DELETE FROM runs WHERE job=? AND rank IN (SELECT rank FROM runs WHERE job=? "
+                                  "LIMIT ?)", (job, job, batch)).rowcount
+                if gone < batch:
+                    db.execute("DELETE FROM unstored_claims WHERE job=?", (job,))
                     self.stats.jobs_forgotten += 1
             budget[0] -= 1
             self.stats.deleted += max(0, gone)

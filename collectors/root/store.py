@@ -56,6 +56,8 @@ CREATE TABLE IF NOT EXISTS runs (
     job TEXT NOT NULL, rank INTEGER NOT NULL, process INTEGER NOT NULL, host TEXT NOT NULL,
     PRIMARY KEY (job, rank)
 ) WITHOUT ROWID;
+-- jobs with run claims but no window and no jobs row, since when (collectors/root/retention.py `_forget_unstored`)
+CREATE TABLE IF NOT EXISTS unstored_claims (job TEXT PRIMARY KEY, since_ns INTEGER NOT NULL) WITHOUT ROWID;
 -- the attempts adopted as their job's latest, in the order they were (collectors/root/adoption.py)
 CREATE TABLE IF NOT EXISTS adopted (job TEXT PRIMARY KEY, adopted_ns INTEGER NOT NULL);
 """
