@@ -20,7 +20,7 @@ EARLY_SIGNALS = early(sys.argv)  # before click, grpc and numpy are imported: a 
 
 import click  # noqa: E402  (after EARLY_SIGNALS, which must come first)
 
-from collectors.common.fleet import DEFAULT_FLEET_GRACE_S  # noqa: E402  (after EARLY_SIGNALS, which must come first)
+from collectors.common.fleet import DEFAULT_FLEET_GRACE_S, DEFAULT_ID_FILE  # noqa: E402  (after EARLY_SIGNALS, which must come first)
 from collectors.common.lifetime import die_with_parent  # noqa: E402  (after EARLY_SIGNALS, which must come first)
 from collectors.remote_write_cli import remote_write_config, remote_write_options  # noqa: E402  (after EARLY_SIGNALS too)
 
@@ -300,6 +300,10 @@ def with_options(options):
                    "root: for a few hosts only).")
 @click.option("--machine-id", default=None, help="This machine's stable id, by which the tree tells two hosts "
               "of one name apart (--host-index auto) [default: /etc/machine-id].")
+@click.option("--id-file", default=DEFAULT_ID_FILE, show_default=True,
+              help="Where this agent keeps its installation id (a random id written once, kept across restarts): "
+                   "tells two machines of one --host-id apart where their machine ids cannot (none, as in some "
+                   "containers, or cloned with an image). Keep it on storage that outlives the agent; '' for none.")
 @click.option("--host-registry", type=click.Path(exists=True, dir_okay=False), default=None,
               help="A file listing the fleet's host names, one a line, the same on every agent: this host's "
                    "index is its position in it (instead of --host-index).")
@@ -316,7 +320,8 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
           outbox_budget_mb: int, max_world_size: int, job_idle_timeout: float, max_ranks: int, gpu_probe: bool,
           nic_probe: bool,
           probe_interval: float, sysfs_root: str, nic_exclude: tuple[str, ...], nvlink_every: int, host_id: str,
-          host_index: int | str | None, machine_id: str | None, host_registry: str | None, capture_timeout: float,
+          host_index: int | str | None, machine_id: str | None, id_file: str, host_registry: str | None,
+          capture_timeout: float,
           verbose: int) -> None:
     """Run the node agent: ranks on this host stream to it; it forwards sealed step summaries to --parent."""
     signals = _signals()
@@ -355,6 +360,7 @@ def agent(socket_path: str | None, tcp: str | None, allowed_uids: tuple[int, ...
         sysfs_root=sysfs_root, nic_exclude=tuple(nic_exclude) or DEFAULT_NIC_EXCLUDE, nvlink_every=nvlink_every,
         host_id=host_id,
         host_index=host_index if isinstance(host_index, int) else None, host_index_auto=auto, machine_id=machine_id,
+        id_file=id_file or None,
         capture_timeout_s=capture_timeout)
     _serve(signals, lambda: AgentServer(config),
            lambda server: {"role": "agent", "id": server.node.node_id, "addresses": server.addresses})

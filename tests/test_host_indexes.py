@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from collectors.common import fleet
-from collectors.root.host_indexes import HostIndexes
+from collectors.root.host_indexes import TAKEOVER_AFTER_NS, HostIndexes
 from collectors.root.store import Store
 from collectors.sim.procs import Proc, free_port, python_module
 from collectors.sim.sysfs import write_host
@@ -38,7 +38,8 @@ def _agent(work: Path, rack: str, host: str, machine: str, *extra: str) -> Proc:
     return Proc(name, python_module("collectors.cli", "agent", "--parent", rack, "--socket",
                                     str(work / f"{name}.sock"), "--id", name, "--no-gpu-probe",
                                     "--sysfs-root", str(sysfs), "--probe-interval", "0.25", "--host-id", host,
-                                    "--machine-id", machine, "-v", *extra), work).start()
+                                    "--machine-id", machine, "--id-file", str(work / f"id-{host}-{machine}"), "-v",
+                                    *extra), work).start()
 
 
 def _hosts(api: str) -> dict:
@@ -185,6 +186,110 @@ def test_host_indexes_table_rules(tmp_path):
     store.close()
     again = HostIndexes(Store(tmp_path / "root.db"), claimed=dict)
     assert {held["host"]: held["index"] for held in again.table()} == {"node-old": 5, "node-new": 6}
+
+
+def test_two_machines_of_one_name_whose_machine_ids_cannot_tell_them_apart_are_told_apart_by_their_agent_ids(
+        tmp_path):
+    """The root's table: machine ids empty (containers) or equal (cloned with an image) cannot tell two machines of
+    one host name apart; their agents' installation ids (`instance`) do. Before them, both got the same index and
+    were merged as one host (review of issue 28: /work/wt/rev28/exp/machineid.py)."""
+    live = {0, 1, 2}  # the host indexes some tier reports now
+    now = [1_000 * 10**9]
+    table = HostIndexes(Store(tmp_path / "root.db"), claimed=dict, live=lambda: live, clock=lambda: now[0])
+
+    def register(host: str, machine: str, instance: str, explicit: int | None = None) -> forward_pb2.HostAssignment:
+        request = forward_pb2.HostRegistration(host=host, machine_id=machine, instance=instance)
+        if explicit is not None:
+            request.explicit_index = explicit
+        return table.register(request)
+
+    assert register("worker", "", "agent-a").index == 0
+    assert "another agent installation" in register("worker", "", "agent-b").refused  # no machine ids: refused
+    assert register("worker", "", "agent-a").index == 0  # the same installation again (an agent restart)
+    assert register("node-7", "abc", "agent-c").index == 1
+    refused = register("node-7", "abc", "agent-d").refused  # a cloned machine id: refused
+    assert "another agent installation" in refused and "cloned" in refused
+    assert register("node-7", "abc", "agent-c").index == 1
+    assert "another machine" in register("node-7", "def", "agent-c").refused  # machine ids still decide first
+    assert register("old", "m", "").index == 2  # an agent without an id (or an older one): as before
+    assert register("old", "m", "agent-e").index == 2  # its id learned on its next registration
+    assert "another agent installation" in register("old", "m", "agent-f").refused
+    assert register("old", "m", "agent-f", explicit=2).index == 2  # the remedy for a lost --id-file
+    assert register("old", "m", "agent-f").index == 2 and register("old", "m", "agent-e").refused
+    assert register("bad", "", "x\ty").refused and register("bad", "", "x" * 200).refused
+    again = HostIndexes(Store(tmp_path / "root.db"), claimed=dict, live=lambda: live,
+                        clock=lambda: now[0])  # the ids are kept in the file
+    assert again.register(forward_pb2.HostRegistration(host="worker", instance="agent-b")).refused
+    assert again.register(forward_pb2.HostRegistration(host="worker", instance="agent-a")).index == 0
+    live.discard(0)  # no tier reports worker's agent-a any more (its container gone with its id file)
+    assert again.register(forward_pb2.HostRegistration(host="worker", instance="agent-b")).refused  # seen lately
+    now[0] += TAKEOVER_AFTER_NS
+    assert again.register(forward_pb2.HostRegistration(host="worker", instance="agent-b")).index == 0  # taken over
+    live.add(0)
+    assert again.register(forward_pb2.HostRegistration(host="worker", instance="agent-a")).refused  # now b's
+
+
+def test_an_agent_id_is_written_once_and_read_back(tmp_path, caplog):
+    from collectors.common.host_index import read_instance_id
+    path = tmp_path / "state" / "agent-id"
+    first = read_instance_id(path)
+    assert len(first) == 32 and path.read_text() == first + "\n"
+    assert read_instance_id(path) == first  # a restart: the same id
+    assert read_instance_id(tmp_path / "other") != first  # another installation
+    assert [p.name for p in path.parent.iterdir()] == ["agent-id"]  # no temporary left behind
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert read_instance_id(blocked / "agent-id") == ""  # cannot be written: none, said
+    assert "the agent id file" in caplog.text and "cannot be told apart" in caplog.text
+
+
+@pytest.mark.parametrize("clone", ["no machine id", "cloned machine id"])
+def test_two_agents_of_one_host_name_on_two_machines_are_never_merged_and_a_restart_stays_one_host(tmp_path, clone):
+    """Two agents (two machines: each its own sysfs tree and --id-file), one --host-id, machine ids empty or equal,
+    --host-index auto, through a real rack and root: the second is refused, its readings never merged into the
+    first's (before: both were given index 0, one host shown, the rack counting their parts as duplicates: review
+    of issue 28, /work/wt/rev28/exp/samename.py). The first agent restarted (the same --id-file) is the same host."""
+    from collectors.sim.sysfs import set_ib
+    from helpers_tree import counters, make_agent, make_collector, make_root, stop_all
+    machine = "" if clone == "no machine id" else "cloned-0123456789"
+    for name in ("a", "b"):
+        write_host(tmp_path / f"sys-{name}", nics=2, hcas=2)
+    set_ib(tmp_path / "sys-b", "mlx5_0", 1, symbol_error=777)  # machine b's port: never shown as worker's
+
+    def agent(name: str):
+        return make_agent([rack.address], tmp_path / f"{name}.sock", f"agent-{name}", nic_probe=True,
+                          sysfs_root=tmp_path / f"sys-{name}", probe_interval_s=0.25, host_id="worker",
+                          host_index_auto=True, machine_id=machine, id_file=tmp_path / f"id-{name}")
+    root = make_root(tmp_path / "root.db")
+    rack = make_collector([root.address], "rack0")
+    first = agent("a")
+    servers = [first]
+    try:
+        wait_for(lambda: first.registration.index is not None, WAIT, what="machine a registered")
+        second = agent("b")
+        servers.append(second)
+        wait_for(lambda: "another agent installation" in second.registration.refused, WAIT,
+                 what="machine b refused")
+        assert second.registration.index is None and first.registration.index == 0
+
+        def worker_seen() -> dict | None:
+            status, body = api_get(root.api_address, "/api/v1/hosts?metric=ib.symbol_error_total")
+            top = body.get("worst", {}).get("ib.symbol_error_total", {}).get("top") if status == 200 else None
+            return body if top and len(body["hosts"]) == 1 and len(body["hosts"][0]["devices"]) == 4 else None
+        body = wait_for(worker_seen, WAIT, what="worker's readings at the root")
+        assert [held["host"] for held in body["host_indexes"]] == ["worker"]
+        assert body["worst"]["ib.symbol_error_total"]["top"][0]["value"] != 777
+        assert counters(rack)["duplicates"] == 0
+
+        first.stop(0.2)  # machine a's agent restarts: the same installation, the same host
+        first = agent("a")
+        servers.append(first)
+        wait_for(lambda: first.registration.index is not None, WAIT, what="machine a registered again")
+        assert first.registration.index == 0 and not first.registration.refused
+        assert second.registration.index is None
+        assert counters(rack)["duplicates"] == 0
+    finally:
+        stop_all(*servers, rack, root)
 
 
 @pytest.mark.parametrize("value,ok", [("auto", True), ("0", True), ("16777215", True), ("16777216", False),

@@ -31,10 +31,10 @@ class HostIndexRegistration:
 
     def __init__(self, parents: list[str], security: Security | None, host: str, machine_id: str,
                  explicit: int | None, on_index: Callable[[int], None], backoff: Backoff | None = None,
-                 retry_s: float = REFUSED_RETRY_S) -> None:
+                 retry_s: float = REFUSED_RETRY_S, instance: str = "") -> None:
         self.parents = parents
         self.security = security
-        self.request = forward_pb2.HostRegistration(host=host, machine_id=machine_id)
+        self.request = forward_pb2.HostRegistration(host=host, machine_id=machine_id, instance=instance)
         if explicit is not None:
             self.request.explicit_index = explicit
         self.on_index = on_index

@@ -22,7 +22,7 @@ from collectors.common.aioserve import AioServer, StreamSlots
 from collectors.common.fingerprints import FingerprintTable
 from collectors.common.flushloop import FlushLoop
 from collectors.common.gctune import tune_gc
-from collectors.common.host_index import read_machine_id
+from collectors.common.host_index import read_instance_id, read_machine_id
 from collectors.common.memory import FreedMemory
 from collectors.common.transport import CannotListen, Security
 from collectors.common.validation import DEFAULT_MAX_METRICS_PER_JOB, DEFAULT_MAX_WORLD_SIZE, MetricBudget
@@ -76,6 +76,10 @@ class AgentConfig:
     # host_index is registered too, so that the root never hands it to another host.
     host_index_auto: bool = False
     machine_id: str | None = None  # the machine's id the tree keys its index by [default: /etc/machine-id]
+    # This installation's id file (`--id-file`, collectors/common/host_index.py read_instance_id): tells two machines
+    # of one host name apart where their machine ids cannot (none, or cloned). None: no such id (in-process default;
+    # `telemetry agent` gives /var/lib/telemetry/agent-id).
+    id_file: str | Path | None = None
     reap_rank_children: bool = False  # waitpid() ranks that are this process's children (see RankRegistry)
     capture_timeout_s: float = DEFAULT_ANSWER_TIMEOUT_S  # a rank's time to answer a capture before py-spy/proc
 
@@ -147,9 +151,16 @@ class AgentServer:
                 self.hardware.start()
             if self.hardware is not None and (config.host_index_auto or config.host_index is not None):
                 machine_id = config.machine_id if config.machine_id is not None else read_machine_id()
+                instance = read_instance_id(config.id_file) if config.id_file else ""
+                if not machine_id:
+                    log.warning("host %s: this machine has no machine id (/etc/machine-id, --machine-id); %s",
+                                self.host_id, f"the tree tells it apart from another machine under --host-id "
+                                f"{self.host_id} by its agent id ({config.id_file}: keep that file across restarts)"
+                                if instance else "nor an agent id (--id-file): another machine under the same "
+                                "--host-id would be merged with it as one host")
                 self.registration = HostIndexRegistration(config.parents, config.parent_security, self.host_id,
                                                           machine_id, config.host_index,
-                                                          self.hardware.set_host_index)
+                                                          self.hardware.set_host_index, instance=instance)
                 self.registration.start()
 
     def _woken(self, put: Callable[[T], None]) -> Callable[[T], None]:

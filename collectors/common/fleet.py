@@ -27,7 +27,7 @@ from pyroaring import BitMap
 
 from telemetry.names import FLEET_JOB
 
-__all__ = ["FLEET_JOB", "DEFAULT_FLEET_GRACE_S", "SAMPLE_PHASE", "URGENT_METRICS",
+__all__ = ["FLEET_JOB", "DEFAULT_FLEET_GRACE_S", "DEFAULT_ID_FILE", "SAMPLE_PHASE", "URGENT_METRICS",
            "SLOT_BITS", "HOST_BITS", "MAX_HOST_INDEX", "FAMILIES", "source", "host_index_of", "slot_of",
            "family_of", "family_mask", "family_mask_of", "extent", "host_claim", "index_from_registry", "split_name"]
 
@@ -37,6 +37,8 @@ MAX_HOST_INDEX = (1 << HOST_BITS) - 1  # sources are uint32 in a summary's bitma
 #: where in its second every host samples (collectors/agent/hardware.py next_sample_ns), and so when each host's part
 #: of a fleet second is due at its rack: the tiers' cut-off counts its grace from this point (Node._fleet_cutoff_ms)
 SAMPLE_PHASE = 0.7
+# Where `telemetry agent` keeps its installation id (--id-file; collectors/common/host_index.py read_instance_id).
+DEFAULT_ID_FILE = "/var/lib/telemetry/agent-id"
 DEFAULT_FLEET_GRACE_S = 0.5  # a tier passes a fleet second on this long after its hosts sampled it (Node._fleet_passed)
 #: fleet metrics whose any value above 0 is a fault: the metrics of the default critical rules of
 #: collectors/detectors/hardware.py that fire on one reading (an IB link that went down, an XID, an uncorrectable ECC

@@ -8,6 +8,9 @@ place an index can be held, and nothing has to be reconciled after a partition.
 
 from __future__ import annotations
 
+import logging
+import os
+import uuid
 from pathlib import Path
 
 import grpc
@@ -15,7 +18,10 @@ import grpc
 from collectors.common.transport import Security, call_metadata, make_channel
 from telemetry.v1 import forward_pb2, forward_pb2_grpc
 
+log = logging.getLogger(__name__)
+
 MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+MAX_ID = 128
 DEFAULT_CALL_TIMEOUT_S = 10.0
 
 
@@ -32,6 +38,50 @@ def read_machine_id(paths: tuple[str, ...] = MACHINE_ID_FILES) -> str:
             continue
         if text:
             return text[:128]
+    return ""
+
+
+def read_instance_id(path: str | Path) -> str:
+    """This agent installation's id: a random id written once at `path` and read back at every start, "" when the
+    file can be neither read nor written (logged). It tells two machines of one host name apart where their machine
+    ids cannot (no /etc/machine-id, as in some containers; one cloned with an image), and stays the same across agent
+    restarts (and reboots), so that a restarted agent is the same claimant. Not the kernel's boot_id: that changes
+    at every reboot (the host would then be refused as another machine) and is shared by containers on one kernel.
+    Written to a temporary file and linked into place, so a reader never sees half an id, and two agents sharing
+    the file both end with the one that was linked first."""
+    path = Path(path)
+    for _ in range(2):
+        try:
+            text = path.read_text().strip()[:MAX_ID]
+        except FileNotFoundError:
+            text = ""
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("cannot read the agent id file %s (%s): this machine cannot be told apart from another "
+                        "under the same --host-id where their machine ids cannot", path, exc)
+            return ""
+        if text and text.isprintable():
+            return text
+        if text:
+            log.warning("the agent id file %s does not hold a usable id: not used", path)
+            return ""
+        made = uuid.uuid4().hex
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{made[:8]}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary.write_text(made + "\n")
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                continue  # another agent linked its id first: read that one
+            finally:
+                temporary.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("cannot write the agent id file %s (%s): this machine cannot be told apart from another "
+                        "under the same --host-id where their machine ids cannot (give --id-file a writable path)",
+                        path, exc)
+            return ""
+        log.info("this agent's installation id is %s (written to %s; keep the file across restarts)", made, path)
+        return made
     return ""
 
 

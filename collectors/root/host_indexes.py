@@ -10,7 +10,11 @@ fleet's windows, and the one the run ledger's claims are made with, collectors/c
 * an explicit ``--host-index N`` is recorded for its host, so the root never hands N to anyone else, and is
   refused when another host holds N;
 * a registration naming a host that another machine holds (same name, another /etc/machine-id, both known) is
-  refused: those two hosts would otherwise be merged as one.
+  refused: those two hosts would otherwise be merged as one. Where machine ids cannot tell (none, as in some
+  containers, or one cloned with an image), the agent's installation id does (`instance`: a random id the agent
+  writes once under --id-file and keeps across restarts): another installation under a held name is refused too,
+  while any tier reports the holder's sources (`live`) or it was seen in the last TAKEOVER_AFTER_NS; after that,
+  the new installation takes the name over (the same machine whose id file was lost with its container).
 
 An index is given back only when nothing can tell its old host from a new one: an index handed out by the tree
 (never an explicit one) whose host no tier reports any more (`live`: the fleet sources the root's children report
@@ -42,9 +46,13 @@ log = logging.getLogger(__name__)
 
 _TABLE = """CREATE TABLE IF NOT EXISTS host_indexes (
     idx INTEGER PRIMARY KEY, host TEXT NOT NULL, machine_id TEXT NOT NULL, explicit INTEGER NOT NULL,
-    assigned_ns INTEGER NOT NULL, seen_ns INTEGER NOT NULL DEFAULT 0)"""
+    assigned_ns INTEGER NOT NULL, seen_ns INTEGER NOT NULL DEFAULT 0, instance TEXT NOT NULL DEFAULT '')"""
 SEEN_PERSIST_NS = 3600 * 10**9  # an index's last sight is written at most this often (a root restart loses < 1 h)
 STARTUP_QUIET_NS = 3600 * 10**9  # after a start, how long the root gives no index back (live hosts reconnect first)
+# Another agent installation takes a held name over only once its holder was not seen for this long (registered, or
+# its sources reported: `live` lags a registration by the host's first readings, so "not live" alone would let a
+# second machine take over a name whose first machine registered a moment ago, and merge the two).
+TAKEOVER_AFTER_NS = 120 * 10**9
 MAX_HOST_NAME = 256
 MAX_MACHINE_ID = 128
 
@@ -75,21 +83,27 @@ class HostIndexes:
         self._by_host: dict[str, int] = {}  # host -> its latest index
         self._seen: dict[int, int] = {}  # index -> when its host was last seen (its sources live, or registered)
         self._seen_stored: dict[int, int] = {}  # index -> the seen_ns in the file
+        self._instance: dict[int, str] = {}  # index -> its host's agent installation id ("" unknown)
         with store.transaction() as db:
             self._create(db)
-            found = db.execute("SELECT idx, host, machine_id, explicit, assigned_ns, seen_ns FROM host_indexes "
-                               "ORDER BY assigned_ns, idx").fetchall()
-        for index, host, machine_id, explicit, assigned_ns, seen_ns in found:
+            found = db.execute("SELECT idx, host, machine_id, explicit, assigned_ns, seen_ns, instance FROM "
+                               "host_indexes ORDER BY assigned_ns, idx").fetchall()
+        for index, host, machine_id, explicit, assigned_ns, seen_ns, instance in found:
             self._by_index[index] = (host, machine_id, bool(explicit))
+            self._instance[index] = instance
             self._by_host[host] = index
             self._seen[index] = self._seen_stored[index] = max(assigned_ns, seen_ns)
 
     @staticmethod
     def _create(db: Any) -> None:
-        """The table, and its seen_ns column in a file made before indexes could be given back."""
+        """The table, and its seen_ns and instance columns in a file made before indexes could be given back, or
+        before agents sent an installation id."""
         db.execute(_TABLE)
-        if "seen_ns" not in {row[1] for row in db.execute("PRAGMA table_info(host_indexes)")}:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(host_indexes)")}
+        if "seen_ns" not in columns:
             db.execute("ALTER TABLE host_indexes ADD COLUMN seen_ns INTEGER NOT NULL DEFAULT 0")
+        if "instance" not in columns:
+            db.execute("ALTER TABLE host_indexes ADD COLUMN instance TEXT NOT NULL DEFAULT ''")
 
     def note_seen(self, indexes: set[int] | None = None) -> None:
         """The hosts of `indexes` (default: `live()`) are seen now: kept in memory, written when the file's sight of
@@ -137,18 +151,21 @@ class HostIndexes:
         del self._by_index[index]
         self._seen.pop(index, None)
         self._seen_stored.pop(index, None)
+        self._instance.pop(index, None)
         if self._by_host.get(old) == index:
             del self._by_host[old]
         self.reused += 1
         return old
 
     def register(self, request: forward_pb2.HostRegistration) -> forward_pb2.HostAssignment:
-        host, machine_id = request.host, request.machine_id
+        host, machine_id, instance = request.host, request.machine_id, request.instance
         if not host or len(host) > MAX_HOST_NAME or ":" in host or not host.isprintable():
             return self._refuse(host, f"host name {host[:64]!r} is not usable (1..{MAX_HOST_NAME} printable "
                                       "characters, no ':')")
         if len(machine_id) > MAX_MACHINE_ID or not machine_id.isprintable():
             return self._refuse(host, "machine id is not usable (at most 128 printable characters)")
+        if len(instance) > MAX_MACHINE_ID or not instance.isprintable():
+            return self._refuse(host, "agent id is not usable (at most 128 printable characters)")
         explicit = request.explicit_index if request.HasField("explicit_index") else None
         if explicit is not None and explicit > MAX_HOST_INDEX:
             return self._refuse(host, f"host index {explicit} is outside 0..{MAX_HOST_INDEX}")
@@ -162,19 +179,38 @@ class HostIndexes:
                                               "machines under one --host-id would be merged as one host; give "
                                               "this one its own --host-id (a reinstalled host: start it once "
                                               f"with --host-index {known})")
+                held_instance = self._instance.get(known, "")
+                if (instance and held_instance and instance != held_instance and explicit is None
+                        and (machine_id == held_machine or not machine_id or not held_machine)
+                        and (known in self.live() or self.clock() - self._seen.get(known, 0) < TAKEOVER_AFTER_NS)):
+                    said = "both empty" if not machine_id and not held_machine else (
+                        "equal: a machine id cloned with an image?" if machine_id == held_machine else "one empty")
+                    return self._refuse(host, f"host {host!r} (index {known}) is held by another agent installation "
+                                              f"({held_instance[:12]}..., this one is {instance[:12]}...; their "
+                                              f"machine ids are {said}): two machines under one --host-id would be "
+                                              "merged as one host; give this one its own --host-id (the same "
+                                              "machine whose --id-file was lost: asked again, it takes the name "
+                                              "over once no tier reports the other, or start it once with "
+                                              f"--host-index {known})")
             if explicit is not None:
                 holder = self._by_index.get(explicit)
                 if holder is not None and holder[0] != host:
                     return self._refuse(host, f"host index {explicit} is held by host {holder[0]!r}: give each "
                                               "host its own --host-index, or leave it out (the tree assigns one)")
-                if holder is None or holder[1] != machine_id or not holder[2]:
-                    self._record(explicit, host, machine_id, True)
+                if holder is None or holder[1] != machine_id or not holder[2] or \
+                        self._instance.get(explicit, "") != instance:
+                    self._record(explicit, host, machine_id, True, instance)
                     log.info("host %s registered with its own --host-index %d", host, explicit)
                 return forward_pb2.HostAssignment(index=explicit, known=holder is not None)
             if known is not None:
                 self._seen[known] = max(self._seen.get(known, 0), self.clock())
-                if machine_id and not self._by_index[known][1]:
-                    self._record(known, host, machine_id, self._by_index[known][2])
+                held = self._by_index[known]
+                if instance and self._instance.get(known) and instance != self._instance[known]:
+                    log.warning("host %s (index %d): a new agent installation (%s..., was %s...) takes the name over: "
+                                "the old one is reported by no tier (an id file lost with its container?)", host,
+                                known, instance[:12], self._instance[known][:12])
+                if (machine_id and not held[1]) or (instance and instance != self._instance.get(known)):
+                    self._record(known, host, machine_id or held[1], held[2], instance or self._instance.get(known, ""))
                 return forward_pb2.HostAssignment(index=known, known=True)
             taken = self.claimed()
             # It ran with --host-index before it registered: it keeps that index, unless the table holds it for
@@ -182,7 +218,7 @@ class HostIndexes:
             before = [index for index, holder in taken.items() if holder == host
                       and self._by_index.get(index, (host,))[0] == host]
             if before:
-                self._record(before[0], host, machine_id, True)
+                self._record(before[0], host, machine_id, True, instance)
                 return forward_pb2.HostAssignment(index=before[0], known=True)
             index = self._reusable(taken)
             if index is not None:
@@ -194,19 +230,20 @@ class HostIndexes:
                 index = max([*self._by_index, *taken], default=-1) + 1
             if index > MAX_HOST_INDEX:
                 return self._refuse(host, f"every host index (0..{MAX_HOST_INDEX}) is taken")
-            self._record(index, host, machine_id, False)
+            self._record(index, host, machine_id, False, instance)
         log.info("host %s is fleet host index %d (handed out by the root)", host, index)
         return forward_pb2.HostAssignment(index=index, known=False)
 
-    def _record(self, index: int, host: str, machine_id: str, explicit: bool) -> None:
+    def _record(self, index: int, host: str, machine_id: str, explicit: bool, instance: str = "") -> None:
         """Persist first, then remember (caller holds the lock): an index is handed out only once it is in the
         file, so a root restart can never hand it to another host."""
         now = self.clock()
         with self.store.transaction() as db:
             self._create(db)  # again: a file replaced under the root (StoreLost) is a fresh one
-            db.execute("INSERT OR REPLACE INTO host_indexes VALUES (?,?,?,?,?,?)",
-                       (index, host, machine_id, int(explicit), now, now))
+            db.execute("INSERT OR REPLACE INTO host_indexes (idx, host, machine_id, explicit, assigned_ns, seen_ns, "
+                       "instance) VALUES (?,?,?,?,?,?,?)", (index, host, machine_id, int(explicit), now, now, instance))
         self._by_index[index] = (host, machine_id, explicit)
+        self._instance[index] = instance
         self._by_host[host] = index
         self._seen[index] = self._seen_stored[index] = now
 

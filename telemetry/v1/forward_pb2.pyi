@@ -134,14 +134,16 @@ class Ack(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., status: _Optional[_Union[Ack.Status, str]] = ..., rejections: _Optional[_Iterable[_Union[Rejection, _Mapping]]] = ..., capture_requests: _Optional[_Iterable[_Union[_forensics_pb2.CaptureRequest, _Mapping]]] = ...) -> None: ...
 
 class HostRegistration(_message.Message):
-    __slots__ = ("host", "machine_id", "explicit_index")
+    __slots__ = ("host", "machine_id", "explicit_index", "instance")
     HOST_FIELD_NUMBER: _ClassVar[int]
     MACHINE_ID_FIELD_NUMBER: _ClassVar[int]
     EXPLICIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
     host: str
     machine_id: str
     explicit_index: int
-    def __init__(self, host: _Optional[str] = ..., machine_id: _Optional[str] = ..., explicit_index: _Optional[int] = ...) -> None: ...
+    instance: str
+    def __init__(self, host: _Optional[str] = ..., machine_id: _Optional[str] = ..., explicit_index: _Optional[int] = ..., instance: _Optional[str] = ...) -> None: ...
 
 class HostAssignment(_message.Message):
     __slots__ = ("index", "refused", "known")
