@@ -41,6 +41,27 @@ struct Raw {
     Bytes means, weights, sources, nonfinite_sources;
     uint64_t nonfinite_count = 0;
     int64_t first_ns = 0, last_ns = 0;
+
+    // Every field as a fresh Raw's, the lists' room kept (a thread's decodes reuse one Raw: no four allocations and
+    // frees per summary), unless a list grew beyond what a summary of the tree's shape holds.
+    void reset() {
+        std::vector<double> tv = std::move(top_values), bv = std::move(bottom_values);
+        std::vector<uint32_t> ts = std::move(top_sources), bs = std::move(bottom_sources);
+        *this = Raw();
+        for (auto* v : {&tv, &bv}) {
+            v->clear();
+            if (v->capacity() > kKeep) *v = {};
+        }
+        for (auto* v : {&ts, &bs}) {
+            v->clear();
+            if (v->capacity() > kKeep) *v = {};
+        }
+        top_values = std::move(tv);
+        bottom_values = std::move(bv);
+        top_sources = std::move(ts);
+        bottom_sources = std::move(bs);
+    }
+    static constexpr size_t kKeep = 64;
 };
 
 void append_doubles(Reader& r, uint32_t type, std::vector<double>& out) {
@@ -77,8 +98,8 @@ void parse_sketch(Reader r, Raw& raw) {
     }
 }
 
-Raw parse(const uint8_t* data, size_t n) {
-    Raw raw;
+void parse(const uint8_t* data, size_t n, Raw& raw) {
+    raw.reset();
     Reader r(data, n);
     while (!r.done()) {
         uint32_t field, type;
@@ -126,10 +147,25 @@ Raw parse(const uint8_t* data, size_t n) {
         if (type == EGROUP) throw WireError("end group at the top level");
         r.skip_field(field, type);
     }
-    return raw;
 }
 
-bool contains(const roaring_bitmap_t* r, uint32_t x) { return roaring_bitmap_contains(r, x); }
+// Membership in a summary's sources, asked for argmin, argmax and every top/bottom source of a decode (~18 times): a
+// contiguous range of sources (an agent's or a rack's ranks, nearly always) is asked by its bounds, else the bitmap.
+struct Members {
+    const roaring_bitmap_t* r;
+    uint32_t lo = 1, hi = 0;  // the range [lo, hi] when the bitmap is exactly that (lo > hi: not a range)
+
+    explicit Members(const roaring_bitmap_t* bitmap) : r(bitmap) {
+        if (roaring_bitmap_is_empty(r)) return;
+        uint32_t first = roaring_bitmap_minimum(r), last = roaring_bitmap_maximum(r);
+        if (roaring_bitmap_get_cardinality(r) == static_cast<uint64_t>(last) - first + 1) {
+            lo = first;
+            hi = last;
+        }
+    }
+    Members(const roaring_bitmap_t* bitmap, uint32_t first, uint32_t last) : r(bitmap), lo(first), hi(last) {}
+    bool has(uint32_t x) const { return lo <= hi ? lo <= x && x <= hi : roaring_bitmap_contains(r, x); }
+};
 
 // Sketch.from_wire / from_centroids / _from_lists: the checks, then the digest.
 void check_sketch(const Raw& raw, Core& out) {
@@ -186,21 +222,23 @@ void check_sketch(const Raw& raw, Core& out) {
     out.sketch.has_digest = true;
 }
 
-// The first k of `pairs` in a stable sort by `lt` (what stable_sort then resize gave), without sorting them all: a
-// partial sort by (lt, position), a total order, so ties keep their input order. A merge of 64 children keeps 8 of 512.
-std::vector<Pair> first_k(const std::vector<Pair>& pairs, size_t k, bool (*lt)(const Pair&, const Pair&)) {
-    const size_t keep = std::min(k, pairs.size());
-    std::vector<uint32_t> order(pairs.size());
-    for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
-                      [&](uint32_t a, uint32_t b) {
-                          if (lt(pairs[a], pairs[b])) return true;
-                          if (lt(pairs[b], pairs[a])) return false;
-                          return a < b;
-                      });
+// The first k pairs of the parts' lists taken in order (parts, then each list), as a stable sort of them all by `lt`
+// would order them (what stable_sort then resize gave), without gathering or sorting them: each pair, in that order,
+// goes in after every kept pair it is not before (so ties keep their input order), when it is before the last of k
+// kept. A merge of 64 children keeps 8 of 512, nearly all of them turned away by one comparison.
+template <bool Top>
+std::vector<Pair> first_k(const std::vector<Core*>& parts, size_t k, bool (*lt)(const Pair&, const Pair&)) {
     std::vector<Pair> out;
-    out.reserve(keep);
-    for (size_t i = 0; i < keep; ++i) out.push_back(pairs[order[i]]);
+    if (k == 0) return out;
+    out.reserve(k);
+    for (const Core* s : parts)
+        for (const Pair& p : Top ? s->top : s->bottom) {
+            if (out.size() == k) {
+                if (!lt(p, out.back())) continue;
+                out.pop_back();
+            }
+            out.insert(std::upper_bound(out.begin(), out.end(), p, lt), p);
+        }
     return out;
 }
 
@@ -228,6 +266,25 @@ Bitmap empty_bitmap() { return Bitmap(roaring_bitmap_create()); }
 
 Bitmap copy_bitmap(const roaring_bitmap_t* r) { return Bitmap(roaring_bitmap_copy(r)); }
 
+const roaring_bitmap_t* SharedBitmap::empty() {
+    // Never written (get() is const; own() makes a bitmap instead), so every thread may read it.
+    static const roaring_bitmap_t none = [] {
+        roaring_bitmap_t r;
+        roaring_bitmap_init_cleared(&r);
+        return r;
+    }();
+    return &none;
+}
+
+roaring_bitmap_t* SharedBitmap::own() {
+    if (!p_) {
+        p_.reset(roaring_bitmap_create(), BitmapFree{});
+    } else if (p_.use_count() > 1) {  // another core reads it: this one writes its own copy
+        p_.reset(roaring_bitmap_copy(p_.get()), BitmapFree{});
+    }
+    return p_.get();
+}
+
 Bitmap parse_bitmap(const uint8_t* p, size_t n, const char* name) {
     if (n == 0) return empty_bitmap();
     Bitmap out(roaring_bitmap_portable_deserialize_safe(reinterpret_cast<const char*>(p), n));
@@ -245,8 +302,12 @@ Bitmap union_of(const std::vector<const roaring_bitmap_t*>& bitmaps) {
     return Bitmap(roaring_bitmap_or_many(bitmaps.size(), const_cast<const roaring_bitmap_t**>(bitmaps.data())));
 }
 
-std::string serialize_bitmap(roaring_bitmap_t* r, bool optimize) {
-    if (optimize) roaring_bitmap_run_optimize(r);
+std::string serialize_optimized(roaring_bitmap_t* r) {
+    roaring_bitmap_run_optimize(r);
+    return serialize_bitmap(r);
+}
+
+std::string serialize_bitmap(const roaring_bitmap_t* r) {
     std::string out(roaring_bitmap_portable_size_in_bytes(r), '\0');
     roaring_bitmap_portable_serialize(r, out.data());
     return out;
@@ -274,16 +335,16 @@ void SketchState::fold(SketchState& other) {
 Core::Core(const Core& other)
     : k(other.k), count(other.count), sum(other.sum), mean(other.mean), m2(other.m2), min(other.min),
       max(other.max), argmin(other.argmin), argmax(other.argmax), top(other.top), bottom(other.bottom),
-      sketch(other.sketch), sources(copy_bitmap(other.sources.get())), nonfinite_count(other.nonfinite_count),
-      nonfinite_sources(copy_bitmap(other.nonfinite_sources.get())), first_ns(other.first_ns),
+      sketch(other.sketch), sources(other.sources), nonfinite_count(other.nonfinite_count),
+      nonfinite_sources(other.nonfinite_sources), first_ns(other.first_ns),
       last_ns(other.last_ns) {}
 
 bool Core::any() const { return count || nonfinite_count || !roaring_bitmap_is_empty(sources.get()); }
 
-Core decode(const uint8_t* data, size_t n) {
-    Raw raw;
+Core decode(const uint8_t* data, size_t n, SourcesMemo* memo) {
+    thread_local Raw raw;
     try {
-        raw = parse(data, n);
+        parse(data, n, raw);
     } catch (const WireError& e) {
         bad(std::string("not a telemetry.v1.Summary message (") + e.what() + ")");
     }
@@ -293,9 +354,19 @@ Core decode(const uint8_t* data, size_t n) {
     out.sum = raw.sum;
     out.mean = raw.mean;
     out.m2 = raw.m2;
-    out.sources = parse_bitmap(raw.sources.p, raw.sources.n, "sources");
+    Members members(nullptr, 1, 0);
+    if (memo && raw.sources.n && raw.sources.n == memo->n && std::memcmp(raw.sources.p, memo->p, memo->n) == 0) {
+        out.sources = memo->parsed;
+        members = Members(out.sources.get(), memo->lo, memo->hi);
+    } else {
+        if (raw.sources.n) out.sources = SharedBitmap(parse_bitmap(raw.sources.p, raw.sources.n, "sources"));
+        members = Members(out.sources.get());
+        if (memo && raw.sources.n) *memo = SourcesMemo{raw.sources.p, raw.sources.n, out.sources, members.lo, members.hi};
+    }
     out.nonfinite_count = raw.nonfinite_count;
-    out.nonfinite_sources = parse_bitmap(raw.nonfinite_sources.p, raw.nonfinite_sources.n, "nonfinite_sources");
+    if (raw.nonfinite_sources.n)
+        out.nonfinite_sources =
+            SharedBitmap(parse_bitmap(raw.nonfinite_sources.p, raw.nonfinite_sources.n, "nonfinite_sources"));
     out.first_ns = raw.first_ns;
     out.last_ns = raw.last_ns;
     const roaring_bitmap_t* sources = out.sources.get();
@@ -323,7 +394,7 @@ Core decode(const uint8_t* data, size_t n) {
         if (!(std::fabs(out.sum) <= 2 * count * std::max(std::fabs(lo), std::fabs(hi))))
             bad("sum " + num(out.sum) + " is impossible for " + std::to_string(out.count) + " values in [" + num(lo) +
                 ", " + num(hi) + "]");
-        if (!contains(sources, out.argmin) || !contains(sources, out.argmax))
+        if (!members.has(out.argmin) || !members.has(out.argmax))
             bad("argmin/argmax must be among the sources");
     } else {
         if (!raw.top_values.empty() || !raw.bottom_values.empty())
@@ -349,7 +420,7 @@ Core decode(const uint8_t* data, size_t n) {
             bad("top/bottom values lie outside [min, max]");
         for (const auto* list : {&out.top, &out.bottom})
             for (const Pair& p : *list)
-                if (!contains(sources, p.second)) bad("top/bottom sources must be among the sources");
+                if (!members.has(p.second)) bad("top/bottom sources must be among the sources");
     }
     uint64_t n_nonfinite_sources = roaring_bitmap_get_cardinality(out.nonfinite_sources.get());
     if (roaring_bitmap_is_empty(sources) && (out.count || out.nonfinite_count)) bad("values without sources");
@@ -363,9 +434,19 @@ Core decode(const uint8_t* data, size_t n) {
     return out;
 }
 
+namespace {
+
+// serialize_optimized of a core's bitmap, on its own copy when it is shared (never writing what another core reads).
+std::string optimized(SharedBitmap& b) {
+    if (roaring_bitmap_is_empty(b.get())) return serialize_bitmap(b.get());
+    return serialize_optimized(b.own());
+}
+
+}  // namespace
+
 std::string encode(Core& c) {
     c.sketch.collapse();
-    std::string sources = serialize_bitmap(c.sources.get(), true);
+    std::string sources = optimized(c.sources);
     Writer w;
     w.out.reserve(96 + sources.size() + 16 * c.sketch.digest.means.size() + 24 * c.top.size());
     w.uint_field(1, c.count);
@@ -409,7 +490,7 @@ std::string encode(Core& c) {
     w.bytes_field(15, sources.data(), sources.size());
     w.uint_field(16, c.nonfinite_count);
     if (c.nonfinite_count) {
-        std::string nf = serialize_bitmap(c.nonfinite_sources.get(), true);
+        std::string nf = optimized(c.nonfinite_sources);
         w.bytes_field(17, nf.data(), nf.size());
     }
     w.uint_field(18, static_cast<uint64_t>(c.first_ns));
@@ -485,13 +566,9 @@ void absorb(Core& self, const std::vector<Core*>& others, const roaring_bitmap_t
         }
     }
     if (self.k) {
-        std::vector<Pair> top, bottom;
-        for (Core* s : parts) {
-            top.insert(top.end(), s->top.begin(), s->top.end());
-            bottom.insert(bottom.end(), s->bottom.begin(), s->bottom.end());
-        }
-        self.top = first_k(top, self.k, desc_lt);
-        self.bottom = first_k(bottom, self.k, pair_lt);
+        std::vector<Pair> top = first_k<true>(parts, self.k, desc_lt);
+        self.bottom = first_k<false>(parts, self.k, pair_lt);
+        self.top = std::move(top);
     }
     if (self_first) {
         for (Core* o : others) self.sketch.fold(o->sketch);
@@ -522,11 +599,11 @@ void absorb(Core& self, const std::vector<Core*>& others, const roaring_bitmap_t
     self.max = hi;
     self.argmax = hi_src;
     if (union_) {
-        self.sources = copy_bitmap(union_);
+        self.sources = SharedBitmap(copy_bitmap(union_));
     } else {
         std::vector<const roaring_bitmap_t*> all{self.sources.get()};
         for (Core* o : others) all.push_back(o->sources.get());
-        self.sources = union_of(all);
+        self.sources = SharedBitmap(union_of(all));
     }
     unsigned __int128 nonfinite = self.nonfinite_count;
     bool any_nonfinite = false;
@@ -539,7 +616,7 @@ void absorb(Core& self, const std::vector<Core*>& others, const roaring_bitmap_t
     if (any_nonfinite) {
         std::vector<const roaring_bitmap_t*> all{self.nonfinite_sources.get()};
         for (Core* o : others) all.push_back(o->nonfinite_sources.get());
-        self.nonfinite_sources = union_of(all);
+        self.nonfinite_sources = SharedBitmap(union_of(all));
     }
     bool have_first = false;
     int64_t first = 0, last = 0;

@@ -35,9 +35,29 @@ using Bitmap = std::unique_ptr<roaring_bitmap_t, BitmapFree>;
 
 Bitmap empty_bitmap();
 Bitmap copy_bitmap(const roaring_bitmap_t* r);
+
+// A core's sources (or non-finite sources): read-only once made and shared by copies, so that the windows of one
+// child's unit, which carry that child's sources byte for byte, hold one parse of them instead of a bitmap each (a
+// rack's 19,200 child cores a step were 4-5 heap blocks each for their sources, made, read and freed on three
+// threads: docs/scale.md, "One parse of a unit's sources"). Empty without a bitmap at all. Written only through
+// own(), which makes the bitmap when there is none and copies it first when another core shares it.
+class SharedBitmap {
+public:
+    SharedBitmap() = default;
+    explicit SharedBitmap(Bitmap b) : p_(b.release(), BitmapFree{}) {}
+    const roaring_bitmap_t* get() const { return p_ ? p_.get() : empty(); }
+    roaring_bitmap_t* own();
+    bool same(const SharedBitmap& other) const { return p_ && p_ == other.p_; }  // one parse, so equal
+
+private:
+    static const roaring_bitmap_t* empty();
+    std::shared_ptr<roaring_bitmap_t> p_;
+};
 // pyroaring's BitMap.deserialize: CRoaring's safe portable parse, then its internal validation.
 Bitmap parse_bitmap(const uint8_t* p, size_t n, const char* name);
-std::string serialize_bitmap(roaring_bitmap_t* r, bool optimize);
+std::string serialize_bitmap(const roaring_bitmap_t* r);
+// The bitmap run-optimised first (what the encoder writes): changes its containers, not its value.
+std::string serialize_optimized(roaring_bitmap_t* r);
 // BitMap.union(*bitmaps) as pyroaring computes it (a copy, `|`, or or_many): the same containers, so the same
 // bytes once run-optimised.
 Bitmap union_of(const std::vector<const roaring_bitmap_t*>& bitmaps);
@@ -70,9 +90,9 @@ struct Core {
     uint32_t argmin = 0, argmax = 0;
     std::vector<Pair> top, bottom;  // value desc / asc, then source asc
     SketchState sketch;
-    Bitmap sources = empty_bitmap();
+    SharedBitmap sources;
     uint64_t nonfinite_count = 0;
-    Bitmap nonfinite_sources = empty_bitmap();
+    SharedBitmap nonfinite_sources;
     int64_t first_ns = 0, last_ns = 0;
 
     Core() = default;
@@ -84,8 +104,18 @@ struct Core {
     bool any() const;  // counts or sources: not a fresh summary
 };
 
-// Parses and checks untrusted bytes; throws Malformed (or WireError) with the reason.
-Core decode(const uint8_t* data, size_t n);
+// The sources a decode parsed last, and the bytes they were parsed from (which must outlive it): a decode of the same
+// bytes shares that parse (read_unit: one per unit).
+struct SourcesMemo {
+    const uint8_t* p = nullptr;
+    size_t n = 0;
+    SharedBitmap parsed;
+    uint32_t lo = 1, hi = 0;  // when `parsed` is the whole range [lo, hi] (else lo > hi): membership by bounds
+};
+
+// Parses and checks untrusted bytes; throws Malformed (or WireError) with the reason. Every check is made whether or
+// not the sources come from `memo`: equal bytes parse to the same bitmap.
+Core decode(const uint8_t* data, size_t n, SourcesMemo* memo = nullptr);
 // The canonical bytes (those the Python encoder produced): collapses pending sketch folds.
 std::string encode(Core& core);
 

@@ -62,8 +62,8 @@ Core from_arrays(const double* values, const int64_t* sources, size_t n, int64_t
     }
     c.first_ns = first_ns;
     c.last_ns = last_ns;
-    roaring_bitmap_add_many(c.sources.get(), n, ids.data());
-    roaring_bitmap_run_optimize(c.sources.get());  // pyroaring's BitMap(values) optimises on construction
+    roaring_bitmap_add_many(c.sources.own(), n, ids.data());
+    roaring_bitmap_run_optimize(c.sources.own());  // pyroaring's BitMap(values) optimises on construction
 
     // The finite values within +-MAX_MAGNITUDE and their sources, in input order (numpy's values[finite_mask]).
     std::vector<double> finite;
@@ -76,10 +76,10 @@ Core from_arrays(const double* values, const int64_t* sources, size_t n, int64_t
             finite_ids.push_back(ids[i]);
         } else {
             ++c.nonfinite_count;
-            roaring_bitmap_add(c.nonfinite_sources.get(), ids[i]);
+            roaring_bitmap_add(c.nonfinite_sources.own(), ids[i]);
         }
     }
-    if (c.nonfinite_count) roaring_bitmap_run_optimize(c.nonfinite_sources.get());
+    if (c.nonfinite_count) roaring_bitmap_run_optimize(c.nonfinite_sources.own());
     const size_t m = finite.size();
     if (m == 0) return c;
 
@@ -171,12 +171,12 @@ bool add_many(Core& c, const double* values, size_t n, uint32_t source, int64_t 
     if (c.k && c.k < m && negative_zero && positive_zero) return false;  // np.partition's tie order: Python's path
 
     c.sketch.collapse();  // as the Python ingest saw the sketch: its folds merged first
-    roaring_bitmap_add(c.sources.get(), source);
+    roaring_bitmap_add(c.sources.own(), source);
     if (c.first_ns == 0 || time_ns < c.first_ns) c.first_ns = time_ns;
     if (time_ns > c.last_ns) c.last_ns = time_ns;
     if (m < n) {
         c.nonfinite_count += n - m;
-        roaring_bitmap_add(c.nonfinite_sources.get(), source);
+        roaring_bitmap_add(c.nonfinite_sources.own(), source);
     }
     if (m == 0) return true;
 

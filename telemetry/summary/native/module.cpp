@@ -177,9 +177,9 @@ PyObject* build(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         c.argmax = as_u32(args[8]);
         c.top = as_pairs(args[9]);
         c.bottom = as_pairs(args[10]);
-        c.sources = trusted_bitmap(args[11]);
+        c.sources = SharedBitmap(trusted_bitmap(args[11]));
         c.nonfinite_count = as_u64(args[12]);
-        if (args[13] != Py_None) c.nonfinite_sources = trusted_bitmap(args[13]);
+        if (args[13] != Py_None) c.nonfinite_sources = SharedBitmap(trusted_bitmap(args[13]));
         c.first_ns = as_i64(args[14]);
         c.last_ns = as_i64(args[15]);
         c.sketch.max_centroids = as_u32(args[16]);
@@ -344,7 +344,7 @@ py::tuple refused_tuple(const Refused& r) {
 }
 
 py::bytes sources_of(const Windows& table, uint32_t slot) {
-    return as_bytes(serialize_bitmap(const_cast<roaring_bitmap_t*>(table.at(slot).sources.get()), false));
+    return as_bytes(serialize_bitmap(table.at(slot).sources.get()));
 }
 
 PyMethodDef FAST[] = {
@@ -377,7 +377,7 @@ PYBIND11_MODULE(_native, m) {
             const double* v = items_of<double>(info, "values");
             return add_many(c, v, static_cast<size_t>(info.size), source, time_ns);
         }, "Summary.add_many on the core; False (the core unchanged) where the Python ingest must do it.")
-        .def("sources_bytes", [](Core& c) { return as_bytes(serialize_bitmap(c.sources.get(), false)); })
+        .def("sources_bytes", [](Core& c) { return as_bytes(serialize_bitmap(c.sources.get())); })
         .def("digest_bytes", [](Core& c) -> py::object {
             std::string raw = fastdigest_bytes(c);
             if (raw.empty()) return py::none();
@@ -386,8 +386,8 @@ PYBIND11_MODULE(_native, m) {
         .def("fields", [](Core& c) {
             return py::make_tuple(
                 c.k, c.count, c.sum, c.mean, c.m2, c.min, c.argmin, c.max, c.argmax, pair_list(c.top),
-                pair_list(c.bottom), as_bytes(serialize_bitmap(c.sources.get(), false)), c.nonfinite_count,
-                as_bytes(serialize_bitmap(c.nonfinite_sources.get(), false)), c.first_ns, c.last_ns);
+                pair_list(c.bottom), as_bytes(serialize_bitmap(c.sources.get())), c.nonfinite_count,
+                as_bytes(serialize_bitmap(c.nonfinite_sources.get())), c.first_ns, c.last_ns);
         }, "(k, count, sum, mean, m2, min, argmin, max, argmax, top, bottom, sources, nonfinite_count, "
            "nonfinite_sources, first_ns, last_ns); bitmaps as portable bytes.");
 

@@ -84,7 +84,7 @@ bool read_key(Reader r, WindowIn& w, const UnitLimits& limits) {
 // delta (late = 1) is read as any window, its flag kept in `w.late` for the caller to carry (a tier must not send a
 // window's late parts up as its first, nor the root store them as its first row); a `late` other than 0 or 1 is
 // left to the per-window path (protobuf reads it as true).
-void read_window(Reader r, WindowIn& w, const UnitLimits& limits) {
+void read_window(Reader r, WindowIn& w, const UnitLimits& limits, SourcesMemo& memo) {
     bool seen[5] = {};
     const uint8_t* summary = nullptr;
     size_t summary_n = 0;
@@ -116,7 +116,7 @@ void read_window(Reader r, WindowIn& w, const UnitLimits& limits) {
     }
     if (!seen[1] || !seen[2]) return;
     try {
-        w.core = decode(summary, summary_n);
+        w.core = decode(summary, summary_n, &memo);
     } catch (const std::exception&) {
         return;  // refused by the caller's own decode, in the same words
     }
@@ -148,6 +148,7 @@ UnitIn read_unit(const uint8_t* data, size_t n, const UnitLimits& limits) {
     UnitIn out;
     out.windows.reserve(count_windows(data, n));
     std::vector<size_t> firsts;  // per group, its first window
+    SourcesMemo memo;  // the sources parsed last: a child's windows repeat them (into `data`, which outlives it)
     Reader r(data, n);
     while (!r.done()) {
         const uint8_t* start = r.data();
@@ -162,19 +163,20 @@ UnitIn read_unit(const uint8_t* data, size_t n, const UnitLimits& limits) {
         out.windows.emplace_back();
         WindowIn& w = out.windows.back();
         try {
-            read_window(body, w, limits);
+            read_window(body, w, limits, memo);
         } catch (const WireError&) {
             w.fast = false;
         }
         if (!w.fast) continue;
         size_t i = 0;
         for (; i < firsts.size() && i < GROUPS_COMPARED; ++i)
-            if (roaring::api::roaring_bitmap_equals(out.windows[firsts[i]].core.sources.get(), w.core.sources.get()))
+            if (out.windows[firsts[i]].core.sources.same(w.core.sources) ||
+                roaring::api::roaring_bitmap_equals(out.windows[firsts[i]].core.sources.get(), w.core.sources.get()))
                 break;
         if (i == firsts.size() || i == GROUPS_COMPARED) {
             i = firsts.size();
             firsts.push_back(out.windows.size() - 1);
-            out.group_sources.push_back(serialize_bitmap(w.core.sources.get(), false));
+            out.group_sources.push_back(serialize_bitmap(w.core.sources.get()));
         }
         w.group = i;
     }
