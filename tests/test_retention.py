@@ -331,30 +331,41 @@ def test_a_jobs_run_claims_go_with_its_last_window_not_before(tmp_path) -> None:
 
 
 def test_what_the_steps_retention_leaves_of_a_job(tmp_path) -> None:
-    """docs/fleet.md "What the steps retention takes away": past `steps` the raw steps are gone and with them every
-    view that reads them (goodput: nothing to count); the blocks keep each block's exact figures and times."""
+    """docs/fleet.md "What the steps retention takes away": past `steps` the raw steps are gone (and with them
+    /steps and last_step), goodput stays exact from `step_ends` (it went to wall_s 0 / goodput None before), the
+    blocks keep each block's exact figures and times; past `step-blocks` both go."""
     from collectors.root.goodput import goodput
     store = Store(tmp_path / "root.db")
     t0 = 10 * 86_400 * 10**9
-    for step in range(250):
-        s = Summary()
-        for rank in range(8):
-            s.add(1.0 + rank, rank, time_ns=t0 + step * 10**9)
-        store.save([Row(Key("job", "step_time", step), 8, s, False, t0 + step * 10**9)], {"job": 8})
+    from collectors.common.attempts import scoped
+    for attempt, steps in (("job", range(250)), (scoped("job", 1), range(200, 300))):  # a restart re-runs 200..249
+        for step in steps:
+            s = Summary()
+            for rank in range(8 if step != 299 else 7):  # attempt 1's last step missing a rank: a crash's
+                s.add(1.0 + rank, rank, time_ns=t0 + (step + (60 if attempt != "job" else 0)) * 10**9)
+            store.save([Row(Key(attempt, "step_time", step), 8, s, False, t0 + step * 10**9)], {attempt: 8})
+            store.save([Row(Key(attempt, "loss", step), 8, s, False, t0 + step * 10**9)], {})
     with closing(store.reader()) as db:
         before = goodput(db, "job")
-    assert (before["wall_s"], before["goodput"]) == (249.0, 1.0)
-    Retention(store, RetentionConfig(raw_steps_s=86_400)).sweep(now_ns=t0 + 2 * 86_400 * 10**9, max_batches=10_000)
+    assert before["restarts"] == 1 and before["lost_s"] > 0 and before["goodput"] < 1.0
+    retention = Retention(store, RetentionConfig(raw_steps_s=86_400, step_blocks_s=5 * 86_400, batch=70))
+    retention.sweep(now_ns=t0 + 2 * 86_400 * 10**9, max_batches=10_000)
     with closing(store.reader()) as db:
         after = goodput(db, "job")
+        raw = db.execute("SELECT count(*) FROM windows WHERE width_ms=0").fetchone()[0]
         blocks = db.execute("SELECT idx, count, min, argmin, max, argmax, sources, summary FROM windows "
-                            "WHERE width_ms=-100 ORDER BY idx").fetchall()
-    assert (after["wall_s"], after["goodput"], after["attempts"]) == (0.0, None, [])
+                            "WHERE width_ms=-100 AND job='job' AND metric='step_time' ORDER BY idx").fetchall()
+    assert raw == 0
+    assert after == before
     assert [tuple(b)[:7] for b in blocks] == [(0, 800, 1.0, 0, 8.0, 7, 8), (100, 800, 1.0, 0, 8.0, 7, 8),
                                               (200, 400, 1.0, 0, 8.0, 7, 8)]
-    first, last = (Summary.from_bytes(blocks[-1]["summary"]).first_time_ns,
-                   Summary.from_bytes(blocks[-1]["summary"]).last_time_ns)
-    assert (first, last) == (t0 + 200 * 10**9, t0 + 249 * 10**9)
+    last = Summary.from_bytes(blocks[-1]["summary"])
+    assert (last.first_time_ns, last.last_time_ns) == (t0 + 200 * 10**9, t0 + 249 * 10**9)
+    retention.sweep(now_ns=t0 + 7 * 86_400 * 10**9, max_batches=10_000)
+    with closing(store.reader()) as db:
+        gone = goodput(db, "job")
+        assert db.execute("SELECT count(*) FROM step_ends").fetchone()[0] == 0
+    assert (gone["wall_s"], gone["goodput"], gone["attempts"]) == (0.0, None, [])
     store.close()
 
 

@@ -1,9 +1,11 @@
 """Goodput: how much of a job's wall time trained, and what its restarts cost (docs/restarts.md).
 
 Computed from the step windows already in the root's store: each step of each attempt ended when its last
-rank ended it (the window's ``last_time_ns``, the latest over the step's metrics). Within an attempt a step
-took the time since the attempt's previous step ended; the first step of an attempt is part of the restart's
-downtime (for the first attempt, the wall time starts when it ends). So, exactly:
+rank ended it (the window's ``last_time_ns``, the latest over the step's metrics); once retention rolled a step's
+raw windows into blocks, from its row in ``step_ends`` (the same end and completeness, kept by
+collectors/root/retention.py until the blocks go), so the figures stay exact past the ``steps`` retention.
+Within an attempt a step took the time since the attempt's previous step ended; the first step of an attempt is
+part of the restart's downtime (for the first attempt, the wall time starts when it ends). So, exactly:
 
     wall_s = productive_s + lost_s + restart_downtime_s
 
@@ -108,12 +110,21 @@ def load(db: sqlite3.Connection, job: str) -> list[AttemptSteps]:
     """Every attempt of `job` its views read (`view_names`) with at least one step window, oldest first."""
     out = []
     for order, (name, world) in enumerate(view_names(db, job)):
-        steps = db.execute("SELECT idx, max(last_time_ns), max(sources >= expected) FROM windows WHERE job=? AND "
-                           "width_ms=0 GROUP BY idx ORDER BY idx", (name,)).fetchall()
+        steps = _steps(db, name)
         ends = [(int(i), int(t)) for i, t, _ in steps[:_steps_reached(steps)]]
         if ends:
             out.append(AttemptSteps(split(name)[1], world, ends, order))
     return out
+
+
+def _steps(db: sqlite3.Connection, name: str) -> list[tuple[int, int, int]]:
+    """(step, end ns, some window held every rank) of one attempt, raw steps and rolled-up ones alike."""
+    raw = ("SELECT idx, last_time_ns AS t, sources >= expected AS c FROM windows WHERE job=? AND width_ms=0", (name,))
+    try:
+        return db.execute(f"SELECT idx, max(t), max(c) FROM ({raw[0]} UNION ALL SELECT idx, end_ns, complete FROM "
+                          "step_ends WHERE job=?) GROUP BY idx ORDER BY idx", (name, name)).fetchall()
+    except sqlite3.OperationalError:  # a store from before step_ends
+        return db.execute(f"SELECT idx, max(t), max(c) FROM ({raw[0]}) GROUP BY idx ORDER BY idx", raw[1]).fetchall()
 
 
 def _steps_reached(steps: list[tuple[int, int, int]]) -> int:
