@@ -746,6 +746,7 @@ WEEK_RETENTION = "minutes=1d,hours=2d,steps=1d,step-blocks=2d"
 SWEEP_EVERY_S = 600  # part 3's sweeps, in simulated seconds
 ROW_OVERHEAD = 160  # bytes a window row costs besides its blob and text columns: 14 numbers, its key in the table
 #                     and in its primary key and two indexes (an estimate, stated with the bound it enters)
+STEP_END_BYTES = 40  # a step_ends row: job name, step, end, completeness, in its one B-tree (an estimate, too)
 
 
 def week_rows_kept(config: Any, step_s: int, metrics: int, elapsed_s: float) -> dict[str, int]:
@@ -772,6 +773,8 @@ def week_rows_kept(config: Any, step_s: int, metrics: int, elapsed_s: float) -> 
         "hours": metrics * periods(span(config.hours_s, sweep), hour),
         "steps": math.ceil(raw_steps / steps_every) + 1,
         "step-blocks": math.ceil(max(0.0, blocks) / (steps_every * config.step_block)) + 1,
+        # each rolled step's end (goodput, table step_ends): from its roll until the step blocks' retention
+        "step-ends": math.ceil(max(0.0, span(config.step_blocks_s, sweep) - raw_steps) / steps_every) + 1,
     }
 
 
@@ -824,9 +827,11 @@ def run_week(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             with closing(store.reader()) as db:
                 by_width = dict(db.execute("SELECT width_ms, count(*) FROM windows GROUP BY width_ms").fetchall())
                 pages = db.execute("PRAGMA page_count").fetchone()[0] * db.execute("PRAGMA page_size").fetchone()[0]
+                step_ends = db.execute("SELECT count(*) FROM step_ends").fetchone()[0]
             days.append({"day": round(sec / 86_400, 2), "elapsed_s": sec, "store_bytes": store_bytes(store.path),
                          "db_bytes": pages, "file_bytes": os.path.getsize(store.path),
-                         "rows": {WIDTH_KIND.get(w, "step-blocks"): n for w, n in sorted(by_width.items())}})
+                         "rows": {**{WIDTH_KIND.get(w, "step-blocks"): n for w, n in sorted(by_width.items())},
+                                  "step-ends": step_ends}})
     # Every minute and hour rollup kept, against the raw readings it came from.
     with closing(store.reader()) as db:
         rollups = {width: db.execute("SELECT metric, idx, summary FROM windows WHERE width_ms=?", (width,)).fetchall()
@@ -849,6 +854,7 @@ def run_week(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     # The bound: the most rows of each kind the retention keeps at this write rate, at their measured bytes a row
     # (+ ROW_OVERHEAD), on top of the empty file. The file is at its bound once every kind is.
     row_bytes = {WIDTH_KIND.get(w, "step-blocks"): round(b + ROW_OVERHEAD) for w, b in payload.items()}
+    row_bytes["step-ends"] = STEP_END_BYTES
 
     def bound(config_: Any, elapsed_s: float) -> int | None:
         try:

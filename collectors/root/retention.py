@@ -6,7 +6,7 @@ rollups that merge summaries over time as the tree merges them over ranks and ho
 * Step windows older than `raw_steps_s` roll up into blocks of `step_block` steps (`width_ms` = -step_block,
   `idx` = the block's first step), merged into the block as they age out, then deleted. What goodput needs of
   each step (its end, whether a window of it held every rank: collectors/root/goodput.py) is kept first, one
-  small row per step (`step_ends`), deleted with the blocks (`step-blocks`).
+  small row per step (`step_ends`), deleted by the blocks' rule (`step-blocks`, by the root's finalised time).
 * Each kind is then deleted past its retention: raw seconds, minutes, hours, step blocks, closed events.
 * A job none of whose windows is left any more (every kind holding it went past its retention) is forgotten: its
   run claims (the `runs` table: one row per rank, collectors/delivery/runs.py) and its `jobs` row. Until then the
@@ -206,8 +206,8 @@ class Retention:
         if c.step_blocks_s:
             self._delete("DELETE FROM windows WHERE rowid IN (SELECT rowid FROM windows WHERE width_ms<0 "
                          "AND finalised_ns<? LIMIT ?)", (now_ns - int(c.step_blocks_s * 1e9),), budget)
-            self._delete("DELETE FROM step_ends WHERE (job, idx) IN (SELECT job, idx FROM step_ends WHERE end_ns<? "
-                         "LIMIT ?)", (now_ns - int(c.step_blocks_s * 1e9),), budget)
+            self._delete("DELETE FROM step_ends WHERE (job, idx) IN (SELECT job, idx FROM step_ends WHERE "
+                         "finalised_ns<? LIMIT ?)", (now_ns - int(c.step_blocks_s * 1e9),), budget)
         if c.events_s and self.store.has_table("events"):  # the event log's table, in the same file
             self._delete("DELETE FROM events WHERE id IN (SELECT id FROM events WHERE status='closed' AND "
                          "updated<? LIMIT ?)", (now_ns / 1e9 - c.events_s,), budget)
@@ -318,11 +318,12 @@ class Retention:
                     summaries.append(Summary.from_bytes(blob))
                     groups[key] = (max(most, expected), max(latest, final), summaries)
                 db.executemany(
-                    "INSERT INTO step_ends VALUES (?,?,?,?) ON CONFLICT(job, idx) DO UPDATE SET "
-                    "end_ns=max(end_ns, excluded.end_ns), complete=max(complete, excluded.complete)",
-                    [(job, idx, last, int(sources >= expected)) for job, idx, last, sources, expected in
-                     db.execute("SELECT job, idx, last_time_ns, sources, expected FROM windows WHERE rowid IN "
-                                f"({','.join('?' * len(found))})", [r[0] for r in found]).fetchall()])
+                    "INSERT INTO step_ends VALUES (?,?,?,?,?) ON CONFLICT(job, idx) DO UPDATE SET "
+                    "end_ns=max(end_ns, excluded.end_ns), complete=max(complete, excluded.complete), "
+                    "finalised_ns=max(finalised_ns, excluded.finalised_ns)",
+                    [(job, idx, last, int(sources >= expected), final) for job, idx, last, sources, expected, final in
+                     db.execute("SELECT job, idx, last_time_ns, sources, expected, finalised_ns FROM windows WHERE "
+                                f"rowid IN ({','.join('?' * len(found))})", [r[0] for r in found]).fetchall()])
                 rows = []
                 for (job, metric, first), (expected, latest, summaries) in groups.items():
                     block_key = Key(job, metric, first, -block)

@@ -56,12 +56,15 @@ CREATE TABLE IF NOT EXISTS runs (
     job TEXT NOT NULL, rank INTEGER NOT NULL, process INTEGER NOT NULL, host TEXT NOT NULL,
     PRIMARY KEY (job, rank)
 ) WITHOUT ROWID;
--- each step's end (the latest last_time_ns over its metrics) and whether a window of it held every rank, kept
--- when its raw step windows roll into blocks, for goodput (collectors/root/goodput.py, retention.py `_roll_steps`)
+-- each step's end (the latest last_time_ns over its metrics), whether a window of it held every rank and when the
+-- root finalised it (its clock: what retention ages it by, as the blocks), kept when its raw step windows roll into
+-- blocks, for goodput (collectors/root/goodput.py, retention.py `_roll_steps`)
 CREATE TABLE IF NOT EXISTS step_ends (
     job TEXT NOT NULL, idx INTEGER NOT NULL, end_ns INTEGER NOT NULL, complete INTEGER NOT NULL,
+    finalised_ns INTEGER NOT NULL,
     PRIMARY KEY (job, idx)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS step_ends_by_age ON step_ends (finalised_ns);
 -- jobs with run claims but no window and no jobs row, since when (collectors/root/retention.py `_forget_unstored`)
 CREATE TABLE IF NOT EXISTS unstored_claims (job TEXT PRIMARY KEY, since_ns INTEGER NOT NULL) WITHOUT ROWID;
 -- the attempts adopted as their job's latest, in the order they were (collectors/root/adoption.py)
