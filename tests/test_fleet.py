@@ -183,8 +183,78 @@ def test_a_link_down_is_an_event_naming_host_and_port(fleet_tree):
         event = wait_for(opened, WAIT, what="the link-down event")
         assert event["hosts"] == ["node-2"]
         assert event["detail"]["host"] == "node-2" and event["detail"]["device"] == "mlx5_3/1"
+        # The host's own view lists it; another host's does not.
+        status, one = api_get(root.api_address, "/api/v1/hosts/node-2")
+        assert status == 200 and [e["id"] for e in one["events"] if e["kind"] == "hardware"
+                                  and e["detail"].get("rule") == "ib_port_down"] == [event["id"]], one["events"]
+        status, other = api_get(root.api_address, "/api/v1/hosts/node-0")
+        assert status == 200 and event["id"] not in [e["id"] for e in other["events"]]
     finally:
         set_ib(trees[2], "mlx5_3", 1, active=True)
+
+
+def test_the_dashboards_fleet_series_are_on_the_roots_metrics(fleet_tree):
+    """The Grafana hardware row's fleet panels (dashboards/training-run.json, job="_fleet") query series the root
+    exports: each metric and label set an expression names is on /metrics."""
+    import json
+    import re
+    import urllib.request
+    root = fleet_tree["root"]
+    _complete(root, "ib.port_active")
+    _complete(root, "nic.rx_errors_total")
+    board = (Path(__file__).resolve().parent.parent / "dashboards" / "training-run.json").read_text()
+    wanted = {(name, labels) for expr in re.findall(r'"expr": "((?:[^"\\]|\\.)*)"', board)
+              for name, labels in re.findall(r"(telemetry_\w+)\{([^}]*)\}", json.loads(f'"{expr}"'))
+              if 'job="_fleet"' in labels}
+    assert {name for name, _ in wanted} >= {"telemetry_network_errors_total", "telemetry_ib_port_active"}
+
+    def exported() -> set[tuple[str, str]] | None:
+        with urllib.request.urlopen(f"http://{root.api_address}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        missing = {(name, labels) for name, labels in wanted
+                   if not any(line.startswith(name + "{") and all(pair in line for pair in labels.split(","))
+                              for line in text.splitlines())}
+        return None if missing else wanted
+    wait_for(exported, WAIT, what=f"the dashboard's fleet series {sorted(wanted)} on /metrics")
+
+
+def test_a_ranks_gpu_stays_in_its_job_and_the_idle_gpus_go_to_the_fleet(tmp_path):
+    """Fleet layout with GPUs (issue 28 item 1: "GPU readings of a rank's GPU stay in that rank's job"): of 4 GPUs,
+    the 2 that ranks use report into their job with the rank as source, the 2 idle ones into `_fleet`, slots 0-1."""
+    import telemetry
+    from nvml_double import FakeNvml
+    nv = FakeNvml(4)
+    nv.gpus[3].temperature = 83  # rank 1's GPU: its job's max, never a fleet reading
+    root = make_root(tmp_path / "root.db")
+    agent = make_agent([root.address], tmp_path / "a.sock", "agent0", gpu_probe=True, nic_probe=False, nvml=nv,
+                       probe_interval_s=0.25, xid_wait_ms=50, host_id="node-a", host_index=0)
+    address = f"unix:{agent.socket_path}"
+    runs = [telemetry.Run("hw", 0, 2, local_rank=0, agent=address, device=nv.gpus[2].uuid.decode(),
+                          heartbeat_interval_s=0.2),
+            telemetry.Run("hw", 1, 2, local_rank=1, agent=address, device="cuda:3", heartbeat_interval_s=0.2)]
+
+    def rows(job: str) -> list[Summary]:
+        with closing(root.store.reader()) as db:
+            return [Summary.from_bytes(r["summary"]) for r in db.execute(
+                "SELECT summary FROM windows WHERE job=? AND metric='gpu.temperature_celsius' AND width_ms=1000 "
+                "ORDER BY idx", (job,))]
+    try:
+        wait_for(lambda: any(sorted(s.sources) == [0, 1] for s in rows("hw"))
+                 and any(len(s.sources) == 2 for s in rows(fleet.FLEET_JOB)), WAIT,
+                 what="GPU windows in the job and in the fleet")
+        job = rows("hw")
+        assert set().union(*[set(s.sources) for s in job]) == {0, 1}
+        assert max(s.max for s in job) == 83.0
+        in_fleet = rows(fleet.FLEET_JOB)
+        assert {(fleet.host_index_of(src), fleet.slot_of(src)) for s in in_fleet for src in s.sources} == {(0, 0),
+                                                                                                           (0, 1)}
+        assert max(s.max for s in in_fleet) < 83.0
+        names = root.node.hosts(fleet.FLEET_JOB)
+        assert sorted(names[fleet.source(0, slot)] for slot in (0, 1)) == ["node-a:gpu0", "node-a:gpu1"]
+    finally:
+        for run in runs:
+            run.close(2)
+        stop_all(agent, root)
 
 
 def test_fleet_sources_and_the_registry_file(tmp_path):
