@@ -45,6 +45,9 @@ def watch(root: str, job: str | None, fleet: bool, host: str | None, once: bool,
         raise click.ClickException(f"no answer from a root at {api} (is its --api address reachable from here?)")
     if sum((job is not None, fleet, host is not None)) > 1:
         raise click.UsageError("--job, --hosts and --host are alternatives: give one")
+    if host is not None and once and fetch(api, host_path(host)) is None:
+        raise click.ClickException(f"the root at {api} knows no host {host!r} (telemetry watch --hosts lists the "
+                                   "hosts it knows)")
     console = Console(width=None if Console().is_terminal else PLAIN_WIDTH)
     frame: Callable[[], RenderableType]
     refresh: Callable[[], None]

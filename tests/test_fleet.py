@@ -341,6 +341,43 @@ def test_the_api_lists_hosts_and_shows_one(fleet_tree):
     assert kept and kept[-1]["values"]["mlx5_2/1"] == 500.0
     assert api_get(root.api_address, "/api/v1/hosts/nowhere")[0] == 404
     assert api_get(root.api_address, "/api/v1/hosts?k=0")[0] == 400
+    assert api_get(root.api_address, "/api/v1/hosts/node-1?seconds=600")[0] == 200
+    status, body = api_get(root.api_address, "/api/v1/hosts/node-1?seconds=601")
+    assert status == 400 and "600" in str(body)
+
+
+def test_the_fleet_view_without_fleet_windows_says_what_is_true_now():
+    """`--host-index auto` is the default: the empty view no longer says agents need --host-index (review)."""
+    from rich.console import Console
+
+    from collectors.demo.hosts_view import fleet_frame
+    console = Console(width=200, record=True)
+    console.print(fleet_frame({"worst": {}, "hosts": []}))
+    text = console.export_text()
+    assert "no fleet windows yet" in text and "need --host-index" not in text and "--host-index off" in text
+
+
+def test_the_worst_of_a_second_names_each_device_once_when_hosts_sample_more_often_than_once_a_second():
+    """A host on --probe-interval under 1 s puts several readings of one device into a fleet second: the worst k
+    are k devices, each at its most extreme reading (before: one device named k times, review of issue 28)."""
+    import sqlite3
+
+    import numpy as np
+
+    from collectors.root.hosts import HostsView
+    hot, warm, cool = fleet.source(0, 64), fleet.source(1, 64), fleet.source(2, 64)
+    values = {hot: [90.0, 91.0, 92.0, 93.0], warm: [80.0, 81.0], cool: [10.0, 11.0, 12.0]}
+    s = Summary.from_arrays(np.array([v for vs in values.values() for v in vs], dtype=np.float64),
+                            np.array([src for src, vs in values.items() for _ in vs], dtype=np.int64), 10**9)
+    assert [src for _, src in s.top(3)] == [hot, hot, hot]  # the window's own top-k: one device
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE windows (job TEXT, metric TEXT, width_ms INTEGER, idx INTEGER, summary BLOB)")
+    db.execute("INSERT INTO windows VALUES (?,?,?,?,?)", (fleet.FLEET_JOB, "ib.symbol_error_total", 1000, 1000,
+                                                          s.to_bytes()))
+    names = {hot: "a:mlx5_0/1", warm: "b:mlx5_0/1", cool: "c:mlx5_0/1"}
+    worst = HostsView._worst(HostsView.__new__(HostsView), db, names, None, 3)["ib.symbol_error_total"]
+    assert [(t["host"], t["value"]) for t in worst["top"]] == [("a", 93.0), ("b", 81.0), ("c", 12.0)]
+    assert [(t["host"], t["value"]) for t in worst["bottom"]] == [("c", 10.0), ("b", 80.0), ("a", 90.0)]
 
 
 def test_a_host_on_the_per_host_layout_is_listed_and_shown_beside_the_fleets(tmp_path):
@@ -393,6 +430,8 @@ def test_telemetry_watch_shows_the_fleet_and_one_host(fleet_tree):
     assert "mlx5_2/1" in result.output and "index 1" in result.output
     result = CliRunner().invoke(watch, ["--root", root.api_address, "--host", "node-1", "--hosts", "--once"])
     assert result.exit_code != 0 and "alternatives" in result.output
+    result = CliRunner().invoke(watch, ["--root", root.api_address, "--host", "nowhere", "--once"])
+    assert result.exit_code != 0 and "knows no host 'nowhere'" in result.output
 
 
 # ------------------------------------------------------------------ the hardware detector over fleet windows

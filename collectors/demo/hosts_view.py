@@ -40,7 +40,8 @@ def fleet_frame(body: dict[str, Any] | None, status: str = "") -> RenderableType
                       ", ".join(f"{t['host']} {t['device']} {_value(t['value'])}" for t in entry.get("top", [])),
                       ", ".join(f"{t['host']} {t['device']} {_value(t['value'])}" for t in entry.get("bottom", [])))
     if not body.get("worst"):
-        worst.add_row(Text("no fleet windows yet (agents need --host-index)", style="dim"), "", "", "")
+        worst.add_row(Text("no fleet windows yet (agents report into them unless run with --host-index off)",
+                           style="dim"), "", "", "")
     hosts = body.get("hosts", [])
     fleet = [h for h in hosts if h.get("layout") == "fleet"]
     per_host = [h["host"] for h in hosts if h.get("layout") != "fleet"]
