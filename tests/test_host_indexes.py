@@ -230,6 +230,7 @@ def test_two_machines_of_one_name_whose_machine_ids_cannot_tell_them_apart_are_t
 
 
 def test_an_agent_id_is_written_once_and_read_back(tmp_path, caplog):
+    caplog.set_level("INFO", logger="collectors.common.host_index")
     from collectors.common.host_index import read_instance_id
     path = tmp_path / "state" / "agent-id"
     first = read_instance_id(path)
@@ -239,8 +240,13 @@ def test_an_agent_id_is_written_once_and_read_back(tmp_path, caplog):
     assert [p.name for p in path.parent.iterdir()] == ["agent-id"]  # no temporary left behind
     blocked = tmp_path / "a-file"
     blocked.write_text("")
+    caplog.clear()
     assert read_instance_id(blocked / "agent-id") == ""  # cannot be written: none, said
     assert "the agent id file" in caplog.text and "cannot be told apart" in caplog.text
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    caplog.clear()
+    assert read_instance_id(blocked / "agent-id", needed=False) == ""  # the machine id tells: only a note
+    assert [r.levelname for r in caplog.records] == ["INFO"]
 
 
 @pytest.mark.parametrize("clone", ["no machine id", "cloned machine id"])

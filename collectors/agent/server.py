@@ -151,7 +151,7 @@ class AgentServer:
                 self.hardware.start()
             if self.hardware is not None and (config.host_index_auto or config.host_index is not None):
                 machine_id = config.machine_id if config.machine_id is not None else read_machine_id()
-                instance = read_instance_id(config.id_file) if config.id_file else ""
+                instance = read_instance_id(config.id_file, needed=not machine_id) if config.id_file else ""
                 if not machine_id:
                     log.warning("host %s: this machine has no machine id (/etc/machine-id, --machine-id); %s",
                                 self.host_id, f"the tree tells it apart from another machine under --host-id "

@@ -41,28 +41,30 @@ def read_machine_id(paths: tuple[str, ...] = MACHINE_ID_FILES) -> str:
     return ""
 
 
-def read_instance_id(path: str | Path) -> str:
+def read_instance_id(path: str | Path, needed: bool = True) -> str:
     """This agent installation's id: a random id written once at `path` and read back at every start, "" when the
     file can be neither read nor written (logged). It tells two machines of one host name apart where their machine
     ids cannot (no /etc/machine-id, as in some containers; one cloned with an image), and stays the same across agent
     restarts (and reboots), so that a restarted agent is the same claimant. Not the kernel's boot_id: that changes
     at every reboot (the host would then be refused as another machine) and is shared by containers on one kernel.
     Written to a temporary file and linked into place, so a reader never sees half an id, and two agents sharing
-    the file both end with the one that was linked first."""
+    the file both end with the one that was linked first. A file that cannot be used is a warning when the id is
+    `needed` (the machine has no machine id), else a note (a read-only container with the node's machine id)."""
     path = Path(path)
+    say = log.warning if needed else log.info
     for _ in range(2):
         try:
             text = path.read_text().strip()[:MAX_ID]
         except FileNotFoundError:
             text = ""
         except (OSError, UnicodeDecodeError) as exc:
-            log.warning("cannot read the agent id file %s (%s): this machine cannot be told apart from another "
+            say("cannot read the agent id file %s (%s): this machine cannot be told apart from another "
                         "under the same --host-id where their machine ids cannot", path, exc)
             return ""
         if text and text.isprintable():
             return text
         if text:
-            log.warning("the agent id file %s does not hold a usable id: not used", path)
+            say("the agent id file %s does not hold a usable id: not used", path)
             return ""
         made = uuid.uuid4().hex
         temporary = path.with_name(f".{path.name}.{os.getpid()}.{made[:8]}")
@@ -76,7 +78,7 @@ def read_instance_id(path: str | Path) -> str:
             finally:
                 temporary.unlink(missing_ok=True)
         except OSError as exc:
-            log.warning("cannot write the agent id file %s (%s): this machine cannot be told apart from another "
+            say("cannot write the agent id file %s (%s): this machine cannot be told apart from another "
                         "under the same --host-id where their machine ids cannot (give --id-file a writable path)",
                         path, exc)
             return ""
