@@ -233,19 +233,27 @@ def test_a_ranks_gpu_stays_in_its_job_and_the_idle_gpus_go_to_the_fleet(tmp_path
                           heartbeat_interval_s=0.2),
             telemetry.Run("hw", 1, 2, local_rank=1, agent=address, device="cuda:3", heartbeat_interval_s=0.2)]
 
-    def rows(job: str) -> list[Summary]:
+    def rows(job: str, after: int = -1) -> list[Summary]:
         with closing(root.store.reader()) as db:
             return [Summary.from_bytes(r["summary"]) for r in db.execute(
                 "SELECT summary FROM windows WHERE job=? AND metric='gpu.temperature_celsius' AND width_ms=1000 "
-                "ORDER BY idx", (job,))]
+                "AND idx>? ORDER BY idx", (job, after))]
+
+    def both_ranks() -> int | None:  # the first second in which both ranks' GPUs reported into their job
+        with closing(root.store.reader()) as db:
+            for idx, blob in db.execute("SELECT idx, summary FROM windows WHERE job='hw' AND width_ms=1000 AND "
+                                        "metric='gpu.temperature_celsius' ORDER BY idx"):
+                if sorted(Summary.from_bytes(blob).sources) == [0, 1]:
+                    return int(idx)
+        return None
     try:
-        wait_for(lambda: any(sorted(s.sources) == [0, 1] for s in rows("hw"))
-                 and any(len(s.sources) == 2 for s in rows(fleet.FLEET_JOB)), WAIT,
-                 what="GPU windows in the job and in the fleet")
+        since = wait_for(both_ranks, WAIT, what="both ranks' GPUs in their job")
+        # Before the ranks started, their GPUs were idle, and went to the fleet: only the seconds after count.
+        wait_for(lambda: len(rows(fleet.FLEET_JOB, since)) >= 2, WAIT, what="fleet GPU windows after that")
         job = rows("hw")
         assert set().union(*[set(s.sources) for s in job]) == {0, 1}
         assert max(s.max for s in job) == 83.0
-        in_fleet = rows(fleet.FLEET_JOB)
+        in_fleet = rows(fleet.FLEET_JOB, since)
         assert {(fleet.host_index_of(src), fleet.slot_of(src)) for s in in_fleet for src in s.sources} == {(0, 0),
                                                                                                            (0, 1)}
         assert max(s.max for s in in_fleet) < 83.0
