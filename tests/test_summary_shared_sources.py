@@ -91,3 +91,24 @@ def test_encoding_one_window_leaves_the_sources_another_shares_as_they_came() ->
     assert _held_sources(second) == sent
     assert [Summary.from_bytes(p.SerializeToString()).to_bytes() for p in protos[1:]] == [second.to_bytes(),
                                                                                           third.to_bytes()]
+
+
+@pytest.mark.parametrize("how", ["merge", "merge_all"])
+def test_a_decoded_summarys_huge_k_costs_no_more_than_the_pairs_it_holds(how: str) -> None:
+    """k comes off the wire as any uint32: the merge's top/bottom walk must size its lists by the pairs the parts
+    hold, not by k (a reviewer's fuzz seed 5 asked for 64 GiB here: MemoryError, or ASan's out-of-memory abort)."""
+    k = 2**32 - 1
+    parts = []
+    for source, value in enumerate([1.0, 2.0, 0.5]):
+        s = Summary(k=k)
+        s.add_many([value], source, time_ns=1)
+        parts.append(Summary.from_bytes(s.to_bytes()))
+    if how == "merge":
+        merged = parts[0]
+        for other in parts[1:]:
+            merged.merge(other)
+    else:
+        merged = Summary.merge_all(parts)
+    assert merged.count == 3
+    assert merged.top(3) == [(2.0, 1), (1.0, 0), (0.5, 2)]
+    assert merged.bottom(3) == [(0.5, 2), (1.0, 0), (2.0, 1)]

@@ -3,6 +3,7 @@
 #include "core.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -230,7 +231,9 @@ template <bool Top>
 std::vector<Pair> first_k(const std::vector<Core*>& parts, size_t k, bool (*lt)(const Pair&, const Pair&)) {
     std::vector<Pair> out;
     if (k == 0) return out;
-    out.reserve(k);
+    size_t pairs = 0;  // k is a decoded summary's, any uint32: never reserve more than the parts hold
+    for (const Core* s : parts) pairs += (Top ? s->top : s->bottom).size();
+    out.reserve(std::min(k, pairs));
     for (const Core* s : parts)
         for (const Pair& p : Top ? s->top : s->bottom) {
             if (out.size() == k) {
@@ -281,6 +284,9 @@ roaring_bitmap_t* SharedBitmap::own() {
         p_.reset(roaring_bitmap_create(), BitmapFree{});
     } else if (p_.use_count() > 1) {  // another core reads it: this one writes its own copy
         p_.reset(roaring_bitmap_copy(p_.get()), BitmapFree{});
+    } else {
+        // The count is read relaxed: order the last other holder's reads (before it let go) before this write.
+        std::atomic_thread_fence(std::memory_order_acquire);
     }
     return p_.get();
 }

@@ -40,7 +40,11 @@ Bitmap copy_bitmap(const roaring_bitmap_t* r);
 // child's unit, which carry that child's sources byte for byte, hold one parse of them instead of a bitmap each (a
 // rack's 19,200 child cores a step were 4-5 heap blocks each for their sources, made, read and freed on three
 // threads: docs/scale.md, "One parse of a unit's sources"). Empty without a bitmap at all. Written only through
-// own(), which makes the bitmap when there is none and copies it first when another core shares it.
+// own(), which makes the bitmap when there is none and copies it first when another core shares it. Threads: the
+// cores sharing one bitmap may be read and dropped on different threads; today every native call that touches a
+// shared core holds the GIL, which orders them. own() also fences after seeing itself the only holder, so that a
+// core written on one thread after its last sharer was dropped on another stays correct if the GIL is ever released
+// around merges or encodes (a reviewer's ThreadSanitizer reproduction of that case is why).
 class SharedBitmap {
 public:
     SharedBitmap() = default;
