@@ -344,21 +344,8 @@ class Retention:
         that transaction (a window saved meanwhile keeps them). The `jobs` row goes with the last claims: a job
         listed there once had windows (the root writes it with them), so one listed with none lost them all to
         retention, never a job whose first windows are still to come."""
-        batch = self.config.batch
-        while budget[0] > 0:
-            with self._transaction() as db:
-                found = db.execute("SELECT job FROM jobs WHERE job<>? AND NOT EXISTS (SELECT 1 FROM windows w WHERE "
-                                   "w.job=jobs.job) LIMIT 1", (FLEET_JOB,)).fetchone()
-                if found is None:
-                    return
-                job = found[0]
-                gone = db.execute("DELETE FROM runs WHERE job=? AND rank IN (SELECT rank FROM runs WHERE job=? "
-                                  "LIMIT ?)", (job, job, batch)).rowcount
-                if gone < batch:
-                    db.execute("DELETE FROM jobs WHERE job=?", (job,))
-                    self.stats.jobs_forgotten += 1
-            budget[0] -= 1
-            self.stats.deleted += max(0, gone)
+        self._forget_claims(budget, "SELECT job FROM jobs WHERE job<>? AND NOT EXISTS (SELECT 1 FROM windows w WHERE "
+                            "w.job=jobs.job) LIMIT 1", (FLEET_JOB,), "DELETE FROM jobs WHERE job=?")
 
     def _forget_unstored(self, budget: list[int], now_ns: int) -> None:
         """Claims of jobs that have no window and no `jobs` row: noted (table `unstored_claims`) once an hour, at
@@ -377,19 +364,24 @@ class Retention:
                            "WHERE job<>?) r WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.job=r.job) AND NOT EXISTS "
                            "(SELECT 1 FROM windows w WHERE w.job=r.job)", (now_ns, FLEET_JOB))
                 self.store.set_meta(db, "unstored_checked", now_ns + UNSTORED_CHECK_NS)
+        self._forget_claims(budget, "SELECT job FROM unstored_claims u WHERE since_ns<? AND NOT EXISTS (SELECT 1 FROM "
+                            "jobs j WHERE j.job=u.job) AND NOT EXISTS (SELECT 1 FROM windows w WHERE w.job=u.job) "
+                            "LIMIT 1", (now_ns - UNSTORED_CLAIMS_NS,), "DELETE FROM unstored_claims WHERE job=?")
+
+    def _forget_claims(self, budget: list[int], find: str, args: tuple, forgotten: str) -> None:
+        """The run claims of each job `find` picks, `batch` a transaction, the pick made in that transaction (a window
+        saved meanwhile keeps them); once the last claims go, `forgotten` deletes the job's row that listed it."""
         batch = self.config.batch
         while budget[0] > 0:
             with self._transaction() as db:
-                found = db.execute("SELECT job FROM unstored_claims u WHERE since_ns<? AND NOT EXISTS (SELECT 1 FROM "
-                                   "jobs j WHERE j.job=u.job) AND NOT EXISTS (SELECT 1 FROM windows w WHERE "
-                                   "w.job=u.job) LIMIT 1", (now_ns - UNSTORED_CLAIMS_NS,)).fetchone()
+                found = db.execute(find, args).fetchone()
                 if found is None:
                     return
                 job = found[0]
                 gone = db.execute("DELETE FROM runs WHERE job=? AND rank IN (SELECT rank FROM runs WHERE job=? "
                                   "LIMIT ?)", (job, job, batch)).rowcount
                 if gone < batch:
-                    db.execute("DELETE FROM unstored_claims WHERE job=?", (job,))
+                    db.execute(forgotten, (job,))
                     self.stats.jobs_forgotten += 1
             budget[0] -= 1
             self.stats.deleted += max(0, gone)
