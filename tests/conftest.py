@@ -205,6 +205,27 @@ FIRST = (
 )
 
 
+def _signals_kept() -> Iterator[None]:
+    """SIGINT's and SIGTERM's handlers and the wakeup fd put back as they were when entered."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    wakeup = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup)
+    yield
+    for sig, handler in handlers.items():
+        if signal.getsignal(sig) is not handler and handler is not None:
+            signal.signal(sig, handler)
+    signal.set_wakeup_fd(wakeup)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _stop_signals_restored_per_file() -> Iterator[None]:
+    """The same per file: a module-scoped fixture that starts in-process SDK runs (tests/test_watch.py's,
+    tests/test_tree_security.py's) installs the crash reporter's SIGTERM handler (telemetry/sdk/lastwords.py)
+    before any test's own snapshot, so the per-test restore kept it; every later file on that process then
+    found it (tests/test_signal_hygiene.py failed after tests/test_watch.py on one pytest-xdist worker)."""
+    yield from _signals_kept()
+
+
 @pytest.fixture(autouse=True)
 def _stop_signals_restored() -> Iterator[None]:
     """SIGINT's and SIGTERM's handlers and the signal wakeup fd as they were before each test. A test that runs
@@ -214,14 +235,7 @@ def _stop_signals_restored() -> Iterator[None]:
     terminate(), spun on, and pytest hung at exit joining them (the serial pass of a fresh-clone two-pass run;
     in one process, a file between the two happened to put SIGTERM back). Tests that mean to change a handler
     inside a process of their own are unaffected."""
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    wakeup = signal.set_wakeup_fd(-1)
-    signal.set_wakeup_fd(wakeup)
-    yield
-    for sig, handler in handlers.items():
-        if signal.getsignal(sig) is not handler and handler is not None:
-            signal.signal(sig, handler)
-    signal.set_wakeup_fd(wakeup)
+    yield from _signals_kept()
 
 
 def serial(nodeid: str) -> bool:
