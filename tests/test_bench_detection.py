@@ -18,7 +18,8 @@ import pytest
 
 from bench.detection_jobs import dominance, inject, runqueue
 from bench.detection_jobs.logs import done_lines
-from bench.detection_jobs.matrix import lead_bound, lead_slowdown, score_cell
+from bench.detection_jobs.matrix import aggregate as matrix_aggregate
+from bench.detection_jobs.matrix import lead_bound, lead_slowdown, score_cell, uninjected_slowness
 from bench.detection_jobs.replay import stored_job
 from bench.detection_jobs.replay_matrix import evaluate
 from bench.detection_jobs.score import aggregate, rank_verdict, score_run, step_at, table
@@ -108,6 +109,35 @@ def test_the_matrix_records_the_slowdown_the_lead_implies_and_judges_its_bound()
     det = score_cell(run)["detection"]
     assert det["delay_steps"] == 4 and det["slowdown"] == pytest.approx(1.5)
     assert not det["in_time"] and det["in_time_by_lead"]  # late for 2x's 3 steps, in time for 1.5x's 5
+
+
+def test_a_false_alarm_on_a_rank_slow_by_its_own_work_is_counted_and_listed_apart() -> None:
+    """matrix.uninjected_slowness: an alarm in a clean run whose named rank did >= 1.05x the other ranks' median
+    on-CPU work (median of the 30 steps up to the alarm's step) is marked `uninjected_slow`: still a false alarm in
+    the raw count, and counted apart (per shape, and per 1,000 clean steps without those). A burst with the same work
+    as its peers, or a run without on-CPU times, is not."""
+    run = _matrix_run("sync2-clean", 0.0, -1, 0, 300, 3)
+
+    def oncpu(step: int) -> dict[str, float]:  # rank 1 does 1.08x the work from step 150, 1.04x before
+        return {"0": 0.050, "1": 0.050 * (1.08 if step >= 150 else 1.04), "2": 0.050}
+    run["per_rank"] = [[step, {}, {}, {}, oncpu(step), {}] for step in range(300)]
+    run["events"] = [_event(1, "straggler", 140, 1141.0, [1]), _event(2, "straggler", 213, 1214.0, [1]),
+                     _event(3, "straggler", 242, 1243.0, [2])]
+    scored = score_cell(run)
+    verdicts = [a["uninjected_slow"] for a in scored["false_alarms"]]
+    assert [v["slow"] for v in verdicts] == [False, True, False], verdicts
+    assert verdicts[0]["ratio"] == pytest.approx(1.04, abs=1e-3) and verdicts[1]["ratio"] == pytest.approx(1.08, abs=1e-3)
+    assert verdicts[1]["steps"] == 30
+    # windows straddling the change: 1.04 on 20 steps and 1.08 on 10 (median 1.04), then 1.04 on 9 and 1.08 on 21
+    assert not uninjected_slowness(run, 159, [1])["slow"] and uninjected_slowness(run, 170, [1])["slow"]
+    assert uninjected_slowness(run, 163, [2])["ratio"] < 1  # rank 2 against ranks 0 and 1
+    assert uninjected_slowness({**run, "per_rank": []}, 213, [1]) is None  # no on-CPU times recorded
+    assert uninjected_slowness(run, 10, [1]) is None  # 11 steps only
+    shape = matrix_aggregate([scored])["per_shape"]["sync2"]
+    assert (shape["false_alarms"], shape["uninjected_slow"]) == (3, 1)
+    assert shape["false_alarms_per_1000_steps"] == 10.0 and shape["other_false_alarms_per_1000_steps"] == pytest.approx(6.667)
+    out = evaluate([run], {}, live=True)
+    assert (out["false_alarms"], out["uninjected_slow"], out["other_false_alarms_per_1000"]) == (3, 1, {"sync2": 6.7})
 
 
 def test_dominance_finds_a_clean_stretch_as_strong_as_a_straggler_named_in_time() -> None:

@@ -12,7 +12,10 @@ rank slowed by a factor in one place of its step from `fault_step` on. Per cell:
   steps are every step of a clean run and the steps before the fault.
 
 `within` is the issue's bound on the delay at each severity (2x: 3 steps, 1.5x: 5, 1.2x: 30, 1.1x: 100):
-a cell is `in_time` when detected, named exactly, and no later than that. The severity is the injected factor;
+a cell is `in_time` when detected, named exactly, and no later than that. A false alarm whose named ranks were, by the
+run's own recorded on-CPU work, slow before it was raised is marked `uninjected_slow` (`uninjected_slowness` says
+the rule, fixed before the sets it was first scored on were read); it stays a false alarm, counted twice: with every
+alarm and apart. The severity is the injected factor;
 `slowdown` is the slowdown the rank's lead in the waits implies (`lead_slowdown`), and `in_time_by_lead` judges the
 delay against the bound of that severity: a secondary verdict, not an independent one (the lead is the straggler
 rule's own evidence, so it loosens the bound where the signal is weak; docs/detectors.md). A rank given 2x its CPU
@@ -73,6 +76,42 @@ def plan(shapes: list[str], factors: list[float], wheres: list[str], fault_step:
     return out
 
 
+# An uninjected slow rank (issue 24; the rule fixed 2026-11-27 before the s41 held-out recordings were scored, not fitted
+# to any alarm): a clean run can hold a rank really slower than its peers, and by the issue's bounds a 1.1x rank is to
+# be named within 100 steps. 1.05 is half-way from a peer (1.0) to the slightest severity the issue asks for (1.1x);
+# 30 steps is the 1.2x bound, long enough for a median of per-step ratios to stand against single noisy steps.
+UNINJECTED_STEPS = 30       # the steps judged: the event's step and the 29 before it
+UNINJECTED_RATIO = 1.05     # the named rank's on-CPU time per step over the other ranks' median, median of the steps
+UNINJECTED_MIN_STEPS = 15   # fewer judged steps (every rank's on-CPU time recorded): not judged
+
+
+def uninjected_slowness(run: dict[str, Any], step: int, ranks: list[int]) -> dict[str, Any] | None:
+    """Whether an alarm naming `ranks` at `step` named ranks that were slow by their own recorded work: over the
+    UNINJECTED_STEPS steps up to `step`, each named rank's step-thread on-CPU time (the SDK's `oncpu_time`, the 4th
+    of a `per_rank` entry's figures) over the median of the ranks not named, per step; `slow` when the median of
+    those ratios is UNINJECTED_RATIO or more for every named rank (`ratio`: the lowest). Sleep and run-queue waits
+    are not work: a rank descheduled or stalled is not an uninjected slow rank here. None where the run recorded no
+    on-CPU times for UNINJECTED_MIN_STEPS of those steps (runs from before the SDK logged them)."""
+    oncpu = {entry[0]: entry[4] for entry in run.get("per_rank", []) if len(entry) > 4}
+    named = {str(r) for r in ranks}
+    ratios: dict[str, list[float]] = {r: [] for r in named}
+    for at in range(step - UNINJECTED_STEPS + 1, step + 1):
+        figures = oncpu.get(at)
+        if not figures or len(figures) < run["world"] or not named <= figures.keys():
+            continue
+        others = [v for k, v in figures.items() if k not in named]
+        if not others or statistics.median(others) <= 0:
+            continue
+        reference = statistics.median(others)
+        for r in named:
+            ratios[r].append(figures[r] / reference)
+    judged = min((len(v) for v in ratios.values()), default=0)
+    if judged < UNINJECTED_MIN_STEPS:
+        return None
+    ratio = min(statistics.median(v) for v in ratios.values())
+    return {"slow": ratio >= UNINJECTED_RATIO, "ratio": round(ratio, 3), "steps": judged}
+
+
 def lead_slowdown(run: dict[str, Any]) -> float | None:
     """The slow rank's slowdown after its onset as its lead in the waits implies (the straggler rule's own evidence, not
     an independent measure of its wall time): the median over its steps of step / (step -
@@ -114,10 +153,12 @@ def score_cell(run: dict[str, Any]) -> dict[str, Any]:
         clean = truth["step"]
         alarms = [e for e in events if e["seen"]["opened"] < truth["time"]]
         after = [e for e in events if e["seen"]["opened"] >= truth["time"]]
-    out: dict[str, Any] = {"cell": run["cell"], "shape": run["shape"], "factor": run["factor"],
+    out: dict[str, Any] = {"cell": run["cell"], "job": run.get("job"), "shape": run["shape"], "factor": run["factor"],
                            "where": run["where"], "clean_steps": clean,
                            "false_alarms": [{"step": e["step"], "ranks": e["seen"]["ranks"],
-                                             "summary": e["detail"].get("summary")} for e in alarms]}
+                                             "summary": e["detail"].get("summary"),
+                                             "uninjected_slow": uninjected_slowness(run, e["step"], e["seen"]["ranks"])}
+                                            for e in alarms]}
     if not run["factor"]:
         return out
     hit = after[0] if after else None
@@ -146,10 +187,11 @@ def aggregate(scored: list[dict[str, Any]]) -> dict[str, Any]:
     """Per shape: clean steps and false alarms per 1,000; per cell: the detection."""
     shapes: dict[str, Any] = {}
     for s in scored:
-        d = shapes.setdefault(s["shape"], {"clean_steps": 0, "false_alarms": 0, "cells": 0, "detected": 0,
-                                           "in_time": 0, "exact": 0})
+        d = shapes.setdefault(s["shape"], {"clean_steps": 0, "false_alarms": 0, "uninjected_slow": 0, "cells": 0,
+                                           "detected": 0, "in_time": 0, "exact": 0})
         d["clean_steps"] += s["clean_steps"]
         d["false_alarms"] += len(s["false_alarms"])
+        d["uninjected_slow"] += sum(is_uninjected_slow(a) for a in s["false_alarms"])
         det = s.get("detection")
         if det is not None:
             d["cells"] += 1
@@ -159,6 +201,9 @@ def aggregate(scored: list[dict[str, Any]]) -> dict[str, Any]:
     for d in shapes.values():
         d["false_alarms_per_1000_steps"] = round(1000 * d["false_alarms"] / d["clean_steps"], 3) \
             if d["clean_steps"] else None
+        # ... and without the alarms on an uninjected slow rank (listed apart, never dropped)
+        d["other_false_alarms_per_1000_steps"] = round(1000 * (d["false_alarms"] - d["uninjected_slow"])
+                                                       / d["clean_steps"], 3) if d["clean_steps"] else None
     by_factor: dict[str, Any] = {}
     for factor in sorted({s["factor"] for s in scored if s["factor"]}, reverse=True):
         dets = [s["detection"] for s in scored if s["factor"] == factor]
@@ -172,6 +217,12 @@ def aggregate(scored: list[dict[str, Any]]) -> dict[str, Any]:
             "delay_s_median": round(statistics.median([d["delay_s"] for d in hits]), 3) if hits else None,
         }
     return {"per_shape": shapes, "per_factor": by_factor}
+
+
+def is_uninjected_slow(alarm: dict[str, Any]) -> bool:
+    """A false alarm on a rank slow by its own recorded work (uninjected_slowness); False where it was not judged."""
+    judged = alarm.get("uninjected_slow")
+    return bool(judged and judged["slow"])
 
 
 def _cell_text(det: dict[str, Any] | None) -> str:
@@ -196,10 +247,11 @@ def table(scored: list[dict[str, Any]], agg: dict[str, Any]) -> str:
     for shape, where in rows:
         lines.append(f"| {shape} | {where} | " + " | ".join(_cell_text(cells.get((shape, where, f))) for f in factors)
                      + " |")
-    lines += ["", "| shape | clean steps | false alarms | per 1,000 clean steps | cells named exactly | in time |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "| shape | clean steps | false alarms | per 1,000 clean steps | of them on an uninjected slow rank "
+              "| per 1,000 without those | cells named exactly | in time |", "|---|---|---|---|---|---|---|---|"]
     for shape, d in agg["per_shape"].items():
         lines.append(f"| {shape} | {d['clean_steps']:,} | {d['false_alarms']} | {d['false_alarms_per_1000_steps']} "
+                     f"| {d['uninjected_slow']} | {d['other_false_alarms_per_1000_steps']} "
                      f"| {d['exact']}/{d['cells']} | {d['in_time']}/{d['cells']} |")
     lines += ["", "| factor | named exactly | in time | delay, steps (median / max) | delay, s (median) |",
               "|---|---|---|---|---|"]

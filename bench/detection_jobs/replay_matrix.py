@@ -1,7 +1,7 @@
 """Replay the straggler matrix's recorded runs through the straggler detector with other settings, offline.
 
     python bench/detection_jobs/replay_matrix.py RESULT.json [RESULT.json ...] [--detectors JSON]
-        [--sweep OPTION=V1,V2,...]
+        [--sweep OPTION=V1,V2,...] [--live] [--alarms] [--cells]
 
 RESULT.json is what `bench/detection.py --matrix` writes (detection_matrix.json): every run keeps, per step,
 the rule's input (`waits`: the least-waiting rank, min and p50 of `collective_wait`, the step's `step_time`
@@ -13,7 +13,9 @@ would have opened it, and the run is scored by the matrix's own rules (matrix.sc
 The summaries are rebuilt from what was recorded: the least-waiting rank at the min, every other rank at the
 p50 (exact for 3 ranks, where the p50 is the one other rank between; for 4, the two middle ranks' mean).
 This is the fast loop for choosing the rule's settings from real runs (seconds instead of an hour of
-torchrun jobs); what it chose must then be confirmed on new runs, which it has not seen.
+torchrun jobs); what it chose must then be confirmed on new runs, which it has not seen. --live scores the
+events the live root opened instead (no replay). False alarms are given with every alarm and, apart, those on an
+uninjected slow rank (matrix.uninjected_slowness: slow by its own recorded on-CPU work before the alarm).
 """
 
 from __future__ import annotations
@@ -115,23 +117,28 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     return {**run, "events": [{**e, "seen": seen[e["id"]]} for e in stored]}
 
 
-def evaluate(runs: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
-    """Per shape the false alarms per 1,000 clean steps; per severity the cells named exactly in time."""
-    scored = [matrix.score_cell(replay_run(run, settings)) for run in runs if run.get("waits")]
+def evaluate(runs: list[dict[str, Any]], settings: dict[str, Any], live: bool = False) -> dict[str, Any]:
+    """Per shape the false alarms per 1,000 clean steps (all, and without those on an uninjected slow rank); per
+    severity the cells named exactly in time. `live`: the runs' recorded events, not replayed."""
+    scored = [matrix.score_cell(run if live else replay_run(run, settings)) for run in runs if run.get("waits")]
     shapes: dict[str, list[int]] = {}
     severities: dict[str, list[int]] = {}
     for s in scored:
-        clean_alarms = shapes.setdefault(s["shape"], [0, 0])
+        clean_alarms = shapes.setdefault(s["shape"], [0, 0, 0])
         clean_alarms[0] += s["clean_steps"]
         clean_alarms[1] += len(s["false_alarms"])
+        clean_alarms[2] += sum(matrix.is_uninjected_slow(a) for a in s["false_alarms"])
         det = s.get("detection")
         if det is not None:
             cell = severities.setdefault(f"{s['factor']:g}x", [0, 0, 0])
             cell[0] += 1
             cell[1] += int(bool(det.get("in_time")))
             cell[2] += int(bool(det.get("in_time_by_lead")))
-    return {"false_alarms_per_1000": {k: round(1000 * a / c, 1) if c else None for k, (c, a) in shapes.items()},
-            "false_alarms": sum(a for _, a in shapes.values()), "clean_steps": sum(c for c, _ in shapes.values()),
+    return {"false_alarms_per_1000": {k: round(1000 * a / c, 1) if c else None for k, (c, a, _) in shapes.items()},
+            "false_alarms": sum(a for _, a, _ in shapes.values()), "clean_steps": sum(c for c, _, _ in shapes.values()),
+            "uninjected_slow": sum(u for _, _, u in shapes.values()),
+            "other_false_alarms_per_1000": {k: round(1000 * (a - u) / c, 1) if c else None
+                                            for k, (c, a, u) in shapes.items()},
             "in_time": {k: f"{hit}/{n}" for k, (n, hit, _) in sorted(severities.items())},
             # ... judged by the bound of the severity each rank's lead implies (matrix.lead_slowdown: the rule's own evidence)
             "in_time_by_lead": {k: f"{hit}/{n}" for k, (n, _, hit) in sorted(severities.items())}, "scored": scored}
@@ -142,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results", type=Path, nargs="+", help="detection_matrix.json files")
     p.add_argument("--detectors", default="{}", help="straggler settings as inline JSON (StragglerConfig fields)")
     p.add_argument("--sweep", default=None, help="OPTION=V1,V2,... (JSON values): one line per value")
-    p.add_argument("--alarms", action="store_true", help="list each false alarm (run, step, rank)")
+    p.add_argument("--alarms", action="store_true", help="list each false alarm (run, step, rank, and whether the rank "
+                   "was an uninjected slow one)")
+    p.add_argument("--live", action="store_true", help="score the events the live root opened (no replay)")
     p.add_argument("--cells", action="store_true", help="list each fault cell: the slow rank's measured slowdown in "
                    "wall time, the steps to its naming, in time by the injected factor's bound and by the measured one")
     args = p.parse_args(argv)
@@ -158,9 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(exc))
     started = time.monotonic()
     for settings in variants:
-        out = evaluate(runs, settings)
-        print(f"{json.dumps(settings)}: false alarms {out['false_alarms']} in {out['clean_steps']} clean steps, "
-              f"per 1,000 {out['false_alarms_per_1000']}; in time {out['in_time']} (by the lead-implied slowdown's "
+        out = evaluate(runs, settings, args.live)
+        print(f"{'live' if args.live else json.dumps(settings)}: false alarms {out['false_alarms']} in "
+              f"{out['clean_steps']} clean steps, per 1,000 {out['false_alarms_per_1000']}; of them on an uninjected "
+              f"slow rank {out['uninjected_slow']}, per 1,000 without those {out['other_false_alarms_per_1000']}; in time {out['in_time']} (by the lead-implied slowdown's "
               f"bound: {out['in_time_by_lead']})")
         if args.cells:
             for s in out["scored"]:
@@ -172,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.alarms:
             for s in out["scored"]:
                 for alarm in s["false_alarms"]:
-                    print(f"  false alarm {s['cell']}: step {alarm['step']} ranks {alarm['ranks']}")
+                    print(f"  false alarm {s['cell']} ({s['job']}): step {alarm['step']} ranks {alarm['ranks']}; "
+                          f"uninjected slow rank: {alarm['uninjected_slow']}")
     print(f"{len(runs)} runs x {len(variants)} settings in {time.monotonic() - started:.1f} s", file=sys.stderr)
     return 0
 
