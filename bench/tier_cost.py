@@ -29,8 +29,9 @@ tier_cost_root.json) under --out.
 loop or its threads: each child's unit read as the stream reads it (`CollectorService._receive`), taken in as the loop
 takes it (`_inline`; where that declines, the pool's path, `_one`, waiting for a parked unit's store reads), the node
 flushed after every 8 units and at the step's end (its SQLite commit, consumers and DURABLE acks included), and every
-step's 2 acks per unit checked. It reports the CPU of the whole process per step and by phase (read, intake, flush):
-what the root's own code costs, apart from gRPC's and asyncio's per-message work, and, being deterministic, a count
+step's ack per unit checked (its DURABLE: the children open with skip_received, as every Upstream does). It reports
+the CPU of the whole process per step and by phase (read, intake, flush): what the root's own code costs, apart from
+gRPC's and asyncio's per-message work, and, being deterministic, a count
 of instructions that the machine's load does not move: `valgrind --tool=callgrind --instr-atstart=no python
 bench/tier_cost.py --tier root --in-process --callgrind ...` counts only the measured steps (--callgrind turns
 callgrind's instrumentation on for them with callgrind_control, and off after). Writes tier_cost_root_inprocess.json.
@@ -92,7 +93,8 @@ def build_units(children: int, per_child: int, metrics: int, steps: int) -> list
 
 
 class Sender:
-    """One child's Forward stream: sends pre-serialised units, collects the DURABLE acks."""
+    """One child's Forward stream: sends pre-serialised units, collects the DURABLE acks (opened with skip_received,
+    as a real child's: the tier answers each unit with its DURABLE alone)."""
 
     def __init__(self, address: str, sender_id: str) -> None:
         import grpc
@@ -110,7 +112,8 @@ class Sender:
             "/telemetry.v1.Collector/Forward", request_serializer=lambda b: b,
             response_deserializer=forward_pb2.Ack.FromString)(iter(self._requests.get, None))
         threading.Thread(target=self._read, daemon=True).start()
-        self._requests.put(forward_pb2.SummaryBatch(sender_id=sender_id, seq=0).SerializeToString())
+        # Opened as every Upstream opens its stream (collectors/delivery/outbox.py): no plain RECEIVED acks wanted.
+        self._requests.put(forward_pb2.SummaryBatch(sender_id=sender_id, seq=0, skip_received=True).SerializeToString())
 
     def _read(self) -> None:
         import grpc
@@ -315,7 +318,7 @@ def run_in_process(args: argparse.Namespace, metrics: int) -> dict[str, Any]:
     phases = dict.fromkeys(("read", "intake", "flush"), 0.0)
     try:
         for c, stream in enumerate(streams):
-            opening = forward_pb2.SummaryBatch(sender_id=f"child-{c}", seq=0).SerializeToString()
+            opening = forward_pb2.SummaryBatch(sender_id=f"child-{c}", seq=0, skip_received=True).SerializeToString()
             service._one(stream, service._receive(opening))
 
         def step(i: int, timed: dict[str, float]) -> None:
@@ -337,9 +340,9 @@ def run_in_process(args: argparse.Namespace, metrics: int) -> dict[str, Any]:
             t0 = clock()
             node.flush()
             timed["flush"] += clock() - t0
-            for c, stream in enumerate(streams):  # RECEIVED and DURABLE of this step's unit, nothing else
+            for c, stream in enumerate(streams):  # the DURABLE of this step's unit, nothing else (opened quiet)
                 statuses = sorted(ack.status for ack in cast(Any, stream.answers).items if ack.seq == i + 1)
-                if statuses != [forward_pb2.Ack.RECEIVED, forward_pb2.Ack.DURABLE]:
+                if statuses != [forward_pb2.Ack.DURABLE]:
                     raise RuntimeError(f"step {i}, child {c}: acks {statuses}")
 
         for i in range(args.warmup):

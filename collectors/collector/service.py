@@ -73,6 +73,9 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         self.reads = reads
         self._links: dict[str, Answers] = {}
         self._links_lock = threading.Lock()
+        # The children whose live stream opened with skip_received (forward.proto): their units are answered with
+        # DURABLE (or REJECTED_OVERLAP) only, no plain RECEIVED: one gRPC write a unit less at either end.
+        self._quiet: set[str] = set()
         self._run_log = RateLimitedLog(log)  # a refused second run has every window refused: say so, not each
         self.coverage = Coverage()  # which ranks each child may speak for (collectors/delivery/coverage.py)
         self._cover_log = RateLimitedLog(log)
@@ -198,6 +201,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         with self._links_lock:
             if self._links.get(stream.sender) is stream.answers:
                 del self._links[stream.sender]
+                self._quiet.discard(stream.sender)
         with self.node.lock:
             self.children.disconnected(stream.sender, time.monotonic())
 
@@ -252,6 +256,8 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 if sender in self._links:
                     raise BadInput("ALREADY_EXISTS", f"a live stream already uses sender_id {shown(sender)}")
                 self._links[sender] = stream.answers
+                if batch.skip_received:
+                    self._quiet.add(sender)
             stream.sender = sender
             with self.node.lock:
                 self.children.connected(sender)
@@ -325,8 +331,11 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
                 return windows[index].key if key is None else key.to_proto()
 
             rejections = self._offer(origin, parsed, key_of)
-        status = forward_pb2.Ack.REJECTED_OVERLAP if rejections else forward_pb2.Ack.RECEIVED
-        responses.put(forward_pb2.Ack(seq=batch.seq, status=status, rejections=rejections))
+        if rejections:
+            responses.put(forward_pb2.Ack(seq=batch.seq, status=forward_pb2.Ack.REJECTED_OVERLAP,
+                                          rejections=rejections))
+        elif sender not in self._quiet:  # a child that asked for no plain RECEIVED is answered by its DURABLE alone
+            responses.put(forward_pb2.Ack(seq=batch.seq, status=forward_pb2.Ack.RECEIVED))
         node.durability.settle(origin)
 
     def _forensics(self, sender: str, batch: forward_pb2.SummaryBatch) -> None:

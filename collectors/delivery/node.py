@@ -741,6 +741,7 @@ class Upstream:
         self.node = node
         self.outbox = outbox_factory(self._on_ack)
         self.outbox.on_drop = self._on_drop
+        self.outbox.received_acks = False  # _on_ack acts on DURABLE and rejections only: a plain RECEIVED is no news
         self.liveness_every_s = liveness_every_s
         self._last_sent = 0.0
         # Rank->host (and process) lists go up only when they change, and in full on the first unit after each

@@ -71,6 +71,9 @@ class Outbox:
         self.on_drop = on_drop
         # Capture requests the parent sends down (on Acks with seq 0); called on the client loop.
         self.on_requests: Callable[[list[forensics_pb2.CaptureRequest]], None] | None = None
+        # Whether `on_ack` wants plain RECEIVED acks (no rejections); False: each stream opens with skip_received and
+        # a parent that knows it sends none (forward.proto). Upstream acts on DURABLE and rejections only.
+        self.received_acks = True
         self.max_bytes = max_bytes
         self.connect_timeout_s = connect_timeout_s
         # Its lock guards connected_to too.
@@ -212,7 +215,8 @@ class Outbox:
 
         assert self._loop is not None
         outgoing = self._unacked.open_on(LoopRequests(self._loop),
-                                         [forward_pb2.SummaryBatch(sender_id=self.sender_id, seq=0)], opened)
+                                         [forward_pb2.SummaryBatch(sender_id=self.sender_id, seq=0,
+                                                                   skip_received=not self.received_acks)], opened)
         if self._stop.is_set():  # close() came as the stream was opened: its END found no live stream
             return
         call = stub.Forward(outgoing.__aiter__(), metadata=call_metadata(self.security))

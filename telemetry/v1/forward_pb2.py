@@ -26,7 +26,7 @@ from telemetry.v1 import forensics_pb2 as telemetry_dot_v1_dot_forensics__pb2
 from telemetry.v1 import summary_pb2 as telemetry_dot_v1_dot_summary__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1atelemetry/v1/forward.proto\x12\x0ctelemetry.v1\x1a\x1ctelemetry/v1/forensics.proto\x1a\x1atelemetry/v1/summary.proto\"}\n\rWindowSummary\x12$\n\x03key\x18\x01 \x01(\x0b\x32\x17.telemetry.v1.WindowKey\x12&\n\x07summary\x18\x02 \x01(\x0b\x32\x15.telemetry.v1.Summary\x12\x10\n\x08\x65xpected\x18\x03 \x01(\r\x12\x0c\n\x04late\x18\x04 \x01(\x08\"\xb4\x02\n\x0cSummaryBatch\x12\x11\n\tsender_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12,\n\x07windows\x18\x03 \x03(\x0b\x32\x1b.telemetry.v1.WindowSummary\x12\'\n\x05ranks\x18\x04 \x03(\x0b\x32\x18.telemetry.v1.RankStates\x12(\n\x08\x63ounters\x18\x05 \x01(\x0b\x32\x16.telemetry.v1.Counters\x12\'\n\x08\x63\x61ptures\x18\x06 \x03(\x0b\x32\x15.telemetry.v1.Capture\x12\x33\n\x0c\x66ingerprints\x18\x07 \x03(\x0b\x32\x1d.telemetry.v1.JobFingerprints\x12%\n\x05\x65xits\x18\x08 \x03(\x0b\x32\x16.telemetry.v1.RankExit\"\xb0\x01\n\nRankStates\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\r\n\x05\x61live\x18\x02 \x01(\x0c\x12\r\n\x05stuck\x18\x03 \x01(\x0c\x12\x0c\n\x04\x64\x65\x61\x64\x18\x04 \x01(\x0c\x12\x12\n\nworld_size\x18\x05 \x01(\r\x12\x12\n\nhost_ranks\x18\x06 \x03(\r\x12\r\n\x05hosts\x18\x07 \x03(\t\x12\x0e\n\x06\x63losed\x18\x08 \x01(\x0c\x12\x0f\n\x07\x61ttempt\x18\t \x01(\x04\x12\x11\n\tprocesses\x18\n \x03(\x06\"\xcf\x02\n\x08\x43ounters\x12\x13\n\x0bsdk_dropped\x18\x01 \x01(\x04\x12\x17\n\x0f\x64ropped_windows\x18\x02 \x01(\x04\x12\x19\n\x11rejected_overlaps\x18\x03 \x01(\x04\x12\x12\n\nduplicates\x18\x04 \x01(\x04\x12\x0e\n\x06resent\x18\x05 \x01(\x04\x12\x0c\n\x04late\x18\x06 \x01(\x04\x12\x12\n\nbad_inputs\x18\x07 \x01(\x04\x12\x17\n\x0frefused_streams\x18\x08 \x01(\x04\x12\x14\n\x0clate_dropped\x18\t \x01(\x04\x12\x15\n\rprobe_skipped\x18\n \x01(\x04\x12\x19\n\x11\x66orensics_dropped\x18\x0b \x01(\x04\x12\x1f\n\x17hardware_events_dropped\x18\x0c \x01(\x04\x12\x19\n\x11reply_streams_cut\x18\r \x01(\x04\x12\x17\n\x0funheld_releases\x18\x0e \x01(\x04\"\x86\x01\n\tRejection\x12\r\n\x05index\x18\x01 \x01(\r\x12$\n\x03key\x18\x02 \x01(\x0b\x32\x17.telemetry.v1.WindowKey\x12\x1b\n\x13overlapping_sources\x18\x03 \x03(\r\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x17\n\x0frefused_sources\x18\x05 \x03(\r\"\xf4\x01\n\x03\x41\x63k\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12(\n\x06status\x18\x02 \x01(\x0e\x32\x18.telemetry.v1.Ack.Status\x12+\n\nrejections\x18\x03 \x03(\x0b\x32\x17.telemetry.v1.Rejection\x12\x36\n\x10\x63\x61pture_requests\x18\x04 \x03(\x0b\x32\x1c.telemetry.v1.CaptureRequest\"Q\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08RECEIVED\x10\x01\x12\x0b\n\x07\x44URABLE\x10\x02\x12\x14\n\x10REJECTED_OVERLAP\x10\x03\"v\n\x10HostRegistration\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\x1b\n\x0e\x65xplicit_index\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x10\n\x08instance\x18\x04 \x01(\tB\x11\n\x0f_explicit_index\"?\n\x0eHostAssignment\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0f\n\x07refused\x18\x02 \x01(\t\x12\r\n\x05known\x18\x03 \x01(\x08\x32\x97\x01\n\tCollector\x12<\n\x07\x46orward\x12\x1a.telemetry.v1.SummaryBatch\x1a\x11.telemetry.v1.Ack(\x01\x30\x01\x12L\n\x0cRegisterHost\x12\x1e.telemetry.v1.HostRegistration\x1a\x1c.telemetry.v1.HostAssignmentb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1atelemetry/v1/forward.proto\x12\x0ctelemetry.v1\x1a\x1ctelemetry/v1/forensics.proto\x1a\x1atelemetry/v1/summary.proto\"}\n\rWindowSummary\x12$\n\x03key\x18\x01 \x01(\x0b\x32\x17.telemetry.v1.WindowKey\x12&\n\x07summary\x18\x02 \x01(\x0b\x32\x15.telemetry.v1.Summary\x12\x10\n\x08\x65xpected\x18\x03 \x01(\r\x12\x0c\n\x04late\x18\x04 \x01(\x08\"\xcb\x02\n\x0cSummaryBatch\x12\x11\n\tsender_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12,\n\x07windows\x18\x03 \x03(\x0b\x32\x1b.telemetry.v1.WindowSummary\x12\'\n\x05ranks\x18\x04 \x03(\x0b\x32\x18.telemetry.v1.RankStates\x12(\n\x08\x63ounters\x18\x05 \x01(\x0b\x32\x16.telemetry.v1.Counters\x12\'\n\x08\x63\x61ptures\x18\x06 \x03(\x0b\x32\x15.telemetry.v1.Capture\x12\x33\n\x0c\x66ingerprints\x18\x07 \x03(\x0b\x32\x1d.telemetry.v1.JobFingerprints\x12%\n\x05\x65xits\x18\x08 \x03(\x0b\x32\x16.telemetry.v1.RankExit\x12\x15\n\rskip_received\x18\t \x01(\x08\"\xb0\x01\n\nRankStates\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\r\n\x05\x61live\x18\x02 \x01(\x0c\x12\r\n\x05stuck\x18\x03 \x01(\x0c\x12\x0c\n\x04\x64\x65\x61\x64\x18\x04 \x01(\x0c\x12\x12\n\nworld_size\x18\x05 \x01(\r\x12\x12\n\nhost_ranks\x18\x06 \x03(\r\x12\r\n\x05hosts\x18\x07 \x03(\t\x12\x0e\n\x06\x63losed\x18\x08 \x01(\x0c\x12\x0f\n\x07\x61ttempt\x18\t \x01(\x04\x12\x11\n\tprocesses\x18\n \x03(\x06\"\xcf\x02\n\x08\x43ounters\x12\x13\n\x0bsdk_dropped\x18\x01 \x01(\x04\x12\x17\n\x0f\x64ropped_windows\x18\x02 \x01(\x04\x12\x19\n\x11rejected_overlaps\x18\x03 \x01(\x04\x12\x12\n\nduplicates\x18\x04 \x01(\x04\x12\x0e\n\x06resent\x18\x05 \x01(\x04\x12\x0c\n\x04late\x18\x06 \x01(\x04\x12\x12\n\nbad_inputs\x18\x07 \x01(\x04\x12\x17\n\x0frefused_streams\x18\x08 \x01(\x04\x12\x14\n\x0clate_dropped\x18\t \x01(\x04\x12\x15\n\rprobe_skipped\x18\n \x01(\x04\x12\x19\n\x11\x66orensics_dropped\x18\x0b \x01(\x04\x12\x1f\n\x17hardware_events_dropped\x18\x0c \x01(\x04\x12\x19\n\x11reply_streams_cut\x18\r \x01(\x04\x12\x17\n\x0funheld_releases\x18\x0e \x01(\x04\"\x86\x01\n\tRejection\x12\r\n\x05index\x18\x01 \x01(\r\x12$\n\x03key\x18\x02 \x01(\x0b\x32\x17.telemetry.v1.WindowKey\x12\x1b\n\x13overlapping_sources\x18\x03 \x03(\r\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x17\n\x0frefused_sources\x18\x05 \x03(\r\"\xf4\x01\n\x03\x41\x63k\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12(\n\x06status\x18\x02 \x01(\x0e\x32\x18.telemetry.v1.Ack.Status\x12+\n\nrejections\x18\x03 \x03(\x0b\x32\x17.telemetry.v1.Rejection\x12\x36\n\x10\x63\x61pture_requests\x18\x04 \x03(\x0b\x32\x1c.telemetry.v1.CaptureRequest\"Q\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08RECEIVED\x10\x01\x12\x0b\n\x07\x44URABLE\x10\x02\x12\x14\n\x10REJECTED_OVERLAP\x10\x03\"v\n\x10HostRegistration\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x12\n\nmachine_id\x18\x02 \x01(\t\x12\x1b\n\x0e\x65xplicit_index\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x10\n\x08instance\x18\x04 \x01(\tB\x11\n\x0f_explicit_index\"?\n\x0eHostAssignment\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0f\n\x07refused\x18\x02 \x01(\t\x12\r\n\x05known\x18\x03 \x01(\x08\x32\x97\x01\n\tCollector\x12<\n\x07\x46orward\x12\x1a.telemetry.v1.SummaryBatch\x1a\x11.telemetry.v1.Ack(\x01\x30\x01\x12L\n\x0cRegisterHost\x12\x1e.telemetry.v1.HostRegistration\x1a\x1c.telemetry.v1.HostAssignmentb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,21 +36,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WINDOWSUMMARY']._serialized_start=102
   _globals['_WINDOWSUMMARY']._serialized_end=227
   _globals['_SUMMARYBATCH']._serialized_start=230
-  _globals['_SUMMARYBATCH']._serialized_end=538
-  _globals['_RANKSTATES']._serialized_start=541
-  _globals['_RANKSTATES']._serialized_end=717
-  _globals['_COUNTERS']._serialized_start=720
-  _globals['_COUNTERS']._serialized_end=1055
-  _globals['_REJECTION']._serialized_start=1058
-  _globals['_REJECTION']._serialized_end=1192
-  _globals['_ACK']._serialized_start=1195
-  _globals['_ACK']._serialized_end=1439
-  _globals['_ACK_STATUS']._serialized_start=1358
-  _globals['_ACK_STATUS']._serialized_end=1439
-  _globals['_HOSTREGISTRATION']._serialized_start=1441
-  _globals['_HOSTREGISTRATION']._serialized_end=1559
-  _globals['_HOSTASSIGNMENT']._serialized_start=1561
-  _globals['_HOSTASSIGNMENT']._serialized_end=1624
-  _globals['_COLLECTOR']._serialized_start=1627
-  _globals['_COLLECTOR']._serialized_end=1778
+  _globals['_SUMMARYBATCH']._serialized_end=561
+  _globals['_RANKSTATES']._serialized_start=564
+  _globals['_RANKSTATES']._serialized_end=740
+  _globals['_COUNTERS']._serialized_start=743
+  _globals['_COUNTERS']._serialized_end=1078
+  _globals['_REJECTION']._serialized_start=1081
+  _globals['_REJECTION']._serialized_end=1215
+  _globals['_ACK']._serialized_start=1218
+  _globals['_ACK']._serialized_end=1462
+  _globals['_ACK_STATUS']._serialized_start=1381
+  _globals['_ACK_STATUS']._serialized_end=1462
+  _globals['_HOSTREGISTRATION']._serialized_start=1464
+  _globals['_HOSTREGISTRATION']._serialized_end=1582
+  _globals['_HOSTASSIGNMENT']._serialized_start=1584
+  _globals['_HOSTASSIGNMENT']._serialized_end=1647
+  _globals['_COLLECTOR']._serialized_start=1650
+  _globals['_COLLECTOR']._serialized_end=1801
 # @@protoc_insertion_point(module_scope)

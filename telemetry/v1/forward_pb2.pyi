@@ -22,7 +22,7 @@ class WindowSummary(_message.Message):
     def __init__(self, key: _Optional[_Union[_summary_pb2.WindowKey, _Mapping]] = ..., summary: _Optional[_Union[_summary_pb2.Summary, _Mapping]] = ..., expected: _Optional[int] = ..., late: _Optional[bool] = ...) -> None: ...
 
 class SummaryBatch(_message.Message):
-    __slots__ = ("sender_id", "seq", "windows", "ranks", "counters", "captures", "fingerprints", "exits")
+    __slots__ = ("sender_id", "seq", "windows", "ranks", "counters", "captures", "fingerprints", "exits", "skip_received")
     SENDER_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +31,7 @@ class SummaryBatch(_message.Message):
     CAPTURES_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINTS_FIELD_NUMBER: _ClassVar[int]
     EXITS_FIELD_NUMBER: _ClassVar[int]
+    SKIP_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     sender_id: str
     seq: int
     windows: _containers.RepeatedCompositeFieldContainer[WindowSummary]
@@ -39,7 +40,8 @@ class SummaryBatch(_message.Message):
     captures: _containers.RepeatedCompositeFieldContainer[_forensics_pb2.Capture]
     fingerprints: _containers.RepeatedCompositeFieldContainer[_forensics_pb2.JobFingerprints]
     exits: _containers.RepeatedCompositeFieldContainer[_forensics_pb2.RankExit]
-    def __init__(self, sender_id: _Optional[str] = ..., seq: _Optional[int] = ..., windows: _Optional[_Iterable[_Union[WindowSummary, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[RankStates, _Mapping]]] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ..., captures: _Optional[_Iterable[_Union[_forensics_pb2.Capture, _Mapping]]] = ..., fingerprints: _Optional[_Iterable[_Union[_forensics_pb2.JobFingerprints, _Mapping]]] = ..., exits: _Optional[_Iterable[_Union[_forensics_pb2.RankExit, _Mapping]]] = ...) -> None: ...
+    skip_received: bool
+    def __init__(self, sender_id: _Optional[str] = ..., seq: _Optional[int] = ..., windows: _Optional[_Iterable[_Union[WindowSummary, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[RankStates, _Mapping]]] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ..., captures: _Optional[_Iterable[_Union[_forensics_pb2.Capture, _Mapping]]] = ..., fingerprints: _Optional[_Iterable[_Union[_forensics_pb2.JobFingerprints, _Mapping]]] = ..., exits: _Optional[_Iterable[_Union[_forensics_pb2.RankExit, _Mapping]]] = ..., skip_received: _Optional[bool] = ...) -> None: ...
 
 class RankStates(_message.Message):
     __slots__ = ("job", "alive", "stuck", "dead", "world_size", "host_ranks", "hosts", "closed", "attempt", "processes")

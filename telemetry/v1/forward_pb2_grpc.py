@@ -27,7 +27,8 @@ if _version_not_supported:
 
 class CollectorStub:
     """A child's first message on its Forward stream is a batch with seq 0 and
-    no windows: it names the sender. The parent answers every batch.
+    no windows: it names the sender. The parent answers every batch (a stream opened with skip_received: with
+    DURABLE or REJECTED_OVERLAP only, no plain RECEIVED).
     """
 
     def __init__(self, channel):
@@ -50,7 +51,8 @@ class CollectorStub:
 
 class CollectorServicer:
     """A child's first message on its Forward stream is a batch with seq 0 and
-    no windows: it names the sender. The parent answers every batch.
+    no windows: it names the sender. The parent answers every batch (a stream opened with skip_received: with
+    DURABLE or REJECTED_OVERLAP only, no plain RECEIVED).
     """
 
     def Forward(self, request_iterator, context):
@@ -89,7 +91,8 @@ def add_CollectorServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class Collector:
     """A child's first message on its Forward stream is a batch with seq 0 and
-    no windows: it names the sender. The parent answers every batch.
+    no windows: it names the sender. The parent answers every batch (a stream opened with skip_received: with
+    DURABLE or REJECTED_OVERLAP only, no plain RECEIVED).
     """
 
     @staticmethod
