@@ -23,7 +23,7 @@ def test_tier_cost_bench_smoke(tmp_path: Path) -> None:
 
 
 def test_tier_cost_bench_in_process_smoke(tmp_path: Path) -> None:
-    """--in-process: the root's intake and flush in the bench's own process, every step's two acks per unit checked
+    """--in-process: the root's intake and flush in the bench's own process, every step's DURABLE per unit checked
     (the bench fails otherwise), its CPU split by phase."""
     done = subprocess.run([sys.executable, str(REPO / "bench" / "tier_cost.py"), "--tier", "root", "--in-process",
                            "--children", "9", "--ranks-per-child", "16", "--metrics", "2", "--steps", "2", "--warmup",
