@@ -66,8 +66,8 @@ native = Pybind11Extension(
     sources=SOURCES,
     include_dirs=[NATIVE],
     depends=[f"{NATIVE}/{h}"
-             for h in ("core.hpp", "fsum.hpp", "ingest.hpp", "table.hpp", "tdigest.hpp", "unit.hpp", "wire.hpp",
-                       "croaring/roaring.h")],
+             for h in ("block.hpp", "core.hpp", "fsum.hpp", "ingest.hpp", "table.hpp", "tdigest.hpp", "unit.hpp",
+                       "wire.hpp", "croaring/roaring.h")],
     cxx_std=17,
     # a copy: pybind11 adds its C++ flags to it. Under a sanitizer the C++ asserts too (-UNDEBUG: Python's flags
     # define NDEBUG), so the ASan test's fuzz checks their debug assertions (tdigest.hpp's Scratch rule).

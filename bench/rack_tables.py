@@ -2,6 +2,7 @@
 """A rack's own code with its windows held natively against the same rack with its windows in Python, in one run.
 
     python bench/rack_tables.py [--metrics 20,100,300] [--children 64] [--ranks-per-child 8] [--steps 6] [--rounds 2]
+    valgrind --tool=callgrind --instr-atstart=no python bench/rack_tables.py --callgrind --metrics 300 [--steps 6]
 
 Issue 29's native window table (telemetry/summary/native/table.hpp; docs/scale.md, "The native window table"). A
 rack's `CollectorService`, `Node` and `Upstream` are driven in this process, without gRPC: each step, every child's
@@ -11,6 +12,11 @@ sent comes back (`Upstream._on_ack`), so every child's unit is acknowledged. The
 native, python, native, ... one fresh rack each round), and the CPU time of each step is the figure (process CPU of
 this one thread: no gRPC, no other threads). Both must send the parent the same windows, byte for byte (checked,
 per step). Prints a table and writes rack_tables.json under --out.
+
+--callgrind (under valgrind's callgrind, started with --instr-atstart=no) runs the native table once, with callgrind's
+instrumentation on for every step but the first (a job's first unit admits its metrics one by one): a count of the
+rack's instructions a step that the machine's load does not move (docs/scale.md quotes it). callgrind writes its
+profile; this writes nothing else.
 """
 
 from __future__ import annotations
@@ -18,9 +24,12 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +58,17 @@ class _Answers:
         self.acks.append(ack)
 
 
-def run(native: bool, units: list[list[bytes]], metrics: int) -> tuple[list[float], list[list[bytes]]]:
-    """One fresh rack through every step: each step's CPU seconds, and the windows it sent up per step."""
+def _callgrind(on: bool) -> None:
+    """callgrind's instrumentation of this process on or off (run under valgrind --tool=callgrind)."""
+    subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(os.getpid())], check=True,
+                   stdout=subprocess.DEVNULL, timeout=120)
+    time.sleep(1.0)  # valgrind takes the command up at its next poll
+
+
+def run(native: bool, units: list[list[bytes]], metrics: int,
+        before_step: Callable[[int], None] | None = None) -> tuple[list[float], list[list[bytes]]]:
+    """One fresh rack through every step: each step's CPU seconds, and the windows it sent up per step.
+    `before_step(step)` is called before each step's clock starts."""
     service: CollectorService | None = None
     node = Node("rack", Deadlines(600.0), ack_down=lambda *a, **k: service.ack_down(*a, **k),  # type: ignore[union-attr]  # the service is set just below
                 native=native)
@@ -68,6 +86,8 @@ def run(native: bool, units: list[list[bytes]], metrics: int) -> tuple[list[floa
     times, sent = [], []
     gc.collect()
     for step, row in enumerate(units):
+        if before_step is not None:
+            before_step(step)
         t0 = time.process_time()
         for stream, data in zip(streams, row):
             service._one(stream, service._receive(data))
@@ -92,9 +112,18 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=6, help="steps per run (the first, a job's first unit, not counted)")
     p.add_argument("--rounds", type=int, default=2, help="runs of each table, interleaved")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    p.add_argument("--callgrind", action="store_true",
+                   help="under callgrind: the native table once, instrumented for every step but the first")
     args = p.parse_args()
     if args.steps < 2 or args.rounds < 1:
         p.error("--steps must be at least 2 and --rounds at least 1")
+    if args.callgrind:
+        for metrics in (int(m) for m in args.metrics.split(",")):
+            units = build_units(args.children, args.ranks_per_child, metrics, args.steps)
+            run(True, units, metrics, before_step=lambda step: _callgrind(True) if step == 1 else None)
+            _callgrind(False)
+            print(f"{metrics} metrics: {args.steps - 1} steps instrumented", flush=True)
+        return 0
     results: list[dict[str, Any]] = []
     for metrics in (int(m) for m in args.metrics.split(",")):
         units = build_units(args.children, args.ranks_per_child, metrics, args.steps)

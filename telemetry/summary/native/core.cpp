@@ -65,6 +65,13 @@ struct Raw {
     static constexpr size_t kKeep = 64;
 };
 
+// A thread's decodes' Raw, found once per decode: out of line, so that the compiler cannot fold the thread-local's
+// address into every use of a field (it did: a call to __tls_get_addr per field, 6 M instructions of a rack's step).
+[[gnu::noinline]] Raw& scratch() {
+    thread_local Raw raw;
+    return raw;
+}
+
 void append_doubles(Reader& r, uint32_t type, std::vector<double>& out) {
     Reader body = r.sub();
     if (body.left() % 8) throw WireError("packed doubles not a multiple of 8 bytes");
@@ -202,9 +209,9 @@ void check_sketch(const Raw& raw, Core& out) {
     // exactly in any order, so plain addition gives fsum's result; anything else takes the exact path.
     double total = 0.0;
     bool exact = true;
-    for (double w : d.weights) {
+    for (double w : d.weights) {  // w > 0 (checked): floor(w) is w's truncation, and every w >= 2**53 is whole
         total += w;
-        exact = exact && w == std::floor(w);
+        exact = exact && (w >= 9007199254740992.0 || w == static_cast<double>(static_cast<int64_t>(w)));
     }
     if (!(exact && total <= 9007199254740992.0)) {
         Fsum mass;
@@ -228,8 +235,8 @@ void check_sketch(const Raw& raw, Core& out) {
 // goes in after every kept pair it is not before (so ties keep their input order), when it is before the last of k
 // kept. A merge of 64 children keeps 8 of 512, nearly all of them turned away by one comparison.
 template <bool Top>
-std::vector<Pair> first_k(const std::vector<Core*>& parts, size_t k, bool (*lt)(const Pair&, const Pair&)) {
-    std::vector<Pair> out;
+Pairs first_k(const std::vector<Core*>& parts, size_t k, bool (*lt)(const Pair&, const Pair&)) {
+    Pairs out;
     if (k == 0) return out;
     size_t pairs = 0;  // k is a decoded summary's, any uint32: never reserve more than the parts hold
     for (const Core* s : parts) pairs += (Top ? s->top : s->bottom).size();
@@ -252,18 +259,36 @@ bool desc_lt(const Pair& a, const Pair& b) {  // (-value, source) ascending
     return a.first > b.first || (a.first == b.first && a.second < b.second);
 }
 
-void pairs(const std::vector<double>& values, const std::vector<uint32_t>& sources, const char* name,
-           std::vector<Pair>& out) {
+void pairs(const std::vector<double>& values, const std::vector<uint32_t>& sources, const char* name, Pairs& out) {
     if (values.size() != sources.size())
         bad(std::string(name) + " has " + std::to_string(values.size()) + " values but " +
             std::to_string(sources.size()) + " sources");
     for (double v : values)
         if (!std::isfinite(v)) bad(std::string(name) + " values must be finite");
-    out.reserve(values.size());
-    for (size_t i = 0; i < values.size(); ++i) out.emplace_back(values[i], sources[i]);
+    out.resize(values.size());  // then written in place: no room check per pair
+    Pair* p = out.data();
+    for (size_t i = 0; i < values.size(); ++i) p[i] = Pair(values[i], sources[i]);
 }
 
 }  // namespace
+
+void* UnitBlock::take(size_t bytes, size_t align) {
+    if (!sealed_.load(std::memory_order_relaxed) && bytes <= kMaxChunk) {
+        size_t at = chunks_.empty() ? 0 : (used_ + align - 1) & ~(align - 1);
+        if (chunks_.empty() || at + bytes > chunks_.back().size) {
+            size_t size = chunks_.empty() ? kFirstChunk : std::min(2 * chunks_.back().size, kMaxChunk);
+            chunks_.push_back(Chunk{static_cast<char*>(::operator new(size)), size});
+            at = 0;
+        }
+        used_ = at + bytes;
+        return chunks_.back().base + at;
+    }
+    return ::operator new(bytes);
+}
+
+void UnitBlock::give(void* p) noexcept {
+    if (!holds(p)) ::operator delete(p);
+}
 
 Bitmap empty_bitmap() { return Bitmap(roaring_bitmap_create()); }
 
@@ -348,13 +373,20 @@ Core::Core(const Core& other)
 bool Core::any() const { return count || nonfinite_count || !roaring_bitmap_is_empty(sources.get()); }
 
 Core decode(const uint8_t* data, size_t n, SourcesMemo* memo) {
-    thread_local Raw raw;
+    Raw& raw = scratch();
     try {
         parse(data, n, raw);
     } catch (const WireError& e) {
         bad(std::string("not a telemetry.v1.Summary message (") + e.what() + ")");
     }
     Core out;
+    if (memo) {  // the lists cut from the unit's block
+        if (!memo->block) memo->block = std::make_shared<UnitBlock>();
+        out.top = Pairs(BlockAlloc<Pair>(memo->block));
+        out.bottom = Pairs(BlockAlloc<Pair>(memo->block));
+        out.sketch.digest.means = Doubles(BlockAlloc<double>(memo->block));
+        out.sketch.digest.weights = Doubles(BlockAlloc<double>(memo->block));
+    }
     out.k = raw.k;
     out.count = raw.count;
     out.sum = raw.sum;
@@ -367,7 +399,13 @@ Core decode(const uint8_t* data, size_t n, SourcesMemo* memo) {
     } else {
         if (raw.sources.n) out.sources = SharedBitmap(parse_bitmap(raw.sources.p, raw.sources.n, "sources"));
         members = Members(out.sources.get());
-        if (memo && raw.sources.n) *memo = SourcesMemo{raw.sources.p, raw.sources.n, out.sources, members.lo, members.hi};
+        if (memo && raw.sources.n) {
+            memo->p = raw.sources.p;
+            memo->n = raw.sources.n;
+            memo->parsed = out.sources;
+            memo->lo = members.lo;
+            memo->hi = members.hi;
+        }
     }
     out.nonfinite_count = raw.nonfinite_count;
     if (raw.nonfinite_sources.n)
@@ -468,7 +506,7 @@ std::string encode(Core& c) {
     w.uint_field(9, c.k);
     if (c.count) {
         for (int which = 0; which < 2; ++which) {
-            const std::vector<Pair>& list = which ? c.bottom : c.top;
+            const Pairs& list = which ? c.bottom : c.top;
             std::vector<double> values;
             std::vector<uint32_t> srcs;
             values.reserve(list.size());
@@ -572,7 +610,7 @@ void absorb(Core& self, const std::vector<Core*>& others, const roaring_bitmap_t
         }
     }
     if (self.k) {
-        std::vector<Pair> top = first_k<true>(parts, self.k, desc_lt);
+        Pairs top = first_k<true>(parts, self.k, desc_lt);
         self.bottom = first_k<false>(parts, self.k, pair_lt);
         self.top = std::move(top);
     }

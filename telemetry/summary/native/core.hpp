@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "block.hpp"
 #include "croaring/roaring.h"
 #include "tdigest.hpp"
 
@@ -67,6 +68,7 @@ std::string serialize_optimized(roaring_bitmap_t* r);
 Bitmap union_of(const std::vector<const roaring_bitmap_t*>& bitmaps);
 
 using Pair = std::pair<double, uint32_t>;  // (value, source)
+using Pairs = std::vector<Pair, BlockAlloc<Pair>>;  // a unit's block's when decoded by read_unit (block.hpp)
 
 // Finite values beyond +-MAX_MAGNITUDE count as non-finite (ingest) and summaries whose min or max lie beyond it are
 // refused (decode): then no sum, squared deviation or merge of up to 2**64 values can overflow float64.
@@ -92,7 +94,7 @@ struct Core {
     double sum = 0.0, mean = 0.0, m2 = 0.0;
     double min = INFINITY, max = -INFINITY;
     uint32_t argmin = 0, argmax = 0;
-    std::vector<Pair> top, bottom;  // value desc / asc, then source asc
+    Pairs top, bottom;  // value desc / asc, then source asc
     SketchState sketch;
     SharedBitmap sources;
     uint64_t nonfinite_count = 0;
@@ -108,13 +110,22 @@ struct Core {
     bool any() const;  // counts or sources: not a fresh summary
 };
 
-// The sources a decode parsed last, and the bytes they were parsed from (which must outlive it): a decode of the same
-// bytes shares that parse (read_unit: one per unit).
+// What the decodes of one unit share (read_unit makes one per unit): the sources a decode parsed last, and the bytes
+// they were parsed from (which must outlive it), so that a decode of the same bytes shares that parse; and the block
+// the decoded cores' lists are cut from (block.hpp), sealed when the memo goes (at the unit's read's end).
 struct SourcesMemo {
     const uint8_t* p = nullptr;
     size_t n = 0;
     SharedBitmap parsed;
     uint32_t lo = 1, hi = 0;  // when `parsed` is the whole range [lo, hi] (else lo > hi): membership by bounds
+    std::shared_ptr<UnitBlock> block;
+
+    SourcesMemo() = default;
+    SourcesMemo(const SourcesMemo&) = delete;
+    SourcesMemo& operator=(const SourcesMemo&) = delete;
+    ~SourcesMemo() {
+        if (block) block->seal();
+    }
 };
 
 // Parses and checks untrusted bytes; throws Malformed (or WireError) with the reason. Every check is made whether or

@@ -135,9 +135,8 @@ Core from_arrays(const double* values, const int64_t* sources, size_t n, int64_t
 namespace {
 
 // heapq.nsmallest(k, current + new, key): sorted by `less`, ties kept in the order of current then new.
-std::vector<Pair> keep(const std::vector<Pair>& current, const std::vector<Pair>& fresh, size_t k,
-                       bool (*less)(const Pair&, const Pair&)) {
-    std::vector<Pair> all(current);
+Pairs keep(const Pairs& current, const std::vector<Pair>& fresh, size_t k, bool (*less)(const Pair&, const Pair&)) {
+    Pairs all(current);
     all.insert(all.end(), fresh.begin(), fresh.end());
     std::stable_sort(all.begin(), all.end(), less);
     if (all.size() > k) all.resize(k);

@@ -32,7 +32,7 @@ auto with_buffer(py::handle obj, F&& fn) {
 
 py::bytes as_bytes(const std::string& s) { return py::bytes(s.data(), s.size()); }
 
-py::list pair_list(const std::vector<Pair>& pairs) {
+py::list pair_list(const Pairs& pairs) {
     py::list out(pairs.size());
     for (size_t i = 0; i < pairs.size(); ++i) out[i] = py::make_tuple(pairs[i].first, pairs[i].second);
     return out;
@@ -128,10 +128,10 @@ double as_double(PyObject* obj) {
     return v;
 }
 
-std::vector<Pair> as_pairs(PyObject* list) {
+Pairs as_pairs(PyObject* list) {
     if (!PyList_Check(list)) throw py::type_error("top/bottom must be lists of (value, source)");
     Py_ssize_t n = PyList_GET_SIZE(list);
-    std::vector<Pair> out;
+    Pairs out;
     out.reserve(static_cast<size_t>(n));
     for (Py_ssize_t i = 0; i < n; ++i) {
         PyObject* item = PyList_GET_ITEM(list, i);

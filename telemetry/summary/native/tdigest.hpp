@@ -11,13 +11,15 @@
 #include <memory>
 #include <vector>
 
+#include "block.hpp"
+
 namespace treemetry {
 
 // One digest: centroid means (ascending) and weights, its mass (sum of weights, as fastdigest carries it) and
 // the count of values it stands for (fastdigest's u128 `count`, used only for its recompute threshold).
 struct Digest {
-    std::vector<double> means;
-    std::vector<double> weights;
+    Doubles means;  // a unit's block's when decoded by read_unit (block.hpp)
+    Doubles weights;
     double mass = 0.0;
     unsigned __int128 count = 0;
 
@@ -60,7 +62,7 @@ struct Merge {
 
     bool both_ends() const { return l < lb && r < rb; }
 
-    void step() {
+    [[gnu::always_inline]] void step() {  // inlined whatever else grows around it (a call here is ~40 % more)
         bool right = r->mean < l->mean;
         *o++ = right ? *r : *l;
         r += right;
