@@ -113,7 +113,7 @@ def test_the_matrix_records_the_slowdown_the_lead_implies_and_judges_its_bound()
 
 def test_a_false_alarm_on_a_rank_slow_by_its_own_work_is_counted_and_listed_apart() -> None:
     """matrix.uninjected_slowness: an alarm in a clean run whose named rank did >= 1.05x the other ranks' median
-    on-CPU work (median of the 30 steps up to the alarm's step) is marked `uninjected_slow`: still a false alarm in
+    on-CPU work (median of the 30 steps up to the step the alarm was raised on) is marked `uninjected_slow`: still a false alarm in
     the raw count, and counted apart (per shape, and per 1,000 clean steps without those). A burst with the same work
     as its peers, or a run without on-CPU times, is not."""
     run = _matrix_run("sync2-clean", 0.0, -1, 0, 300, 3)
@@ -122,11 +122,16 @@ def test_a_false_alarm_on_a_rank_slow_by_its_own_work_is_counted_and_listed_apar
         return {"0": 0.050, "1": 0.050 * (1.08 if step >= 150 else 1.04), "2": 0.050}
     run["per_rank"] = [[step, {}, {}, {}, oncpu(step), {}] for step in range(300)]
     run["events"] = [_event(1, "straggler", 140, 1141.0, [1]), _event(2, "straggler", 213, 1214.0, [1]),
-                     _event(3, "straggler", 242, 1243.0, [2])]
+                     _event(3, "straggler", 242, 1243.0, [2]), _event(4, "straggler", 154, 1214.5, [1])]
+    # raised on step 213, its evidence from 154 (a persistence lane's event): judged on the steps up to 213
+    run["events"][3]["detail"]["detected_step"] = 213
     scored = score_cell(run)
     verdicts = [a["uninjected_slow"] for a in scored["false_alarms"]]
-    assert [v["slow"] for v in verdicts] == [False, True, False], verdicts
+    assert [v["slow"] for v in verdicts] == [False, True, True, False], verdicts  # in the order they opened
+    # the step finalised when each was seen to open (step s at 1000 + s), the 4th's own detected_step
+    assert [a["raised_at"] for a in scored["false_alarms"]] == [141, 214, 213, 243]
     assert verdicts[0]["ratio"] == pytest.approx(1.04, abs=1e-3) and verdicts[1]["ratio"] == pytest.approx(1.08, abs=1e-3)
+    assert uninjected_slowness(run, 154, [1])["ratio"] == pytest.approx(1.04, abs=1e-3)  # the 4th judged from 154: not
     assert verdicts[1]["steps"] == 30
     # windows straddling the change: 1.04 on 20 steps and 1.08 on 10 (median 1.04), then 1.04 on 9 and 1.08 on 21
     assert not uninjected_slowness(run, 159, [1])["slow"] and uninjected_slowness(run, 170, [1])["slow"]
@@ -134,10 +139,11 @@ def test_a_false_alarm_on_a_rank_slow_by_its_own_work_is_counted_and_listed_apar
     assert uninjected_slowness({**run, "per_rank": []}, 213, [1]) is None  # no on-CPU times recorded
     assert uninjected_slowness(run, 10, [1]) is None  # 11 steps only
     shape = matrix_aggregate([scored])["per_shape"]["sync2"]
-    assert (shape["false_alarms"], shape["uninjected_slow"]) == (3, 1)
-    assert shape["false_alarms_per_1000_steps"] == 10.0 and shape["other_false_alarms_per_1000_steps"] == pytest.approx(6.667)
+    assert (shape["false_alarms"], shape["uninjected_slow"]) == (4, 2)
+    assert shape["false_alarms_per_1000_steps"] == pytest.approx(13.333)
+    assert shape["other_false_alarms_per_1000_steps"] == pytest.approx(6.667)
     out = evaluate([run], {}, live=True)
-    assert (out["false_alarms"], out["uninjected_slow"], out["other_false_alarms_per_1000"]) == (3, 1, {"sync2": 6.7})
+    assert (out["false_alarms"], out["uninjected_slow"], out["other_false_alarms_per_1000"]) == (4, 2, {"sync2": 6.7})
 
 
 def test_dominance_finds_a_clean_stretch_as_strong_as_a_straggler_named_in_time() -> None:

@@ -80,14 +80,25 @@ def plan(shapes: list[str], factors: list[float], wheres: list[str], fault_step:
 # to any alarm): a clean run can hold a rank really slower than its peers, and by the issue's bounds a 1.1x rank is to
 # be named within 100 steps. 1.05 is half-way from a peer (1.0) to the slightest severity the issue asks for (1.1x);
 # 30 steps is the 1.2x bound, long enough for a median of per-step ratios to stand against single noisy steps.
-UNINJECTED_STEPS = 30       # the steps judged: the event's step and the 29 before it
+UNINJECTED_STEPS = 30       # the steps judged: the step the event was raised on and the 29 before it
 UNINJECTED_RATIO = 1.05     # the named rank's on-CPU time per step over the other ranks' median, median of the steps
 UNINJECTED_MIN_STEPS = 15   # fewer judged steps (every rank's on-CPU time recorded): not judged
 
 
+def raised_at(run: dict[str, Any], event: dict[str, Any]) -> int:
+    """The step an event was raised on: the straggler rule's `detected_step` (the step it named the rank on; the
+    event's own `step` is the first of its evidence, which for a persistence lane is up to 60 steps earlier), else the
+    step the root had finalised when the event was seen to open, else its `step`."""
+    detected = event.get("detail", {}).get("detected_step")
+    if isinstance(detected, int):
+        return detected
+    at = step_at(run.get("finalised", []), event["seen"]["opened"])
+    return at if at is not None else int(event["step"])
+
+
 def uninjected_slowness(run: dict[str, Any], step: int, ranks: list[int]) -> dict[str, Any] | None:
-    """Whether an alarm naming `ranks` at `step` named ranks that were slow by their own recorded work: over the
-    UNINJECTED_STEPS steps up to `step`, each named rank's step-thread on-CPU time (the SDK's `oncpu_time`, the 4th
+    """Whether an alarm naming `ranks`, raised on `step` (raised_at), named ranks that were slow by their own recorded
+    work: over the UNINJECTED_STEPS steps up to `step`, each named rank's step-thread on-CPU time (the SDK's `oncpu_time`, the 4th
     of a `per_rank` entry's figures) over the median of the ranks not named, per step; `slow` when the median of
     those ratios is UNINJECTED_RATIO or more for every named rank (`ratio`: the lowest). Sleep and run-queue waits
     are not work: a rank descheduled or stalled is not an uninjected slow rank here. None where the run recorded no
@@ -157,7 +168,9 @@ def score_cell(run: dict[str, Any]) -> dict[str, Any]:
                            "where": run["where"], "clean_steps": clean,
                            "false_alarms": [{"step": e["step"], "ranks": e["seen"]["ranks"],
                                              "summary": e["detail"].get("summary"),
-                                             "uninjected_slow": uninjected_slowness(run, e["step"], e["seen"]["ranks"])}
+                                             "raised_at": raised_at(run, e),
+                                             "uninjected_slow": uninjected_slowness(run, raised_at(run, e),
+                                                                                    e["seen"]["ranks"])}
                                             for e in alarms]}
     if not run["factor"]:
         return out

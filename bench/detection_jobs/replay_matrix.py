@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.alarms:
             for s in out["scored"]:
                 for alarm in s["false_alarms"]:
-                    print(f"  false alarm {s['cell']} ({s['job']}): step {alarm['step']} ranks {alarm['ranks']}; "
+                    print(f"  false alarm {s['cell']} ({s['job']}): step {alarm['step']} (raised on "
+                          f"{alarm['raised_at']}) ranks {alarm['ranks']}; "
                           f"uninjected slow rank: {alarm['uninjected_slow']}")
     print(f"{len(runs)} runs x {len(variants)} settings in {time.monotonic() - started:.1f} s", file=sys.stderr)
     return 0
