@@ -259,3 +259,30 @@ def test_quick_run_catches_a_bad_batch_and_writes_json(tmp_path: Path) -> None:
     assert agg["clean_runs"] == 1 and agg["fault_runs"] == 1 and agg["clean_steps"] == 120 + 60
     assert set(agg["per_detector"]) == {"straggler", "loss_spike", "mfu_drop", "dataloader_stall", "nonfinite", "hang"}
     assert agg["per_detector"]["loss_spike"]["detected"] == 1 and agg["per_fault"]["bad_batch"]["caught"] == 1
+
+
+def _split_step(start: int, arrive1: list[int], wait2: list[int], step: int = 100_000_000) -> list[list[int]]:
+    """Per rank one Step of collective_split's record (ns): every rank returns from the first all-reduce when the
+    last arrives (+1 ms transfer), calls the second at once and waits `wait2[r]` in it."""
+    done1 = start + max(arrive1) + 1_000_000
+    return [[start, start + a, done1, done1, done1 + w, start + step] for a, w in zip(arrive1, wait2, strict=True)]
+
+
+def test_collective_split_tells_which_all_reduce_names_the_least_waiting_rank() -> None:
+    """bench/detection_jobs/collective_split.py's analysis on hand-made timings: where one rank arrives 20 ms late
+    at the first all-reduce the least total wait is that rank's and the second all-reduce's skew (2 ms, rank 0
+    least) does not move it; where nobody is late the second all-reduce alone names the least-waiting rank."""
+    from bench.detection_jobs.collective_split import analyse
+
+    late = [_split_step(s * 10**9, [0, 20_000_000, 0], [0, 2_000_000, 2_000_000]) for s in range(20)]
+    out = analyse([[steps[r] for steps in late] for r in range(3)], warmup=0)
+    assert out["judged_steps"] == 20
+    assert out["least_is_first_late_arriver"] == 1.0 and out["least_is_least_at_second"] == 0.0
+    assert out["gap_first"]["p50"] == pytest.approx(0.2) and out["gap_second"]["p50"] == pytest.approx(0.02)
+    assert out["gap_sum"]["p50"] == pytest.approx(0.2 - 0.02)
+    assert out["evidence_steps"] == 20 and out["evidence_least_is_first_late_arriver"] == 1.0
+    assert out["mean_lead_second"] == pytest.approx([0.02, 0.0, 0.0])
+    even = [_split_step(s * 10**9, [0, 0, 0], [2_000_000, 2_000_000, 0]) for s in range(20)]
+    out = analyse([[steps[r] for steps in even] for r in range(3)], warmup=0)
+    assert out["least_counts"] == {2: 20} and out["least_is_least_at_second"] == 1.0
+    assert out["evidence_steps"] == 0 and out["evidence_least_is_first_late_arriver"] is None
