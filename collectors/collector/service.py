@@ -70,6 +70,11 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
         self.jobs = jobs or JobLifecycle()
         self.children = children or ChildLifecycle()
         self.budget = budget or MetricBudget()
+        # Per job, the names of the last native unit whose every metric the budget had admitted (Unit.metric_names):
+        # a unit of the same names needs no check (a rack's 64 children repeat their 300 names every step: 19,200 str
+        # made and hashed a step, ~13 M instructions; docs/scale.md, "One block per unit"). A budget only forgets a
+        # job in forget_job, which drops its entry here too; else it only grows, so what it admitted stays admitted.
+        self._admitted_names: dict[str, bytes] = {}
         self.reads = reads
         self._links: dict[str, Answers] = {}
         self._links_lock = threading.Lock()
@@ -458,8 +463,14 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
             if self.coverage.uncovered(sender, job, sources):
                 return False
         unit = read.unit
-        return all(self.budget.admitted(job, unit.metrics(name, attempt))
-                   for job, (name, attempt) in read.jobs.items())
+        for job, (name, attempt) in read.jobs.items():
+            names = unit.metric_names(name, attempt)
+            if self._admitted_names.get(job) == names:
+                continue
+            if not self.budget.admitted(job, unit.metrics(name, attempt)):
+                return False
+            self._admitted_names[job] = names
+        return True
 
     def _offer_read(self, origin: Origin, unit: _native.Unit) -> list[forward_pb2.Rejection]:
         """A unit that passed `_fast`, offered in one call (Node.offer_read); the rejections of its overlaps."""
@@ -494,6 +505,7 @@ class CollectorService(forward_pb2_grpc.CollectorServicer):
     def forget_job(self, job: str) -> None:
         """A finished job (JobLifecycle): what this service keeps for it goes."""
         self.budget.forget(job)
+        self._admitted_names.pop(job, None)
         if self.reads is not None:
             self.reads.forget_job(job)
 

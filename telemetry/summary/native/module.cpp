@@ -321,6 +321,19 @@ py::list unit_combos(const Unit& unit) {
     return out;
 }
 
+// Unit.metric_names(job, attempt): those names as one bytes, each a 4-byte little-endian length then the name: equal
+// bytes, equal names in the same order (a collector skips its budget's check of names it admitted last time).
+py::bytes unit_metric_names(const Unit& unit, const std::string& job, uint64_t attempt) {
+    std::string out;
+    for (const WindowIn& w : unit.in.windows)
+        if (w.fast && w.attempt == attempt && w.job == job) {
+            uint32_t n = static_cast<uint32_t>(w.metric.size());
+            for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+            out += w.metric;
+        }
+    return py::bytes(out);
+}
+
 // Unit.metrics(job, attempt): the metric names of that job's windows, in order.
 py::list unit_metrics(const Unit& unit, const std::string& job, uint64_t attempt) {
     py::list out;
@@ -403,6 +416,7 @@ PYBIND11_MODULE(_native, m) {
         .def("windows", &unit_windows)
         .def("combos", &unit_combos)
         .def("metrics", &unit_metrics)
+        .def("metric_names", &unit_metric_names)
         .def("key", [](const Unit& u, size_t pos) {
             const WindowIn& w = unit_window(u, pos);
             return py::make_tuple(w.job, w.attempt, w.metric, w.index, w.width_ms, w.expected);
