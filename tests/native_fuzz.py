@@ -54,6 +54,14 @@ def seeds() -> list[bytes]:
         for source, values in groups:
             s.add_many(values, source, time_ns=100 + source)
         out.append(s.to_bytes())
+    # top/bottom lists of 4-64 KiB (k = 300, 1,000 and 4,000 pairs): larger than the chunk a unit's block cuts next
+    # (telemetry/summary/native/block.hpp; a k = 300 unit overran the heap before the chunk was sized to the list)
+    for k in (300, 1000, 4000):
+        wide = Summary(k=k)
+        wide.add_many(rng.lognormal(0, 1, k + 7), 0, time_ns=100)
+        for source in range(1, k + 7):
+            wide.add_many([float(source)], source, time_ns=100 + source)
+        out.append(wide.to_bytes())
     return out
 
 

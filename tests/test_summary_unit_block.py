@@ -24,6 +24,11 @@ SHAPES = {  # name: (windows, ranks per window, k)
     "one window": (1, 8, 8),
     "300 windows": (300, 64, 8),
     "a list larger than a chunk": (3, 6000, 5000),
+    # lists of 4-64 KiB: each larger than the chunk the block would cut next (4 KiB, then doubling), so the new chunk
+    # must be sized to the list (review of 4ac28c3: a k = 300 unit overran the heap and aborted a rack)
+    "lists of 4 KiB": (3, 300, 257),
+    "lists of 16 KiB": (3, 1000, 1000),
+    "lists of 64 KiB": (2, 4000, 4000),
 }
 
 

@@ -277,6 +277,7 @@ void* UnitBlock::take(size_t bytes, size_t align) {
         size_t at = chunks_.empty() ? 0 : (used_ + align - 1) & ~(align - 1);
         if (chunks_.empty() || at + bytes > chunks_.back().size) {
             size_t size = chunks_.empty() ? kFirstChunk : std::min(2 * chunks_.back().size, kMaxChunk);
+            size = std::max(size, bytes);  // a list larger than the chunk due next gets a chunk of its own size
             chunks_.push_back(Chunk{static_cast<char*>(::operator new(size)), size});
             at = 0;
         }
