@@ -10,7 +10,7 @@ the root's flush does after its commit. The children (this process) send one uni
 for its DURABLE. So the parent's CPU a step is gRPC's and asyncio's per-message cost with no intake, merge or commit:
 what `bench/tier_cost.py --tier root` (the whole root) and `--in-process` (the root without gRPC) leave between them.
 
-Two answer modes, interleaved over --rounds: `received+durable` (two acks a unit, as before skip_received) and
+Two answer modes, interleaved over --rounds (their order alternated round by round): `received+durable` (two acks a unit, as before skip_received) and
 `durable` (one: a child that opened with skip_received, forward.proto). Per mode and size: the parent's process CPU
 (every thread) per step, and per message (units in plus acks out). Writes forward_cost.json under --out.
 """
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for size in (int(x) for x in args.unit_bytes.split(",")):
         for round_ in range(args.rounds):
-            for mode in MODES:
+            for mode in (MODES if round_ % 2 == 0 else MODES[::-1]):  # alternated: a load that drifts favours neither
                 r = run(mode, args.children, size, args.steps, args.warmup)
                 r["round"] = round_ + 1
                 results.append(r)

@@ -76,8 +76,9 @@ def plan(shapes: list[str], factors: list[float], wheres: list[str], fault_step:
     return out
 
 
-# An uninjected slow rank (issue 24; the rule fixed 2026-11-27 before the s41 held-out recordings were scored, not fitted
-# to any alarm): a clean run can hold a rank really slower than its peers, and by the issue's bounds a 1.1x rank is to
+# An uninjected slow rank (issue 24; the rule fixed 2026-11-27 before the s41 held-out recordings were scored; its judged
+# window was moved once, from the event's first evidence step to the step it was raised on, after the first version
+# judged the known sync2 rank-1 alarm of the older sets not slow (1.04 -> 1.138): docs/detectors.md): a clean run can hold a rank really slower than its peers, and by the issue's bounds a 1.1x rank is to
 # be named within 100 steps. 1.05 is half-way from a peer (1.0) to the slightest severity the issue asks for (1.1x);
 # 30 steps is the 1.2x bound, long enough for a median of per-step ratios to stand against single noisy steps.
 UNINJECTED_STEPS = 30       # the steps judged: the step the event was raised on and the 29 before it

@@ -100,7 +100,7 @@ class WorkPool:
     loop of its own for the result. py-spy (GIL samples) put that at ~15 % of a rack's GIL time in bench/scale.py
     at 300 metrics (docs/scale.md). Here a hand-off is a SimpleQueue put and get (in C), and the result comes back
     through `Host.call_soon`, whose one wake-up of the loop also carries the answers the work put meanwhile
-    (Answers.put: the unit's RECEIVED ack).
+    (Answers.put: a unit's acks, RECEIVED where the child did not open with skip_received).
 
     Every worker starts now, not on demand under load: each new thread brings its own malloc arena, and a service's
     memory should step up at start, not part-way through its life (the soak saw +3 MiB). Daemon threads, as the
