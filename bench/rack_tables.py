@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -45,7 +43,7 @@ from collectors.delivery.windows import Deadlines
 from machine import REPO, git_head, machine_facts
 from stub_outbox import StubOutbox
 from telemetry.v1 import forward_pb2
-from tier_cost import build_units
+from tier_cost import build_units, callgrind_instrument
 
 
 class _Answers:
@@ -56,13 +54,6 @@ class _Answers:
 
     def put(self, ack: forward_pb2.Ack) -> None:
         self.acks.append(ack)
-
-
-def _callgrind(on: bool) -> None:
-    """callgrind's instrumentation of this process on or off (run under valgrind --tool=callgrind)."""
-    subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(os.getpid())], check=True,
-                   stdout=subprocess.DEVNULL, timeout=120)
-    time.sleep(1.0)  # valgrind takes the command up at its next poll
 
 
 def run(native: bool, units: list[list[bytes]], metrics: int,
@@ -120,8 +111,8 @@ def main() -> int:
     if args.callgrind:
         for metrics in (int(m) for m in args.metrics.split(",")):
             units = build_units(args.children, args.ranks_per_child, metrics, args.steps)
-            run(True, units, metrics, before_step=lambda step: _callgrind(True) if step == 1 else None)
-            _callgrind(False)
+            run(True, units, metrics, before_step=lambda step: callgrind_instrument(True) if step == 1 else None)
+            callgrind_instrument(False)
             print(f"{metrics} metrics: {args.steps - 1} steps instrumented", flush=True)
         return 0
     results: list[dict[str, Any]] = []

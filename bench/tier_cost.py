@@ -291,10 +291,11 @@ class _Answers:
         self.items.append(item)
 
 
-def _callgrind(on: bool) -> None:
-    """callgrind's instrumentation of this process on or off (run under valgrind --tool=callgrind)."""
+def callgrind_instrument(on: bool) -> None:
+    """callgrind's instrumentation of this process on or off (run under valgrind --tool=callgrind), so that only the
+    measured steps are counted (bench/rack_tables.py uses it too)."""
     subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(os.getpid())], check=True,
-                   stdout=subprocess.DEVNULL, timeout=60)
+                   stdout=subprocess.DEVNULL, timeout=120)
     time.sleep(1.0)  # valgrind takes the command up at its next poll
 
 
@@ -348,13 +349,13 @@ def run_in_process(args: argparse.Namespace, metrics: int) -> dict[str, Any]:
         for i in range(args.warmup):
             step(i, dict(phases))
         if args.callgrind:
-            _callgrind(True)
+            callgrind_instrument(True)
         cpu0, wall0 = time.process_time(), time.monotonic()
         for i in range(args.warmup, steps):
             step(i, phases)
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
         if args.callgrind:
-            _callgrind(False)
+            callgrind_instrument(False)
     finally:
         root.reads.stop()
         root.store.close()
