@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.detection_jobs import dominance, inject, runqueue
+from bench.detection_jobs import dominance, inject, runqueue, slow_lead
 from bench.detection_jobs.logs import done_lines
 from bench.detection_jobs.matrix import aggregate as matrix_aggregate
 from bench.detection_jobs.matrix import lead_bound, lead_slowdown, score_cell, uninjected_slowness
@@ -207,6 +207,46 @@ def test_inject_makes_stragglers_of_a_clean_runs_noise_and_the_rule_names_them()
     assert step[1] == 1 and step[5] == pytest.approx(1.0)  # the slowed rank waits least; the step is 2x
     assert evaluate(made, {})["in_time"] == {"2x": "2/2"}
     assert inject.cells([clean], 1.1, [250]) == []  # 110 steps after 250 are not in a 300-step run
+
+
+def _with_oncpu(run: dict, work: dict[int, float]) -> dict:
+    """The run's `per_rank` with each rank's step-thread on-CPU time (its 4th figure, as bench/detection.py records
+    it; every thread's after it): 0.4 s a step, `work[rank]` x
+    that for the ranks given (a rank that does more, or less, CPU work than its peers)."""
+    per_rank = []
+    for entry in run["per_rank"]:
+        oncpu = {r: 0.4 * work.get(int(r), 1.0) for r in entry[1]}
+        per_rank.append([*entry[:4], oncpu, dict(oncpu)])  # the step thread's, and every thread's
+    return {**run, "per_rank": per_rank}
+
+
+def test_inject_every_rank_keeps_the_on_cpu_times_and_reads_each_ranks_work_before() -> None:
+    """inject.py --every-rank: a cell per rank at each onset; the cells keep the run's on-CPU times (a sleep adds no
+    CPU work; they were dropped before, so the rule judged injected cells without them), and `work_before` reads
+    the slowed rank's on-CPU time over its peers' before the onset."""
+    clean = _with_oncpu(_with_per_rank(_matrix_run("tp-clean", 0.0, -1, 0, 300, 1), {}), {2: 1.1})
+    made = inject.cells([clean], 2.0, [40, 150], every_rank=True)
+    assert [(c["truth"]["step"], c["truth"]["rank"]) for c in made] == [(40, r) for r in range(3)] + [
+        (150, r) for r in range(3)]
+    assert all(len(entry) == 6 and len(entry[4]) == 3 for c in made for entry in c["per_rank"])
+    assert inject.work_before(made[2], 2, 40) == pytest.approx(1.1)
+    assert inject.work_before(made[0], 0, 40) == pytest.approx(0.4 / 0.42)  # its peers: 0.4 and 0.44 s
+    assert inject.work_before(_with_per_rank(_matrix_run("tp-clean", 0.0, -1, 0, 300, 1), {}), 0, 40) is None
+    assert evaluate(made, {})["in_time"] == {"2x": "6/6"}
+
+
+def test_slow_lead_says_who_waits_more_after_the_onset() -> None:
+    """slow_lead.py: over the steps before a fault and from it, the slow rank's own wait and the others' median
+    (the others wait the injected seconds more, the rank nothing more), its lead over them as a share of the
+    step, the share of steps it waited least, and its CPU work over its peers' before."""
+    run = _with_oncpu(_with_per_rank(_matrix_run("tp-forward-2x", 2.0, 1, 40, 80, 2), {}), {1: 0.9})
+    run["truth"]["extra_s"] = 0.25
+    row = slow_lead.cell_lead(run, steps=20)
+    assert row is not None and row["cell"] == "tp-forward-2x"
+    # its own wait falls (from the onset always the least, 0.01 s; before, the median's on the steps it was not least)
+    assert -0.05 < row["own_s"] < 0 and row["others_s"] > 0.2 and row["lead"] == pytest.approx(0.5) and row["least"] == 1.0
+    assert row["cpu"] == pytest.approx(0.9)
+    assert slow_lead.cell_lead(_matrix_run("tp-clean", 0.0, -1, 0, 80, 1)) is None  # a clean run
 
 
 def test_replay_finds_a_jobs_windows_under_its_latest_attempt(tmp_path: Path) -> None:
