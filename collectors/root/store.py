@@ -29,7 +29,7 @@ from pyroaring import BitMap
 from collectors.common.keys import Key
 from collectors.common.rows import CACHE_KIB, Row
 from collectors.delivery.runs import Claim
-from telemetry.summary import Summary
+from telemetry.summary import Summary, _native
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 
@@ -94,6 +94,15 @@ def _num(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _pairs_json(pairs: list[tuple[float, int]]) -> str:
+    """json.dumps(pairs), the same text, written natively: Python's float repr was ~7,000 instructions a value, the
+    `top` column's JSON ~80,000 a window on the root's flush thread (docs/scale.md)."""
+    if not pairs:
+        return "[]"
+    text = _native.pairs_json(pairs)
+    return json.dumps(pairs) if text is None else text
+
+
 def _record(row: Row) -> tuple:
     """One window's row as stored: its key, the scalar figures served per window (the API's per-step fields), its
     summary's bytes. Once per window and commit on the root's flush thread, so the cheap forms are taken where the
@@ -112,7 +121,7 @@ def _record(row: Row) -> tuple:
     p50, p90, p99, p999 = summary.quantiles(QUANTILES)
     return (key.job, key.metric, key.index, key.width_ms, expected, summary.count, len(sources), missing,
             _num(summary.mean), _num(summary.stddev), _num(summary.min), summary.argmin, _num(summary.max),
-            summary.argmax, json.dumps(top) if top else "[]", _num(p50), _num(p90), _num(p99), _num(p999),
+            summary.argmax, _pairs_json(top), _num(p50), _num(p90), _num(p99), _num(p999),
             summary.nonfinite_count, json.dumps(list(nonfinite)) if nonfinite else "[]", row.late,
             summary.last_time_ns, row.finalised_ns, summary.to_bytes())
 

@@ -528,5 +528,10 @@ PYBIND11_MODULE(_native, m) {
 
     m.def("merge_all", &merge_all_py);
     m.def("merge_over_time", &merge_over_time_py);
+    m.def("pairs_json", [](const std::vector<std::pair<double, int64_t>>& pairs) -> py::object {
+        std::string out;
+        if (!pairs_json(pairs, out)) return py::none();
+        return py::str(out);
+    }, "json.dumps of (value, source) pairs (the root's `top` column); None where a value is not finite.");
     if (PyModule_AddFunctions(m.ptr(), FAST) < 0) throw py::error_already_set();
 }

@@ -2,6 +2,8 @@
 #include "table.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
@@ -336,6 +338,74 @@ Core merge_batch(Batch& batch) {
     // optimised (docs/scale.md, "The root's step, counted").
     roaring_bitmap_run_optimize(union_.get());
     return merge_all(cores, union_.get());
+}
+
+namespace {
+
+// repr(v) for a finite double, as CPython writes it (float_repr_style 'short': PyOS_double_to_string(v, 'r', 0,
+// Py_DTSF_ADD_DOT_0)): the shortest digits that round-trip (to_chars' shortest form is those very digits: the
+// shortest, the nearest of them to v), positional while the decimal point falls within -4 < decpt <= 16, else
+// d.ddde+XX with at least two exponent digits; ".0" after an integral positional value.
+void append_repr(std::string& out, double v) {
+    char buf[32];
+    auto done = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+    const char* p = buf;
+    const char* end = done.ptr;
+    if (*p == '-') {
+        out.push_back('-');
+        ++p;
+    }
+    char digits[24];
+    size_t n = 0;
+    for (; p < end && *p != 'e'; ++p)
+        if (*p != '.') digits[n++] = *p;
+    int exp = 0;
+    std::from_chars(p + 1 + (p[1] == '+'), end, exp);  // "e+XX" or "e-XX"
+    const int decpt = exp + 1;  // the digits' decimal point: v = 0.d1d2... x 10^decpt
+    if (decpt > -4 && decpt <= 16) {
+        if (decpt <= 0) {
+            out.append("0.");
+            out.append(static_cast<size_t>(-decpt), '0');
+            out.append(digits, n);
+        } else if (static_cast<size_t>(decpt) >= n) {
+            out.append(digits, n);
+            out.append(static_cast<size_t>(decpt) - n, '0');
+            out.append(".0");
+        } else {
+            out.append(digits, static_cast<size_t>(decpt));
+            out.push_back('.');
+            out.append(digits + decpt, n - static_cast<size_t>(decpt));
+        }
+        return;
+    }
+    out.push_back(digits[0]);
+    if (n > 1) {
+        out.push_back('.');
+        out.append(digits + 1, n - 1);
+    }
+    out.push_back('e');
+    out.push_back(exp < 0 ? '-' : '+');
+    int mag = exp < 0 ? -exp : exp;
+    if (mag < 10) out.push_back('0');
+    out.append(std::to_string(mag));
+}
+
+}  // namespace
+
+bool pairs_json(const std::vector<std::pair<double, int64_t>>& pairs, std::string& out) {
+    out.clear();
+    out.push_back('[');
+    for (size_t i = 0; i < pairs.size(); ++i) {
+        if (!std::isfinite(pairs[i].first)) return false;
+        if (i) out.append(", ");
+        out.push_back('[');
+        append_repr(out, pairs[i].first);
+        out.append(", ");
+        out.append(std::to_string(pairs[i].second));
+        out.push_back(']');
+    }
+    out.push_back(']');
+    return true;
 }
 
 }  // namespace treemetry
