@@ -45,10 +45,11 @@ public:
     // No more carving (read_unit's end): the chunks are left unchanged from here on.
     void seal() noexcept { sealed_.store(true, std::memory_order_release); }
 
+    // The last chunks first: they are the largest (up to 64 KiB, where the first is 4), so most lists lie in them.
     bool holds(const void* p) const noexcept {
         auto* c = static_cast<const char*>(p);
-        for (const Chunk& chunk : chunks_)
-            if (c >= chunk.base && c < chunk.base + chunk.size) return true;
+        for (auto chunk = chunks_.rbegin(); chunk != chunks_.rend(); ++chunk)
+            if (c >= chunk->base && c < chunk->base + chunk->size) return true;
         return false;
     }
     size_t chunks() const noexcept { return chunks_.size(); }

@@ -171,6 +171,14 @@ class Scratch {
     Centroid* data_ = nullptr;
 };
 
+// fastdigest's stable sort of the compressed centroids by mean. They nearly always come out of the compressing pass
+// in order already (a merged centroid's mean lies between its parts'), and a stable sort leaves a sorted list as it
+// is: then the sort, and the buffer it allocates, are skipped (~1 % of a rack's step).
+inline void sort_by_mean(std::vector<Centroid>& cs) {
+    auto by_mean = [](const Centroid& a, const Centroid& b) { return a.mean < b.mean; };
+    if (!std::is_sorted(cs.begin(), cs.end(), by_mean)) std::stable_sort(cs.begin(), cs.end(), by_mean);
+}
+
 }  // namespace detail
 
 // fastdigest's TDigest::merge_digests(digests, Some(max_size)). Empty inputs keep their slot in the pairwise
@@ -267,8 +275,7 @@ inline Digest merge_digests(const std::vector<const Digest*>& digests, size_t ma
     }
     add(curr, sums_to_merge, weights_to_merge);
     compressed.push_back(curr);
-    std::stable_sort(compressed.begin(), compressed.end(),
-                     [](const Centroid& a, const Centroid& b) { return a.mean < b.mean; });
+    detail::sort_by_mean(compressed);
 
     result.means.reserve(compressed.size());
     result.weights.reserve(compressed.size());
@@ -341,8 +348,7 @@ inline Digest merge_sorted(const Digest& self, const double* values, size_t n, s
     }
     add(curr, sums_to_merge, weights_to_merge);
     compressed.push_back(curr);
-    std::stable_sort(compressed.begin(), compressed.end(),
-                     [](const detail::Centroid& a, const detail::Centroid& b) { return a.mean < b.mean; });
+    detail::sort_by_mean(compressed);
     result.means.reserve(compressed.size());
     result.weights.reserve(compressed.size());
     for (const detail::Centroid& c : compressed) {

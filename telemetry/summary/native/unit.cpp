@@ -116,8 +116,9 @@ void read_window(Reader r, WindowIn& w, const UnitLimits& limits, SourcesMemo& m
     }
     if (!seen[1] || !seen[2]) return;
     try {
-        w.core = decode(summary, summary_n, &memo);
+        decode_into(w.core, summary, summary_n, &memo);  // w.core: a fresh Core (read_unit's emplace_back)
     } catch (const std::exception&) {
+        w.core = Core();  // none of a part-read summary is kept
         return;  // refused by the caller's own decode, in the same words
     }
     if (w.core.k != limits.k || w.core.sketch.max_centroids != limits.max_centroids) return;

@@ -30,6 +30,12 @@ class Reader {
     // cost a fifth more; docs/scale.md, "One block per unit").
     [[gnu::always_inline]] uint64_t varint() {
         if (p_ < end_ && *p_ < 0x80) return *p_++;  // one byte (most tags, lengths and sources): the loop's first turn
+        // Two bytes (sources from 128 to 16,383, lengths of summaries and windows): the loop's first two turns.
+        if (end_ - p_ >= 2 && p_[1] < 0x80) {
+            uint64_t out = (p_[0] & 0x7fu) | (static_cast<uint64_t>(p_[1]) << 7);
+            p_ += 2;
+            return out;
+        }
         uint64_t out = 0;
         for (int i = 0; i < 10; ++i) {
             if (p_ >= end_) throw WireError("truncated varint");

@@ -1,0 +1,246 @@
+"""The decoder's fast paths (issue 29; docs/scale.md, "Fewer instructions in the rack's decode") give the verdicts the
+Python decoder (tests/summary_oracle.py) gives, on the inputs each path takes a shortcut on:
+
+- two-byte varints (sources 128-16,383, tags of fields 16-19, lengths of 128 bytes and more) read without the loop,
+  cut at every byte of a packed list, so that a varint's second byte may lie past its sub-message's end;
+- the sketch's weights checked in one pass (positive and finite, whole numbers, their sum): each way to break them,
+  alone and together with means out of order, refused with the oracle's words (the first failed check's);
+- the decode's reused scratch reset field by field: a summary decoded after one that carried every field reads as
+  when decoded alone;
+- a unit's windows decoded in place (read_unit): a window refused late in its decode leaves none of it behind, and
+  its neighbours read as `Summary.from_bytes` reads them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+
+import numpy as np
+import pytest
+
+from native_fuzz import varint
+from summary_oracle import OracleSummary
+from telemetry import Summary
+from telemetry.summary.summary import read_unit
+from telemetry.v1 import forward_pb2, summary_pb2
+
+
+def outcome(cls, data: bytes) -> tuple[str, bytes | str]:
+    """('ok', canonical bytes) or ('refused', the error's words); a message that is not well-formed protobuf is
+    refused in upb's words by the oracle and in the native reader's by the native path: only the verdict is kept."""
+    try:
+        return "ok", cls.from_bytes(data).to_bytes()
+    except (ValueError, OverflowError) as e:
+        return "refused", "not protobuf" if "not a telemetry.v1.Summary message" in str(e) else str(e)
+
+
+def assert_same(data: bytes) -> None:
+    """The same verdict: the same canonical bytes, or both refused."""
+    got, want = outcome(Summary, data), outcome(OracleSummary, data)
+    assert got[0] == want[0] and (got[0] == "refused" or got == want), (data.hex(), got, want)
+
+
+def wide(first_source: int = 120, ranks: int = 40, k: int = 8) -> bytes:
+    """A valid summary whose sources straddle 128 (one- and two-byte varints in its packed source lists)."""
+    rng = np.random.default_rng(first_source)
+    sources = np.arange(first_source, first_source + ranks, dtype=np.int64)
+    return OracleSummary.from_arrays(rng.normal(0, 1, ranks), sources, time_ns=5, k=k).to_bytes()
+
+
+def records(data: bytes) -> list[tuple[int, int, bytes, bytes]]:
+    """The top-level records of a message: (field, wire type, the record's bytes, a LEN record's payload)."""
+    out, at = [], 0
+    while at < len(data):
+        start = at
+        tag, at = _read_varint(data, at)
+        field, kind = tag >> 3, tag & 7
+        payload = b""
+        if kind == 0:
+            _, at = _read_varint(data, at)
+        elif kind == 1:
+            at += 8
+        elif kind == 2:
+            n, at = _read_varint(data, at)
+            payload, at = data[at:at + n], at + n
+        else:
+            raise AssertionError(f"unexpected wire type {kind}")
+        out.append((field, kind, data[start:at], payload))
+    return out
+
+
+def _read_varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = data[at]
+        at += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, at
+
+
+@pytest.mark.parametrize("field", [11, 13])  # top_sources, bottom_sources
+@pytest.mark.parametrize("then", ["the next record", "a continuation byte"])
+def test_packed_sources_cut_at_every_byte(field: int, then: str) -> None:
+    """The list's length shortened byte by byte (the message stays well formed around it): a cut inside a two-byte
+    varint must be refused as upb refuses it, however the bytes after the list read as a varint's second byte."""
+    data = wide()
+    recs = records(data)
+    at = next(i for i, r in enumerate(recs) if r[0] == field)
+    payload = recs[at][3]
+    assert any(b >= 0x80 for b in payload)  # two-byte varints in it
+    for cut in range(len(payload) + 1):
+        head = varint(field << 3 | 2) + varint(cut) + payload[:cut]
+        rest = b"".join(r[2] for r in recs[at + 1:])
+        before = b"".join(r[2] for r in recs[:at])
+        if then == "the next record":
+            assert_same(before + head + rest)
+        else:  # the cut list last, followed by an unknown varint field whose tag byte is < 0x80
+            assert_same(before + rest + head + varint(21 << 3) + b"\x01")
+
+
+def test_two_byte_varints_everywhere_agree() -> None:
+    """Sources 0-16,383 (one, two and three bytes), lengths over 127 bytes (k = 20 lists, 300 centroids) and the
+    two-byte tags of fields 16-19, each summary cut at every byte."""
+    for first, ranks, k in [(0, 200, 20), (16_300, 100, 8), (127, 2, 8)]:
+        data = wide(first, ranks, k)
+        assert outcome(Summary, data)[0] == "ok"
+        for cut in range(len(data)):
+            assert_same(data[:cut])
+
+
+def _doubles(b: bytes) -> list[float]:
+    return list(struct.unpack(f"<{len(b) // 8}d", b))
+
+
+def _packed(v: list[float]) -> bytes:
+    return struct.pack(f"<{len(v)}d", *v)
+
+
+def _with_sketch(data: bytes, means: list[float], weights: list[float]) -> bytes:
+    msg = summary_pb2.Summary.FromString(data)
+    msg.sketch.means = _packed(means)
+    msg.sketch.weights = _packed(weights)
+    return msg.SerializeToString()
+
+
+def _sketch(data: bytes) -> tuple[list[float], list[float]]:
+    sketch = summary_pb2.Summary.FromString(data).sketch
+    return _doubles(sketch.means), _doubles(sketch.weights)
+
+
+def _small() -> tuple[bytes, list[float], list[float]]:
+    """A valid summary of four values (1, 2, 3, 4) and its centroids."""
+    s = OracleSummary(k=2)
+    s.add_many([1.0, 2.0, 3.0, 4.0], 1, time_ns=3)
+    data = s.to_bytes()
+    return (data, *_sketch(data))
+
+
+def words(outcome_: tuple[str, bytes | str]) -> tuple[str, bytes | str]:
+    """An outcome with the numbers in its words left out (the two decoders print floats differently)."""
+    kind, what = outcome_
+    return kind, re.sub(r"-?(\d[\d.e+-]*|inf|nan)", "#", what) if isinstance(what, str) else what
+
+
+WEIGHTS = {  # name: (means, weights) or a function of the summary's
+    "valid": lambda m, w: (m, w),
+    "a zero weight": lambda m, w: (m, [0.0, *w[1:-1], w[-1] + w[0]]),
+    "a negative weight": lambda m, w: (m, [-1.0, *w[1:-1], w[-1] + 2.0]),
+    "a NaN weight": lambda m, w: (m, [math.nan, *w[1:]]),
+    "an infinite weight": lambda m, w: (m, [*w[:-1], math.inf]),
+    "fractional weights of the right sum": lambda m, w: (m, [w[0] - 0.5, *w[1:-1], w[-1] + 0.5]),
+    "fractional weights of a wrong sum": lambda m, w: (m, [w[0] + 0.25, *w[1:]]),
+    "weights of 2**53 and more": lambda m, w: (m, [2.0**53, *w[1:]]),
+    "weights whose sum overflows": lambda m, w: (m, [1.7e308, *w[1:-1], 1.7e308]),
+    "a zero weight and means out of order": lambda m, w: (m[::-1], [0.0, *w[1:-1], w[-1] + w[0]]),
+    "a NaN weight and means out of order": lambda m, w: (m[::-1], [math.nan, *w[1:]]),
+    "means out of order alone": lambda m, w: (m[::-1], w),
+    "a NaN mean": lambda m, w: ([math.nan, *m[1:]], w),
+    "a mean beyond max and a fractional weight": lambda m, w: ([*m[:-1], 9.0], [w[0] - 0.5, *w[1:-1], w[-1] + 0.5]),
+}
+
+
+@pytest.mark.parametrize("name", list(WEIGHTS))
+def test_sketch_checks_refuse_with_the_oracles_words(name: str) -> None:
+    data, means, weights = _small()
+    assert len(means) == 4
+    m, w = WEIGHTS[name](means, weights)
+    damaged = _with_sketch(data, m, w)
+    if name == "weights whose sum overflows":  # the oracle let fsum's OverflowError out: the verdict only
+        assert_same(damaged)
+    else:
+        assert words(outcome(Summary, damaged)) == words(outcome(OracleSummary, damaged)), damaged.hex()
+    assert (outcome(Summary, damaged)[0] == "ok") == (name in ("valid", "fractional weights of the right sum"))
+
+
+def _rich() -> bytes:
+    """Every field set: moments, top/bottom, sketch, sources, non-finite count and sources, times."""
+    s = OracleSummary(k=3)
+    s.add_many([1.0, 2.0, math.nan, 7.0], 200, time_ns=10)
+    s.add_many([-4.0, math.inf], 3, time_ns=90)
+    return s.to_bytes()
+
+
+@pytest.mark.parametrize("second", ["empty", "one value", "unknown field only", "refused"])
+def test_a_decode_after_a_rich_one_reads_as_alone(second: str) -> None:
+    """The scratch the decodes share is reset field by field: nothing of the summary decoded before shows."""
+    empty = OracleSummary(k=3).to_bytes()
+    one = OracleSummary(k=3)
+    one.add(2.5, 9, time_ns=4)
+    after = {"empty": empty, "one value": one.to_bytes(), "unknown field only": empty + varint(30 << 3) + b"\x05",
+             "refused": b"\x08\x01"}[second]
+    rich = _rich()
+    alone = outcome(Summary, after)
+    for _ in range(3):
+        assert outcome(Summary, rich) == outcome(OracleSummary, rich)
+        assert outcome(Summary, after) == alone == outcome(OracleSummary, after)
+
+
+def _unit(summaries: list[bytes]) -> bytes:
+    return forward_pb2.SummaryBatch(windows=[
+        forward_pb2.WindowSummary(key=summary_pb2.WindowKey(job="job", metric=f"m{i}", step=1),
+                                  summary=summary_pb2.Summary.FromString(s), expected=1 << 20)
+        for i, s in enumerate(summaries)]).SerializeToString()
+
+
+LATE = {  # a summary refused only by the decode's last checks (its lists and sketch already read)
+    "sketch weights": lambda d: _with_sketch(d, *_late_weights(d)),
+    "sketch means": lambda d: _with_sketch(d, *_late_means(d)),
+}
+
+
+def _late_weights(d: bytes) -> tuple[list[float], list[float]]:
+    means, weights = _sketch(d)
+    return means, [w + 1.0 for w in weights]
+
+
+def _late_means(d: bytes) -> tuple[list[float], list[float]]:
+    means, weights = _sketch(d)
+    return means[::-1], weights
+
+
+@pytest.mark.parametrize("where", [0, 1, 2])
+@pytest.mark.parametrize("how", list(LATE))
+def test_a_window_refused_late_in_its_decode_leaves_its_neighbours_whole(where: int, how: str) -> None:
+    good = [wide(8 * i, 8) for i in range(3)]
+    bad = LATE[how](good[where])
+    assert outcome(Summary, bad)[0] == "refused"
+    parts = [*good[:where], bad, *good[where + 1:]]
+    read, _, _ = read_unit(_unit(parts), 2**53, 2**63, 1 << 20, k=8)
+    for i, (data, window) in enumerate(zip(parts, read, strict=True)):
+        if i == where:
+            assert window is None  # left to the per-window path, which refuses it
+        else:
+            assert window is not None
+            assert window[6].to_bytes() == Summary.from_bytes(data).to_bytes()
+
+
+def test_fixture_bytes_are_what_the_tests_assume() -> None:
+    """The packed lists of `wide()` hold two-byte varints; `_small()`'s sketch has one centroid per value."""
+    data = wide()
+    top = next(r for r in records(data) if r[0] == 11)[3]
+    assert [b for b in top if b >= 0x80]
+    assert _small()[1:] == ([1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0])
