@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 
 namespace treemetry {
@@ -318,6 +319,34 @@ void Windows::remove_sources(uint32_t slot, const roaring_bitmap_t* sources) {
     ++s.version;
 }
 
+namespace {
+
+// The union of a window's children's sources, run-optimised as the encoder would (Summary.to_bytes), but before
+// the merge copies it: the union of a rack's or a root's children is a few contiguous ranges, which a many-way
+// union leaves as bitset or array containers (the root's 16,384 ranks: 8 KB). Run-optimised, everything that reads
+// the merged sources before the encode (the root's figures, the summary's fields) reads a few bytes: the root's
+// `figures` of such a window took 89 us, 34 once optimised (docs/scale.md, "The root's step, counted").
+// The root's usual union, one contiguous range of more than 4,096 sources within one container, is one run once
+// optimised; run_optimize found that by counting the bitset's runs, ~50,000 instructions a merge (libgcc's
+// software popcount: the module is built for baseline x86-64), so that range is made as the run directly: the
+// very container run_optimize leaves (one run; a range of more than two values is a run), so the same bytes.
+Bitmap optimized_union(const std::vector<const roaring_bitmap_t*>& bitmaps) {
+    Bitmap all = union_of(bitmaps);
+    const uint64_t count = roaring_bitmap_get_cardinality(all.get());
+    if (count > 4096) {
+        const uint32_t lo = roaring_bitmap_minimum(all.get()), hi = roaring_bitmap_maximum(all.get());
+        if ((lo >> 16) == (hi >> 16) && uint64_t(hi) - lo + 1 == count) {
+            Bitmap run(roaring_bitmap_from_range(lo, uint64_t(hi) + 1, 1));
+            if (!run) throw std::bad_alloc();
+            return run;
+        }
+    }
+    roaring_bitmap_run_optimize(all.get());
+    return all;
+}
+
+}  // namespace
+
 Core merge_batch(Batch& batch) {
     if (batch.entries.empty()) throw std::invalid_argument("a window with nothing to merge");
     if (batch.entries.size() == 1) return clone(batch.entries[0].core);
@@ -330,13 +359,7 @@ Core merge_batch(Batch& batch) {
         cores.push_back(&e.core);
         bitmaps.push_back(e.core.sources.get());
     }
-    Bitmap union_ = union_of(bitmaps);
-    // As the encoder would (Summary.to_bytes), but before the merge copies it: the union of a rack's or a root's
-    // children is a few contiguous ranges, which a many-way union leaves as bitset or array containers (the root's
-    // 16,384 ranks: 8 KB). Run-optimised, everything that reads the merged sources before the encode (the root's
-    // figures, the summary's fields) reads a few bytes: the root's `figures` of such a window took 89 us, 34 once
-    // optimised (docs/scale.md, "The root's step, counted").
-    roaring_bitmap_run_optimize(union_.get());
+    Bitmap union_ = optimized_union(bitmaps);
     return merge_all(cores, union_.get());
 }
 
