@@ -532,6 +532,7 @@ PYBIND11_MODULE(_native, m) {
         std::string out;
         if (!pairs_json(pairs, out)) return py::none();
         return py::str(out);
-    }, "json.dumps of (value, source) pairs (the root's `top` column); None where a value is not finite.");
+    }, "json.dumps of (value, source) pairs (the root's `top` column: float values, integer sources below 2**63); "
+       "None where a value is not finite.");
     if (PyModule_AddFunctions(m.ptr(), FAST) < 0) throw py::error_already_set();
 }

@@ -136,7 +136,8 @@ Core merge_batch(Batch& batch);
 // json.dumps of (value, source) pairs, as the root's store writes a window's `top` column (collectors/root/store.py):
 // the same text (each value as Python's repr(float) writes it: the shortest digits that read back to it), without
 // the ~7,000 instructions of Python's float repr per value. False where a value is not finite (json.dumps writes
-// NaN and Infinity, which the caller's json.dumps then does).
+// NaN and Infinity, which the caller's json.dumps then does). The same text only for float values and integer sources
+// below 2**63, as Summary.top() gives (an int value 3 is written 3.0 where json.dumps writes 3, True as 1.0).
 bool pairs_json(const std::vector<std::pair<double, int64_t>>& pairs, std::string& out);
 
 }  // namespace treemetry
