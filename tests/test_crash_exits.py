@@ -144,3 +144,38 @@ def test_the_witness_shares_one_wait_among_the_runs_of_a_process_and_writes_down
     given = [s.given[0] for s in speakers]
     assert given[0] <= 0.2 and sum(given) <= 0.2 + 0.05, given  # the later Runs get what is left
     assert (tmp_path / "fault").read_text().startswith(WORDS_HEADER)
+
+
+def test_a_handler_that_raises_inside_the_sigterm_wait_does_not_cut_it_short(monkeypatch):
+    """torchrun stops a job with SIGTERM to each rank's process group: a DataLoader worker dies of it too, and the
+    DataLoader's SIGCHLD handler raises inside the SDK's SIGTERM handler's wait. Let out, that error was the rank's
+    account ("exception: DataLoader worker exited unexpectedly", a failure of its own) ahead of its SIGTERM words.
+    Here a real signal's handler raises inside the wait (on the main thread, as Python runs handlers); the wait
+    must go on to its end and then end the process of SIGTERM."""
+    import signal
+    import threading
+    import time
+
+    from telemetry.sdk import lastwords
+
+    ended: list[int] = []
+    monkeypatch.setattr(lastwords, "_default_and_raise", ended.append)
+    monkeypatch.setenv(lastwords.WAIT_ENV, "0")  # the handler's wait: wait_bound() + 1 s = 1 s
+    raised: list[float] = []
+
+    def sigchld_like(signum, frame) -> None:
+        raised.append(time.monotonic())
+        raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Terminated.")
+
+    previous = signal.signal(signal.SIGUSR1, sigchld_like)
+    timer = threading.Timer(0.2, signal.pthread_kill, (threading.main_thread().ident, signal.SIGUSR1))
+    try:
+        timer.start()
+        began = time.monotonic()
+        lastwords.Witness()._sigterm_handler(signal.SIGTERM, None)
+        waited = time.monotonic() - began
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+    assert len(raised) == 1 and raised[0] - began < waited, (raised, waited)  # the handler ran inside the wait
+    assert ended == [signal.SIGTERM], ended
