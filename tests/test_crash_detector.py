@@ -123,6 +123,19 @@ def test_consequences_are_told_by_their_words_not_by_guessing():
     assert consequence_of({"cause": "fatal_signal"}) is None
 
 
+@pytest.mark.parametrize("worker_signal, consequence", [("Terminated", True), ("Killed", False)])
+def test_a_dataloader_worker_stopped_by_sigterm_is_the_launcher_s_stop_and_one_killed_is_the_rank_s_own(
+        worker_signal, consequence):
+    """torchrun's SIGTERM reaches a rank's DataLoader worker too; the rank may raise the DataLoader's error first,
+    its signal only in the traceback's chained cause. A worker SIGKILLed (the OOM killer) is the rank's failure."""
+    traceback = (f"RuntimeError: DataLoader worker (pid 14482) is killed by signal: {worker_signal}. \n\nThe above "
+                 "exception was the direct cause of the following exception:\n\nTraceback (most recent call last):\n"
+                 "RuntimeError: DataLoader worker (pid(s) 14482) exited unexpectedly\n")
+    record = {"cause": "exception", "exc_type": "RuntimeError",
+              "message": "DataLoader worker (pid(s) 14482) exited unexpectedly", "traceback": traceback}
+    assert (consequence_of(record) is not None) is consequence
+
+
 def test_a_16384_rank_cascade_names_the_first_and_lists_a_bounded_cascade():
     """Every rank of a 16,384-rank job dies (rank 5 first, the others of it), their accounts in units of 100:
     the event names rank 5, counts every death, lists 64 of the cascade, and keeps full stacks for 256 only."""

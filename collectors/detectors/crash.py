@@ -4,13 +4,14 @@ Input: one `RankExit` per dead rank (collectors/agent/exits.py: its agent's acco
 when they reached it), up the tree; and, periodically, the root's liveness view (ranks dead without any account
 reaching the root are listed with cause "unknown").
 
-The first rank(s): the earliest to die among the ranks whose end is not a consequence of another's. A
-consequence is an exception that says a peer went away (connection reset or closed by peer, broken pipe, a
-collective timeout, a communicator aborted) or a SIGTERM (what a launcher sends the other ranks once one failed).
-Among those, ranks dying within `simultaneous_s` of the earliest are all first. When every end is a consequence,
-the earliest is first. When is a rank's death? Its own clock at its exception or exit (last words), the time
-faulthandler wrote its stacks, the time its stream to the agent closed, or when the agent found it gone, in that
-order of preference: exact on one host (one clock); across hosts each agent's clock, said so in the event.
+The first rank(s): the earliest to die among the ranks whose end is not a consequence of another's. A consequence is
+an exception that says a peer went away (connection reset or closed by peer, broken pipe, a collective timeout, a
+communicator aborted) or that its DataLoader worker was stopped by SIGTERM, or a SIGTERM (what a launcher sends the
+other ranks once one failed). Among those, ranks dying within `simultaneous_s` of the earliest are all first. When
+every end is a consequence, the earliest is first. When is a rank's death? Its own clock at its exception or exit
+(last words), the time faulthandler wrote its stacks, the time its stream to the agent closed, or when the agent
+found it gone, in that order of preference: exact on one host (one clock); across hosts each agent's clock, said so
+in the event.
 
 A collective mismatch: when the ranks' last words carry fingerprints that disagree at one sequence number, the
 rank(s) on the minority side (on a tie: the side whose collective appears at no other sequence number the ranks
@@ -41,6 +42,10 @@ CONSEQUENCES = (
     (re.compile(r"communicator was aborted|NCCL.*abort|ProcessGroup\w*.*(abort|shut ?down|destroyed)", re.I),
      "a peer's abort reached it"),
 )
+# A DataLoader worker stopped by SIGTERM: a launcher stops a rank with SIGTERM to its whole process group, and the
+# rank may raise the DataLoader's error (its message "exited unexpectedly", the signal only in the chained cause of
+# its traceback) before its own SIGTERM ends it. A worker SIGKILLed (the OOM killer's) stays the rank's own failure.
+WORKER_TERMINATED = re.compile(r"DataLoader worker \(pid[^)]*\) is killed by signal: Terminated")
 FAILURES = ("exception", "fatal_signal", "terminated", "exit_code", "oom_killed", "killed", "unknown")
 MAX_RECORDS_PER_JOB = 1 << 17  # ranks' accounts kept per job (a 16,384-rank job fits 8 times over)
 MAX_FULL_RECORDS = 256  # of them, kept with their traceback and stacks (the rest: one line each, ~0.5 KB)
@@ -66,6 +71,8 @@ def consequence_of(record: dict[str, Any]) -> str | None:
         for pattern, what in CONSEQUENCES:
             if pattern.search(text):
                 return what
+        if WORKER_TERMINATED.search(text) or WORKER_TERMINATED.search(record.get("traceback") or ""):
+            return "its DataLoader worker was stopped by SIGTERM (the launcher stopping the job after a failure)"
     return None
 
 
