@@ -326,3 +326,23 @@ def test_collective_split_tells_which_all_reduce_names_the_least_waiting_rank() 
     out = analyse([[steps[r] for steps in even] for r in range(3)], warmup=0)
     assert out["least_counts"] == {2: 20} and out["least_is_least_at_second"] == 1.0
     assert out["evidence_steps"] == 0 and out["evidence_least_is_first_late_arriver"] is None
+
+
+def test_replay_compare_judges_a_candidate_by_shape_and_severity() -> None:
+    """bench/detection_jobs/replay_compare.py: per shape and severity, the pre-registered criterion (no shape's false
+    alarms up, no shape's or severity's in-time cells down, in time up in total) against the baseline of the same run;
+    a candidate that names the straggler sooner but cries wolf in a clean run fails it."""
+    from bench.detection_jobs.replay_compare import passes, summarise
+
+    runs = [_matrix_run("ddp-clean", 0.0, -1, 0, 300, 1), _matrix_run("ddp-forward-2x", 2.0, 1, 40, 60, 2)]
+    base = summarise(evaluate(runs, {})["scored"])
+    assert base["by_shape"]["ddp"] == {"clean_steps": 340, "false_alarms": 0, "cells": 1, "in_time": 1}
+    assert base["in_time_by_factor"] == {"2x": "1/1"}
+    blind = summarise(evaluate(runs, {"wait_fast_threshold": 50, "wait_threshold": 50})["scored"])
+    assert passes(blind, base) == {"false_alarms_up_in": [], "in_time_down_in_shapes": [],
+                                   "in_time_down_in_factors": [], "in_time_up": True, "passes": True}
+    verdict = passes(base, blind)
+    assert verdict["in_time_down_in_shapes"] == ["ddp"] and verdict["in_time_down_in_factors"] == ["2x"]
+    assert not verdict["passes"]
+    loose = summarise(evaluate(runs, {"wait_fast_drift": 0.0, "wait_drift": 0.0, "wait_background": 0})["scored"])
+    assert passes(blind, loose)["false_alarms_up_in"] == ["ddp"] and not passes(blind, loose)["passes"]
