@@ -328,6 +328,21 @@ def test_collective_split_tells_which_all_reduce_names_the_least_waiting_rank() 
     assert out["evidence_steps"] == 0 and out["evidence_least_is_first_late_arriver"] is None
 
 
+def test_collective_split_says_where_a_slow_ranks_extra_time_went() -> None:
+    """collective_split.slow_split on hand-made timings: rank 1 arrives 10 ms late at the first all-reduce from step
+    10 (its backward's sleep): the other ranks' wait there rises by 10 ms, its own and the second all-reduce's do not
+    move."""
+    from bench.detection_jobs.collective_split import slow_split
+
+    steps = [_split_step(s * 10**9, [0, 10_000_000 if s >= 10 else 0, 0], [1_000_000] * 3) for s in range(20)]
+    out = slow_split([[st[r] for st in steps] for r in range(3)], slow=1, onset=10, factor=1.1, warmup=0)
+    assert out["injected_s"] == pytest.approx(0.01)  # 0.1 x its 0.1 s step before the onset
+    assert out["before"]["first_own_s"] == pytest.approx(0.001) and out["before"]["first_others_s"] == pytest.approx(0.001)
+    assert out["change"]["first_others_s"] == pytest.approx(0.01) and out["change"]["first_own_s"] == pytest.approx(0.0)
+    assert out["change"]["second_own_s"] == out["change"]["second_others_s"] == 0.0
+    assert out["after"]["step_s"] == pytest.approx(0.1)
+
+
 def test_replay_compare_judges_a_candidate_by_shape_and_severity() -> None:
     """bench/detection_jobs/replay_compare.py: per shape and severity, the pre-registered criterion (no shape's false
     alarms up, no shape's or severity's in-time cells down, in time up in total) against the baseline of the same run;

@@ -1,6 +1,7 @@
 """Does a step's second synchronous all-reduce mis-attribute the wait? sync2's shape, each collective timed apart.
 
     python bench/detection_jobs/collective_split.py [--steps 300] [--world 3] [--out bench/results]
+        [--slow-rank R --factor F --onset N]
 
 The straggler rule judges `collective_wait`, the union of a rank's collectives per step (telemetry/torch/waits.py).
 In bench/detection_jobs/shapes.py's `sync2` the gradients are averaged by two synchronous all-reduces back to back:
@@ -14,6 +15,13 @@ one intra-op thread, and has every rank record per step when it called and retur
 rank the others waited for), the gaps (median wait less the least, as a share of the step) of each all-reduce and
 of the sum, each rank's mean lead at each, and on the steps whose summed gap reaches the persistence lane's
 `min_evidence` (0.04) whether their least-waiting rank is still the first all-reduce's last arriver.
+
+With `--slow-rank R --factor F --onset N` rank R sleeps (F - 1) x its median step before N inside its backward from
+step N on (a gradient hook half-way through the model, as shapes.py's `--where backward`), and `slow` says where that
+time went: per all-reduce, the slow rank's mean wait and the other ranks' median wait before the onset and from it
+(the sleep is in the backward, before both all-reduces: it should show as the others' wait at the first one). Why:
+issue 24's sync2-backward-1.1x cell was missed, and the question was whether the backward's extra time reaches the
+waits at all when two synchronous all-reduces follow it (docs/detectors.md, "The sync2 1.1x cells").
 """
 
 from __future__ import annotations
@@ -39,8 +47,9 @@ EVIDENCE = 0.04  # the per-step persistence lane's bar (wait_score.WaitScore's m
 Step = list[int]
 
 
-def worker(steps: int, out: Path) -> None:
-    """One rank of the bare sync2 job (shapes.py's MLP and average_grads, without the telemetry or a fault)."""
+def worker(steps: int, out: Path, slow_rank: int = -1, factor: float = 1.0, onset: int = 0) -> None:
+    """One rank of the bare sync2 job (shapes.py's MLP and average_grads, without the telemetry), rank `slow_rank`
+    sleeping (`factor` - 1) x its median step in its backward from step `onset` on."""
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -52,16 +61,27 @@ def worker(steps: int, out: Path) -> None:
     torch.manual_seed(0)
     d = 512
     model = nn.Sequential(*[nn.Sequential(nn.Linear(d, d), nn.GELU()) for _ in range(6)], nn.Linear(d, 1))
+    sleep = [0.0]  # seconds the backward sleeps now (0 until the onset, and on other ranks)
+
+    def in_backward(grad: torch.Tensor) -> torch.Tensor:
+        if sleep[0]:
+            time.sleep(sleep[0])
+        return grad
+
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(rank)
     w = torch.randn(d, generator=torch.Generator().manual_seed(0))
     clock = time.perf_counter_ns
     record: list[Step] = []
-    for _ in range(steps):
+    for step in range(steps):
+        if rank == slow_rank and step == onset:
+            sleep[0] = (factor - 1.0) * statistics.median((r[5] - r[0]) / 1e9 for r in record[WARMUP:] or record)
         x = torch.randn(512, d, generator=g)
         y = x @ w / d ** 0.5
         times = [clock()]
-        F.mse_loss(model(x).squeeze(-1), y).backward()
+        h = model[:4](x)  # the hook half-way through the model, as shapes.py's MLP has it (after its 4th layer)
+        h.register_hook(in_backward)
+        F.mse_loss(model[4:](h).squeeze(-1), y).backward()
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         flat = torch.cat([q.reshape(-1) for q in grads])
         for part in flat.chunk(2):
@@ -133,23 +153,54 @@ def analyse(ranks: list[list[Step]], warmup: int = WARMUP) -> dict[str, Any]:
     }
 
 
+def slow_split(ranks: list[list[Step]], slow: int, onset: int, factor: float, warmup: int = WARMUP) -> dict[str, Any]:
+    """Where the slow rank's extra time went: per all-reduce, its mean wait and the other ranks' median wait (s)
+    over the steps before `onset` (after start-up) and from it, and the median step; `injected_s`, the sleep the
+    slow rank took per step ((`factor` - 1) x its median step before the onset, as `worker` sets it)."""
+
+    def side(first: int, last: int) -> dict[str, float]:
+        steps = range(first, min(last, min(len(r) for r in ranks)))
+        out: dict[str, float] = {}
+        for name, (call, ret) in (("first", (1, 2)), ("second", (3, 4))):
+            own = [(ranks[slow][s][ret] - ranks[slow][s][call]) / 1e9 for s in steps]
+            others = [statistics.median((ranks[r][s][ret] - ranks[r][s][call]) / 1e9
+                                        for r in range(len(ranks)) if r != slow) for s in steps]
+            out[f"{name}_own_s"] = round(statistics.fmean(own), 5)
+            out[f"{name}_others_s"] = round(statistics.fmean(others), 5)
+        out["step_s"] = round(statistics.median(statistics.median((r[s][5] - r[s][0]) / 1e9 for r in ranks)
+                                                for s in steps), 5)
+        return out
+
+    before, after = side(warmup, onset), side(onset, 10**9)
+    own = [(r[5] - r[0]) / 1e9 for r in ranks[slow][:onset]]
+    injected = (factor - 1.0) * statistics.median(own[warmup:] or own)
+    return {"rank": slow, "onset": onset, "injected_s": round(injected, 5), "before": before, "after": after,
+            "change": {k: round(after[k] - before[k], 5) for k in before}}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--world", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("bench/results"), help="directory for collective_split.json")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds the job may take")
+    p.add_argument("--slow-rank", type=int, default=-1, help="this rank sleeps in its backward from --onset")
+    p.add_argument("--factor", type=float, default=1.1, help="... (F - 1) x its median step before the onset")
+    p.add_argument("--onset", type=int, default=100, help="... from this step")
     p.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)  # a rank's side, under torchrun
     args = p.parse_args(argv)
     if args.steps <= WARMUP or args.world < 2:
         p.error(f"--steps must exceed {WARMUP} and --world be 2 or more")
+    if args.slow_rank >= args.world or (args.slow_rank >= 0 and not WARMUP < args.onset < args.steps):
+        p.error(f"--slow-rank must be under --world and --onset between {WARMUP} and --steps")
     if args.worker is not None:
-        worker(args.steps, args.worker)
+        worker(args.steps, args.worker, args.slow_rank, args.factor, args.onset)
         return 0
     load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.world}",
-               str(Path(__file__).resolve()), "--steps", str(args.steps), "--worker", tmp]
+               str(Path(__file__).resolve()), "--steps", str(args.steps), "--worker", tmp,
+               "--slow-rank", str(args.slow_rank), "--factor", str(args.factor), "--onset", str(args.onset)]
         started = time.monotonic()
         done = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=args.timeout,
                               capture_output=True, text=True)
@@ -160,8 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     result = {"benchmark": "collective_split", "steps": args.steps, "world": args.world,
               "wall_s": round(time.monotonic() - started, 1),
               "loadavg_1min": [round(load_start, 2), round(os.getloadavg()[0], 2)], **analyse(ranks)}
+    name = "collective_split.json"
+    if args.slow_rank >= 0:
+        result["slow"] = {"factor": args.factor, **slow_split(ranks, args.slow_rank, args.onset, args.factor)}
+        name = f"collective_split_slow{args.factor:g}x.json"
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "collective_split.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / name).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
     return 0
 
