@@ -5,6 +5,8 @@ CPU). At step --fault-step rank --fault-rank ends as --fault says; the other ran
 collective (connection reset) or are stopped by torchrun (SIGTERM), as in real jobs:
   raise     raises RuntimeError("CUDA out of memory ...") in the main thread
   loader    its DataLoader worker raises (the main thread re-raises it: "Caught ValueError in DataLoader worker")
+  loader_kill  its DataLoader worker is SIGKILLed (as the OOM killer kills a worker: "DataLoader worker ... exited
+            unexpectedly", the signal only in the traceback's chained cause)
   sigkill   SIGKILLs itself (as the kernel's OOM killer would)
   abort     calls abort() (a C++ terminate, a failed CHECK)
   segv      reads address 0 through ctypes (SIGSEGV)
@@ -29,17 +31,19 @@ from torch.utils.data import DataLoader, Dataset
 
 import telemetry
 
-FAULTS = ("none", "raise", "loader", "sigkill", "abort", "segv", "mismatch", "exit3")
+FAULTS = ("none", "raise", "loader", "loader_kill", "sigkill", "abort", "segv", "mismatch", "exit3")
 
 
 class Batches(Dataset):
-    def __init__(self, n: int, poison: int | None) -> None:
-        self.n, self.poison = n, poison
+    def __init__(self, n: int, poison: int | None, kill: bool = False) -> None:
+        self.n, self.poison, self.kill = n, poison, kill
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int) -> torch.Tensor:
+        if i == self.poison and self.kill:
+            os.kill(os.getpid(), signal.SIGKILL)
         if i == self.poison:
             raise ValueError(f"corrupt record {i} in shard 7 (injected)")
         return torch.full((4,), float(i))
@@ -63,11 +67,11 @@ def main() -> None:
     # A rank that dies before it connected is known to nobody but its launcher.
     run.wait_connected(60)
     faulty = rank == args.fault_rank
-    poison = args.fault_step if faulty and args.fault == "loader" else None
-    loader = DataLoader(Batches(args.steps, poison), batch_size=None, num_workers=1)
+    poison = args.fault_step if faulty and args.fault in ("loader", "loader_kill") else None
+    loader = DataLoader(Batches(args.steps, poison, kill=args.fault == "loader_kill"), batch_size=None, num_workers=1)
     for step, batch in enumerate(loader):
         with run.step(step):
-            if faulty and step == args.fault_step and args.fault != "loader":
+            if faulty and step == args.fault_step and not args.fault.startswith("loader"):
                 print(json.dumps({"event": "fault", "fault": args.fault, "rank": rank, "step": step,
                                   "time": time.time()}), flush=True)
                 if args.fault == "raise":
@@ -82,7 +86,7 @@ def main() -> None:
                     sys.exit(3)
                 if args.fault == "mismatch":
                     batch = torch.ones(1000)
-            if faulty and args.fault == "loader" and step == args.fault_step - 1:
+            if faulty and args.fault.startswith("loader") and step == args.fault_step - 1:
                 print(json.dumps({"event": "fault", "fault": args.fault, "rank": rank, "step": step + 1,
                                   "time": time.time()}), flush=True)
             dist.all_reduce(batch)

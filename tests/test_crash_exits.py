@@ -179,3 +179,21 @@ def test_a_handler_that_raises_inside_the_sigterm_wait_does_not_cut_it_short(mon
         signal.signal(signal.SIGUSR1, previous)
     assert len(raised) == 1 and raised[0] - began < waited, (raised, waited)  # the handler ran inside the wait
     assert ended == [signal.SIGTERM], ended
+
+
+def test_a_dataloader_worker_gone_says_the_signal_its_chained_cause_names():
+    """A DataLoader worker SIGKILLed (the OOM killer) ends the rank with "DataLoader worker (pid(s) N) exited
+    unexpectedly" when the SIGCHLD handler's error reached the DataLoader's queue read; the signal is only in the
+    chained cause of the traceback. The account's why says it."""
+    chained = ("Traceback (most recent call last):\nRuntimeError: DataLoader worker (pid 8554) is killed by signal: "
+               "Killed. \n\nThe above exception was the direct cause of the following exception:\n\n"
+               "Traceback (most recent call last):\nRuntimeError: DataLoader worker (pid(s) 8554) exited unexpectedly\n")
+    watch = ExitWatch()
+    watch.note(forensics_pb2.LastWords(kind="exception", exc_type="RuntimeError", time_ns=5,
+                                       message="DataLoader worker (pid(s) 8554) exited unexpectedly", traceback=chained))
+    record = _record(watch)
+    assert record.cause == "exception" and record.why == ("RuntimeError: DataLoader worker (pid(s) 8554) exited "
+                                                          "unexpectedly (its worker was killed by signal: Killed)")
+    plain = ExitWatch()  # any other exception's why is its first line only, whatever its traceback quotes
+    plain.note(forensics_pb2.LastWords(kind="exception", exc_type="ValueError", message="bad batch", traceback=chained))
+    assert _record(plain).why == "ValueError: bad batch"

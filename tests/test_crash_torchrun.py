@@ -1,10 +1,10 @@
 """Issue 25: when ranks die, a `crash` event names the first rank(s), why, and the cascade (real torchrun jobs).
 
-Eight torchrun jobs (gloo, 3 CPU ranks, the README's lines only: tests/crash_job.py) run at once against one real
+Nine torchrun jobs (gloo, 3 CPU ranks, the README's lines only: tests/crash_job.py) run at once against one real
 root and agent; in each but the clean one rank 1 dies at step 12 in its own way and the others die of it (a
 connection reset in their next collective, or torchrun's SIGTERM). Each case asserts the first rank, the cause
 and the cascade; the clean job must raise nothing. Running them together keeps the family at one torch start-up
-(~30-60 s on a loaded 2-core machine) rather than eight.
+(~30-60 s on a loaded 2-core machine) rather than nine.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ pytestmark = [
 ]
 
 JOB_SCRIPT = Path(__file__).with_name("crash_job.py")
-CASES = ("none", "raise", "loader", "sigkill", "abort", "segv", "mismatch", "exit3")
+CASES = ("none", "raise", "loader", "loader_kill", "sigkill", "abort", "segv", "mismatch", "exit3")
 PREFIX = f"cr{int(time.time()) % 100000}"
 
 
@@ -101,6 +101,9 @@ def test_clean_finish_raises_nothing(jobs: dict) -> None:
 @pytest.mark.parametrize("case, cause, why, steps", [
     ("raise", "exception", "RuntimeError: CUDA out of memory", (12,)),
     ("loader", "exception", "DataLoader worker", (11,)),  # the batch for step 12 is fetched after step 11
+    # Its worker SIGKILLed (the OOM killer's way) while fetching batch 12, two ahead: during step 10 or 11. The why
+    # names the signal whether the DataLoader's error was raised at once or from its queue read.
+    ("loader_kill", "exception", "killed by signal: Killed", (10, 11, 12)),
     ("exit3", "exit_code", "exit code 3", (12,)),
     # Silent deaths: the step is the last one whose values reached the agent (batches go every 0.1 s; on a loaded
     # machine the sender thread may not have run since the job started: 0).
