@@ -347,17 +347,23 @@ def test_replay_compare_judges_a_candidate_by_shape_and_severity() -> None:
     """bench/detection_jobs/replay_compare.py: per shape and severity, the pre-registered criterion (no shape's false
     alarms up, no shape's or severity's in-time cells down, in time up in total) against the baseline of the same run;
     a candidate that names the straggler sooner but cries wolf in a clean run fails it."""
-    from bench.detection_jobs.replay_compare import passes, summarise
+    from bench.detection_jobs.replay_compare import _by_cpu_work, passes, summarise
 
     runs = [_matrix_run("ddp-clean", 0.0, -1, 0, 300, 1), _matrix_run("ddp-forward-2x", 2.0, 1, 40, 60, 2)]
     base = summarise(evaluate(runs, {})["scored"])
     assert base["by_shape"]["ddp"] == {"clean_steps": 340, "false_alarms": 0, "cells": 1, "in_time": 1}
     assert base["in_time_by_factor"] == {"2x": "1/1"}
+    loose = summarise(evaluate(runs, {"wait_fast_drift": 0.0, "wait_drift": 0.0, "wait_background": 0})["scored"])
+    assert loose["by_shape"]["ddp"]["false_alarms"] > 0
+    # no on-CPU figures recorded: every false alarm is said to be unjudged by the rank's own CPU work
+    assert loose["false_alarms_by_cpu_work"]["ddp"] == {"cpu_slow": 0, "not_cpu_slow": 0,
+                                                        "not_judged": loose["by_shape"]["ddp"]["false_alarms"]}
+    assert _by_cpu_work({"uninjected_slow": {"slow": True, "ratio": 1.07, "steps": 30}}) == "cpu_slow"
+    assert _by_cpu_work({"uninjected_slow": {"slow": False, "ratio": 1.01, "steps": 30}}) == "not_cpu_slow"
     blind = summarise(evaluate(runs, {"wait_fast_threshold": 50, "wait_threshold": 50})["scored"])
     assert passes(blind, base) == {"false_alarms_up_in": [], "in_time_down_in_shapes": [],
                                    "in_time_down_in_factors": [], "in_time_up": True, "passes": True}
     verdict = passes(base, blind)
     assert verdict["in_time_down_in_shapes"] == ["ddp"] and verdict["in_time_down_in_factors"] == ["2x"]
     assert not verdict["passes"]
-    loose = summarise(evaluate(runs, {"wait_fast_drift": 0.0, "wait_drift": 0.0, "wait_background": 0})["scored"])
     assert passes(blind, loose)["false_alarms_up_in"] == ["ddp"] and not passes(blind, loose)["passes"]

@@ -39,14 +39,29 @@ def _cells(scored: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
+def _by_cpu_work(alarm: dict[str, Any]) -> str:
+    """A false alarm's named ranks by their own recorded on-CPU work over the other ranks' (matrix.uninjected_slowness,
+    the 30 steps up to the alarm): `cpu_slow` at 1.05x or more, `not_cpu_slow` under, `not_judged` where the run
+    recorded no on-CPU times for enough of those steps."""
+    judged = alarm.get("uninjected_slow")
+    if not judged:
+        return "not_judged"
+    return "cpu_slow" if judged["slow"] else "not_cpu_slow"
+
+
 def summarise(scored: list[dict[str, Any]]) -> dict[str, Any]:
-    """False alarms and clean steps by shape; in-time fault cells by shape and by severity."""
+    """False alarms and clean steps by shape; in-time fault cells by shape and by severity; the false alarms by
+    shape split by the named rank's own CPU work (information, not the criterion)."""
     shapes: dict[str, dict[str, int]] = {}
     factors: dict[str, list[int]] = {}
+    by_work: dict[str, dict[str, int]] = {}  # information, not the criterion (_by_cpu_work)
     for s in scored:
         row = shapes.setdefault(s["shape"], {"clean_steps": 0, "false_alarms": 0, "cells": 0, "in_time": 0})
         row["clean_steps"] += s["clean_steps"]
         row["false_alarms"] += len(s["false_alarms"])
+        work = by_work.setdefault(s["shape"], {"cpu_slow": 0, "not_cpu_slow": 0, "not_judged": 0})
+        for alarm in s["false_alarms"]:
+            work[_by_cpu_work(alarm)] += 1
         det = s.get("detection")
         if det is not None:
             row["cells"] += 1
@@ -56,6 +71,7 @@ def summarise(scored: list[dict[str, Any]]) -> dict[str, Any]:
             cell[1] += int(bool(det.get("in_time")))
     return {"false_alarms": sum(r["false_alarms"] for r in shapes.values()),
             "in_time": sum(r["in_time"] for r in shapes.values()), "by_shape": shapes,
+            "false_alarms_by_cpu_work": by_work,
             "in_time_by_factor": {k: f"{hit}/{n}" for k, (n, hit) in sorted(factors.items())}}
 
 
@@ -108,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             entry["cells_changed"] = [{"cell": k, "baseline": before[k], "candidate": after[k]}
                                       for k in sorted(after) if after[k] != before.get(k)]
         out["settings"][name] = entry
-        print(f"{name} {json.dumps(values)}: false alarms {entry['false_alarms']}, in time {entry['in_time']} "
+        print(f"{name} {json.dumps(values)}: false alarms {entry['false_alarms']} (by the named rank's own CPU work: "
+              f"{json.dumps(entry['false_alarms_by_cpu_work'])}), in time {entry['in_time']} "
               f"{entry['in_time_by_factor']}; by shape "
               + ", ".join(f"{k} {v['false_alarms']} FA / {v['in_time']} of {v['cells']} in time"
                           for k, v in sorted(entry["by_shape"].items()))
