@@ -8,7 +8,9 @@ Python decoder (tests/summary_oracle.py) gives, on the inputs each path takes a 
 - the decode's reused scratch reset field by field: a summary decoded after one that carried every field reads as
   when decoded alone;
 - a unit's windows decoded in place (read_unit): a window refused late in its decode is left to the per-window path
-  (which refuses it), and its neighbours read as `Summary.from_bytes` reads them.
+  (which refuses it), and its neighbours read as `Summary.from_bytes` reads them;
+- the fields read in the encoder's order first (one compare of each tag's bytes), the general loop from the first tag
+  out of it: every way out of that order, at every place, in the summary and in its sketch.
 """
 
 from __future__ import annotations
@@ -261,3 +263,99 @@ def test_fixture_bytes_are_what_the_tests_assume() -> None:
     top = next(r for r in records(data) if r[0] == 11)[3]
     assert [b for b in top if b >= 0x80]
     assert _small()[1:] == ([1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0])
+
+
+# The decoder reads the fields in the encoder's order first (one compare of a tag's bytes each; core.cpp's parse) and
+# reads on with its general loop from the first tag out of that order. Each way out of the order, at every place in
+# the message and in the sketch's sub-message, must read as the oracle (upb) reads it: fields moved, repeated (a
+# scalar's last wins, a packed list's parts join, the sketch's parts merge), written unpacked, an unknown field between
+# any two, a tag in a longer encoding, a field absent.
+
+def _tag(field: int, kind: int, pad: bool = False) -> bytes:
+    """A tag; `pad`: one byte longer than it need be (a varint's last byte 0x00 after a continuation)."""
+    t = varint(field << 3 | kind)
+    return t[:-1] + bytes([t[-1] | 0x80, 0x00]) if pad else t
+
+
+def _rebuilt(recs: list[tuple[int, int, bytes, bytes]]) -> bytes:
+    return b"".join(r[2] for r in recs)
+
+
+def _sketch_variants(data: bytes) -> list[bytes]:
+    """The summary with its sketch's sub-message rewritten each way out of the encoder's order."""
+    recs = records(data)
+    at = next((i for i, r in enumerate(recs) if r[0] == 14), None)
+    if at is None:
+        return []
+    inner = records(recs[at][3])
+    out = []
+
+    def put(body: bytes) -> None:
+        out.append(_rebuilt(recs[:at]) + _tag(14, 2) + varint(len(body)) + body + _rebuilt(recs[at + 1:]))
+
+    put(_rebuilt(inner[::-1]))
+    for i in range(len(inner) + 1):
+        put(_rebuilt(inner[:i]) + _tag(7, 0) + b"\x01" + _rebuilt(inner[i:]))  # an unknown field
+    for i, r in enumerate(inner):
+        put(_rebuilt(inner[:i]) + _tag(r[0], r[1], pad=True) + r[2][len(_tag(r[0], r[1])):] + _rebuilt(inner[i + 1:]))
+        put(_rebuilt(inner) + r[2])  # repeated, last
+        put(_rebuilt(inner[:i] + inner[i + 1:]))  # absent
+    first, second = _rebuilt(inner[:1]), _rebuilt(inner[1:])
+    out.append(_rebuilt(recs[:at]) + _tag(14, 2) + varint(len(first)) + first + _tag(14, 2) + varint(len(second)) +
+               second + _rebuilt(recs[at + 1:]))  # the sketch in two parts, which upb merges
+    return out
+
+
+def _variants(data: bytes) -> list[bytes]:
+    """The summary rewritten each way out of the encoder's order, at every place."""
+    recs = records(data)
+    out = [_rebuilt(recs[::-1])]
+    for i in range(len(recs) + 1):
+        out.append(_rebuilt(recs[:i]) + _tag(30, 0) + b"\x07" + _rebuilt(recs[i:]))  # an unknown field
+        out.append(_rebuilt(recs[:i]) + _tag(31, 2) + b"\x00" + _rebuilt(recs[i:]))
+        for field in (32, 34):  # two-byte tags whose first byte is field 16's and 18's (0x80, 0x90)
+            out.append(_rebuilt(recs[:i]) + _tag(field, 0) + b"\x03" + _rebuilt(recs[i:]))
+        out.append(_rebuilt(recs[:i]) + _tag(33, 2) + b"\x01\x00" + _rebuilt(recs[i:]))  # field 17's (0x8a)
+    for i, r in enumerate(recs):
+        field, kind = r[0], r[1]
+        head = _tag(field, kind)
+        rest = _rebuilt(recs[:i]), _rebuilt(recs[i + 1:])
+        out.append(rest[0] + _tag(field, kind, pad=True) + r[2][len(head):] + rest[1])  # a longer tag
+        out.append(rest[0] + rest[1])  # absent
+        out.append(_rebuilt(recs) + r[2])  # repeated at the end
+        out.append(rest[0] + r[2] + r[2] + rest[1])  # repeated at once
+        if i + 1 < len(recs):
+            swapped = recs[:i] + [recs[i + 1], recs[i]] + recs[i + 2:]
+            out.append(_rebuilt(swapped))  # two neighbours out of order
+        if field in (10, 12) and len(r[3]) >= 16:  # a packed double list in two parts, or its first unpacked
+            out.append(rest[0] + head + varint(8) + r[3][:8] + head + varint(len(r[3]) - 8) + r[3][8:] + rest[1])
+            out.append(rest[0] + _tag(field, 1) + r[3][:8] + head + varint(len(r[3]) - 8) + r[3][8:] + rest[1])
+        if field in (11, 13) and r[3]:  # a packed source list with its first source unpacked
+            first, after = _read_varint(r[3], 0)
+            out.append(rest[0] + _tag(field, 0) + varint(first) + head + varint(len(r[3]) - after) + r[3][after:] +
+                       rest[1])
+    return out + _sketch_variants(data)
+
+
+def _summaries() -> list[bytes]:
+    return [wide(), wide(0, 3, 2), _rich(), _small()[0], _from([2.5], 9), OracleSummary(k=3).to_bytes(),
+            _from([1.0, 5.0], 0), _from([1.0, 5.0], 4, k=0)]
+
+
+@pytest.mark.parametrize("which", range(8))
+def test_fields_out_of_the_encoders_order_read_as_the_oracle_reads_them(which: int) -> None:
+    data = _summaries()[which]
+    assert outcome(Summary, data) == outcome(OracleSummary, data)
+    variants = _variants(data)
+    assert len(variants) > 3 * len(records(data))
+    for v in variants:
+        assert words(outcome(Summary, v)) == words(outcome(OracleSummary, v)), v.hex()
+
+
+def test_the_order_variants_include_accepted_ones() -> None:
+    """The variants are not all refused: moved, padded-tag, unknown-field and split-list ones decode (and must equal
+    the canonical bytes the oracle gives)."""
+    data = wide()
+    accepted = [v for v in _variants(data) if outcome(Summary, v)[0] == "ok"]
+    assert len(accepted) > 40
+    assert all(outcome(Summary, v) == outcome(OracleSummary, v) for v in accepted)

@@ -80,6 +80,23 @@ class Reader {
 
     const uint8_t* data() const { return p_; }
 
+    // Whether the next tag is the one whose one-byte (or two-byte) varint is `b` (`b0 b1`): then it is consumed, as
+    // tag() would consume it; else nothing is. A decoder reading fields in the order an encoder writes them asks so.
+    [[gnu::always_inline]] bool next_tag(uint8_t b) {
+        if (p_ < end_ && *p_ == b) {
+            ++p_;
+            return true;
+        }
+        return false;
+    }
+    [[gnu::always_inline]] bool next_tag(uint8_t b0, uint8_t b1) {
+        if (end_ - p_ >= 2 && p_[0] == b0 && p_[1] == b1) {
+            p_ += 2;
+            return true;
+        }
+        return false;
+    }
+
     // Skips a field of unknown number (or known number with another wire type): what upb keeps as unknown.
     void skip_field(uint32_t field, uint32_t type, int depth = 0) {
         switch (type) {
