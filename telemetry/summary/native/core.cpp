@@ -31,13 +31,55 @@ struct Bytes {
     size_t n = 0;
 };
 
+// A list of the wire's scalars (a packed field's, or its repeats'), its room kept between decodes: a packed field is
+// read into room made once for the most its bytes can hold (its doubles by one memcpy, its varints without
+// std::vector's check and count per element). Raw's std::vectors (an insert of the doubles, a push_back per source)
+// made a rack's step 2.8 M instructions more (docs/scale.md, session 43).
+template <class T>
+class List {
+public:
+    size_t size() const { return n_; }
+    bool empty() const { return n_ == 0; }
+    const T* data() const { return p_.get(); }
+    // Room for `more` elements after those held (grown when short, what is held kept): where they go; added() counts
+    // those written there.
+    T* room(size_t more) {
+        if (cap_ - n_ < more) grow(n_ + more);
+        return p_.get() + n_;
+    }
+    void added(size_t written) { n_ += written; }
+    void push_back(T v) {
+        *room(1) = v;
+        ++n_;
+    }
+    // Empty; the room kept unless it grew beyond `keep` elements.
+    void clear(size_t keep) {
+        if (cap_ > keep) {
+            p_.reset();
+            cap_ = 0;
+        }
+        n_ = 0;
+    }
+
+private:
+    void grow(size_t want) {
+        size_t cap = std::max(want, 2 * cap_);
+        std::unique_ptr<T[]> more(new T[cap]);
+        std::copy(p_.get(), p_.get() + n_, more.get());
+        p_ = std::move(more);
+        cap_ = cap;
+    }
+    std::unique_ptr<T[]> p_;
+    size_t n_ = 0, cap_ = 0;
+};
+
 // What the wire holds, before any check: upb's view of telemetry.v1.Summary.
 struct Raw {
     uint64_t count = 0;
     double sum = 0, mean = 0, m2 = 0, min = 0, max = 0;
     uint32_t argmin = 0, argmax = 0, k = 0;
-    std::vector<double> top_values, bottom_values;
-    std::vector<uint32_t> top_sources, bottom_sources;
+    List<double> top_values, bottom_values;
+    List<uint32_t> top_sources, bottom_sources;
     uint32_t max_centroids = 0;
     Bytes means, weights, sources, nonfinite_sources;
     uint64_t nonfinite_count = 0;
@@ -54,15 +96,10 @@ struct Raw {
         means = weights = sources = nonfinite_sources = Bytes();
         nonfinite_count = 0;
         first_ns = last_ns = 0;
-        clear(top_values);
-        clear(bottom_values);
-        clear(top_sources);
-        clear(bottom_sources);
-    }
-    template <class V>
-    static void clear(V& v) {
-        if (v.capacity() > kKeep) V().swap(v);
-        else v.clear();
+        top_values.clear(kKeep);
+        bottom_values.clear(kKeep);
+        top_sources.clear(kKeep);
+        bottom_sources.clear(kKeep);
     }
     static constexpr size_t kKeep = 64;
 };
@@ -74,41 +111,21 @@ struct Raw {
     return raw;
 }
 
-// The wire's float64s (little-endian, unaligned) read as a list of doubles: a random-access iterator, for Doubles::assign.
-struct Float64s {
-    using iterator_category = std::random_access_iterator_tag;
-    using value_type = double;
-    using difference_type = std::ptrdiff_t;
-    using pointer = const double*;
-    using reference = double;
-    const uint8_t* p;
-    double operator*() const {
-        double d;
-        std::memcpy(&d, p, 8);
-        return d;
-    }
-    Float64s& operator++() { p += 8; return *this; }
-    Float64s operator++(int) { Float64s old = *this; p += 8; return old; }
-    Float64s& operator--() { p -= 8; return *this; }
-    Float64s& operator+=(difference_type n) { p += 8 * n; return *this; }
-    Float64s operator+(difference_type n) const { return Float64s{p + 8 * n}; }
-    difference_type operator-(const Float64s& o) const { return (p - o.p) / 8; }
-    bool operator==(const Float64s& o) const { return p == o.p; }
-    bool operator!=(const Float64s& o) const { return p != o.p; }
-};
-
-void append_doubles(Reader& r, uint32_t type, std::vector<double>& out) {
+void append_doubles(Reader& r, List<double>& out) {
     Reader body = r.sub();
     if (body.left() % 8) throw WireError("packed doubles not a multiple of 8 bytes");
     size_t n = body.left() / 8;
-    out.insert(out.end(), Float64s{body.data()}, Float64s{body.data() + n * 8});
-    (void)type;
+    if (n == 0) return;  // (no room made: memcpy's pointers may not be null)
+    std::memcpy(out.room(n), body.data(), n * 8);
+    out.added(n);
 }
 
-void append_uints(Reader& r, std::vector<uint32_t>& out) {
+void append_uints(Reader& r, List<uint32_t>& out) {
     Reader body = r.sub();
-    if (out.capacity() - out.size() < body.left()) out.reserve(out.size() + body.left());  // a call only to grow
-    while (!body.done()) out.push_back(static_cast<uint32_t>(body.varint()));
+    uint32_t* const first = out.room(body.left());  // at most one varint a byte
+    uint32_t* at = first;
+    while (!body.done()) *at++ = static_cast<uint32_t>(body.varint());
+    out.added(static_cast<size_t>(at - first));
 }
 
 void parse_sketch(Reader r, Raw& raw) {
@@ -157,9 +174,9 @@ void parse(const uint8_t* data, size_t n, Raw& raw) {
     if (r.next_tag(0x39)) raw.max = r.fixed64_double();
     if (r.next_tag(0x40)) raw.argmax = static_cast<uint32_t>(r.varint());
     if (r.next_tag(0x48)) raw.k = static_cast<uint32_t>(r.varint());
-    if (r.next_tag(0x52)) append_doubles(r, LEN, raw.top_values);
+    if (r.next_tag(0x52)) append_doubles(r, raw.top_values);
     if (r.next_tag(0x5a)) append_uints(r, raw.top_sources);
-    if (r.next_tag(0x62)) append_doubles(r, LEN, raw.bottom_values);
+    if (r.next_tag(0x62)) append_doubles(r, raw.bottom_values);
     if (r.next_tag(0x6a)) append_uints(r, raw.bottom_sources);
     if (r.next_tag(0x72)) parse_sketch(r.sub(), raw);
     if (r.next_tag(0x7a)) {
@@ -188,14 +205,14 @@ void parse(const uint8_t* data, size_t n, Raw& raw) {
             case 9: if (type == VARINT) { raw.k = static_cast<uint32_t>(r.varint()); continue; } break;
             case 10:
             case 12: {
-                std::vector<double>& v = field == 10 ? raw.top_values : raw.bottom_values;
-                if (type == LEN) { append_doubles(r, type, v); continue; }
+                List<double>& v = field == 10 ? raw.top_values : raw.bottom_values;
+                if (type == LEN) { append_doubles(r, v); continue; }
                 if (type == FIXED64) { v.push_back(r.fixed64_double()); continue; }
                 break;
             }
             case 11:
             case 13: {
-                std::vector<uint32_t>& v = field == 11 ? raw.top_sources : raw.bottom_sources;
+                List<uint32_t>& v = field == 11 ? raw.top_sources : raw.bottom_sources;
                 if (type == LEN) { append_uints(r, v); continue; }
                 if (type == VARINT) { v.push_back(static_cast<uint32_t>(r.varint())); continue; }
                 break;
@@ -347,12 +364,12 @@ Pairs first_k(const std::vector<Core*>& parts, size_t k, Lt lt) {
     return out;
 }
 
-void pairs(const std::vector<double>& values, const std::vector<uint32_t>& sources, const char* name, Pairs& out) {
+void pairs(const List<double>& values, const List<uint32_t>& sources, const char* name, Pairs& out) {
     if (values.size() != sources.size())
         bad(std::string(name) + " has " + std::to_string(values.size()) + " values but " +
             std::to_string(sources.size()) + " sources");
-    for (double v : values)
-        if (!std::isfinite(v)) bad(std::string(name) + " values must be finite");
+    for (size_t i = 0; i < values.size(); ++i)
+        if (!std::isfinite(values.data()[i])) bad(std::string(name) + " values must be finite");
     // Made from the two lists in one allocation and one pass (resize zeroed each pair first, out of line).
     out.assign(Zip{values.data(), sources.data()}, Zip{values.data() + values.size(), sources.data() + values.size()});
 }
