@@ -25,6 +25,7 @@ from machine import REPO
 
 sys.path.insert(0, str(REPO))  # the checkout: when run as a script only bench/ is on sys.path
 
+from bench.recordings import read_json, recorded
 from collectors.common.keys import Key
 from collectors.common.rows import Row
 from collectors.detectors import EventLog
@@ -63,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     config = CpuStarvedConfig(**json.loads(args.config))
     runs, steps, named = [], 0, 0
-    for path in sorted(args.results.glob("detection_matrix*.json")):
-        for run in json.loads(path.read_text())["runs"]:
+    for path in recorded(args.results, "detection_matrix*.json"):
+        for run in read_json(path)["runs"]:
             if not any(row[2] for row in run.get("per_rank") or []):
                 continue
             judged, events = replay(run, config)

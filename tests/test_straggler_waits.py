@@ -549,12 +549,13 @@ _RECORDED_FALSE_ALARMS = {
 
 
 def _recorded_runs() -> list[dict]:
-    import json
     from pathlib import Path
+
+    from bench.recordings import read_json
     results = Path(__file__).resolve().parents[1] / "bench" / "results"
     runs = []
     for name, jobs in _RECORDED_FALSE_ALARMS.items():
-        runs += [r for r in json.loads((results / name).read_text())["runs"] if r["job"] in jobs]
+        runs += [r for r in read_json(results / name)["runs"] if r["job"] in jobs]
     assert len(runs) == 3
     return runs
 
@@ -580,13 +581,13 @@ _CHANCE_PERSISTENCE = ("detection_matrix_oncpu_heldout.json", "mx-sync2-clean-a7
 
 def test_the_per_step_persistence_lane_names_a_rank_only_where_the_running_shares_agree() -> None:
     """Replayed as the root judged it: no straggler event (before: rank 0, its event's step 54)."""
-    import json
     from pathlib import Path
 
     from bench.detection_jobs.replay_matrix import replay_run
+    from bench.recordings import read_json
     name, job = _CHANCE_PERSISTENCE
     results = Path(__file__).resolve().parents[1] / "bench" / "results"
-    (run,) = [r for r in json.loads((results / name).read_text())["runs"] if r["job"] == job]
+    (run,) = [r for r in read_json(results / name)["runs"] if r["job"] == job]
     found = [(e["step"], e["ranks"]) for e in replay_run(run, {})["events"] if e["kind"] == "straggler"]
     assert found == [], found
 
@@ -604,12 +605,12 @@ def test_the_running_persistence_lane_names_a_rank_only_where_its_waits_lead(nam
     """Replayed as the root judged it: no straggler event (before: rank 2 named at step 181, and at 232 with its
     event's step 173). A rank named by that lane alone needs a mean lead of 0.04 of a step in its own waits over the
     window (straggler._waits_agree)."""
-    import json
     from pathlib import Path
 
     from bench.detection_jobs.replay_matrix import replay_run
+    from bench.recordings import read_json
     results = Path(__file__).resolve().parents[1] / "bench" / "results"
-    (run,) = [r for r in json.loads((results / name).read_text())["runs"] if r["job"] == job]
+    (run,) = [r for r in read_json(results / name)["runs"] if r["job"] == job]
     found = [(e["step"], e["ranks"]) for e in replay_run(run, {})["events"] if e["kind"] == "straggler"]
     assert found == [], found
 

@@ -17,7 +17,6 @@ again with the part of the lead it explains discounted, as the rule does now.)
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: wh
 
 from bench.detection_jobs import matrix
 from bench.detection_jobs.replay_matrix import replay_run
+from bench.recordings import read_json
 from collectors.detectors.straggler import StragglerConfig
 
 WARMUP = StragglerConfig().wait_warmup  # a job's first steps are start-up: no rule judges them
@@ -77,9 +77,9 @@ def dominating(run: dict[str, Any], cells: list[tuple[str, list[float]]]) -> tup
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", type=Path, nargs="+", help="detection_matrix.json files")
+    p.add_argument("results", type=Path, nargs="+", help="detection_matrix.json files (or .json.gz)")
     args = p.parse_args(argv)
-    runs = [run for path in args.results for run in json.loads(path.read_text())["runs"] if run.get("waits")]
+    runs = [run for path in args.results for run in read_json(path)["runs"] if run.get("waits")]
     cells = in_time_cells(runs)
     print(f"{len(cells)} cells named in time whose slow rank waited least on every step to the bound")
     held = 0

@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: wh
 
 from bench.detection_jobs import matrix
 from bench.detection_jobs.replay_matrix import evaluate
+from bench.recordings import read_json
 from collectors.detectors.straggler import StragglerConfig
 
 
@@ -96,7 +97,7 @@ def work_before(run: dict[str, Any], rank: int, onset: int, steps: int = 30) -> 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", type=Path, nargs="+", help="detection_matrix.json files with per_rank figures")
+    p.add_argument("results", type=Path, nargs="+", help="detection_matrix.json files (or .json.gz) with per_rank figures")
     p.add_argument("--detectors", nargs="*", default=['{"runqueue_discount": false}', "{}"],
                    help="straggler settings, each inline JSON (default: without the run-queue discount, and the defaults)")
     p.add_argument("--onsets", default="40,150", help="comma-separated onset steps (default 40,150)")
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := [f for f in factors if f not in matrix.AFTER]:
         p.error(f"unknown --factors {unknown} (one of {', '.join(f'{f:g}' for f in matrix.FACTORS)})")
     shapes = set(filter(None, args.shapes.split(",")))
-    runs = [run for path in args.results for run in json.loads(path.read_text())["runs"]
+    runs = [run for path in args.results for run in read_json(path)["runs"]
             if not run["factor"] and run.get("per_rank") and (not shapes or run.get("shape") in shapes)]
     if not runs:
         print("no clean run recorded per-rank figures (record with bench/detection.py --matrix)", file=sys.stderr)

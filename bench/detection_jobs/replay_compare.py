@@ -22,6 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: when run as a script only its folder is on sys.path
 
 from bench.detection_jobs.replay_matrix import evaluate
+from bench.recordings import read_json
 
 
 def _alarms(scored: list[dict[str, Any]]) -> set[str]:
@@ -93,14 +94,14 @@ def passes(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", type=Path, nargs="+", help="detection_matrix.json files")
+    p.add_argument("results", type=Path, nargs="+", help="detection_matrix.json files (or .json.gz)")
     p.add_argument("--baseline", default="{}", help="the current rule's straggler settings (inline JSON)")
     p.add_argument("--candidate", action="append", default=[], help="NAME=JSON straggler settings (repeatable)")
     p.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
     args = p.parse_args(argv)
     runs = []
     for path in args.results:
-        for run in json.loads(path.read_text())["runs"]:
+        for run in read_json(path)["runs"]:
             runs.append({**run, "set": path.name})
     settings = {"baseline": json.loads(args.baseline)}
     for spec in args.candidate:

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: wh
 
 from bench.detection_jobs import matrix
 from bench.detection_jobs.replay import clocked_log
+from bench.recordings import read_json
 from collectors.agent.wait_share import WaitShares, excess_queued
 from collectors.common.keys import Key
 from collectors.common.rows import Row
@@ -146,7 +147,7 @@ def evaluate(runs: list[dict[str, Any]], settings: dict[str, Any], live: bool = 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", type=Path, nargs="+", help="detection_matrix.json files")
+    p.add_argument("results", type=Path, nargs="+", help="detection_matrix.json files (or .json.gz)")
     p.add_argument("--detectors", default="{}", help="straggler settings as inline JSON (StragglerConfig fields)")
     p.add_argument("--sweep", default=None, help="OPTION=V1,V2,... (JSON values): one line per value")
     p.add_argument("--alarms", action="store_true", help="list each false alarm (run, step, rank, and whether the rank "
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cells", action="store_true", help="list each fault cell: the slow rank's measured slowdown in "
                    "wall time, the steps to its naming, in time by the injected factor's bound and by the measured one")
     args = p.parse_args(argv)
-    runs = [run for path in args.results for run in json.loads(path.read_text())["runs"]]
+    runs = [run for path in args.results for run in read_json(path)["runs"]]
     try:
         base = json.loads(args.detectors)
         variants = [base]

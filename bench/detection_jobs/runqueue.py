@@ -22,7 +22,6 @@ Prints, over the clean steps (clean runs, and fault runs before the fault) after
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: when run as a script only its folder is on sys.path
 
 from bench.detection_jobs import dominance
+from bench.recordings import read_json
 from collectors.detectors.straggler import StragglerConfig
 
 WARMUP = StragglerConfig().wait_warmup
@@ -106,16 +106,16 @@ def explained(runs: list[dict[str, Any]], clean: bool) -> list[tuple[float, floa
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", type=Path, nargs="+", help="detection_matrix.json files with per_rank figures")
+    p.add_argument("results", type=Path, nargs="+", help="detection_matrix.json files (or .json.gz) with per_rank figures")
     p.add_argument("--against", type=Path, nargs="*", default=[],
-                   help="detection_matrix.json files whose cells named in time the stretches are held against "
+                   help="detection_matrix.json files (or .json.gz) whose cells named in time the stretches are held against "
                         "(default: the runs given)")
     args = p.parse_args(argv)
-    runs = [run for path in args.results for run in json.loads(path.read_text())["runs"] if run.get("per_rank")]
+    runs = [run for path in args.results for run in read_json(path)["runs"] if run.get("per_rank")]
     if not runs:
         print("no run recorded per-rank figures (record with this checkout's bench/detection.py --matrix)")
         return 1
-    against = [run for path in args.against for run in json.loads(path.read_text())["runs"] if run.get("waits")]
+    against = [run for path in args.against for run in read_json(path)["runs"] if run.get("waits")]
     cells = dominance.in_time_cells(against or runs)
     n_clean = sum(len(clean_steps(r)) for r in runs)
     print(f"{len(runs)} runs, {n_clean} clean steps after start-up; {len(cells)} cells named in time to hold against")

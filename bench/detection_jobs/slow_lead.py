@@ -26,7 +26,6 @@ the question was whether the signal (the subgroup's collectives) or the rule is 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: when run as a script only its folder is on sys.path
 
+from bench.recordings import read_json
 from collectors.detectors.straggler import StragglerConfig
 
 WARMUP = StragglerConfig().wait_warmup  # a job's first steps (start-up: every rank's waits are seconds apart)
@@ -91,14 +91,14 @@ def cell_lead(run: dict[str, Any], steps: int = 30) -> dict[str, Any] | None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", type=Path, nargs="+", help="detection_matrix.json files with per-rank figures")
+    p.add_argument("results", type=Path, nargs="+", help="detection_matrix.json files (or .json.gz) with per-rank figures")
     p.add_argument("--shapes", default="", help="comma-separated shapes (default: every shape)")
     p.add_argument("--steps", type=int, default=30, help="steps before the onset and from it (default 30)")
     args = p.parse_args(argv)
     shapes = set(filter(None, args.shapes.split(",")))
     rows = []
     for path in args.results:
-        for run in json.loads(path.read_text())["runs"]:
+        for run in read_json(path)["runs"]:
             if shapes and run.get("shape") not in shapes:
                 continue
             row = cell_lead(run, args.steps)
