@@ -794,17 +794,29 @@ void absorb(Core& self, const std::vector<Core*>& others, const roaring_bitmap_t
 }
 
 Core merge_all(const std::vector<Core*>& cores, const roaring_bitmap_t* union_) {
-    // Merge order: by lowest source id, empty summaries first (Python's _order_key), stable.
+    // Merge order: by lowest source id, then count of sources, empty summaries first (Python's _order_key), stable.
+    // Inputs that share no source (every caller's: a window's parts are disjoint) never share a lowest source, so the
+    // count decides nothing: it is counted only when two non-empty inputs do share their lowest (a roaring cardinality
+    // per input was 1.3 M instructions of a rack's step).
     std::vector<std::pair<std::pair<int64_t, uint64_t>, Core*>> keyed;
     keyed.reserve(cores.size());
-    for (Core* c : cores) {
-        const roaring_bitmap_t* s = c->sources.get();
-        std::pair<int64_t, uint64_t> key{-1, 0};
-        if (!roaring_bitmap_is_empty(s)) key = {roaring_bitmap_minimum(s), roaring_bitmap_get_cardinality(s)};
-        keyed.emplace_back(key, c);
-    }
-    std::stable_sort(keyed.begin(), keyed.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    auto order = [&](bool counted) {
+        keyed.clear();
+        for (Core* c : cores) {
+            const roaring_bitmap_t* s = c->sources.get();
+            std::pair<int64_t, uint64_t> key{-1, 0};
+            if (!roaring_bitmap_is_empty(s))
+                key = {roaring_bitmap_minimum(s), counted ? roaring_bitmap_get_cardinality(s) : 0};
+            keyed.emplace_back(key, c);
+        }
+        std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    };
+    order(false);
+    for (size_t i = 1; i < keyed.size(); ++i)
+        if (keyed[i].first.first >= 0 && keyed[i].first.first == keyed[i - 1].first.first) {
+            order(true);
+            break;
+        }
     std::vector<Core*> ordered;
     for (auto& kc : keyed) ordered.push_back(kc.second);
     Core merged;
