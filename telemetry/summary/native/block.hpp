@@ -5,7 +5,7 @@
 // lists from a few chunks (UnitBlock), which go back to the heap together when the last list cut from them is freed.
 //
 // The rules that keep it safe without any care from the code that holds cores:
-// - Every list cut from a block holds the block (its allocator, BlockAlloc, holds a shared_ptr), so a block lives
+// - Every list cut from a block holds the block (its allocator, BlockAlloc, holds a counted BlockRef), so a block lives
 //   exactly as long as the lists in it, wherever they are moved (a window's pending entries, a Batch, a Python
 //   Summary) and on whatever thread they are dropped.
 // - A block is carved only while its unit is read, on that thread; then it is sealed, and whatever a list cut from
@@ -54,6 +54,12 @@ public:
     }
     size_t chunks() const noexcept { return chunks_.size(); }
 
+    // Its count of references (BlockRef's): the block goes when the last goes, on whichever thread.
+    void hold() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+    void release() noexcept {
+        if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    }
+
     // Chunks of 4 KiB doubling up to 64 KiB (below malloc's mmap threshold): a rack's unit of 300 child windows
     // (~112 KiB of lists) takes 5 or 6, and no unit holds more than 64 KiB it does not use.
     static constexpr size_t kFirstChunk = size_t(1) << 12, kMaxChunk = size_t(1) << 16;
@@ -66,6 +72,35 @@ private:
     std::vector<Chunk> chunks_;
     size_t used_ = 0;  // in the last chunk
     std::atomic<bool> sealed_{false};
+    std::atomic<size_t> refs_{1};  // its maker's (BlockRef::make)
+};
+
+// A counted reference to a block, as a shared_ptr<UnitBlock> (copies count, a move takes the reference, the last
+// one frees the block) without shared_ptr's out-of-line release: every list of a read core held and dropped one (a
+// rack's step dropped 120,000, at ~18 instructions a call; docs/scale.md, session 43).
+class BlockRef {
+public:
+    BlockRef() noexcept = default;
+    static BlockRef make() { return BlockRef(new UnitBlock()); }
+    BlockRef(const BlockRef& other) noexcept : b_(other.b_) {
+        if (b_) b_->hold();
+    }
+    BlockRef(BlockRef&& other) noexcept : b_(other.b_) { other.b_ = nullptr; }
+    BlockRef& operator=(BlockRef other) noexcept {
+        std::swap(b_, other.b_);
+        return *this;
+    }
+    ~BlockRef() {
+        if (b_) b_->release();
+    }
+    UnitBlock* operator->() const noexcept { return b_; }
+    explicit operator bool() const noexcept { return b_ != nullptr; }
+    bool operator==(const BlockRef& other) const noexcept { return b_ == other.b_; }
+    bool operator!=(const BlockRef& other) const noexcept { return b_ != other.b_; }
+
+private:
+    explicit BlockRef(UnitBlock* b) noexcept : b_(b) {}
+    UnitBlock* b_ = nullptr;
 };
 
 // A list's allocator: its block's, or the heap's when it has none.
@@ -78,10 +113,10 @@ struct BlockAlloc {
     using propagate_on_container_swap = std::true_type;
     using is_always_equal = std::false_type;
 
-    std::shared_ptr<UnitBlock> block;
+    BlockRef block;
 
     BlockAlloc() noexcept = default;
-    explicit BlockAlloc(std::shared_ptr<UnitBlock> b) noexcept : block(std::move(b)) {}
+    explicit BlockAlloc(BlockRef b) noexcept : block(std::move(b)) {}
     template <class U>
     BlockAlloc(const BlockAlloc<U>& other) noexcept : block(other.block) {}
 

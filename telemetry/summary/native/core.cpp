@@ -491,7 +491,7 @@ void decode_into(Core& out, const uint8_t* data, size_t n, SourcesMemo* memo) {
         bad(std::string("not a telemetry.v1.Summary message (") + e.what() + ")");
     }
     if (memo) {  // the lists cut from the unit's block
-        if (!memo->block) memo->block = std::make_shared<UnitBlock>();
+        if (!memo->block) memo->block = BlockRef::make();
         // Each list takes the block by a swap with an empty list made with it (the allocators swap too: they
         // propagate on swap), not by a move-assignment: each allocator copy is an atomic count on the block, and a
         // move-assigned list's made ~5 of them, 20 a decode; this makes 8.

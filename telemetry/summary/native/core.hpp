@@ -118,7 +118,7 @@ struct SourcesMemo {
     size_t n = 0;
     SharedBitmap parsed;
     uint32_t lo = 1, hi = 0;  // when `parsed` is the whole range [lo, hi] (else lo > hi): membership by bounds
-    std::shared_ptr<UnitBlock> block;
+    BlockRef block;
 
     SourcesMemo() = default;
     SourcesMemo(const SourcesMemo&) = delete;
