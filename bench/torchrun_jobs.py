@@ -9,13 +9,12 @@ database, and are stopped (SIGTERM, then SIGKILL) whatever the caller did.
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from collectors.demo.train import torchrun_env
+from collectors.demo.train import torchrun_command, torchrun_env
 from collectors.sim.procs import Proc, python_module, stop_process
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,16 +43,9 @@ def root_and_agent(tmp: Path, root_args: tuple[str, ...] = (),
 
 
 def torchrun_argv(world: int, script: Path, args: list[str], launcher: tuple[str, ...] = ()) -> list[str]:
-    """torchrun with `world` ranks on this host running `script ARGS`; `launcher`: more of torchrun's own options
-    (--rdzv-id, --max-restarts).
-
-    The c10d rendezvous store binds loopback port 0 itself (what `--standalone` does), never a port chosen here
-    beforehand: torchrun that finds its endpoint taken silently joins whatever store listens there as a client, so
-    jobs started together once shared one rendezvous (and its run id `none`) through a port another job's store or
-    a gloo socket took between the choosing and the binding."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "--local-addr", "127.0.0.1",
-            *launcher, str(script), *args]
+    """torchrun with `world` ranks on this host running `script ARGS` (collectors.demo.train.torchrun_command: its
+    rendezvous store on a port it binds itself); `launcher`: more of torchrun's own options (--rdzv-id, ...)."""
+    return torchrun_command(world, script, args, launcher)
 
 
 def job_env(agent: str, env: dict[str, str] | None = None) -> dict[str, str]:

@@ -7,9 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-
-from collectors.sim.procs import free_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
 
@@ -24,11 +23,22 @@ def example_path() -> Path:
     return EXAMPLE
 
 
-def torchrun_argv(world: int, job: str, *example_args: str) -> list[str]:
-    """torchrun with `world` ranks on this host (c10d rendezvous on a free loopback port), running the example."""
+def torchrun_command(world: int, script: Path, args: Sequence[str], launcher: Sequence[str] = ()) -> list[str]:
+    """torchrun with `world` ranks on this host running `script ARGS`; `launcher`: more of torchrun's own options
+    (--rdzv-id, --max-restarts).
+
+    The c10d rendezvous store binds loopback port 0 itself (what `--standalone` does), never a port chosen here
+    beforehand: torchrun that finds its endpoint taken silently joins whatever store listens there as a client, so
+    jobs started together once shared one rendezvous (and its run id) through a port another job's store or a gloo
+    socket took between the choosing and the binding."""
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", job,
-            "--local-addr", "127.0.0.1", "--max-restarts", "0", str(EXAMPLE), "--job", job, *example_args]
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "--local-addr", "127.0.0.1",
+            *launcher, str(script), *args]
+
+
+def torchrun_argv(world: int, job: str, *example_args: str) -> list[str]:
+    """torchrun with `world` ranks on this host running the example as `job` (its rendezvous id too)."""
+    return torchrun_command(world, EXAMPLE, ["--job", job, *example_args], ("--rdzv-id", job, "--max-restarts", "0"))
 
 
 def torchrun_env(agent: str) -> dict[str, str]:
