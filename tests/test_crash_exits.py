@@ -197,3 +197,32 @@ def test_a_dataloader_worker_gone_says_the_signal_its_chained_cause_names():
     plain = ExitWatch()  # any other exception's why is its first line only, whatever its traceback quotes
     plain.note(forensics_pb2.LastWords(kind="exception", exc_type="ValueError", message="bad batch", traceback=chained))
     assert _record(plain).why == "ValueError: bad batch"
+
+
+def test_a_keyboard_interrupt_inside_the_sigterm_wait_still_ends_it(monkeypatch):
+    """Only Exceptions are waited through: a KeyboardInterrupt (SIGINT's handler) raised inside the wait leaves it
+    at once, as before (a catch of BaseException would swallow the user's Ctrl-C for up to the wait's bound)."""
+    import signal
+    import threading
+
+    import pytest
+
+    from telemetry.sdk import lastwords
+
+    ended: list[int] = []
+    monkeypatch.setattr(lastwords, "_default_and_raise", ended.append)
+    monkeypatch.setenv(lastwords.WAIT_ENV, "0")
+
+    def interrupt(signum, frame) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    timer = threading.Timer(0.2, signal.pthread_kill, (threading.main_thread().ident, signal.SIGUSR1))
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            lastwords.Witness()._sigterm_handler(signal.SIGTERM, None)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+    assert ended == [], ended

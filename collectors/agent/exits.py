@@ -35,6 +35,7 @@ from pathlib import Path
 
 from google.protobuf import json_format
 
+from collectors.common.tracebacks import WORKER_GONE, worker_signal
 from telemetry.v1 import forensics_pb2
 
 log = logging.getLogger(__name__)
@@ -51,10 +52,7 @@ ERROR_FILE_ENV = b"TORCHELASTIC_ERROR_FILE="
 FATAL = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
          "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
 _FATAL_RE = re.compile(r"Fatal Python error: ([A-Za-z ]+)")
-# The DataLoader's error when a worker died: raised from its queue read, it says only "exited unexpectedly"; the
-# signal (SIGKILL: the OOM killer's, most often) is in the chained cause its SIGCHLD handler raised.
-_WORKER_GONE = "exited unexpectedly"
-_WORKER_SIGNAL_RE = re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: ([A-Za-z ]+)")
+
 WORDS_HEADER = "# telemetry last words (not delivered on the stream): "  # telemetry/sdk/lastwords.py writes it
 
 
@@ -318,9 +316,11 @@ def exit_record(watch: ExitWatch, *, job: str, attempt: int, rank: int, host: st
         out.message, out.traceback = words.message, words.traceback
         out.why = f"{words.exc_type}: {_first_line(words.message)}" if words.message else words.exc_type
         out.died_at_ns, out.died_at_source = words.time_ns, "last_words"
-        worker = _WORKER_SIGNAL_RE.search(words.traceback) if _WORKER_GONE in words.message else None
+        # The DataLoader's "exited unexpectedly" names no signal (SIGKILL, the OOM killer's, most often): its
+        # direct cause does.
+        worker = worker_signal(words.message, words.traceback) if WORKER_GONE in words.message else None
         if worker is not None:
-            out.why += f" (its worker was killed by signal: {worker.group(1).strip()})"
+            out.why += f" (its worker was killed by signal: {worker})"
         if words.thread and words.thread != "MainThread":
             out.why += f" (thread {words.thread})"
     elif words is not None and words.kind == "signal":

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collectors.common.rows import Row
+from collectors.common.tracebacks import worker_signal
 from collectors.detectors.base import Detector
 from telemetry.v1 import forensics_pb2
 
@@ -42,10 +43,6 @@ CONSEQUENCES = (
     (re.compile(r"communicator was aborted|NCCL.*abort|ProcessGroup\w*.*(abort|shut ?down|destroyed)", re.I),
      "a peer's abort reached it"),
 )
-# A DataLoader worker stopped by SIGTERM: a launcher stops a rank with SIGTERM to its whole process group, and the
-# rank may raise the DataLoader's error (its message "exited unexpectedly", the signal only in the chained cause of
-# its traceback) before its own SIGTERM ends it. A worker SIGKILLed (the OOM killer's) stays the rank's own failure.
-WORKER_TERMINATED = re.compile(r"DataLoader worker \(pid[^)]*\) is killed by signal: Terminated")
 FAILURES = ("exception", "fatal_signal", "terminated", "exit_code", "oom_killed", "killed", "unknown")
 MAX_RECORDS_PER_JOB = 1 << 17  # ranks' accounts kept per job (a 16,384-rank job fits 8 times over)
 MAX_FULL_RECORDS = 256  # of them, kept with their traceback and stacks (the rest: one line each, ~0.5 KB)
@@ -71,7 +68,9 @@ def consequence_of(record: dict[str, Any]) -> str | None:
         for pattern, what in CONSEQUENCES:
             if pattern.search(text):
                 return what
-        if WORKER_TERMINATED.search(text) or WORKER_TERMINATED.search(record.get("traceback") or ""):
+        # A launcher stops a rank with SIGTERM to its whole process group: the rank may raise the DataLoader's
+        # error before its own SIGTERM ends it. A worker SIGKILLed (the OOM killer's) stays the rank's own failure.
+        if worker_signal(record.get("message") or "", record.get("traceback") or "") == "Terminated":
             return "its DataLoader worker was stopped by SIGTERM (the launcher stopping the job after a failure)"
     return None
 
