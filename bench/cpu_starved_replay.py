@@ -25,7 +25,7 @@ from machine import REPO
 
 sys.path.insert(0, str(REPO))  # the checkout: when run as a script only bench/ is on sys.path
 
-from bench.recordings import read_json, recorded
+from bench.recordings import read_json, recorded, recording_name
 from collectors.common.keys import Key
 from collectors.common.rows import Row
 from collectors.detectors import EventLog
@@ -71,12 +71,12 @@ def main(argv: list[str] | None = None) -> int:
             judged, events = replay(run, config)
             steps += judged
             named += bool(events)
-            runs.append({"file": path.name, "job": run["job"], "cell": run["cell"], "steps": judged,
+            runs.append({"file": recording_name(path), "job": run["job"], "cell": run["cell"], "steps": judged,
                          "loadavg_1min": run.get("loadavg_1min"),
                          "events": [{"step": e["step"], "ranks": e["ranks"], "summary": e["detail"]["summary"]}
                                     for e in events]})
             for e in events:
-                print(f"{path.name} {run['cell']}: step {e['step']}: {e['detail']['summary']}")
+                print(f"{recording_name(path)} {run['cell']}: step {e['step']}: {e['detail']['summary']}")
     result = {"benchmark": "cpu_starved_replay", "config": vars(config), "runs": runs,
               "summary": {"runs": len(runs), "steps": steps, "runs_with_event": named,
                           "events": sum(len(r["events"]) for r in runs)}}

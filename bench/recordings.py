@@ -31,3 +31,8 @@ def recorded(results: Path, pattern: str) -> list[Path]:
     found = {path.name: path for path in results.glob(pattern + GZ)}
     found.update({path.name + GZ: path for path in results.glob(pattern)})
     return [found[name] for name in sorted(found)]
+
+
+def recording_name(path: Path) -> str:
+    """The recording's name as it was written (`X.json`), stored gzipped or not: what outputs label a set by."""
+    return path.name.removesuffix(GZ)

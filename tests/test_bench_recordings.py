@@ -6,7 +6,7 @@ import gzip
 import json
 from pathlib import Path
 
-from bench.recordings import read_json, recorded
+from bench.recordings import read_json, recorded, recording_name
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 
@@ -21,6 +21,7 @@ def test_a_recording_reads_the_same_by_either_name_and_plain_wins_where_both_exi
     found = recorded(tmp_path, "detection_matrix*.json")
     assert [p.name for p in found] == ["detection_matrix_a.json.gz", "detection_matrix_b.json"]
     assert [read_json(p)["runs"] for p in found] == [[1], [2]]
+    assert [recording_name(p) for p in found] == ["detection_matrix_a.json", "detection_matrix_b.json"]
 
 
 def test_the_committed_matrices_are_all_readable_recordings() -> None:

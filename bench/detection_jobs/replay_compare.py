@@ -22,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: when run as a script only its folder is on sys.path
 
 from bench.detection_jobs.replay_matrix import evaluate
-from bench.recordings import read_json
+from bench.recordings import read_json, recording_name
 
 
 def _alarms(scored: list[dict[str, Any]]) -> set[str]:
@@ -102,13 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for path in args.results:
         for run in read_json(path)["runs"]:
-            runs.append({**run, "set": path.name})
+            runs.append({**run, "set": recording_name(path)})
     settings = {"baseline": json.loads(args.baseline)}
     for spec in args.candidate:
         name, _, text = spec.partition("=")
         settings[name] = json.loads(text)
     started = time.monotonic()
-    out: dict[str, Any] = {"sets": [path.name for path in args.results], "runs": len(runs), "settings": {}}
+    out: dict[str, Any] = {"sets": [recording_name(path) for path in args.results], "runs": len(runs), "settings": {}}
     scored_by: dict[str, list[dict[str, Any]]] = {}
     for name, values in settings.items():
         scored = evaluate(runs, values)["scored"]

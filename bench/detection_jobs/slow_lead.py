@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: when run as a script only its folder is on sys.path
 
-from bench.recordings import read_json
+from bench.recordings import read_json, recording_name
 from collectors.detectors.straggler import StragglerConfig
 
 WARMUP = StragglerConfig().wait_warmup  # a job's first steps (start-up: every rank's waits are seconds apart)
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             row = cell_lead(run, args.steps)
             if row is not None:
-                rows.append((path.stem.removeprefix("detection_matrix_"), row))
+                rows.append((recording_name(path).removesuffix(".json").removeprefix("detection_matrix_"), row))
     if not rows:
         print("no fault cell with per-rank figures", file=sys.stderr)
         return 1
