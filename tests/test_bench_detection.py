@@ -351,7 +351,8 @@ def test_replay_compare_judges_a_candidate_by_shape_and_severity() -> None:
 
     runs = [_matrix_run("ddp-clean", 0.0, -1, 0, 300, 1), _matrix_run("ddp-forward-2x", 2.0, 1, 40, 60, 2)]
     base = summarise(evaluate(runs, {})["scored"])
-    assert base["by_shape"]["ddp"] == {"clean_steps": 340, "false_alarms": 0, "cells": 1, "in_time": 1}
+    assert base["by_shape"]["ddp"] == {"clean_steps": 340, "false_alarms": 0, "other_false_alarms": 0, "cells": 1,
+                                       "in_time": 1}
     assert base["in_time_by_factor"] == {"2x": "1/1"}
     loose = summarise(evaluate(runs, {"wait_fast_drift": 0.0, "wait_drift": 0.0, "wait_background": 0})["scored"])
     assert loose["by_shape"]["ddp"]["false_alarms"] > 0
@@ -366,4 +367,27 @@ def test_replay_compare_judges_a_candidate_by_shape_and_severity() -> None:
     verdict = passes(base, blind)
     assert verdict["in_time_down_in_shapes"] == ["ddp"] and verdict["in_time_down_in_factors"] == ["2x"]
     assert not verdict["passes"]
-    assert passes(blind, loose)["false_alarms_up_in"] == ["ddp"] and not passes(blind, loose)["passes"]
+    assert passes(blind, loose)["false_alarms_up_in"] == ["ddp", "total"] and not passes(blind, loose)["passes"]
+    # unjudged alarms (no on-CPU figures) count as false under s44's criterion too
+    assert loose["other_false_alarms"] == loose["false_alarms"] > 0
+    assert passes(blind, loose, "other_false_alarms")["false_alarms_up_in"] == ["ddp", "total"]
+
+
+def test_replay_compare_s44_criterion_leaves_out_alarms_on_uninjected_slow_ranks() -> None:
+    """prereg_heldout_s44.md: a candidate whose extra alarms all name ranks slow by their own CPU work passes on
+    false alarms; one more alarm that is not (or cannot be judged) fails it, in its shape and in total."""
+    from bench.detection_jobs.replay_compare import passes, summarise
+
+    def run(alarms: list[dict | None]) -> dict:
+        return {"shape": "sync2", "clean_steps": 300, "factor": 0.0, "detection": None,
+                "false_alarms": [{} if a is None else {"uninjected_slow": a} for a in alarms]}
+
+    slow = {"slow": True, "ratio": 1.1, "steps": 30}
+    not_slow = {"slow": False, "ratio": 1.0, "steps": 30}
+    base = summarise([run([not_slow])])
+    more_slow = summarise([run([not_slow, slow, slow])])
+    assert more_slow["false_alarms"] == 3 and more_slow["other_false_alarms"] == 1
+    assert passes(base, more_slow)["false_alarms_up_in"] == ["sync2", "total"]
+    assert passes(base, more_slow, "other_false_alarms")["false_alarms_up_in"] == []
+    assert passes(base, summarise([run([not_slow, None])]), "other_false_alarms")["false_alarms_up_in"] == [
+        "sync2", "total"]

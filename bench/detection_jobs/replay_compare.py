@@ -5,7 +5,8 @@
 
 Why: a pre-registered candidate rule is judged against the current one over every recorded set, per shape (its
 false alarms in clean steps must not rise in any shape, its in-time cells must not fall in any shape or severity:
-bench/detection_jobs/prereg_*.md). replay_matrix.py prints totals per setting; this prints and writes, per setting,
+bench/detection_jobs/prereg_*.md; from s44 on, the false alarms not on an uninjected slow rank, in each shape and in
+total). replay_matrix.py prints totals per setting; this prints and writes, per setting,
 the false alarms and in-time cells by shape and by severity, and for each candidate the alarms it added and removed
 and the fault cells whose naming moved, as the baseline replayed them in the same run.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: when run as a script only its folder is on sys.path
 
+from bench.detection_jobs.matrix import is_uninjected_slow
 from bench.detection_jobs.replay_matrix import evaluate
 from bench.recordings import read_json, recording_name
 
@@ -57,9 +59,12 @@ def summarise(scored: list[dict[str, Any]]) -> dict[str, Any]:
     factors: dict[str, list[int]] = {}
     by_work: dict[str, dict[str, int]] = {}  # information, not the criterion (_by_cpu_work)
     for s in scored:
-        row = shapes.setdefault(s["shape"], {"clean_steps": 0, "false_alarms": 0, "cells": 0, "in_time": 0})
+        row = shapes.setdefault(s["shape"], {"clean_steps": 0, "false_alarms": 0, "other_false_alarms": 0, "cells": 0,
+                                             "in_time": 0})
         row["clean_steps"] += s["clean_steps"]
         row["false_alarms"] += len(s["false_alarms"])
+        # not on an uninjected slow rank (an alarm that cannot be judged counts here): prereg_heldout_s44.md's criterion
+        row["other_false_alarms"] += sum(not is_uninjected_slow(a) for a in s["false_alarms"])
         work = by_work.setdefault(s["shape"], {"cpu_slow": 0, "not_cpu_slow": 0, "not_judged": 0})
         for alarm in s["false_alarms"]:
             work[_by_cpu_work(alarm)] += 1
@@ -71,18 +76,21 @@ def summarise(scored: list[dict[str, Any]]) -> dict[str, Any]:
             cell[0] += 1
             cell[1] += int(bool(det.get("in_time")))
     return {"false_alarms": sum(r["false_alarms"] for r in shapes.values()),
+            "other_false_alarms": sum(r["other_false_alarms"] for r in shapes.values()),
             "in_time": sum(r["in_time"] for r in shapes.values()), "by_shape": shapes,
             "false_alarms_by_cpu_work": by_work,
             "in_time_by_factor": {k: f"{hit}/{n}" for k, (n, hit) in sorted(factors.items())}}
 
 
-def passes(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any]:
-    """The pre-registered criterion: no shape's false alarms up, no shape's or severity's in-time cells down, in
-    time up in total."""
+def passes(base: dict[str, Any], cand: dict[str, Any], alarms: str = "false_alarms") -> dict[str, Any]:
+    """The pre-registered criterion: no shape's false alarms up (and, with `alarms` = "other_false_alarms", not in
+    total either), no shape's or severity's in-time cells down, in time up in total. `alarms`: which false alarms
+    count - every one (the s42/s43 pre-registrations) or those not on an uninjected slow rank (s44's)."""
     shapes = sorted(set(base["by_shape"]) | set(cand["by_shape"]))
-    zero = {"false_alarms": 0, "in_time": 0}
-    fa_up = [s for s in shapes if cand["by_shape"].get(s, zero)["false_alarms"]
-             > base["by_shape"].get(s, zero)["false_alarms"]]
+    zero = {alarms: 0, "in_time": 0}
+    fa_up = [s for s in shapes if cand["by_shape"].get(s, zero)[alarms] > base["by_shape"].get(s, zero)[alarms]]
+    if cand[alarms] > base[alarms]:
+        fa_up.append("total")
     shape_down = [s for s in shapes if cand["by_shape"].get(s, zero)["in_time"]
                   < base["by_shape"].get(s, zero)["in_time"]]
     factor_down = [f for f, v in base["in_time_by_factor"].items()
@@ -119,18 +127,21 @@ def main(argv: list[str] | None = None) -> int:
         if name != "baseline":
             base = scored_by["baseline"]
             entry["criterion"] = passes(out["settings"]["baseline"], entry)
+            entry["criterion_not_uninjected"] = passes(out["settings"]["baseline"], entry, "other_false_alarms")
             entry["alarms_new"] = sorted(_alarms(scored) - _alarms(base))
             entry["alarms_gone"] = sorted(_alarms(base) - _alarms(scored))
             before, after = _cells(base), _cells(scored)
             entry["cells_changed"] = [{"cell": k, "baseline": before[k], "candidate": after[k]}
                                       for k in sorted(after) if after[k] != before.get(k)]
         out["settings"][name] = entry
-        print(f"{name} {json.dumps(values)}: false alarms {entry['false_alarms']} (by the named rank's own CPU work: "
+        print(f"{name} {json.dumps(values)}: false alarms {entry['false_alarms']} ({entry['other_false_alarms']} not on "
+              f"an uninjected slow rank; by the named rank's own CPU work: "
               f"{json.dumps(entry['false_alarms_by_cpu_work'])}), in time {entry['in_time']} "
               f"{entry['in_time_by_factor']}; by shape "
               + ", ".join(f"{k} {v['false_alarms']} FA / {v['in_time']} of {v['cells']} in time"
                           for k, v in sorted(entry["by_shape"].items()))
-              + (f"; criterion {json.dumps(entry['criterion'])}" if "criterion" in entry else ""))
+              + (f"; criterion {json.dumps(entry['criterion'])}; not on an uninjected slow rank "
+                 f"{json.dumps(entry['criterion_not_uninjected'])}" if "criterion" in entry else ""))
         for key in ("alarms_new", "alarms_gone"):
             for line in entry.get(key, []):
                 print(f"  {key[7:]}: {line}")
