@@ -276,9 +276,8 @@ def dead_address() -> str:
 
 def spawn_root(workdir: Path, deadline_floor: float = 0.8):
     """A root in a process of its own (`telemetry collector`), for tests that may wedge it: kill it after."""
-    from collectors.sim.procs import Proc, free_port, python_module
-    api_port = free_port()
+    from collectors.sim.procs import Proc, python_module
     proc = Proc("root", python_module("collectors.cli", "collector", "--id", "root", "--listen", "127.0.0.1:0",
-                                      "--db", str(workdir / "root.db"), "--api", f"127.0.0.1:{api_port}",
+                                      "--db", str(workdir / "root.db"), "--api", "127.0.0.1:0",
                                       "--deadline-floor", str(deadline_floor)), workdir)
     return proc.start()

@@ -17,7 +17,7 @@ import pytest
 from collectors.common import fleet
 from collectors.root.host_indexes import TAKEOVER_AFTER_NS, HostIndexes
 from collectors.root.store import Store
-from collectors.sim.procs import Proc, free_port, python_module
+from collectors.sim.procs import Proc, python_module
 from collectors.sim.sysfs import write_host
 from helpers_tree import api_get, wait_for
 from telemetry.v1 import forward_pb2
@@ -95,10 +95,11 @@ def _node_a_gone_for_good(work: Path, api: str, parent: str, procs: list[Proc]) 
 
 def test_the_tree_hands_out_host_indexes_remembers_them_and_refuses_collisions(tmp_path):
     work = tmp_path
-    listen, api = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    listen, api = "127.0.0.1:0", "127.0.0.1:0"
     procs: list[Proc] = []
     try:
         root = _root(work, listen, api)
+        listen, api = root.ready["address"], root.ready["api"]  # the ports bound, kept for a restart
         procs.append(root)
         rack = Proc("rack", python_module("collectors.cli", "collector", "--id", "rack", "--listen", "127.0.0.1:0",
                                           "--parent", listen), work).start()
@@ -127,7 +128,7 @@ def test_the_tree_hands_out_host_indexes_remembers_them_and_refuses_collisions(t
         procs.append(agents["node-d"])
         wait_for(lambda: "no parent answered" in _log(work, agents["node-d"]), WAIT, interval=0.2,
                  what="node-d told the root is not there yet")
-        root = _root(work, listen, api)
+        root = _root(work, listen, api)  # the same ports again
         procs.append(root)
         agents["node-b"] = _agent(work, address, "node-b", "machine-node-b", "--host-index", "auto")
         procs.append(agents["node-b"])
@@ -413,10 +414,11 @@ def test_an_index_given_back_reaches_the_root_under_its_new_host_through_a_rack_
     node-a's claims on index 1's sources (without that, the rack refuses node-b's windows as a second claimant of
     node-a's sources). node-a coming back is a new host: an index of its own."""
     work = tmp_path
-    listen, api = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    listen, api = "127.0.0.1:0", "127.0.0.1:0"
     procs: list[Proc] = []
     try:
         root = _reusing_root(work, listen, api)
+        listen, api = root.ready["address"], root.ready["api"]  # the ports bound, kept for a restart
         procs.append(root)
         rack = Proc("rack", python_module("collectors.cli", "collector", "--id", "rack", "--listen", "127.0.0.1:0",
                                           "--parent", listen, "--job-idle-timeout", "2"), work).start()
@@ -572,10 +574,11 @@ def test_a_new_host_given_a_reused_index_fails_over_to_a_rack_that_knew_the_old_
     the job idle timeout. node-b registers through rack2 and is given node-a's index; rack2 goes, node-b fails over
     to rack1 (--fallback-parent): its devices reach the root under the index through rack1, never refused there."""
     work = tmp_path
-    listen, api = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    listen, api = "127.0.0.1:0", "127.0.0.1:0"
     procs: list[Proc] = []
     try:
         root = _reusing_root(work, listen, api)
+        listen, api = root.ready["address"], root.ready["api"]  # the ports bound, kept for a restart
         procs.append(root)
         racks = {}
         for name in ("rack1", "rack2"):

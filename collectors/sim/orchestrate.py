@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from collectors.sim.model import Injection, check_injections, metrics, restart_of
-from collectors.sim.procs import Proc, free_port, python_module
+from collectors.sim.procs import Proc, python_module
 
 log = logging.getLogger(__name__)
 
@@ -106,19 +106,16 @@ class Simulation:
         c = self.config
         nodes = -(-max(a.world for a in self.attempts) // c.ranks_per_node)
         racks = -(-nodes // c.nodes_per_rack)
-        root_port = free_port()
-        api_port = c.root_api_port or free_port()
         self.root = Proc("root", python_module(
-            "collectors.cli", "collector", "--id", "root", "--listen", f"127.0.0.1:{root_port}",
-            "--db", str(self.workdir / "root.db"), "--api", f"127.0.0.1:{api_port}",
+            "collectors.cli", "collector", "--id", "root", "--listen", "127.0.0.1:0",
+            "--db", str(self.workdir / "root.db"), "--api", f"127.0.0.1:{c.root_api_port}",
             "--deadline-floor", str(c.root_deadline_floor),
             *(["--detectors", c.detectors] if c.detectors else [])), self.logs).start()
-        self.api = f"http://127.0.0.1:{api_port}"
+        self.api = f"http://{self.root.ready['api']}"
         root_addr = self.root.ready["address"]
         for r in range(racks):
-            port = free_port()
             self.racks.append(Proc(f"rack{r}", python_module(
-                "collectors.cli", "collector", "--id", f"rack{r}", "--listen", f"127.0.0.1:{port}",
+                "collectors.cli", "collector", "--id", f"rack{r}", "--listen", "127.0.0.1:0",
                 "--parent", root_addr, "--deadline-floor", str(c.collector_deadline_floor)), self.logs).start())
         for n in range(nodes):
             rack = self.racks[n // c.nodes_per_rack]

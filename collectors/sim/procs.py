@@ -50,7 +50,17 @@ class Proc:
         log.close()
         if self.ready_line:
             self.ready = self._read_ready(timeout)
+            self._pin_ports()
         return self
+
+    def _pin_ports(self) -> None:
+        """A service asked to bind port 0 keeps the port it bound for its restarts: its children were given that
+        address. Port 0 is asked so that no other process can take the port between its choice and the bind."""
+        for flag, key in (("--listen", "address"), ("--api", "api")):
+            if flag in self.argv and self.ready.get(key):
+                at = self.argv.index(flag) + 1
+                if at < len(self.argv) and self.argv[at].endswith(":0"):
+                    self.argv[at] = self.ready[key]
 
     def _read_ready(self, timeout: float) -> dict:
         assert self.popen is not None and self.popen.stdout is not None
