@@ -345,22 +345,48 @@ Bitmap optimized_union(const std::vector<const roaring_bitmap_t*>& bitmaps) {
     return all;
 }
 
+// The last union a thread's merge_batch made, and the children's sources it was made of: the next window's children,
+// when they hold those very bitmaps in the same order, have that union. A rack's windows of one step are merged one
+// after another on its flush thread from the same 64 children's units, whose windows share one parse of the child's
+// sources (SourcesMemo), so one union serves every metric of a step instead of 300 (or_many and run_optimize: ~12 M
+// of a rack step's 215.6 M instructions; docs/scale.md, session 44). Holding the inputs keeps them alive and unchanged:
+// a SharedBitmap is written only through own(), which copies one that another holder (this memo) shares, so a bitmap
+// found `same` here still has the value the union was made of, and no other bitmap can take its address meanwhile.
+struct UnionMemo {
+    std::vector<SharedBitmap> inputs;
+    Bitmap union_;
+
+    bool holds(const std::vector<Entry>& entries) const {
+        if (!union_ || inputs.size() != entries.size()) return false;
+        for (size_t i = 0; i < entries.size(); ++i)
+            if (!inputs[i].same(entries[i].core.sources)) return false;
+        return true;
+    }
+};
+
 }  // namespace
 
 Core merge_batch(Batch& batch) {
     if (batch.entries.empty()) throw std::invalid_argument("a window with nothing to merge");
     if (batch.entries.size() == 1) return clone(batch.entries[0].core);
     std::vector<Core*> cores;
-    std::vector<const roaring_bitmap_t*> bitmaps;
     cores.reserve(batch.entries.size());
-    bitmaps.reserve(batch.entries.size());
     for (Entry& e : batch.entries) {
         check_compatible(batch.entries[0].core, e.core);
         cores.push_back(&e.core);
-        bitmaps.push_back(e.core.sources.get());
     }
-    Bitmap union_ = optimized_union(bitmaps);
-    return merge_all(cores, union_.get());
+    thread_local UnionMemo memo;
+    if (!memo.holds(batch.entries)) {
+        std::vector<const roaring_bitmap_t*> bitmaps;
+        bitmaps.reserve(batch.entries.size());
+        for (const Entry& e : batch.entries) bitmaps.push_back(e.core.sources.get());
+        memo.union_.reset();  // never a union beside inputs it was not made of, whatever throws below
+        memo.inputs.clear();
+        Bitmap made = optimized_union(bitmaps);
+        for (const Entry& e : batch.entries) memo.inputs.push_back(e.core.sources);
+        memo.union_ = std::move(made);
+    }
+    return merge_all(cores, memo.union_.get());
 }
 
 namespace {
