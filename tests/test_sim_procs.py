@@ -29,3 +29,13 @@ def test_a_port_given_is_kept_as_given(tmp_path):
     proc.ready = {"address": "127.0.0.1:5", "api": "127.0.0.1:4321"}
     proc._pin_ports()
     assert proc.argv == ["x", "--listen", "127.0.0.1:5", "--api", "127.0.0.1:4321"]
+
+
+def test_the_callers_command_is_not_rewritten(tmp_path):
+    """The ports bound are pinned in the Proc's own copy: a caller that builds a second service from the same list
+    still asks for port 0 (else it would ask for the first one's port, taken)."""
+    argv = ["x", "--listen", "127.0.0.1:0"]
+    proc = Proc("rack", argv, tmp_path)
+    proc.ready = {"address": "127.0.0.1:41000"}
+    proc._pin_ports()
+    assert proc.argv[-1] == "127.0.0.1:41000" and argv == ["x", "--listen", "127.0.0.1:0"]

@@ -83,9 +83,10 @@ def summarise(scored: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def passes(base: dict[str, Any], cand: dict[str, Any], alarms: str = "false_alarms") -> dict[str, Any]:
-    """The pre-registered criterion: no shape's false alarms up (and, with `alarms` = "other_false_alarms", not in
-    total either), no shape's or severity's in-time cells down, in time up in total. `alarms`: which false alarms
-    count - every one (the s42/s43 pre-registrations) or those not on an uninjected slow rank (s44's)."""
+    """The pre-registered criterion: false alarms up in no shape and not in total (where no shape is up the total
+    cannot be: the check only names it), no shape's or severity's in-time cells down, in time up in total. `alarms`:
+    which false alarms count - every one (the s42/s43 pre-registrations) or those not on an uninjected slow rank
+    (s44's)."""
     shapes = sorted(set(base["by_shape"]) | set(cand["by_shape"]))
     zero = {alarms: 0, "in_time": 0}
     fa_up = [s for s in shapes if cand["by_shape"].get(s, zero)[alarms] > base["by_shape"].get(s, zero)[alarms]]

@@ -36,7 +36,8 @@ class Proc:
     """One service process; `start()` waits for its JSON ready line (or its exit, which is an error)."""
 
     def __init__(self, name: str, argv: list[str], log_dir: Path, ready_line: bool = True) -> None:
-        self.name, self.argv, self.log_dir, self.ready_line = name, argv, log_dir, ready_line
+        # A copy: the bound ports are written into it (_pin_ports), never into the caller's list.
+        self.name, self.argv, self.log_dir, self.ready_line = name, list(argv), log_dir, ready_line
         self.popen: subprocess.Popen | None = None
         self.ready: dict = {}
         self.restarts = 0
