@@ -119,7 +119,8 @@ def test_upstream_opens_quiet_and_is_durable_against_a_parent_that_sends_receive
     rack = make_collector([parent.address], "rack0")
     child = RawChild(rack.address, "agent0")
     try:
-        assert child.ack().seq == 0
+        opening = child.ack()
+        assert opening is not None and opening.seq == 0, f"stream ended: {child.error}"
         seqs = [child.batch(window("old", "loss", step, {0: 1.0, 1: 2.0}, expected=2)) for step in (1, 2, 3)]
         for seq in seqs:
             child.ack_for(seq, DURABLE)
