@@ -164,7 +164,9 @@ def run(args: argparse.Namespace, workdir: Path, console: Any) -> dict[str, Any]
 def child(argv: list[str]) -> int:
     """`_child ROLE CONFIG`: one of a run's processes (bench/scale_child.py), dying with its parent."""
     from collectors.common.lifetime import die_with_parent
+    from collectors.common.memory import tune_allocator
     die_with_parent()
+    tune_allocator()  # as `telemetry collector` and `telemetry agent` do first (collectors/cli.py _serve)
     module, function = ROLES[argv[1]]
     getattr(importlib.import_module(module), function)(json.loads(argv[2]))
     return 0

@@ -152,8 +152,10 @@ EXIT_CANNOT_LISTEN = 69  # EX_UNAVAILABLE: an address to listen on is taken or n
 def _serve(signals: StopSignals, make: Callable[[], Any], describe: Callable[[Any], dict[str, Any]]) -> None:
     """Build and start the server, announce readiness (a JSON line on stdout, and READY=1 to systemd), ping
     the watchdog while flushes succeed, and stop cleanly on SIGTERM/SIGINT within STOP_DEADLINE_S."""
+    from collectors.common.memory import tune_allocator
     from collectors.common.sdnotify import Notifier, WatchdogPinger
     from collectors.common.transport import CannotListen
+    tune_allocator()  # before the server's threads exist (collectors/common/memory.py)
     notifier = Notifier()
     signals.hold()  # a signal before here ended the process at once; from here the server has things to close
     try:

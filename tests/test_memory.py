@@ -80,6 +80,88 @@ def test_large_buffers_freed_by_threads_do_not_stay_in_their_arenas(mode, expect
     assert done.stdout.strip() == expected
 
 
+_ARENA_PROBE = r"""
+import ctypes, os, sys, threading
+sys.path.insert(0, os.getcwd())
+if sys.argv[1] == "tuned":
+    from collectors.common.memory import tune_allocator
+    assert tune_allocator()
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+held = []
+def thread():  # each thread allocates while the others hold theirs: glibc gives a busy arena's newcomer another
+    held.append(libc.malloc(4096))
+    barrier.wait()
+barrier = threading.Barrier(4)
+threads = [threading.Thread(target=thread) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+libc.malloc_stats()  # one "Arena N:" block per arena, on stderr
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc arenas")
+@pytest.mark.parametrize("mode, most", [("default", None), ("tuned", 1)])
+def test_a_service_process_keeps_one_malloc_arena(mode, most):
+    """A service (`telemetry collector`/`agent`: collectors/cli.py _serve) tunes the allocator before its threads
+    start, so the buffers one thread makes and another frees stay in one arena (collectors/common/memory.py:
+    0.81x of a rack's CPU). Without it, threads that allocate get arenas of their own."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
+    done = subprocess.run([sys.executable, "-c", _ARENA_PROBE, mode], capture_output=True, text=True, timeout=60,
+                          env=env, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    arenas = sum(line.startswith("Arena ") for line in done.stderr.splitlines())
+    if most is None:
+        assert arenas > 1, done.stderr
+    else:
+        assert 1 <= arenas <= most, done.stderr
+
+
+def _thread_arenas(pid: int) -> int:
+    """glibc's thread arenas in a live process: each is a heap of HEAP_MAX_SIZE (64 MiB on 64-bit) reserved at an
+    address aligned to that size, its used part read-write, the rest PROT_NONE."""
+    heap = 64 << 20
+    maps = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            span, perms = line.split()[:2]
+            lo, hi = (int(x, 16) for x in span.split("-"))
+            maps.append((lo, hi, perms))
+    arenas = 0
+    for i, (lo, hi, perms) in enumerate(maps):
+        if lo % heap or not perms.startswith("rw"):
+            continue
+        end = hi
+        for nlo, nhi, nperms in maps[i + 1:]:
+            if nlo != end or not nperms.startswith("---"):
+                break
+            end = nhi
+        arenas += end - lo == heap
+    return arenas
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc arenas")
+def test_a_running_collector_has_no_thread_arenas(tmp_path):
+    """`telemetry collector` tunes the allocator before its threads start (collectors/cli.py _serve): a live root,
+    its gRPC and API threads running, holds no thread arena (15 of them before this was done, idle)."""
+    from collectors.sim.procs import Proc, python_module
+    proc = Proc("root", python_module("collectors.cli", "collector", "--id", "root", "--listen", "127.0.0.1:0",
+                                      "--db", str(tmp_path / "root.db"), "--api", "127.0.0.1:0"), tmp_path).start()
+    try:
+        assert proc.popen is not None
+        assert _thread_arenas(proc.popen.pid) == 0
+    finally:
+        proc.stop()
+
+
 def test_sqlite_page_caches_are_bounded(tmp_path):
     """Every connection the root holds has an explicit page cache bound (collectors/root/store.py CACHE_KIB)."""
     from contextlib import closing
