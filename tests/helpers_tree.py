@@ -271,11 +271,18 @@ class FakeParent(forward_pb2_grpc.CollectorServicer):
         self.server.stop(grace).wait(grace + 1)
 
 
+_HELD: list[socket.socket] = []  # dead_address's sockets, bound for the life of the test process
+
+
 def dead_address() -> str:
-    """A loopback address nobody listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{sock.getsockname()[1]}"
+    """A loopback address nobody listens on. Its port stays bound (not listening: a connection is refused) for the
+    life of the process, so a later port-0 bind (another test's server) is never handed it, as it could be if the
+    port were let go here; SO_REUSEADDR leaves a test free to listen on it itself."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    _HELD.append(sock)
+    return f"127.0.0.1:{sock.getsockname()[1]}"
 
 
 def spawn_root(workdir: Path, deadline_floor: float = 0.8):

@@ -68,14 +68,12 @@ def test_an_outbox_closed_as_it_starts_or_while_it_connects_returns_at_once() ->
     """close() waits for the outbox's session to end on the client loop, and that end comes at once: closed before
     the loop began the session (the loop busy), or while the session waits for a parent that does not answer (the
     wait is cancelled and the channel closed), never the whole timeout."""
-    import socket
     import time
 
     from collectors.delivery.outbox import Outbox
+    from helpers_tree import dead_address
 
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{sock.getsockname()[1]}"
+    dead = dead_address()
     for busy, pause in ((True, 0.0), (True, 0.0), (False, 0.0), (False, 0.3), (False, 0.3)):
         outbox = Outbox("closing", [dead], None, lambda unit, ack: None, connect_timeout_s=5.0)
         if busy:  # the loop is busy (another outbox's callback): close() comes before it can begin the session

@@ -9,7 +9,6 @@ Every wait is bounded.
 from __future__ import annotations
 
 import queue
-import socket
 import sys
 import threading
 import time
@@ -22,7 +21,7 @@ import grpc
 import pytest
 
 from collectors.delivery.outbox import Outbox, Unit
-from helpers_tree import wait_for
+from helpers_tree import dead_address, wait_for
 from telemetry.retaining import RetainingStream, Unreachable, read_acks, wait_ready
 from telemetry.sdk.sender import Identity, Sender
 from telemetry.streams import END
@@ -49,12 +48,6 @@ class Item:
 
 def item(seq: int, weight: int = 1) -> Item:
     return Item(seq, forward_pb2.SummaryBatch(seq=seq), weight)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # ---------------------------------------------------------------- the ledger
@@ -195,7 +188,7 @@ def test_the_default_pause_returns_as_soon_as_stop_is_set() -> None:
 
 def test_wait_ready_is_bounded_by_its_timeout_and_by_stop() -> None:
     stop = threading.Event()
-    channel = grpc.insecure_channel(f"127.0.0.1:{free_port()}")  # nothing listens there
+    channel = grpc.insecure_channel(dead_address())  # nothing listens there
     try:
         started = time.monotonic()
         assert wait_ready(channel, 0.3, stop) is False
@@ -257,7 +250,7 @@ def test_outbox_resends_exactly_the_unacknowledged_units_in_order_after_a_break(
         if ack.status == forward_pb2.Ack.DURABLE and outbox is not None:
             outbox.forget(unit.seq)
 
-    outbox = Outbox("child", [f"127.0.0.1:{free_port()}", address], None, on_ack, connect_timeout_s=0.3)
+    outbox = Outbox("child", [dead_address(), address], None, on_ack, connect_timeout_s=0.3)
     outbox.on_requests = lambda reqs: requests.extend(r.job for r in reqs)
     try:
         for _ in range(3):
@@ -392,7 +385,7 @@ def test_sender_retries_an_error_that_comes_after_registering() -> None:
 
 def test_sender_stops_promptly_while_the_agent_is_unreachable() -> None:
     steps = Steps()
-    sender = make_sender(f"127.0.0.1:{free_port()}", steps)
+    sender = make_sender(dead_address(), steps)
     steps.push(1)
     sender.start()
     wait_for(lambda: sender.unacknowledged() == 1, 5, what="the batch kept while disconnected")
