@@ -2,7 +2,7 @@
 it on the same thread when its children hold the very same sources bitmaps, in the same order (a rack's 300 windows
 of a step, from the same 64 children's units, each unit's windows sharing one parse of its sources). Over sequences of
 merges on one thread whose children change between windows, every merge is `Summary.merge_all`'s of the same
-children, byte for byte: the same children throughout; a child missing from one window; a child whose window carries
+children, byte for byte, and that is the Python oracle's (tests/summary_oracle.py): the same children throughout; a child missing from one window; a child whose window carries
 other sources; the same children in another order; the same children's units read again (a new parse of equal bytes);
 a child's window refused as an overlap; everything let go and other children read (bitmaps that may be allocated
 where the last ones were); a late delta; and a window whose sources were removed (remove_sources) before its merge."""
@@ -15,6 +15,7 @@ import numpy as np
 from pyroaring import BitMap
 
 from collectors.common.keys import Key
+from summary_oracle import OracleSummary
 from telemetry import Summary
 from telemetry.summary import _native
 from telemetry.summary.summary import read_native_unit, unit_windows
@@ -68,8 +69,10 @@ class Step:
             slot, created = self.table.slot("job", 0, metric, step, 0, 0)
             assert not created
             batch = self.table.take(slot)
-            expected = Summary.merge_all([Summary.from_bytes(b) for b in self.sent[metric]])
-            assert batch.merged().encode() == expected.to_bytes(), metric
+            expected = Summary.merge_all([Summary.from_bytes(b) for b in self.sent[metric]]).to_bytes()
+            assert batch.merged().encode() == expected, metric
+            oracle = OracleSummary.merge_all([OracleSummary.from_bytes(b) for b in self.sent[metric]]).to_bytes()
+            assert expected == oracle, f"{metric}: the native merge_all differs from the Python oracle's"
             merged += 1
         return merged
 
