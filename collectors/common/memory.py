@@ -57,22 +57,22 @@ def _libc(name: str, argtypes: list[type], restype: type) -> Callable[..., int] 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8  # mallopt parameters (malloc.h)
 ARENAS = 1
 FIXED_THRESHOLD = 128 * 1024  # glibc's defaults, kept fixed (setting either turns the dynamic adjustment off)
-_fixed = False
+_tuned = False
 
 
 def tune_allocator(threshold: int = FIXED_THRESHOLD) -> bool:
     """One malloc arena and fixed mmap and trim thresholds (see the module docstring); True when set.
     Process-wide, for a service's own process only (never a training process): call it before the process
     starts threads, since a thread that has allocated keeps the arena it was given."""
-    global _fixed
-    if _fixed:
+    global _tuned
+    if _tuned:
         return True
     mallopt = _libc("mallopt", [ctypes.c_int, ctypes.c_int], ctypes.c_int)
     if mallopt is None:
         return False
-    _fixed = all([mallopt(M_ARENA_MAX, ARENAS), mallopt(M_MMAP_THRESHOLD, threshold),
+    _tuned = all([mallopt(M_ARENA_MAX, ARENAS), mallopt(M_MMAP_THRESHOLD, threshold),
                   mallopt(M_TRIM_THRESHOLD, threshold)])
-    return _fixed
+    return _tuned
 
 
 class FreedMemory:
