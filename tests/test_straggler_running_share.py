@@ -48,6 +48,24 @@ def test_the_running_share_is_an_exponential_average_of_the_ranks_wait_share() -
         WaitShares(alpha=0.0)
 
 
+def test_a_seeded_average_starts_at_the_median_of_its_first_shares() -> None:
+    shares = WaitShares(seed_steps=3)
+    # A first step skewed by the processes' start (0.9), then two ordinary ones: the seed is their median.
+    assert shares.update(JOB, 0, 0, 0.9, 0.1) == pytest.approx(0.9)             # the median of one share
+    assert shares.update(JOB, 0, 1, 0.2, 0.8) == pytest.approx(0.55)            # ... of two
+    assert shares.update(JOB, 0, 2, 0.3, 0.7) == pytest.approx(0.3)             # ... of three: the seed
+    assert shares.update(JOB, 0, 3, 0.1, 0.9) == pytest.approx(0.3 + ALPHA * (0.1 - 0.3))  # weighted from here on
+    assert shares.update(JOB, 0, 3, 0.5, 0.5) is None                           # not after its last step
+    # A step refused while seeding is not a seed; a forgotten job seeds again.
+    assert shares.update(JOB, 1, 0, float("nan"), 1.0) is None
+    assert shares.update(JOB, 1, 1, 0.4, 0.6) == pytest.approx(0.4)
+    shares.forget(JOB)
+    assert shares.update(JOB, 1, 2, 0.8, 0.2) == pytest.approx(0.8)
+    assert shares.update(JOB, 1, 3, 0.0, 1.0) == pytest.approx(0.4)
+    with pytest.raises(ValueError):
+        WaitShares(seed_steps=0)
+
+
 def _open_step(step: int, figures: dict[str, dict[int, float]]) -> OpenStep:
     open_step = OpenStep(JOB, step, 4, deadline=0.0)
     for metric, by_rank in figures.items():

@@ -58,6 +58,9 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     the step, averaged: collectors/agent/wait_share.py; the step's p50 stands in for each rank's own length),
     since the recorded ones may be an older agent's. Other runs are replayed from the least rank and the p50."""
     events, now, seen = clocked_log()
+    # the agents' seeding of each rank's running share (WaitShares.seed_steps): a replay key, not the root's
+    settings = dict(settings)
+    seed_steps = int(settings.pop("share_seed_steps", 1))
     detector = StragglerDetector(events, config=StragglerConfig(**settings))
     cpu_work = settings.get("oncpu_scale", True)  # cpu_starved's use of the on-CPU times follows the straggler's
     # (its ratio's steps and margin too: cpu_starved's own options of the same names, swept together here)
@@ -74,7 +77,7 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     # The agents' running wait shares, where the run recorded them (runs from before them have none: the rule
     # then judges the per-step waits alone, as the live root did)
     shares = {step: (least, low, p50) for step, least, low, p50, *_ in run.get("shares", [])}
-    running = WaitShares()
+    running = WaitShares(seed_steps=seed_steps)
     discount = settings.get("runqueue_discount", True)  # the agents' share of it follows the root's setting here
     for step, least, low, p50, _count, step_p50, *_ in run["waits"]:
         if step_p50 is None or step not in finalised:

@@ -65,13 +65,23 @@ def excess_queued(queued: Mapping[int, float], busy: Mapping[int, float]) -> dic
 
 
 class WaitShares:
-    """Per (job, rank) this agent hosts: the running wait share and the last step it took in."""
+    """Per (job, rank) this agent hosts: the running wait share and the last step it took in.
 
-    def __init__(self, alpha: float = ALPHA) -> None:
+    `seed_steps`: a rank's average starts as the median of its first `seed_steps` shares (reported as the median
+    of those so far until then) and is weighted from there on; 1 starts it at the first share. Why more than one:
+    a job's first steps hold its processes' start (a rank waiting for peers still starting), and a seed weighs
+    (1 - alpha)^n n steps later, (7/8)^16 = 0.12 at the root's first level samples (docs/detectors.md, candidate
+    D)."""
+
+    def __init__(self, alpha: float = ALPHA, seed_steps: int = 1) -> None:
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+        if seed_steps < 1:
+            raise ValueError(f"seed_steps must be at least 1, got {seed_steps}")
         self.alpha = alpha
+        self.seed_steps = seed_steps
         self._avg: dict[tuple[str, int], tuple[int, float]] = {}  # (job, rank) -> (last step, running share)
+        self._seeds: dict[tuple[str, int], list[float]] = {}  # (job, rank) -> its first shares, while seeding
 
     def __len__(self) -> int:
         return len(self._avg)
@@ -94,7 +104,16 @@ class WaitShares:
         last = self._avg.get(key)
         if last is not None and step <= last[0]:
             return None
-        avg = share if last is None else last[1] + self.alpha * (share - last[1])
+        seeds = self._seeds.get(key)
+        if last is None or seeds is not None:
+            seeds = [share] if seeds is None else [*seeds, share]
+            avg = statistics.median(seeds)
+            if len(seeds) < self.seed_steps:
+                self._seeds[key] = seeds
+            else:
+                self._seeds.pop(key, None)
+        else:
+            avg = last[1] + self.alpha * (share - last[1])
         self._avg[key] = (step, avg)
         return avg
 
@@ -134,3 +153,4 @@ class WaitShares:
         """A finished job: its ranks' averages go."""
         for key in [key for key in self._avg if key[0] == job]:
             del self._avg[key]
+            self._seeds.pop(key, None)
