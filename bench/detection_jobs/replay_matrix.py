@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.sweep:
             option, values = args.sweep.split("=", 1)
             variants = [{**base, option: json.loads(v)} for v in values.split(",")]
-        StragglerConfig(**base)
+        StragglerConfig(**{k: v for k, v in base.items() if k != "share_seed_steps"})  # that key is the agents'
     except (ValueError, TypeError) as exc:
         p.error(str(exc))
     started = time.monotonic()
