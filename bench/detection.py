@@ -61,7 +61,7 @@ from bench.detection_jobs.score import aggregate, score_run, table
 from bench.torchrun_jobs import root_and_agent, torchrun
 from collectors.demo.train import kill_job
 from collectors.sim.procs import Proc
-from telemetry.names import ONCPU_METRIC, RUNQUEUE_METRIC, WAIT_METRIC, WAIT_SHARE_METRIC
+from telemetry.names import ONCPU_METRIC, RUNQUEUE_METRIC, WAIT_METRIC, WAIT_SHARE_METRIC, WORK_METRIC
 
 TRAIN = REPO / "bench" / "detection_jobs" / "train.py"
 SHAPES = REPO / "bench" / "detection_jobs" / "shapes.py"
@@ -69,7 +69,11 @@ FAULTS = ("slow_rank", "loader_stuck", "nan", "bad_batch", "slow_loader")
 # The per-rank figures a matrix run records per step (its `per_rank`, in this order after the step). The step
 # thread's on-CPU time is the SDK's `oncpu_time`; runs recorded before the SDK logged it hold the bench's own
 # `bench.oncpu_step` (the same figure) in its place
-PER_RANK = (WAIT_METRIC, RUNQUEUE_METRIC, "bench.runqueue_threads", ONCPU_METRIC, "bench.oncpu_threads")
+# Each rank's figures per step, in this order (readers index them; a new one goes last): its wait, run-queue wait (the
+# step thread's, then every thread's), on-CPU time (the same two), and its work_time, what its agent divides by for
+# the running share (collectors/agent/wait_share.py): a replay remakes the shares from the recorded work, not from
+# the step's p50, where a run has it
+PER_RANK = (WAIT_METRIC, RUNQUEUE_METRIC, "bench.runqueue_threads", ONCPU_METRIC, "bench.oncpu_threads", WORK_METRIC)
 QUICK = {"models": "mlp", "clean_seeds": 1, "fault_seeds": 1, "faults": "nan,bad_batch", "mlp_steps": 200}
 
 

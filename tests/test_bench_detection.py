@@ -196,6 +196,33 @@ def test_the_run_queue_discount_takes_a_descheduled_stretch_out_of_the_replay_an
     assert runqueue.explained([unexplained], clean=True)[0][0] == 0.0
 
 
+def test_the_replay_remakes_the_running_shares_from_each_ranks_recorded_work(monkeypatch) -> None:
+    """replay_matrix.py: where a run recorded each rank's work_time (per_rank's 7th figure, bench/detection.py from
+    session 46 on) the agents' running shares are remade from each rank's wait and that work, as the agent makes
+    them; a run without it, from its wait and the step's p50 less it (the approximation older recordings allow)."""
+    from bench.detection_jobs import replay_matrix
+
+    seen: list[tuple[int, int, float, float]] = []
+
+    class Recording(replay_matrix.WaitShares):
+        def update(self, job: str, rank: int, step: int, wait_s: float, work_s: float,
+                   queued_s: float = 0.0) -> float | None:
+            seen.append((step, rank, wait_s, work_s))
+            return super().update(job, rank, step, wait_s, work_s, queued_s)
+
+    monkeypatch.setattr(replay_matrix, "WaitShares", Recording)
+    run = _with_per_rank(_matrix_run("ddp-clean", 0.0, -1, 0, 40, 1), {})
+    run["shares"] = [[step, 0, 0.1, 0.2, 3] for step in range(40)]
+    work = {str(r): 0.3 + 0.1 * r for r in range(3)}
+    with_work = {**run, "per_rank": [[*entry, {}, {}, dict(work)] for entry in run["per_rank"]]}
+    replay_matrix.replay_run(with_work, {})
+    assert len(seen) == 3 * 40 and all(work_s == pytest.approx(0.3 + 0.1 * rank) for _, rank, _, work_s in seen)
+    seen.clear()
+    replay_matrix.replay_run(run, {})
+    step, rank, wait_s, work_s = seen[0]
+    assert work_s == pytest.approx(0.5 - wait_s) and len(seen) == 3 * 40  # the step's p50 (0.5 s) less the wait
+
+
 def test_inject_makes_stragglers_of_a_clean_runs_noise_and_the_rule_names_them() -> None:
     """bench/detection_jobs/inject.py: a clean run with per-rank figures, cut at each onset into a cell per
     severity, one rank slowed by (f - 1) x its median step: every other rank waits that much longer, the rule
@@ -207,6 +234,12 @@ def test_inject_makes_stragglers_of_a_clean_runs_noise_and_the_rule_names_them()
     assert step[1] == 1 and step[5] == pytest.approx(1.0)  # the slowed rank waits least; the step is 2x
     assert evaluate(made, {})["in_time"] == {"2x": "2/2"}
     assert inject.cells([clean], 1.1, [250]) == []  # 110 steps after 250 are not in a 300-step run
+    # A run that recorded each rank's work_time: the slowed rank's grows by the sleep, its peers' stay.
+    worked = {**clean, "per_rank": [[*entry, {}, {}, {str(r): 0.4 for r in range(3)}] for entry in clean["per_rank"]]}
+    (cell,) = [c for c in inject.cells([worked], 2.0, [40]) if c["truth"]["step"] == 40]
+    work_45 = next(entry[6] for entry in cell["per_rank"] if entry[0] == 45)
+    assert work_45 == {"0": 0.4, "1": pytest.approx(0.4 + 0.5), "2": 0.4}  # rank 1 slowed by its 0.5 s median step
+    assert next(entry[6] for entry in cell["per_rank"] if entry[0] == 39) == {str(r): 0.4 for r in range(3)}
 
 
 def _with_oncpu(run: dict, work: dict[int, float]) -> dict:

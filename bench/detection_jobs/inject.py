@@ -58,6 +58,9 @@ def inject(run: dict[str, Any], factor: float, rank: int, onset: int) -> dict[st
             for r in own:
                 if int(r) != rank:
                     own[r] += extra
+            work = per_rank[step][5] if len(per_rank[step]) > 5 else {}
+            if str(rank) in work:  # the sleep is the slowed rank's own time, as its work_time counts it
+                work[str(rank)] += extra
             ordered = sorted(own.items(), key=lambda kv: (kv[1], int(kv[0])))
             w = [step, int(ordered[0][0]), ordered[0][1], statistics.median(own.values()), w[4], w[5] + extra,
                  ordered[-1][1], int(ordered[-1][0])]

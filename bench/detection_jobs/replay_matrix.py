@@ -55,8 +55,8 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     A run that recorded each rank's figures (`per_rank`: `collective_wait` and `runqueue_wait` by rank) is
     replayed from them: the step's run-queue waits first (as the root's suite orders them), then its waits,
     each rank's own; and the running shares are remade as its agent makes them now (wait + run-queue wait over
-    the step, averaged: collectors/agent/wait_share.py; the step's p50 stands in for each rank's own length),
-    since the recorded ones may be an older agent's. Other runs are replayed from the least rank and the p50."""
+    the step, averaged: collectors/agent/wait_share.py; from each rank's recorded work_time where the run has it,
+    else the step's p50 stands in for each rank's own length), since the recorded ones may be an older agent's. Other runs are replayed from the least rank and the p50."""
     events, now, seen = clocked_log()
     # the agents' seeding of each rank's running share (WaitShares.seed_steps): a replay key, not the root's
     settings = dict(settings)
@@ -72,7 +72,8 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     # each rank's collective and run-queue waits and, where recorded (bench/detection.py's PER_RANK: the step
     # thread's on-CPU time, the SDK's `oncpu_time`; `bench.oncpu_step` in runs from before the SDK logged it), its
     # on-CPU time
-    per_rank = {entry[0]: (entry[1], entry[2], entry[4] if len(entry) > 4 else {})
+    # and, where recorded (from session 46 on), its work_time
+    per_rank = {entry[0]: (entry[1], entry[2], entry[4] if len(entry) > 4 else {}, entry[6] if len(entry) > 6 else {})
                 for entry in run.get("per_rank", [])}
     # The agents' running wait shares, where the run recorded them (runs from before them have none: the rule
     # then judges the per-step waits alone, as the live root did)
@@ -89,12 +90,15 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
         own = per_rank.get(step)
         queued: list[float] | None = None
         oncpu: list[float] | None = None
+        work: list[float] | None = None
         if own is not None and len(own[0]) == world:
             waits = [own[0][str(r)] for r in range(world)]
             if len(own[1]) == world:
                 queued = [own[1][str(r)] for r in range(world)]
             if len(own[2]) == world:
                 oncpu = [own[2][str(r)] for r in range(world)]
+            if len(own[3]) == world:
+                work = [own[3][str(r)] for r in range(world)]
         detector.observe(_row(job, "step_time", step, [step_p50] * world, ns))
         starved.observe(_row(job, "step_time", step, [step_p50] * world, ns))
         if oncpu is not None and cpu_work:  # before the step's run-queue waits, as the root's suite orders them
@@ -105,10 +109,13 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
             starved.observe(_row(job, RUNQUEUE_METRIC, step, queued, ns))
         detector.observe(_row(job, "collective_wait", step, waits, ns))
         if per_rank and step in shares:
-            excess = (excess_queued(dict(enumerate(queued)), {r: max(0.0, step_p50 - waits[r]) for r in range(world)})
+            # each rank's wait and work as its agent read them, where recorded; else the step's p50 stands in for
+            # each rank's own length
+            own_wait = waits if work is not None else [min(w, step_p50) for w in waits]
+            own_work = work if work is not None else [max(0.0, step_p50 - w) for w in waits]
+            excess = (excess_queued(dict(enumerate(queued)), dict(enumerate(own_work)))
                       if queued is not None and discount else {})
-            remade = [running.update(job, r, step, min(waits[r], step_p50), max(0.0, step_p50 - waits[r]),
-                                     excess.get(r, 0.0)) for r in range(world)]
+            remade = [running.update(job, r, step, own_wait[r], own_work[r], excess.get(r, 0.0)) for r in range(world)]
             if all(v is not None for v in remade):
                 detector.observe(_row(job, WAIT_SHARE_METRIC, step, [float(v or 0.0) for v in remade], ns))
         elif step in shares:
