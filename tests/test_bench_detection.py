@@ -223,6 +223,28 @@ def test_the_replay_remakes_the_running_shares_from_each_ranks_recorded_work(mon
     assert work_s == pytest.approx(0.5 - wait_s) and len(seen) == 3 * 40  # the step's p50 (0.5 s) less the wait
 
 
+def test_replay_fidelity_sets_the_live_result_beside_each_replays(tmp_path) -> None:
+    """replay_fidelity.py: per run the live root's result, the replay's from the recorded work and from the step's
+    p50; a run whose live events are the replay's own agrees with it, one whose live root named nothing does not;
+    a run without recorded work has no work replay."""
+    from bench.detection_jobs import replay_fidelity
+    from bench.detection_jobs.replay_matrix import replay_run
+
+    run = _with_per_rank(_matrix_run("ddp-forward-2x", 2.0, 1, 40, 60, 2), {})
+    run["shares"] = []
+    run["per_rank"] = [[*entry, {}, {}, {str(r): 0.4 for r in range(3)}] for entry in run["per_rank"]]
+    named = {**run, "events": replay_run(run, {})["events"]}
+    row = replay_fidelity.compare(named)
+    assert row["has_work"] and row["live"] == row["replay_work"] == row["replay_p50"] and row["live"] <= 3
+    assert replay_fidelity.compare(run)["live"] is None  # the live root named nobody: not in agreement
+    assert replay_fidelity.compare({**run, "per_rank": [e[:6] for e in run["per_rank"]]})["has_work"] is False
+    path = tmp_path / "set.json"
+    path.write_text(json.dumps({"runs": [named, run]}))
+    assert replay_fidelity.main([str(path), "--out", str(tmp_path / "out.json")]) == 0
+    (summary,) = json.loads((tmp_path / "out.json").read_text())["sets"]
+    assert (summary["runs"], summary["with_work"], summary["agree_work"], summary["agree_p50"]) == (2, 2, 1, 1)
+
+
 def test_inject_makes_stragglers_of_a_clean_runs_noise_and_the_rule_names_them() -> None:
     """bench/detection_jobs/inject.py: a clean run with per-rank figures, cut at each onset into a cell per
     severity, one rank slowed by (f - 1) x its median step: every other rank waits that much longer, the rule
