@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from collectors.agent.intake import OpenStep, RankValues
-from collectors.agent.wait_share import ALPHA, WaitShares
+from collectors.agent.wait_share import ALPHA, SEED_STEPS, WaitShares
 from collectors.common.keys import Key
 from collectors.common.rows import Row
 from collectors.detectors import EventLog
@@ -32,7 +32,7 @@ JOB = "shares"
 
 
 def test_the_running_share_is_an_exponential_average_of_the_ranks_wait_share() -> None:
-    shares = WaitShares()
+    shares = WaitShares(seed_steps=1)  # seeded by the first share alone: the average from the second step on
     assert shares.update(JOB, 0, 1, 0.3, 0.7) == pytest.approx(0.3)              # the first step: its own share
     assert shares.update(JOB, 0, 2, 0.1, 0.9) == pytest.approx(0.3 + ALPHA * (0.1 - 0.3))
     assert shares.update(JOB, 0, 2, 0.0, 1.0) is None                            # not after its last step
@@ -64,6 +64,35 @@ def test_a_seeded_average_starts_at_the_median_of_its_first_shares() -> None:
     assert shares.update(JOB, 1, 3, 0.0, 1.0) == pytest.approx(0.4)
     with pytest.raises(ValueError):
         WaitShares(seed_steps=0)
+
+
+def test_an_agents_running_share_is_seeded_by_the_median_of_five_steps() -> None:
+    """The agent's default (candidate D, adopted): a job's first steps hold its processes' start, so one skewed
+    step, or two, do not seed the average; the sixth step is the first weighted one."""
+    shares = WaitShares()
+    assert shares.seed_steps == SEED_STEPS == 5
+    for step, wait in enumerate((0.9, 0.05, 0.2, 0.25, 0.3)):  # step 0 waited through the start, step 1 the other way
+        last = shares.update(JOB, 0, step, wait, 1.0 - wait)
+    assert last == pytest.approx(0.25)  # the median of the five
+    assert shares.update(JOB, 0, 5, 0.1, 0.9) == pytest.approx(0.25 + ALPHA * (0.1 - 0.25))
+
+
+class _Running:
+    """WaitShares in numpy, every rank at once (the scale tests' world): the median of a rank's first SEED_STEPS
+    shares, then weighted by ALPHA a step."""
+
+    def __init__(self) -> None:
+        self._seeds: list[np.ndarray] = []
+        self.value: np.ndarray | None = None
+
+    def update(self, share: np.ndarray) -> np.ndarray:
+        if len(self._seeds) < SEED_STEPS:
+            self._seeds.append(share)
+            self.value = np.median(np.stack(self._seeds), axis=0)
+        else:
+            assert self.value is not None
+            self.value = self.value + ALPHA * (share - self.value)
+        return self.value
 
 
 def _open_step(step: int, figures: dict[str, dict[int, float]]) -> OpenStep:
@@ -133,7 +162,7 @@ def _run(world: int, factor: float, steps: int, onset: int = 40, seed: int = 0, 
     log = EventLog(None)
     det = StragglerDetector(log)
     slow = world // 2 + 1
-    running: np.ndarray | None = None
+    running = _Running()
     for step in range(steps):
         compute = 0.1 * np.exp(sigma * rng.standard_normal(world))
         if factor > 1 and onset <= step <= until:
@@ -142,8 +171,8 @@ def _run(world: int, factor: float, steps: int, onset: int = 40, seed: int = 0, 
         wall = compute.max() + 0.004 + 0.002 * np.exp(0.3 * rng.standard_normal(world))
         work = np.maximum(0.0, wall - wait)
         share = wait / (wait + work)
-        running = share if running is None else running + ALPHA * (share - running)  # WaitShares, per rank
-        rows = [("step_time", wall), (WAIT_METRIC, wait)] + ([(WAIT_SHARE_METRIC, running)] if shares else [])
+        rows = [("step_time", wall), (WAIT_METRIC, wait)] + ([(WAIT_SHARE_METRIC, running.update(share))]
+                                                             if shares else [])
         for metric, values in rows:
             summary = Summary.from_arrays(values.astype(np.float64), sources, time.time_ns())
             det.observe(Row(Key(JOB, metric, step, 0), world, summary, 0, time.time_ns()))
@@ -153,13 +182,12 @@ def _run(world: int, factor: float, steps: int, onset: int = 40, seed: int = 0, 
 def test_the_agents_average_is_what_the_scale_tests_compute() -> None:
     """The tests below average in numpy; the agent's WaitShares gives the same figures."""
     rng = np.random.default_rng(3)
-    shares, running = WaitShares(), None
+    shares, running = WaitShares(), _Running()
     for step in range(40):
         wait, work = rng.uniform(0, 0.1, 5), rng.uniform(0.05, 0.2, 5)
-        share = wait / (wait + work)
-        running = share if running is None else running + ALPHA * (share - running)
+        expected = running.update(wait / (wait + work))
         got = [shares.update(JOB, rank, step, float(wait[rank]), float(work[rank])) for rank in range(5)]
-        assert got == pytest.approx(list(running), rel=1e-12)
+        assert got == pytest.approx(list(expected), rel=1e-12)
 
 
 @pytest.mark.parametrize(("factor", "within"), [(2.0, 3), (1.5, 5), (1.2, 30), (1.1, 100)])
@@ -232,7 +260,7 @@ def _blip_then_straggler(seed: int, blip: tuple[int, ...], slow: range, steps: i
     sources = np.arange(world, dtype=np.int64)
     log = EventLog(None)
     det = StragglerDetector(log, config=StragglerConfig(wait_warmup=3, wait_share_settle=settle))
-    running: np.ndarray | None = None
+    running = _Running()
     for step in range(steps):
         compute = 0.1 * np.exp(0.02 * rng.standard_normal(world))
         if step in blip:
@@ -243,9 +271,8 @@ def _blip_then_straggler(seed: int, blip: tuple[int, ...], slow: range, steps: i
             compute[1] *= 2.0
         wait = compute.max() - compute + 0.002
         wall = compute.max() + 0.004
-        share = wait / wall
-        running = share if running is None else running + ALPHA * (share - running)
-        for metric, values in (("step_time", np.full(world, wall)), (WAIT_METRIC, wait), (WAIT_SHARE_METRIC, running)):
+        shares_now = running.update(wait / wall)
+        for metric, values in (("step_time", np.full(world, wall)), (WAIT_METRIC, wait), (WAIT_SHARE_METRIC, shares_now)):
             summary = Summary.from_arrays(values.astype(np.float64), sources, time.time_ns())
             det.observe(Row(Key(JOB, metric, step, 0), world, summary, 0, time.time_ns()))
     return log.query(JOB)

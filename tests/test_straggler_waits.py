@@ -562,14 +562,15 @@ def _recorded_runs() -> list[dict]:
 
 def test_a_rank_descheduled_over_many_steps_is_not_named_on_recorded_clean_runs() -> None:
     """Replayed as the root judged them (bench/detection_jobs/replay_matrix.py: each rank's own waits and run-queue
-    waits, the agents' running shares remade): the four false alarms are gone with `descheduled_leave`, and come
-    back without it (the rule before)."""
+    waits, the agents' running shares remade): the false alarms are gone with `descheduled_leave`, and come back
+    without it (the rule before): three of the four recorded, the fourth (rank 2's second) gone on its own since the
+    agents seed each running share by the median of its first five (candidate D, session 46)."""
     from bench.detection_jobs.replay_matrix import replay_run
     for run in _recorded_runs():
         assert [e for e in replay_run(run, {})["events"] if e["kind"] == "straggler"] == [], run["job"]
     before = [e["ranks"] for run in _recorded_runs()
               for e in replay_run(run, {"descheduled_leave": False})["events"] if e["kind"] == "straggler"]
-    assert sorted(before) == [[0], [0], [2], [2]], before
+    assert sorted(before) == [[0], [0], [2]], before
 
 
 # A recorded clean run (bench/detection.py --matrix, 3 CPU ranks of sync2 on the loaded 2-core machine;

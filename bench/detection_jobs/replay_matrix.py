@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: wh
 from bench.detection_jobs import matrix
 from bench.detection_jobs.replay import clocked_log
 from bench.recordings import read_json
-from collectors.agent.wait_share import WaitShares, excess_queued
+from collectors.agent.wait_share import SEED_STEPS, WaitShares, excess_queued
 from collectors.common.keys import Key
 from collectors.common.rows import Row
 from collectors.detectors.cpu_starved import CpuStarvedConfig, CpuStarvedDetector
@@ -60,7 +60,7 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     events, now, seen = clocked_log()
     # the agents' seeding of each rank's running share (WaitShares.seed_steps): a replay key, not the root's
     settings = dict(settings)
-    seed_steps = int(settings.pop("share_seed_steps", 1))
+    seed_steps = int(settings.pop("share_seed_steps", SEED_STEPS))
     detector = StragglerDetector(events, config=StragglerConfig(**settings))
     cpu_work = settings.get("oncpu_scale", True)  # cpu_starved's use of the on-CPU times follows the straggler's
     # (its ratio's steps and margin too: cpu_starved's own options of the same names, swept together here)

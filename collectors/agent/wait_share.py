@@ -39,6 +39,7 @@ from collectors.delivery.windows import Origin
 from telemetry.names import RUNQUEUE_METRIC, WAIT_METRIC, WAIT_SHARE_METRIC, WORK_METRIC
 
 ALPHA = 0.125  # the weight of a step's share in the running average: a span of ~15 steps
+SEED_STEPS = 5  # a rank's average starts as the median of its first shares (docs/detectors.md, candidate D)
 
 
 def excess_queued(queued: Mapping[int, float], busy: Mapping[int, float]) -> dict[int, float]:
@@ -70,10 +71,10 @@ class WaitShares:
     `seed_steps`: a rank's average starts as the median of its first `seed_steps` shares (reported as the median
     of those so far until then) and is weighted from there on; 1 starts it at the first share. Why more than one:
     a job's first steps hold its processes' start (a rank waiting for peers still starting), and a seed weighs
-    (1 - alpha)^n n steps later, (7/8)^16 = 0.12 at the root's first level samples (docs/detectors.md, candidate
-    D)."""
+    (1 - alpha)^n n steps later, (7/8)^16 = 0.12 at the root's first level samples; the median of five is untouched
+    by any two skewed steps (docs/detectors.md, candidate D: its two pre-registered tests)."""
 
-    def __init__(self, alpha: float = ALPHA, seed_steps: int = 1) -> None:
+    def __init__(self, alpha: float = ALPHA, seed_steps: int = SEED_STEPS) -> None:
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
         if seed_steps < 1:
