@@ -19,7 +19,8 @@ averaged noise. With `ALPHA` = 1/8 (a span of ~15 steps) a rank's per-step noise
 alpha / (2 - alpha)): among 16,384 simulated ranks the lowest clean running share lies ~0.04 under the
 median, a 1.2x rank's ~0.17, a 1.1x rank's ~0.08.
 
-What it costs: one float per (job, rank) this agent hosts, one more value per rank and step up the tree. A
+What it costs: one float per (job, rank) this agent hosts (up to SEED_STEPS during a rank's first steps, while its
+average is seeded: `WaitShares`), one more value per rank and step up the tree. A
 rank's value leaves with the step's other windows and is held for durability by the same batches that carried
 the rank's wait and work (a batch is DURABLE once its derived value is too). A rank that logs no
 `work_time`, or a step without both figures, gets no value that step; a step older than the rank's last one
