@@ -35,7 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: when run as a script only its folder is on sys.path
 
 from bench.detection_jobs import matrix
-from bench.detection_jobs.replay_matrix import evaluate
+from bench.detection_jobs.replay_matrix import WORK_FIGURE, evaluate
 from bench.recordings import read_json
 from collectors.detectors.straggler import StragglerConfig
 
@@ -58,7 +58,8 @@ def inject(run: dict[str, Any], factor: float, rank: int, onset: int) -> dict[st
             for r in own:
                 if int(r) != rank:
                     own[r] += extra
-            work = per_rank[step][5] if len(per_rank[step]) > 5 else {}
+            figures = per_rank[step]  # the entry less its step: work_time one place before WORK_FIGURE
+            work = figures[WORK_FIGURE - 1] if len(figures) >= WORK_FIGURE else {}
             if str(rank) in work:  # the sleep is the slowed rank's own time, as its work_time counts it
                 work[str(rank)] += extra
             ordered = sorted(own.items(), key=lambda kv: (kv[1], int(kv[0])))

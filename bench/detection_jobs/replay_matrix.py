@@ -49,6 +49,10 @@ def _row(job: str, metric: str, step: int, values: list[float], finalised_ns: in
     return Row(Key(job, metric, step, 0), len(values), summary, 0, finalised_ns)
 
 
+WORK_FIGURE = 6  # a per_rank entry's index of each rank's work_time (bench/detection.py's PER_RANK, after the step)
+SEED_KEY = "share_seed_steps"  # a replay setting for the agents' WaitShares.seed_steps, not a StragglerConfig field
+
+
 def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """The run's record with its straggler events replaced by those of a detector with `settings`.
 
@@ -56,11 +60,12 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     replayed from them: the step's run-queue waits first (as the root's suite orders them), then its waits,
     each rank's own; and the running shares are remade as its agent makes them now (wait + run-queue wait over
     the step, averaged: collectors/agent/wait_share.py; from each rank's recorded work_time where the run has it,
-    else the step's p50 stands in for each rank's own length), since the recorded ones may be an older agent's. Other runs are replayed from the least rank and the p50."""
+    else the step's p50 stands in for each rank's own length), since the recorded ones may be an older agent's.
+    Other runs are replayed from the least rank and the p50."""
     events, now, seen = clocked_log()
     # the agents' seeding of each rank's running share (WaitShares.seed_steps): a replay key, not the root's
     settings = dict(settings)
-    seed_steps = int(settings.pop("share_seed_steps", SEED_STEPS))
+    seed_steps = int(settings.pop(SEED_KEY, SEED_STEPS))
     detector = StragglerDetector(events, config=StragglerConfig(**settings))
     cpu_work = settings.get("oncpu_scale", True)  # cpu_starved's use of the on-CPU times follows the straggler's
     # (its ratio's steps and margin too: cpu_starved's own options of the same names, swept together here)
@@ -73,7 +78,7 @@ def replay_run(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     # thread's on-CPU time, the SDK's `oncpu_time`; `bench.oncpu_step` in runs from before the SDK logged it), its
     # on-CPU time
     # and, where recorded (from session 46 on), its work_time
-    per_rank = {entry[0]: (entry[1], entry[2], entry[4] if len(entry) > 4 else {}, entry[6] if len(entry) > 6 else {})
+    per_rank = {entry[0]: (entry[1], entry[2], entry[4] if len(entry) > 4 else {}, entry[WORK_FIGURE] if len(entry) > WORK_FIGURE else {})
                 for entry in run.get("per_rank", [])}
     # The agents' running wait shares, where the run recorded them (runs from before them have none: the rule
     # then judges the per-step waits alone, as the live root did)
@@ -173,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.sweep:
             option, values = args.sweep.split("=", 1)
             variants = [{**base, option: json.loads(v)} for v in values.split(",")]
-        StragglerConfig(**{k: v for k, v in base.items() if k != "share_seed_steps"})  # that key is the agents'
+        StragglerConfig(**{k: v for k, v in base.items() if k != SEED_KEY})
     except (ValueError, TypeError) as exc:
         p.error(str(exc))
     started = time.monotonic()
